@@ -1,0 +1,134 @@
+"""Unit tests of specdec.theory: closed forms, edges, vectorisation and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specdec import theory as th
+
+
+def brute_expected_tokens(alpha: float, gamma: int) -> float:
+    # E[T] = sum_{j=0}^{gamma} alpha^j (tail-sum form of Eq. 1), written independently.
+    return sum(alpha**j for j in range(gamma + 1))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.1, 0.4, 0.6, 0.75, 0.8, 0.9, 0.99, 1.0])
+@pytest.mark.parametrize("gamma", [0, 1, 2, 3, 7, 10, 40])
+def test_expected_tokens_matches_geometric_sum(alpha, gamma):
+    assert th.expected_tokens(alpha, gamma) == pytest.approx(brute_expected_tokens(alpha, gamma), rel=1e-12)
+
+
+def test_expected_tokens_known_values_and_edges():
+    assert th.expected_tokens(0.8, 4) == pytest.approx(3.3616, abs=1e-12)  # (1 - 0.8^5) / 0.2
+    assert th.expected_tokens(1.0, 5) == 6.0  # the alpha -> 1 limit, gamma + 1
+    assert th.expected_tokens(0.0, 9) == 1.0
+    assert th.expected_tokens(0.37, 0) == 1.0
+    # Continuity at alpha -> 1 without cancellation.
+    assert th.expected_tokens(1 - 1e-12, 5) == pytest.approx(6.0, rel=1e-9)
+    assert th.expected_tokens(1 - 1e-6, 5) == pytest.approx(6.0 - 15e-6, rel=1e-9)
+
+
+def test_vectorised_broadcasting_and_scalar_types():
+    out = th.expected_tokens(np.array([0.4, 0.8]), np.array([[1], [2]]))
+    assert out.shape == (2, 2)
+    assert out[1, 1] == pytest.approx(1 + 0.8 + 0.64)
+    assert np.ndim(th.walltime_speedup(0.8, 3, 0.1)) == 0
+    assert th.walltime_speedup([0.5, 0.9], 2, [0.0, 0.1]).shape == (2,)
+
+
+def test_walltime_speedup_theorem_3_8():
+    # The source article's counterexample rows (Table 4 of the paper).
+    assert th.walltime_speedup(0.75, 7, 0.02) == pytest.approx((1 - 0.75**8) / (0.25 * 1.14))
+    assert th.walltime_speedup(0.82, 7, 0.11) == pytest.approx((1 - 0.82**8) / (0.18 * 1.77))
+    # c = 0 gives E[T]; gamma = 1 gives Corollary 3.9's (1 + alpha) / (1 + c).
+    assert th.walltime_speedup(0.6, 4, 0.0) == pytest.approx(th.expected_tokens(0.6, 4))
+    assert th.walltime_speedup(0.3, 1, 0.2) == pytest.approx(1.3 / 1.2)
+    assert th.walltime_speedup(1.0, 3, 0.0) == 4.0
+    assert th.walltime_speedup(0.5, 0, 5.0) == 1.0  # gamma = 0 is plain decoding
+
+
+def test_ops_factor_theorem_3_11():
+    assert th.ops_factor(0.6, 2) == pytest.approx(3 / th.expected_tokens(0.6, 2))
+    assert th.ops_factor(0.9, 10, 0.0) == pytest.approx(11 * 0.1 / (1 - 0.9**11))
+    alpha, gamma, c_hat = 0.7, 3, 0.05
+    want = (1 - alpha) * (gamma * c_hat + gamma + 1) / (1 - alpha ** (gamma + 1))
+    assert th.ops_factor(alpha, gamma, c_hat) == pytest.approx(want)
+    assert th.ops_factor(1.0, 4, 0.0) == 1.0  # everything accepted: gamma + 1 ops for gamma + 1 tokens
+
+
+def test_optimal_gamma_is_the_integer_argmax():
+    for alpha in [0.2, 0.5, 0.62, 0.75, 0.9]:
+        for c in [0.005, 0.02, 0.1, 0.3]:
+            g = th.optimal_gamma(alpha, c, max_gamma=60)
+            scan = [th.walltime_speedup(alpha, k, c) for k in range(61)]
+            assert g == int(np.argmax(scan))
+            assert scan[g] >= max(scan) - 1e-15
+
+
+def test_optimal_gamma_ties_and_limits():
+    assert th.optimal_gamma(0.0, 0.0) == 0  # every gamma gives 1: ties go to the smaller gamma
+    assert th.optimal_gamma(0.3, 0.5) == 0  # alpha <= c: speculation never pays at gamma = 1
+    assert th.optimal_gamma(1.0, 0.0, max_gamma=12) == 12  # unbounded: the grid's end
+    out = th.optimal_gamma(np.array([0.6, 0.8, 0.9]), 0.02)
+    assert out.shape == (3,) and np.all(np.diff(out) >= 0)
+    assert th.optimal_gamma(0.8, np.array([0.0, 0.01, 0.1]), max_gamma=30).tolist()[0] == 30
+
+
+def test_speedup_ceiling():
+    assert th.speedup_ceiling(0.5) == 2.0
+    assert th.speedup_ceiling(1.0) == math.inf
+    assert th.walltime_speedup(0.75, 200, 0.0) == pytest.approx(th.speedup_ceiling(0.75))
+
+
+def test_accepted_pmf_truncated_geometric():
+    pmf = th.accepted_pmf(0.7, 4)
+    assert pmf.sum() == pytest.approx(1.0)
+    assert pmf[0] == pytest.approx(0.3) and pmf[4] == pytest.approx(0.7**4)
+    mean_tokens = (np.arange(5) * pmf).sum() + 1  # T = A + 1
+    assert mean_tokens == pytest.approx(th.expected_tokens(0.7, 4))
+    assert th.accepted_pmf(1.0, 3).tolist() == [0, 0, 0, 1]
+    assert th.accepted_pmf(0.0, 3).tolist() == [1, 0, 0, 0]
+
+
+def test_acceptance_rate_corollary_3_6():
+    p = np.array([0.5, 0.3, 0.2])
+    q = np.array([0.2, 0.6, 0.2])
+    assert th.acceptance_rate(p, q) == pytest.approx(0.2 + 0.3 + 0.2)
+    assert th.acceptance_rate(p, q) == pytest.approx(1 - 0.5 * np.abs(p - q).sum())  # 1 - TV
+    assert th.acceptance_rate(p, p) == pytest.approx(1.0)
+    assert th.acceptance_rate([1.0, 0.0], [0.0, 1.0]) == 0.0
+    rows = th.acceptance_rate(np.stack([p, q]), np.stack([q, q]))
+    assert rows.shape == (2,) and rows[1] == pytest.approx(1.0)
+    # Lenience (Appendix A.5): sum_x min(q, p / l) grows as l falls.
+    assert th.acceptance_rate(p, q, lenience=0.5) == pytest.approx(0.2 + 0.6 + 0.2)
+    assert th.acceptance_rate(p, q, lenience=0.9) > th.acceptance_rate(p, q)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: th.expected_tokens(-0.1, 2), "alpha"),
+        (lambda: th.expected_tokens(1.1, 2), "alpha"),
+        (lambda: th.expected_tokens(float("nan"), 2), "alpha"),
+        (lambda: th.expected_tokens(0.5, -1), "gamma"),
+        (lambda: th.expected_tokens(0.5, 1.5), "gamma"),
+        (lambda: th.expected_tokens(0.5, True), "gamma"),
+        (lambda: th.expected_tokens(0.5, "3"), "gamma"),
+        (lambda: th.walltime_speedup(0.5, 2, -0.01), "c must"),
+        (lambda: th.walltime_speedup(0.5, 2, float("inf")), "c must"),
+        (lambda: th.ops_factor(0.5, 2, -1.0), "c_hat"),
+        (lambda: th.optimal_gamma(0.5, 0.1, max_gamma=-1), "max_gamma"),
+        (lambda: th.optimal_gamma(0.5, 0.1, max_gamma=2.5), "max_gamma"),
+        (lambda: th.acceptance_rate([0.5, 0.6], [0.5, 0.5]), "p must sum"),
+        (lambda: th.acceptance_rate([0.5, 0.5], [-0.5, 1.5]), "q must"),
+        (lambda: th.acceptance_rate([0.5, 0.5], [0.2, 0.3, 0.5]), "same shape"),
+        (lambda: th.acceptance_rate([0.5, 0.5], [0.5, 0.5], lenience=0.0), "lenience"),
+        (lambda: th.accepted_pmf(0.5, -2), "gamma"),
+    ],
+)
+def test_bad_input_names_the_argument(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
