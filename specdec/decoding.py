@@ -1,0 +1,230 @@
+"""The two decoding loops: plain autoregressive sampling and speculative decoding.
+
+:func:`speculative` is Algorithm 1 of Leviathan et al. (2023) run to the end of a generation:
+each round a drafter proposes k <= gamma tokens, one target forward call scores the last
+committed token and the k drafts (k + 1 rows of p), :func:`specdec.sampling.verify` keeps a
+prefix of the drafts and draws the round's own token, and the target's KV cache is cropped
+back. Theorem 3.5 (losslessness) holds for every drafter: the output has the target's law.
+Greedy decoding (temperature 0) is the same loop with one-hot rows, i.e. exact matching.
+
+Conventions, copied from transformers' assisted generation and gpt-fast:
+
+* The target's cache holds every committed token *except the last* (transformers crops to
+  ``new_len - 1``): the last committed token is the first input of the next verify call, so
+  its row of p is the distribution of the first draft.
+* One ``numpy`` generator per call, ``np.random.default_rng(seed)``, never reseeded; it
+  supplies the draft samples, verify's uniforms and the round's token.
+* Drafts are cut after an EOS; the output stops at the first EOS (kept); ``max_new_tokens``
+  is never exceeded: gamma is shortened near the end so a round cannot overshoot.
+* Prefill (the prompt minus its last token, for target and drafter) happens before the
+  first round and is timed apart; ``Stats.target_calls`` counts the rounds' calls only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import torch
+
+from specdec.drafters import Drafter, Proposal
+from specdec.lm import CachedLM
+from specdec.sampling import sample, verify, warp
+from specdec.stats import Stats
+
+__all__ = ["Generation", "autoregressive", "speculative"]
+
+
+@dataclass
+class Generation:
+    """The new tokens of one decoding call (prompt excluded) and what the call counted."""
+
+    tokens: list[int]
+    stats: Stats
+
+
+def speculative(
+    target: torch.nn.Module,
+    drafter: Drafter,
+    prompt_ids: Sequence[int],
+    *,
+    gamma: int,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    lenience: float = 1.0,
+    seed: int = 0,
+    eos_token_id: int | None = None,
+) -> Generation:
+    """Speculative decoding of ``target`` with ``drafter``; each loop is one round.
+
+    A round is the paper's SpeculativeDecodingStep (Algorithm 1):
+
+    1. the drafter guesses k <= gamma tokens x_1..x_k, sampled from q_1..q_k;
+    2. one target call over [last committed token, x_1..x_k] gives p_1..p_{k+1};
+    3. x_i is accepted with probability min(1, p_i(x_i) / (l q_i(x_i))) until the first rejection;
+    4. the round's own token comes from norm(max(0, p_{A+1} - l q_{A+1})) after a rejection,
+       or from p_{k+1} (the bonus token) after a full accept;
+
+    then the target's cache is cropped back to the committed tokens minus the last.
+
+    ``target`` is a Hugging Face causal LM; ``gamma`` >= 1; ``lenience`` l in (0, 1]
+    (Appendix A.5; l = 1 is lossless, Theorem 3.5); temperature / top_k / top_p define the
+    warp applied alike to p and q. Returns the new tokens (prompt excluded) and the
+    :class:`~specdec.stats.Stats` of the call.
+    """
+    lm, prompt = _start(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
+    _check_speculative(lm, drafter, gamma, lenience, temperature)
+    rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
+    warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
+    stats, tokens = Stats(gamma=gamma), list(prompt)
+    with stats.timer("prefill_s", lm.device):
+        _prefill(lm, prompt)
+        drafter.start(prompt)
+    while (budget := max_new_tokens - (len(tokens) - len(prompt))) > 0:
+        with stats.timer("draft_s", lm.device):  # a round emits k + 1 tokens at most
+            limit = min(gamma, budget - 1)
+            proposal = _cut_at_eos(drafter.propose(tokens, limit, warp_fn, rng), limit, eos_token_id)
+        draft, q = proposal.tokens, proposal.q
+        with stats.timer("target_s", lm.device):  # one call scores k + 1 positions
+            logits = lm.forward([tokens[-1], *draft])
+        with stats.timer("verify_s", lm.device):
+            p = warp_fn(logits)
+            q = None if q is None else q.to(p.device)
+            n_accepted, next_token = verify(p, q, draft, rng, lenience)
+        stats.record_round(p, q, len(draft), n_accepted, proposal.calls, lenience)
+        new = [*draft[:n_accepted], next_token]  # T = A + 1 tokens
+        tokens += new
+        lm.crop(len(tokens) - 1)  # the cache must not hold the round's own token yet
+        if eos_token_id in new:
+            break
+    return _finish(tokens[len(prompt) :], stats, eos_token_id)
+
+
+def autoregressive(
+    target: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    eos_token_id: int | None = None,
+) -> Generation:
+    """Plain decoding: one target call per token, sampled from warp(logits) with one uniform.
+
+    The baseline of every speedup. It draws exactly the uniforms that :func:`speculative`
+    draws when the drafter proposes nothing, so the two agree token for token then.
+    """
+    lm, prompt = _start(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
+    rng = np.random.default_rng(seed)
+    warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
+    stats, tokens = Stats(gamma=0), list(prompt)
+    with stats.timer("prefill_s", lm.device):
+        _prefill(lm, prompt)
+    while len(tokens) - len(prompt) < max_new_tokens:
+        with stats.timer("target_s", lm.device):
+            logits = lm.forward(tokens[-1:])
+        with stats.timer("verify_s", lm.device):
+            p = warp_fn(logits)
+            tokens.append(sample(p[0], rng))
+        stats.record_round(p, None, 0, 0, 0)
+        if tokens[-1] == eos_token_id:
+            break
+    return _finish(tokens[len(prompt) :], stats, eos_token_id)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _prefill(lm: CachedLM, prompt: list[int]) -> None:
+    if len(prompt) > 1:
+        lm.forward(prompt[:-1], keep=1)
+
+
+def _cut_at_eos(proposal: Proposal, limit: int, eos_token_id: int | None) -> Proposal:
+    """Keep the drafts up to and including the first EOS: nothing can follow it.
+
+    Also refuses a proposal longer than asked for, which could overrun ``max_new_tokens``.
+    """
+    if len(proposal.tokens) > limit:
+        raise ValueError(f"the drafter proposed {len(proposal.tokens)} tokens; {limit} at most were asked")
+    if eos_token_id is None or eos_token_id not in proposal.tokens:
+        return proposal
+    k = proposal.tokens.index(eos_token_id) + 1
+    q = None if proposal.q is None else proposal.q[:k]
+    return Proposal(proposal.tokens[:k], q, proposal.calls)
+
+
+def _finish(new: list[int], stats: Stats, eos_token_id: int | None) -> Generation:
+    """Cut the new tokens after the first EOS (kept), e.g. the bonus token after an accepted EOS."""
+    if eos_token_id is not None and eos_token_id in new:
+        end = new.index(eos_token_id) + 1
+        stats.dropped_after_eos = len(new) - end
+        new = new[:end]
+    stats.new_tokens = len(new)
+    return Generation(new, stats)
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _start(
+    target: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    eos_token_id: int | None,
+) -> tuple[CachedLM, list[int]]:
+    """Check the arguments both loops share; wrap the target. Raises ValueError early."""
+    if isinstance(prompt_ids, torch.Tensor | np.ndarray):
+        if prompt_ids.ndim == 2 and prompt_ids.shape[0] == 1:
+            prompt_ids = prompt_ids[0]
+        if prompt_ids.ndim != 1:
+            raise ValueError(f"prompt_ids must be 1-D (batch size 1); got shape {tuple(prompt_ids.shape)}")
+        prompt_ids = prompt_ids.tolist()
+    prompt = list(prompt_ids)
+    if not prompt:
+        raise ValueError("prompt_ids must hold at least one token id; got an empty prompt")
+    if not _is_int(max_new_tokens) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1; got {max_new_tokens!r}")
+    if isinstance(temperature, bool) or not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        raise ValueError(f"top_k must be an integer >= 1 or None; got {top_k!r}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1] or be None; got {top_p!r}")
+    lm = CachedLM(target)
+    if not all(_is_int(t) and 0 <= t < lm.vocab_size for t in prompt):
+        raise ValueError(f"prompt_ids must be integers in [0, {lm.vocab_size}) (the target's vocabulary)")
+    if eos_token_id is not None and (not _is_int(eos_token_id) or not 0 <= eos_token_id < lm.vocab_size):
+        v = lm.vocab_size
+        raise ValueError(f"eos_token_id must be None or an integer in [0, {v}); got {eos_token_id!r}")
+    return lm, [int(t) for t in prompt]
+
+
+def _check_speculative(
+    lm: CachedLM, drafter: Drafter, gamma: int, lenience: float, temperature: float
+) -> None:
+    if not _is_int(gamma) or gamma < 1:
+        raise ValueError(f"gamma must be an integer >= 1; got {gamma!r}")
+    if isinstance(lenience, bool) or not 0.0 < lenience <= 1.0:
+        raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
+    if lenience != 1.0 and temperature == 0:
+        raise ValueError(
+            "lenience < 1 has no effect at temperature 0 (p and q are one-hot rows); the paper's "
+            "argmax variant (accept x when p(x) >= l max p, Appendix A.5) is not implemented"
+        )
+    v_draft = getattr(drafter, "vocab_size", None)
+    if v_draft is not None and v_draft != lm.vocab_size:
+        raise ValueError(
+            f"the drafter's vocabulary size ({v_draft}) differs from the target's ({lm.vocab_size})"
+        )
