@@ -2,10 +2,35 @@
 
 Modules, one job each:
 
-* :mod:`specdec.theory`   -- closed forms of Leviathan et al. (2023): E[T], Theorem 3.8,
-  Theorem 3.11, the optimal gamma, the acceptance rate (pure numpy).
-* :mod:`specdec.sampling` -- Algorithm 1 on probability rows: warp, verify, residual.
+Theory and data (numpy only):
+
+* :mod:`specdec.theory`    -- closed forms of Leviathan et al. (2023): E[T] (Eq. 1), Theorem 3.8,
+  Theorem 3.11, the optimal gamma, the acceptance rate (Corollary 3.6).
+* :mod:`specdec.iid`       -- simulation of the i.i.d. acceptance model behind Eq. 1.
+* :mod:`specdec.sampling`  -- Algorithm 1 on probability rows: warp, verify, residual, sample.
+* :mod:`specdec.audit`     -- the book's verdict rule (agrees within printed rounding).
+* :mod:`specdec.published` -- the paper's printed Tables 1-5 and Appendix A.5, as data.
+* :mod:`specdec.reproduce` -- the recomputed tables and their CSV exports.
+* :mod:`specdec.article`   -- the source article's printed tables and claims ledger data.
+
+Real decoding (torch + transformers, the ``models`` extra):
+
+* :mod:`specdec.models`    -- loading the SmolLM2 target from its PyPI GGUF, or any model.
+* :mod:`specdec.lm`        -- a causal LM with a position-indexed, croppable KV cache.
+* :mod:`specdec.drafters`  -- the drafter protocol and the model / early-exit / prompt-lookup /
+  unigram / bigram drafters.
+* :mod:`specdec.decoding`  -- the autoregressive and speculative loops.
+* :mod:`specdec.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
+* :mod:`specdec.measure`   -- timing (warm-up, medians), the verify-cost curve, environment records.
+
+The engine's names are importable from the package root too, but lazily, so that
+``import specdec`` stays free of torch for readers who only want the theory.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from specdec.theory import (
     acceptance_rate,
@@ -19,6 +44,23 @@ from specdec.theory import (
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "autoregressive": "specdec.decoding",
+    "speculative": "specdec.decoding",
+    "Generation": "specdec.decoding",
+    "Stats": "specdec.stats",
+    "CachedLM": "specdec.lm",
+    "Drafter": "specdec.drafters",
+    "Proposal": "specdec.drafters",
+    "ModelDrafter": "specdec.drafters",
+    "EarlyExitDrafter": "specdec.drafters",
+    "PromptLookupDrafter": "specdec.drafters",
+    "UnigramDrafter": "specdec.drafters",
+    "BigramDrafter": "specdec.drafters",
+    "load_target": "specdec.models",
+    "load_model": "specdec.models",
+}
+
 __all__ = [
     "acceptance_rate",
     "accepted_pmf",
@@ -27,4 +69,11 @@ __all__ = [
     "optimal_gamma",
     "speedup_ceiling",
     "walltime_speedup",
+    *_LAZY,
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'specdec' has no attribute {name!r}")
