@@ -1,0 +1,201 @@
+"""specdec.measure: timing summaries, forwards on a cropped KV cache, environment, results files.
+
+Shapes and bookkeeping only: no test here asserts a speed (speed belongs in benchmarks).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from specdec import measure  # noqa: E402
+from specdec.measure import (  # noqa: E402
+    Timing,
+    VerifyCost,
+    environment,
+    forward_times,
+    summarize_times,
+    time_calls,
+    verify_cost_curve,
+    write_result,
+)
+
+
+def tiny_llama(attn: str = "sdpa", seed: int = 0) -> LlamaForCausalLM:
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        config = LlamaConfig(
+            vocab_size=101,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            attn_implementation=attn,
+        )
+        return LlamaForCausalLM(config).eval()
+
+
+# --------------------------------------------------------------------------- timing
+def test_summarize_times():
+    t = summarize_times([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (t.median_s, t.q1_s, t.q3_s, t.iqr_s, t.n) == (3.0, 2.0, 4.0, 2.0, 5)
+    assert t.times_s == (5.0, 1.0, 3.0, 2.0, 4.0)
+    assert t.to_dict()["iqr_s"] == 2.0
+    for bad in ([], [1.0, -1.0], [float("nan")]):
+        with pytest.raises(ValueError, match="times"):
+            summarize_times(bad)
+
+
+def test_time_calls_counts_and_orders():
+    calls = []
+    t = time_calls(lambda: calls.append(1), warmup=2, repeats=5, sync=False)
+    assert len(calls) == 7 and isinstance(t, Timing) and t.n == 5 == len(t.times_s)
+    assert 0 <= t.q1_s <= t.median_s <= t.q3_s
+    assert time_calls(lambda: None, warmup=0, repeats=1).n == 1
+
+
+def test_time_calls_validates():
+    with pytest.raises(ValueError, match="warmup"):
+        time_calls(lambda: None, warmup=-1)
+    with pytest.raises(ValueError, match="repeats"):
+        time_calls(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="fn must be callable"):
+        time_calls(3)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sync=True"):
+            time_calls(lambda: None, sync=True)
+
+
+# --------------------------------------------------------------------------- forwards on a cache
+def test_cached_forward_crops_back_to_the_prefix():
+    """Every call sees the same cache, and its logits equal a plain forward without a cache."""
+    model = tiny_llama()
+    gen = torch.Generator().manual_seed(1)
+    prefix = torch.randint(0, 101, (1, 12), generator=gen)
+    new = torch.randint(0, 101, (1, 4), generator=gen)
+    run = measure._CachedForward(model, prefix, new)
+    first = run(3)
+    assert run.cache.get_seq_length() == 15
+    run.reset()
+    assert run.cache.get_seq_length() == 12
+    second = run(3)
+    run.reset()
+    assert torch.equal(first, second) and first.shape == (1, 3, 101)
+    with torch.inference_mode():
+        full = model(input_ids=torch.cat([prefix, new[:, :3]], dim=1)).logits[:, -3:]
+    torch.testing.assert_close(first, full, rtol=1e-4, atol=1e-5)
+
+
+def test_verify_cost_curve_shapes():
+    curve = verify_cost_curve(tiny_llama(), prefix_len=16, ks=(4, 1, 2), repeats=3, warmup=1)
+    assert isinstance(curve, VerifyCost)
+    assert curve.ks == (1, 2, 4) and curve.prefix_len == 16
+    assert curve.ratios[0] == 1.0
+    assert all(math.isfinite(r) and r > 0 for r in curve.ratios)
+    assert [t.n for t in curve.timings] == [3, 3, 3]
+    rows = curve.rows()
+    assert [r["k"] for r in rows] == [1, 2, 4] and set(rows[0]) == {"k", "median_ms", "iqr_ms", "ratio"}
+    as_json = json.loads(json.dumps(curve.to_dict()))
+    assert as_json["ks"] == [1, 2, 4] and len(as_json["timings"]) == 3
+    # k = 1 is always measured, since every ratio is relative to it.
+    assert verify_cost_curve(tiny_llama(), 8, ks=np.arange(2, 4), repeats=1, warmup=0).ks == (1, 2, 3)
+
+
+def test_forward_times_interleaves_models_and_ks():
+    times = forward_times(
+        {"eager": tiny_llama("eager"), "sdpa": tiny_llama("sdpa")}, 8, ks=(1, 3), repeats=2, warmup=0
+    )
+    assert set(times) == {("eager", 1), ("eager", 3), ("sdpa", 1), ("sdpa", 3)}
+    assert all(t.n == 2 for t in times.values())
+
+
+def test_forward_times_validates():
+    model = tiny_llama()
+    with pytest.raises(ValueError, match="prefix_len"):
+        forward_times({"m": model}, 0)
+    with pytest.raises(ValueError, match="each k in ks"):
+        forward_times({"m": model}, 4, ks=(1, 0))
+    with pytest.raises(ValueError, match="must not repeat"):
+        forward_times({"m": model}, 4, ks=(1, 1))
+    with pytest.raises(ValueError, match="at least one k"):
+        forward_times({"m": model}, 4, ks=())
+    with pytest.raises(ValueError, match="at least one model"):
+        forward_times({}, 4)
+    with pytest.raises(ValueError, match="repeats"):
+        verify_cost_curve(model, 4, repeats=0)
+
+
+# --------------------------------------------------------------------------- environment
+def test_environment_keys_and_no_hostname():
+    env = environment(model=tiny_llama())
+    expected = {
+        "python",
+        "platform",
+        "specdec",
+        "numpy",
+        "torch",
+        "transformers",
+        "device",
+        "device_name",
+        "cpu_count",
+        "dtype",
+        "threads",
+        "interop_threads",
+        "git_commit",
+        "git_dirty",
+        "timestamp_utc",
+    }
+    assert set(env) == expected
+    assert env["dtype"] == "float32" and env["device"] == "cpu" and env["device_name"]
+    assert env["threads"] == torch.get_num_threads()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", env["timestamp_utc"])
+    assert env["git_commit"] is None or re.fullmatch(r"[0-9a-f]{40}", env["git_commit"])
+    host = socket.gethostname()
+    if len(host) > 3:
+        assert host not in json.dumps(env)
+    assert environment(dtype="bfloat16")["dtype"] == "bfloat16"
+
+
+def test_environment_outside_git(monkeypatch, tmp_path):
+    monkeypatch.setattr(measure, "_ROOT", tmp_path)
+    env = environment()
+    assert env["git_commit"] is None and env["git_dirty"] is None
+
+
+# --------------------------------------------------------------------------- results files
+def test_write_result(tmp_path):
+    env = {"torch": "x", "device": "cpu"}
+    record = {"b": np.float64(0.5), "a": [np.int64(1), 2], "timing": summarize_times([1.0, 2.0])}
+    path = write_result(tmp_path / "sub" / "r.json", record, env=env)
+    text = path.read_text()
+    data = json.loads(text)
+    assert data["environment"] == env and data["b"] == 0.5 and data["a"] == [1, 2]
+    assert data["timing"]["median_s"] == 1.5
+    assert text == json.dumps(data, sort_keys=True, indent=2) + "\n"
+    assert set(json.loads(write_result(tmp_path / "e.json", {"x": 1}).read_text())["environment"]) >= {
+        "torch",
+        "git_commit",
+    }
+
+
+def test_write_result_refuses_bad_records(tmp_path):
+    with pytest.raises(ValueError, match="NaN"):
+        write_result(tmp_path / "r.json", {"x": float("nan")}, env={})
+    with pytest.raises(ValueError, match="environment"):
+        write_result(tmp_path / "r.json", {"environment": 1}, env={})
+    with pytest.raises(ValueError, match="mapping"):
+        write_result(tmp_path / "r.json", [1, 2], env={})
+    with pytest.raises(TypeError, match="object"):
+        write_result(tmp_path / "r.json", {"x": object()}, env={})

