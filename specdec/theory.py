@@ -2,12 +2,15 @@
 Speculative Decoding" (ICML 2023, arXiv:2211.17192).
 
 Pure numpy, vectorised: every function takes scalars or arrays that broadcast together and
-returns a numpy float (or int) scalar or array. Names follow the paper:
+returns a numpy float (or int) scalar or array (except :func:`walltime_speedup_rounds`, which
+sums over the rounds of one run and returns a scalar). Names follow the paper:
 
 * ``alpha`` -- the acceptance rate (Definition 3.1, Corollary 3.6),
 * ``gamma`` -- the number of drafted tokens per round,
 * ``c``     -- the cost coefficient: time of one draft step over one target step (Definition 3.7),
-* ``c_hat`` -- arithmetic operations per token of the draft over those of the target (Thm 3.11).
+* ``c_hat`` -- arithmetic operations per token of the draft over those of the target (Thm 3.11),
+* ``verify_cost`` -- T(gamma+1)/T(1), a target forward over gamma + 1 new tokens over one single-token
+  step; the theorem assumes 1, a measurement replaces it (:func:`walltime_speedup_measured`).
 
 Invalid input raises :class:`ValueError` naming the argument and its valid range; nothing is
 clamped.
@@ -26,6 +29,8 @@ __all__ = [
     "optimal_gamma",
     "speedup_ceiling",
     "walltime_speedup",
+    "walltime_speedup_measured",
+    "walltime_speedup_rounds",
 ]
 
 #: Tolerance used to decide that a row of probabilities sums to one.
@@ -102,6 +107,76 @@ def walltime_speedup(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike) -> NDArra
     g = _check_gamma(gamma)
     cc = _check_cost(c, "c")
     return _scalar_or_array(np.asarray(expected_tokens(alpha, g) / (g * cc + 1.0)))
+
+
+def _check_verify_cost(verify_cost: ArrayLike) -> NDArray[np.float64]:
+    v = np.asarray(verify_cost, dtype=float)
+    if not np.all(np.isfinite(v)) or np.any(v <= 0):
+        raise ValueError(f"verify_cost must be a finite number > 0 (T(gamma+1)/T(1)); got {verify_cost!r}")
+    return v
+
+
+def walltime_speedup_measured(
+    alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike, verify_cost: ArrayLike = 1.0
+) -> NDArray | np.floating:
+    """Theorem 3.8 with the verify pass priced at its measured cost.
+
+    ``E[T] / (gamma c + verify_cost)`` with E[T] = (1 - alpha^(gamma+1)) / (1 - alpha) (Eq. 1)
+    and ``verify_cost`` = T(gamma+1)/T(1), the time of one target forward over gamma + 1 new
+    tokens over that of a single-token step (:func:`specdec.measure.verify_cost_curve`).
+    The theorem's proof assumes the verify pass costs one target step; ``verify_cost = 1``
+    (the default) gives :func:`walltime_speedup` exactly. Broadcasts like the other functions.
+    """
+    g = _check_gamma(gamma)
+    cc = _check_cost(c, "c")
+    v = _check_verify_cost(verify_cost)
+    return _scalar_or_array(np.asarray(expected_tokens(alpha, g) / (g * cc + v)))
+
+
+def walltime_speedup_rounds(
+    alpha: float,
+    drafted: ArrayLike,
+    c: float,
+    verify_cost: ArrayLike = 1.0,
+    draft_steps: ArrayLike | None = None,
+) -> np.floating:
+    """Theorem 3.8's expected speedup for rounds whose draft length k_r varies (k_r <= gamma).
+
+    A drafter such as prompt lookup proposes k_r drafts in round r, sometimes fewer than gamma
+    (none when no n-gram matches). Under the paper's i.i.d. assumption a round with k_r drafts
+    emits E[T](alpha, k_r) tokens (Eq. 1) and costs ``s_r c + v_r`` target steps: s_r draft
+    steps of relative cost c (Definition 3.7) and one verify pass over k_r + 1 tokens of
+    relative cost v_r = T(k_r+1)/T(1). Over the rounds, the expected tokens per unit of time
+    against plain decoding (one token per target step) is the ratio of sums
+
+        sum_r E[T](alpha, k_r) / sum_r (s_r c + v_r).
+
+    ``drafted`` holds the k_r (1-D, at least one round); ``draft_steps`` the s_r (default k_r,
+    one step per drafted token as in the theorem; prompt lookup does one lookup per round);
+    ``verify_cost`` is a scalar or one v_r per round. With every k_r = s_r = gamma this equals
+    :func:`walltime_speedup_measured` (and :func:`walltime_speedup` when v_r = 1).
+    """
+    a = _check_alpha(alpha)
+    if a.ndim:
+        raise ValueError(f"alpha must be a scalar; got {alpha!r}")
+    k = _check_gamma(drafted)
+    if k.ndim != 1 or k.size == 0:
+        raise ValueError(
+            f"drafted must be a 1-D array of draft lengths with at least one round; got {drafted!r}"
+        )
+    cc = _check_cost(c, "c")
+    if cc.ndim:
+        raise ValueError(f"c must be a scalar; got {c!r}")
+    steps = k if draft_steps is None else _check_cost(draft_steps, "draft_steps")
+    v = _check_verify_cost(verify_cost)
+    for name, arr in (("draft_steps", steps), ("verify_cost", v)):
+        if arr.ndim and arr.shape != k.shape:
+            raise ValueError(
+                f"{name} must be a scalar or hold one value per round ({k.size}); got {arr.shape}"
+            )
+    tokens = np.sum(expected_tokens(a, k))
+    cost = np.sum(np.broadcast_to(steps * cc + v, k.shape))
+    return np.float64(tokens / cost)
 
 
 def ops_factor(alpha: ArrayLike, gamma: ArrayLike, c_hat: ArrayLike = 0.0) -> NDArray | np.floating:

@@ -132,3 +132,70 @@ def test_acceptance_rate_corollary_3_6():
 def test_bad_input_names_the_argument(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_walltime_speedup_measured_reduces_to_theorem_3_8():
+    # verify_cost = 1 (the default) is Theorem 3.8 exactly, for scalars and arrays alike.
+    alphas, gammas, cs = np.array([0.0, 0.35, 0.8, 1.0]), np.array([[1], [3], [10]]), 0.05
+    assert np.array_equal(
+        th.walltime_speedup_measured(alphas, gammas, cs), th.walltime_speedup(alphas, gammas, cs)
+    )
+    assert th.walltime_speedup_measured(0.7, 4, 0.1, 1.0) == th.walltime_speedup(0.7, 4, 0.1)
+    assert np.ndim(th.walltime_speedup_measured(0.7, 4, 0.1, 1.3)) == 0
+
+
+def test_walltime_speedup_measured_prices_the_verify_pass():
+    # E[T] / (gamma c + T(gamma+1)/T(1)), written out by hand.
+    alpha, gamma, c, v = 0.6, 3, 0.02, 1.7
+    want = (1 + 0.6 + 0.36 + 0.216) / (3 * 0.02 + 1.7)
+    assert th.walltime_speedup_measured(alpha, gamma, c, v) == pytest.approx(want, rel=1e-12)
+    # A dearer verify pass lowers the prediction in proportion when c = 0.
+    assert th.walltime_speedup_measured(0.8, 5, 0.0, 2.0) == pytest.approx(th.expected_tokens(0.8, 5) / 2)
+    # One verify cost per gamma, broadcast.
+    out = th.walltime_speedup_measured(0.5, np.array([1, 2]), 0.0, np.array([1.0, 1.5]))
+    assert out == pytest.approx([1.5, 1.75 / 1.5])
+
+
+def test_walltime_speedup_rounds_equals_fixed_gamma_when_rounds_are_full():
+    full = np.full(17, 4)
+    assert th.walltime_speedup_rounds(0.7, full, 0.1) == pytest.approx(th.walltime_speedup(0.7, 4, 0.1))
+    assert th.walltime_speedup_rounds(0.7, full, 0.1, 1.4) == pytest.approx(
+        th.walltime_speedup_measured(0.7, 4, 0.1, 1.4)
+    )
+
+
+def test_walltime_speedup_rounds_ratio_of_sums():
+    # Two rounds: k = 0 (a plain step, one token, cost s c + v(1)) and k = 3.
+    alpha, c = 0.5, 0.01
+    drafted, steps, verify = [0, 3], [1, 1], [1.0, 1.2]  # prompt lookup: one lookup per round
+    tokens = 1.0 + (1 + 0.5 + 0.25 + 0.125)
+    cost = (1 * c + 1.0) + (1 * c + 1.2)
+    got = th.walltime_speedup_rounds(alpha, drafted, c, verify, draft_steps=steps)
+    assert got == pytest.approx(tokens / cost, rel=1e-12)
+    assert np.ndim(got) == 0
+    # Default draft steps = k per round; a scalar verify cost applies to every round.
+    assert th.walltime_speedup_rounds(alpha, drafted, c, 1.1) == pytest.approx(tokens / (3 * c + 2 * 1.1))
+    # Only k = 0 rounds: plain decoding slowed by the lookups.
+    assert th.walltime_speedup_rounds(0.9, [0, 0], 0.5, draft_steps=[1, 1]) == pytest.approx(1 / 1.5)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: th.walltime_speedup_measured(0.5, 2, 0.1, 0.0), "verify_cost"),
+        (lambda: th.walltime_speedup_measured(0.5, 2, 0.1, -1.0), "verify_cost"),
+        (lambda: th.walltime_speedup_measured(0.5, 2, 0.1, float("nan")), "verify_cost"),
+        (lambda: th.walltime_speedup_measured(0.5, 2.5, 0.1), "gamma"),
+        (lambda: th.walltime_speedup_rounds([0.5, 0.6], [1, 2], 0.1), "alpha must be a scalar"),
+        (lambda: th.walltime_speedup_rounds(0.5, [], 0.1), "drafted"),
+        (lambda: th.walltime_speedup_rounds(0.5, [[1, 2]], 0.1), "drafted"),
+        (lambda: th.walltime_speedup_rounds(0.5, [1, -2], 0.1), "gamma"),
+        (lambda: th.walltime_speedup_rounds(0.5, [1, 2], [0.1, 0.2]), "c must be a scalar"),
+        (lambda: th.walltime_speedup_rounds(0.5, [1, 2], 0.1, [1.0, 1.1, 1.2]), "verify_cost must be"),
+        (lambda: th.walltime_speedup_rounds(0.5, [1, 2], 0.1, draft_steps=[1]), "draft_steps must be"),
+        (lambda: th.walltime_speedup_rounds(0.5, [1, 2], 0.1, draft_steps=[1, -1]), "draft_steps"),
+    ],
+)
+def test_walltime_speedup_measured_bad_input(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
