@@ -4,8 +4,9 @@ Modules, one job each:
 
 Theory and data (numpy only):
 
-* :mod:`specdec.theory`    -- closed forms of Leviathan et al. (2023): E[T] (Eq. 1), Theorem 3.8,
-  Theorem 3.11, the optimal gamma, the acceptance rate (Corollary 3.6).
+* :mod:`specdec.theory`    -- closed forms of Leviathan et al. (2023): E[T] (Eq. 1), Theorem 3.8
+  (and its variant with a measured verify cost), Theorem 3.11, the optimal gamma, the
+  acceptance rate (Corollary 3.6).
 * :mod:`specdec.iid`       -- simulation of the i.i.d. acceptance model behind Eq. 1.
 * :mod:`specdec.sampling`  -- Algorithm 1 on probability rows: warp, verify, residual, sample.
 * :mod:`specdec.audit`     -- the book's verdict rule (agrees within printed rounding).
@@ -40,6 +41,8 @@ from specdec.theory import (
     optimal_gamma,
     speedup_ceiling,
     walltime_speedup,
+    walltime_speedup_measured,
+    walltime_speedup_rounds,
 )
 
 __version__ = "0.1.0"
@@ -69,6 +72,8 @@ __all__ = [
     "optimal_gamma",
     "speedup_ceiling",
     "walltime_speedup",
+    "walltime_speedup_measured",
+    "walltime_speedup_rounds",
     *_LAZY,
 ]
 
