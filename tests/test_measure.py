@@ -16,7 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+import tiny_models  # noqa: E402
+from transformers import LlamaForCausalLM  # noqa: E402
 
 from specdec import measure  # noqa: E402
 from specdec.measure import (  # noqa: E402
@@ -33,18 +34,7 @@ from specdec.measure import (  # noqa: E402
 
 def tiny_llama(attn: str = "sdpa", seed: int = 0) -> LlamaForCausalLM:
     with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        config = LlamaConfig(
-            vocab_size=101,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            attn_implementation=attn,
-        )
-        return LlamaForCausalLM(config).eval()
+        return tiny_models.tiny_llama(seed, vocab=101, attn_implementation=attn)
 
 
 # --------------------------------------------------------------------------- timing

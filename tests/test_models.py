@@ -16,9 +16,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
+import tiny_models  # noqa: E402
 from tokenizers import Tokenizer, decoders, pre_tokenizers  # noqa: E402
 from tokenizers import models as tok_models  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
 from specdec import models  # noqa: E402
 from specdec.models import (  # noqa: E402
@@ -67,20 +68,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
 
 def tiny_llama(vocab: int, seed: int = 0) -> LlamaForCausalLM:
     with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        config = LlamaConfig(
-            vocab_size=vocab,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=2,
-        )
-        return LlamaForCausalLM(config).eval()
+        return tiny_models.tiny_llama(seed, vocab=vocab, bos_token_id=1, eos_token_id=2, pad_token_id=2)
 
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,12 @@ def tiny_llama(
     vocab: int = VOCAB,
     head_scale: float = HEAD_SCALE,
     attn_scale: float = ATTN_SCALE,
+    **config: object,
 ):
-    """A random LlamaForCausalLM (hidden 32, 4 heads, 2 KV heads) built with torch seed ``seed``."""
+    """A random LlamaForCausalLM (hidden 32, 4 heads, 2 KV heads) built with torch seed ``seed``.
+
+    Extra keyword arguments go to ``LlamaConfig`` (e.g. ``attn_implementation``, token ids).
+    """
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab,
@@ -39,6 +43,7 @@ def tiny_llama(
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
+        **config,
     )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
