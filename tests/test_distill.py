@@ -1,0 +1,236 @@
+"""specdec.distill and specdec.draftnets on tiny random Llama models: data, training, saving, decoding.
+
+1. gen-data stores the target's own samples and its top-k log-probabilities (checked against
+   a full uncached forward), responses ending at EOS or at the token budget.
+2. A short training run lowers the loss; the saved draft reloads with identical logits; the
+   draft's structure is exact (all layers + full vocabulary = the target).
+3. A vocabulary-trimmed draft (q = 0 outside the kept ids) in speculative decoding: greedy
+   output equals autoregressive output, and sampling keeps the target's law (chi-square).
+4. Bad input raises ValueError.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from test_decoding import N_SAMPLES, P_MIN, chi_square_pvalue, exact_two_token_law, first_two_counts
+from tiny_models import VOCAB, next_token_logits, tiny_llama
+
+from specdec import draftnets
+from specdec.decoding import autoregressive, speculative
+from specdec.distill import generate_data, load_shards, main
+from specdec.drafters import ModelDrafter
+from specdec.draftnets import (
+    TrimmedHead,
+    build_draft,
+    draft_param_count,
+    fit_logit_scale,
+    init_layers,
+    kept_vocabulary,
+    list_drafts,
+    load_draft,
+    train_draft,
+)
+
+EOS = 2
+PROMPTS = [[i, (7 * i) % VOCAB, 5] for i in range(3, 60)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def target():
+    model = tiny_llama(0, layers=4)
+    model.config.eos_token_id = EOS
+    return model.requires_grad_(False)
+
+
+@pytest.fixture(scope="module")
+def data(target, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("distill")
+    meta = generate_data(
+        target, None, folder, tokens=3000, seed=0, batch_size=16, max_new_tokens=40, top_k=8,
+        prompt_ids=PROMPTS, progress=False,
+    )  # fmt: skip
+    return folder, meta
+
+
+@pytest.fixture(scope="module")
+def trained(target, data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("drafts")
+    logs = []
+    draft, card = train_draft(
+        target, data[0], layers=2, name="tiny2", steps=80, vocab=60, lr=3e-3, batch_tokens=256,
+        out_root=root, log=logs.append, log_every=10,
+    )  # fmt: skip
+    return draft, card, root
+
+
+# -- 1. data ---------------------------------------------------------------------------------------
+
+
+def test_gen_data_stores_target_samples_with_their_top_k_log_probs(target, data):
+    folder, meta = data
+    shards = load_shards(folder)
+    assert meta["tokens"] >= 3000 and meta["tokens"] == sum(int(s["resp_lens"].sum()) for s in shards)
+    assert json.loads((folder / "meta.json").read_text())["tokens"] == meta["tokens"]
+    s = shards[0]
+    assert s["top_ids"].shape == (s["resp_lens"].sum(), 8) and s["top_logp"].dtype == np.float16
+    offsets = np.concatenate([[0], np.cumsum(s["resp_lens"])])
+    for i in range(4):
+        st, pl, rl = s["starts"][i], s["prompt_lens"][i], s["resp_lens"][i]
+        seq = s["ids"][st : st + pl + rl].tolist()
+        assert seq[:pl] == PROMPTS[i]
+        resp = seq[pl:]
+        assert (resp[-1] == EOS and EOS not in resp[:-1]) or (rl == 40 and EOS not in resp)
+        logp = torch.log_softmax(target(torch.tensor([seq])).logits[0, pl - 1 : pl + rl - 1].float(), -1)
+        top = logp.topk(8, -1)
+        rows = slice(offsets[i], offsets[i] + rl)
+        np.testing.assert_array_equal(s["top_ids"][rows], top.indices.numpy())
+        np.testing.assert_allclose(s["top_logp"][rows].astype(np.float32), top.values.numpy(), atol=2e-2)
+
+
+def test_gen_data_is_seeded(target, tmp_path):
+    kw = {"tokens": 200, "batch_size": 8, "max_new_tokens": 20, "prompt_ids": PROMPTS, "progress": False}
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        generate_data(target, None, tmp_path / name, seed=seed, **kw)
+    a, b, c = (load_shards(tmp_path / n)[0]["ids"] for n in "abc")
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+# -- 2. training, saving, structure --------------------------------------------------------------------
+
+
+def test_training_lowers_the_loss(trained):
+    _, card, _ = trained
+    history = card["history"]
+    assert len(history) == 8 and card["steps"] == 80
+    first = np.mean([h["loss"] for h in history[:2]])
+    last = np.mean([h["loss"] for h in history[-2:]])
+    assert last < 0.8 * first
+    assert card["kept_vocab"] == 60 and 0.5 < card["kept_coverage"] <= 1
+    assert 0 < card["kept_coverage_heldout"] <= 1
+    assert card["heldout"]["kl"] > 0 and card["params"] == draft_param_count(trained[0])
+    assert 0.02 <= card["init_logit_scale"] <= 2
+
+
+def test_saved_draft_reloads_with_identical_logits(target, trained):
+    draft, card, root = trained
+    assert list_drafts(root) == ["tiny2"]
+    loaded = load_draft("tiny2", target, root=root)
+    assert not any(p.requires_grad for p in loaded.parameters())
+    prefixes = [[3, 14, 15, 92, 65], [7, 8, 9, 10, 11]]
+    torch.testing.assert_close(
+        next_token_logits(loaded, prefixes), next_token_logits(draft, prefixes), rtol=0, atol=0
+    )
+    saved = json.loads((root / "tiny2" / "card.json").read_text())
+    assert saved["steps"] == 80 and saved["seed"] == 0 and saved["init_layers"] == [0, 1]
+
+
+def test_draft_logits_are_minus_inf_outside_the_kept_vocabulary(target, trained):
+    draft = trained[0]
+    logits = next_token_logits(draft, [[3, 14, 15]])[0]
+    kept = draft.lm_head.kept
+    outside = torch.ones(VOCAB, dtype=torch.bool)
+    outside[kept] = False
+    assert torch.isinf(logits[outside]).all() and torch.isfinite(logits[kept]).all()
+
+
+def test_a_draft_of_every_layer_and_the_whole_vocabulary_is_the_target(target):
+    draft = build_draft(target, [0, 1, 2, 3], torch.arange(VOCAB))
+    prefixes = [[3, 14, 15, 92, 65]]
+    torch.testing.assert_close(next_token_logits(draft, prefixes), next_token_logits(target, prefixes))
+    before = [p.clone() for p in target.parameters()]
+    with torch.no_grad():
+        for p in draft.model.layers.parameters():
+            p.add_(1.0)
+    assert all(torch.equal(a, b) for a, b in zip(before, target.parameters(), strict=True))  # copies
+    assert draft.model.embed_tokens is target.model.embed_tokens  # shared
+
+
+def test_fitted_logit_scale_lowers_the_initial_kl(target, data):
+    shards = load_shards(data[0])
+    kept = kept_vocabulary(shards, 60, VOCAB, always=(EOS,))
+    remap = torch.full((VOCAB,), -1, dtype=torch.long)
+    remap[kept] = torch.arange(60)
+    batch = draftnets._collate(draftnets._sequences(shards, 64)[:8], remap, 0)
+    draft = build_draft(target, [0], kept)
+    norm = draft.model.norm.weight.clone()
+    with torch.no_grad():
+        before = float(draftnets._loss(draft, *batch)[2])
+        scale = fit_logit_scale(draft, batch)
+        after = float(draftnets._loss(draft, *batch)[2])
+    assert 0.02 <= scale <= 2 and after <= before
+    torch.testing.assert_close(draft.model.norm.weight, norm * scale)
+
+
+def test_init_layers_are_the_first_k_and_checked():
+    assert init_layers(1, 30) == [0]
+    assert init_layers(4, 30) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"k \(draft layers\) must be an integer in \[1, 30\]"):
+        init_layers(31, 30)
+
+
+# -- 3. the trimmed draft in speculative decoding ------------------------------------------------------
+
+
+def test_trimmed_draft_greedy_equals_autoregressive(target, trained):
+    drafter = ModelDrafter(trained[0], target=target)
+    for prompt in ([7], [3, 14, 15, 92, 65]):
+        expected = autoregressive(target, prompt, max_new_tokens=20).tokens
+        for gamma in (1, 4):
+            assert speculative(target, drafter, prompt, gamma=gamma, max_new_tokens=20).tokens == expected
+
+
+def test_trimmed_draft_sampling_keeps_the_target_law():
+    """The target's own layer with the most probable token after [36] cut from the kept vocabulary:
+    q = p renormalised elsewhere and 0 there, so the residual must supply that token."""
+    small = tiny_llama(0, layers=1)
+    prefix = [36]
+    p1 = torch.softmax(next_token_logits(small, [prefix])[0], -1)
+    top = int(p1.argmax())
+    assert p1[top] > 0.1
+    kept = torch.tensor([t for t in range(VOCAB) if t != top and t % 3 != 0])
+    drafter = ModelDrafter(build_draft(small, [0], kept), target=small)
+    kw = {"temperature": 1.0}
+    counts = first_two_counts(small, drafter, prefix, 2, n=N_SAMPLES, **kw)
+    assert counts[top].sum() > 0  # the uncovered token is produced, by the residual
+    assert chi_square_pvalue(counts, exact_two_token_law(small, prefix, **kw)) > P_MIN
+    # alpha = sum_x min(p, q) is the kept mass of p here
+    stats = speculative(small, drafter, prefix, gamma=1, max_new_tokens=2, temperature=1.0).stats
+    q1 = torch.zeros(VOCAB)
+    q1[kept] = p1[kept] / p1[kept].sum()
+    assert stats.beta_count == 1  # one round examines one draft; the next has no room to draft
+    assert abs(stats.beta_sum - float(torch.minimum(p1, q1).sum())) < 1e-5
+    assert abs(stats.beta_sum - float(p1[kept].sum())) < 1e-5
+
+
+# -- 4. errors ------------------------------------------------------------------------------------
+
+
+def test_errors(target, data, tmp_path):
+    with pytest.raises(ValueError, match="no draft named 'nope'"):
+        load_draft("nope", target, root=tmp_path)
+    with pytest.raises(ValueError, match="give exactly one of minutes and steps"):
+        train_draft(target, data[0], layers=1, name="x", out_root=tmp_path)
+    with pytest.raises(ValueError, match=r"k \(draft layers\) must be an integer in \[1, 4\]"):
+        train_draft(target, data[0], layers=5, name="x", steps=1, out_root=tmp_path)
+    with pytest.raises(ValueError, match="no shard"):
+        train_draft(target, tmp_path, layers=1, name="x", steps=1, out_root=tmp_path)
+    with pytest.raises(ValueError, match=r"size \(kept vocabulary\) must be an integer in \[1, 97\]"):
+        kept_vocabulary(load_shards(data[0]), 0, VOCAB)
+    with pytest.raises(ValueError, match="kept must not repeat"):
+        TrimmedHead(torch.zeros(VOCAB, 4), torch.tensor([1, 1]), VOCAB)
+    with pytest.raises(ValueError, match="tokens must be an integer >= 1"):
+        generate_data(target, None, tmp_path, tokens=0, prompt_ids=PROMPTS)
+    with pytest.raises(SystemExit):
+        main(["gen-data"])  # --tokens and --out are required
