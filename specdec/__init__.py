@@ -23,6 +23,9 @@ Real decoding (torch + transformers, the ``models`` extra):
 * :mod:`specdec.decoding`  -- the autoregressive and speculative loops.
 * :mod:`specdec.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
 * :mod:`specdec.measure`   -- timing (warm-up, medians), the verify-cost curve, environment records.
+* :mod:`specdec.workloads` -- the evaluation prompts (three tasks) and the distillation prompts.
+* :mod:`specdec.distill`   -- target samples with top-32 soft labels (``python -m specdec.distill``).
+* :mod:`specdec.draftnets` -- the distilled draft family: build, train, save (int8), load.
 
 The engine's names are importable from the package root too, but lazily, so that
 ``import specdec`` stays free of torch for readers who only want the theory.
@@ -62,6 +65,10 @@ _LAZY = {
     "BigramDrafter": "specdec.drafters",
     "load_target": "specdec.models",
     "load_model": "specdec.models",
+    "load_workload": "specdec.workloads",
+    "chat_prompt_ids": "specdec.workloads",
+    "load_draft": "specdec.draftnets",
+    "list_drafts": "specdec.draftnets",
 }
 
 __all__ = [
