@@ -26,6 +26,8 @@ Real decoding (torch + transformers, the ``models`` extra):
 * :mod:`specdec.workloads` -- the evaluation prompts (three tasks) and the distillation prompts.
 * :mod:`specdec.distill`   -- target samples with top-32 soft labels (``python -m specdec.distill``).
 * :mod:`specdec.draftnets` -- the distilled draft family: build, train, save (int8), load.
+* :mod:`specdec.acceptance` -- the paper's alpha on target-generated text, by teacher forcing.
+* :mod:`specdec.realrun`   -- pooling real runs and splitting the theory/measurement gap.
 
 The engine's names are importable from the package root too, but lazily, so that
 ``import specdec`` stays free of torch for readers who only want the theory.

@@ -13,6 +13,10 @@ deterministic drafter, whose drafts verify treats as point masses. Drafts are dr
 temperature 0 the rows are one-hot, so drafting is greedy. ``calls`` counts draft steps
 (see :class:`specdec.stats.Stats`).
 
+For measuring alpha on given text (teacher forcing, :mod:`specdec.acceptance`) a drafter also
+answers ``q_rows(ids, keep, warp_fn)``: the rows q it would draft the next token from after
+each of the last ``keep`` tokens of ``ids``, or ``None`` for a deterministic drafter.
+
 Drafters here:
 
 * :class:`ModelDrafter` -- any causal LM with the target's vocabulary, with its own KV cache.
@@ -80,6 +84,15 @@ class Drafter:
     ) -> Proposal:
         """Draft up to ``gamma`` tokens to follow ``prefix_ids`` (prompt + tokens so far)."""
         raise NotImplementedError
+
+    def q_rows(self, ids: Sequence[int], keep: int, warp_fn: WarpFn) -> torch.Tensor | None:
+        """Teacher forcing: the (keep, V) rows of q after each of the last ``keep`` tokens of ``ids``.
+
+        Row j is the distribution the drafter would sample its *first* draft from after the
+        prefix ``ids[: len(ids) - keep + j + 1]``, warped by ``warp_fn`` as in :meth:`propose`.
+        ``None`` means the drafter is deterministic (no q; verify treats drafts as point masses).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not give q rows")
 
 
 # -- compatibility checks ------------------------------------------------------------------------
@@ -158,6 +171,14 @@ class ModelDrafter(Drafter):
                 logits = self.lm.forward(tokens[-1:])[-1]
         return Proposal(tokens, torch.stack(rows), self.lm.calls - calls)
 
+    @torch.inference_mode()
+    def q_rows(self, ids: Sequence[int], keep: int, warp_fn: WarpFn) -> torch.Tensor:
+        """One full forward of the draft model over ``ids`` (no cache; its own cache is untouched)."""
+        _check_keep(ids, keep)
+        input_ids = torch.tensor([[int(t) for t in ids]], dtype=torch.long, device=self.lm.device)
+        out = self.lm.model(input_ids=input_ids, use_cache=False, logits_to_keep=keep)
+        return warp_fn(out.logits[0, -keep:].float())
+
 
 def early_exit_model(model: torch.nn.Module, n_layers: int) -> torch.nn.Module:
     """A view of ``model`` made of its embeddings, first ``n_layers`` decoder layers, final norm
@@ -210,6 +231,11 @@ def _check_int(value: object, name: str, low: int) -> None:
         raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
 
 
+def _check_keep(ids: Sequence[int], keep: int) -> None:
+    if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or not 1 <= keep <= len(ids):
+        raise ValueError(f"keep must be an integer in [1, {len(ids)}] (len(ids)); got {keep!r}")
+
+
 class PromptLookupDrafter(Drafter):
     """Copy what followed an earlier occurrence of the prefix's last n-gram (q = None).
 
@@ -245,6 +271,11 @@ class PromptLookupDrafter(Drafter):
         if gamma == 0:
             return Proposal([])
         return Proposal(self.lookup(prefix_ids, gamma), None, calls=1)
+
+    def q_rows(self, ids: Sequence[int], keep: int, warp_fn: WarpFn) -> None:
+        """None: prompt lookup is deterministic (use :meth:`lookup` for its drafts)."""
+        _check_keep(ids, keep)
+        return None
 
 
 def _check_smoothing(smoothing: float) -> None:
@@ -292,6 +323,11 @@ class UnigramDrafter(Drafter):
             return Proposal([])
         q = warp_fn(self.log_probs)
         return Proposal([sample(q, rng) for _ in range(gamma)], q.expand(gamma, -1), calls=gamma)
+
+    def q_rows(self, ids: Sequence[int], keep: int, warp_fn: WarpFn) -> torch.Tensor:
+        """The same row after every prefix: a unigram draft ignores the context."""
+        _check_keep(ids, keep)
+        return warp_fn(self.log_probs).expand(keep, -1)
 
 
 class BigramDrafter(Drafter):
@@ -342,3 +378,8 @@ class BigramDrafter(Drafter):
             tokens.append(prev)
             rows.append(q)
         return Proposal(tokens, torch.stack(rows), calls=gamma)
+
+    def q_rows(self, ids: Sequence[int], keep: int, warp_fn: WarpFn) -> torch.Tensor:
+        """Row j is warp_fn(log q(. | previous token)) for each of the last ``keep`` tokens."""
+        _check_keep(ids, keep)
+        return warp_fn(torch.stack([self.log_probs(int(t)) for t in list(ids)[-keep:]]))
