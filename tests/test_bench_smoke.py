@@ -12,7 +12,6 @@ import math
 import sys
 
 import pytest
-import torch
 from tiny_models import tiny_llama
 
 from specdec.measure import write_result
@@ -27,15 +26,6 @@ def bench(root):
     spec.loader.exec_module(module)
     yield module
     sys.modules.pop("bench_engine", None)
-
-
-@pytest.fixture
-def one_thread():
-    """The benchmark pins threads; so does this test (and restores torch's count after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 PROMPTS = {

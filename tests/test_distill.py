@@ -39,12 +39,7 @@ EOS = 2
 PROMPTS = [[i, (7 * i) % VOCAB, 5] for i in range(3, 60)]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
