@@ -75,10 +75,19 @@ def test_every_printed_value_parses(name):
                 assert (name, key) in EMPTY_ALLOWED, f"{name}: empty {key}"
                 continue
             if key in NUMERIC[name]:
-                number, half = parse_printed(cell)
-                assert published.value(cell) == number
-                assert 0 < half <= 0.5
+                # Checked against an independent reading of the printed string.
+                digits = cell.strip().lstrip("~≈").rstrip("Xx×%").strip()
+                decimals = len(digits.split(".")[1]) if "." in digits else 0
+                assert published.value(cell) == float(digits), f"{name}.{key}: {cell!r}"
+                assert parse_printed(cell)[1] == pytest.approx(0.5 * 10.0**-decimals)
             assert cell == cell.strip(), f"{name}.{key} has stray whitespace: {cell!r}"
+
+
+def test_parse_printed_known_values():
+    assert parse_printed("1.53X") == (1.53, pytest.approx(0.005))
+    assert parse_printed("0.8") == (0.8, pytest.approx(0.05))
+    assert parse_printed("5X") == (5.0, pytest.approx(0.5))
+    assert parse_printed("0.90")[1] == pytest.approx(0.005)
 
 
 def test_printed_precision_is_kept():
