@@ -134,6 +134,7 @@ def generate_data(
     top_k: int = TOP_K,
     minutes: float | None = None,
     prompt_ids: list[list[int]] | None = None,
+    sort_window: int = 1,
     progress: bool = True,
 ) -> dict:
     """Sample target responses until ``tokens`` response tokens are stored under ``out``.
@@ -143,13 +144,16 @@ def generate_data(
     kept and counted (a run can be resumed; it reseeds with an offset by the shard index).
     ``prompt_ids`` replaces the templated prompts by token-id prompts, used in turn (tests).
     With ``minutes``, no new batch starts after that much wall time (fewer tokens may result).
+    With ``sort_window`` w > 1, each run of w consecutive batches draws the same w x batch_size
+    prompts, sorted by token length (stable), so a batch pads its prompts to similar lengths.
     Writes ``meta.json`` (settings, tokens, throughput) and returns it.
     """
     from specdec.workloads import chat_prompt_ids, training_prompts
 
-    for name, value, low in (("tokens", tokens, 1), ("batch_size", batch_size, 1), ("top_k", top_k, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    checks = {"tokens": tokens, "batch_size": batch_size, "top_k": top_k, "sort_window": sort_window}
+    for name, value in checks.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1; got {max_new_tokens!r}")
     out = Path(out)
@@ -163,6 +167,18 @@ def generate_data(
 
         def prompt(i: int) -> list[int]:
             return chat_prompt_ids(tokenizer, texts[i])
+
+        if sort_window > 1:  # batches of similar prompt length: less left padding in the prefill
+            plain, span = prompt, sort_window * batch_size
+
+            def prompt(i: int) -> list[int]:
+                lo = (i // span) * span
+                if lo not in window:
+                    window.clear()
+                    window[lo] = sorted((plain(j) for j in range(lo, min(lo + span, len(texts)))), key=len)
+                return window[lo][i - lo]
+
+            window: dict[int, list[list[int]]] = {}
 
     else:
         if not prompt_ids or not all(len(p) for p in prompt_ids):
@@ -197,6 +213,7 @@ def generate_data(
         "max_new_tokens": max_new_tokens,
         "minutes": minutes,
         "top_k": top_k,
+        "sort_window": sort_window,
         "temperature": 1.0,
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),
@@ -236,10 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--max-new-tokens", type=int, default=256)
     g.add_argument("--minutes", type=float, default=None, help="stop starting batches after this")
     g.add_argument("--dtype", default="float32")
+    g.add_argument("--sort-window", type=int, default=1, help="batches sorted together by prompt length")
     g.add_argument("--threads", type=int, default=2)
 
     t = sub.add_parser("train", help="train one draft of the family on gen-data shards")
-    t.add_argument("--data", required=True)
+    t.add_argument("--data", required=True, nargs="+", help="one or more gen-data folders")
     t.add_argument("--layers", type=int, required=True, help="trainable decoder layers k")
     t.add_argument("--name", required=True, help="draft name: specdec/data/drafts/<name>/")
     when = t.add_mutually_exclusive_group(required=True)
@@ -267,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=args.batch_size,
             max_new_tokens=args.max_new_tokens,
             minutes=args.minutes,
+            sort_window=args.sort_window,
         )
         print(json.dumps(meta))
         return 0

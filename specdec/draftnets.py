@@ -355,7 +355,7 @@ def _git_commit() -> str | None:
 
 def train_draft(
     target: torch.nn.Module,
-    data: str | Path | list[dict[str, np.ndarray]],
+    data: str | Path | list[str | Path] | list[dict[str, np.ndarray]],
     *,
     layers: int,
     name: str,
@@ -373,6 +373,9 @@ def train_draft(
     log: Any = print,
 ) -> tuple[torch.nn.Module, dict]:
     """Distil a ``layers``-layer draft from ``gen-data`` shards; save it as ``<out_root>/<name>``.
+
+    ``data`` is a ``gen-data`` folder, a list of folders (their shards are pooled in order), or
+    a list of already loaded shards.
 
     The run lasts ``steps`` optimizer steps, or, given ``minutes`` instead, as many steps as
     the first 5 steps' pace says fit in that time (the card records the steps taken, so
@@ -395,7 +398,9 @@ def train_draft(
     init = init_layers(layers, len(_base(target).layers))
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    shards = load_shards(data) if isinstance(data, str | Path) else data
+    if isinstance(data, str | Path):
+        data = [data]
+    shards = [s for d in data for s in (load_shards(d) if isinstance(d, str | Path) else [d])]
     V = target.config.vocab_size
     eos = getattr(target.config, "eos_token_id", None)
     kept = kept_vocabulary(shards, vocab, V, always=(eos,) if isinstance(eos, int) else ())
