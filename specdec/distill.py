@@ -164,29 +164,20 @@ def generate_data(
     n_batches = len(shards) + math.ceil(max(tokens - done, 0) / (4 * batch_size)) + 1
     if prompt_ids is None:
         texts = [p.prompt for p in training_prompts(n_batches * batch_size, seed)]
+        n_prompts: int | None = len(texts)
 
-        def prompt(i: int) -> list[int]:
+        def base(i: int) -> list[int]:
             return chat_prompt_ids(tokenizer, texts[i])
-
-        if sort_window > 1:  # batches of similar prompt length: less left padding in the prefill
-            plain, span = prompt, sort_window * batch_size
-
-            def prompt(i: int) -> list[int]:
-                lo = (i // span) * span
-                if lo not in window:
-                    window.clear()
-                    window[lo] = sorted((plain(j) for j in range(lo, min(lo + span, len(texts)))), key=len)
-                return window[lo][i - lo]
-
-            window: dict[int, list[list[int]]] = {}
 
     else:
         if not prompt_ids or not all(len(p) for p in prompt_ids):
             raise ValueError("prompt_ids must be a non-empty list of non-empty token-id lists")
+        n_prompts = None
 
-        def prompt(i: int) -> list[int]:
+        def base(i: int) -> list[int]:
             return list(prompt_ids[i % len(prompt_ids)])
 
+    prompt = base if sort_window == 1 else _sorted_windows(base, sort_window * batch_size, n_prompts)
     eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else model.config.eos_token_id
     pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else model.config.pad_token_id
     pad = 0 if pad is None else pad
@@ -223,6 +214,21 @@ def generate_data(
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
+
+
+def _sorted_windows(base: Any, span: int, n: int | None) -> Any:
+    """Prompt i of ``base`` re-ordered: each window of ``span`` prompts sorted by token length (stable)."""
+    window: dict[int, list[list[int]]] = {}
+
+    def prompt(i: int) -> list[int]:
+        lo = (i // span) * span
+        if lo not in window:  # one window at a time: batches are taken in order
+            window.clear()
+            hi = lo + span if n is None else min(lo + span, n)
+            window[lo] = sorted((base(j) for j in range(lo, hi)), key=len)
+        return window[lo][i - lo]
+
+    return prompt
 
 
 def _bar(total: int, initial: int, enabled: bool) -> Any:
@@ -268,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--batch-tokens", type=int, default=1024)
     t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--autocast", action="store_true", help="train in bfloat16 autocast (CPU)")
     t.add_argument("--out-root", default=None, help="folder of drafts (default: the package's)")
     args = parser.parse_args(argv)
 
@@ -303,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab=args.vocab,
         lr=args.lr,
         batch_tokens=args.batch_tokens,
+        autocast=args.autocast,
         out_root=args.out_root,
         command="python -m specdec.distill " + " ".join(argv if argv is not None else sys.argv[1:]),
     )

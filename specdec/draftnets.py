@@ -367,6 +367,7 @@ def train_draft(
     batch_tokens: int = 1024,
     max_len: int = 512,
     holdout: float = 0.03,
+    autocast: bool = False,
     out_root: str | Path | None = None,
     command: str = "",
     log_every: int = 20,
@@ -383,6 +384,8 @@ def train_draft(
     and a held-out ``holdout`` fraction, on which the final KL is reported. The kept vocabulary
     is counted over every shard, held-out sequences included, so ``kept_coverage_heldout`` is
     optimistic; measure coverage on other text (e.g. the evaluation workloads' generations).
+    ``autocast`` runs the training forward and backward in bfloat16 autocast (weights and the
+    optimizer stay float32; about 1.5-2x faster on a CPU with AVX512-BF16); evaluation is float32.
     Returns the trained draft (int8-rounded, as saved) and its card.
     """
     from specdec.distill import load_shards
@@ -431,7 +434,8 @@ def train_draft(
         mult = min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for group in opt.param_groups:
             group["lr"] = lr * mult
-        loss, soft_ce, kl, hard_ce = _loss(draft, *_collate(next(batches), remap, pad))
+        with torch.autocast(params[0].device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss, soft_ce, kl, hard_ce = _loss(draft, *_collate(next(batches), remap, pad))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -471,6 +475,7 @@ def train_draft(
         "max_len": max_len,
         "lr": lr,
         "seed": seed,
+        "autocast": "bfloat16" if autocast else None,
         "init_logit_scale": logit_scale,
         "loss": "CE to top-32 target probs renormalised over kept vocab + 0.5 CE of sampled token",
         "final_train": history[-1] if history else None,

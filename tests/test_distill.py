@@ -102,6 +102,29 @@ def test_gen_data_is_seeded(target, tmp_path):
     assert np.array_equal(a, b) and not np.array_equal(a, c)
 
 
+def test_gen_data_sort_window_batches_prompts_of_similar_length(target, tmp_path):
+    prompts = [[5] * n for n in (9, 2, 7, 4, 3, 8, 6, 5)]  # lengths 2..9, shuffled
+    kw = {"tokens": 30, "batch_size": 4, "max_new_tokens": 3, "prompt_ids": prompts, "progress": False}
+    generate_data(target, None, tmp_path, sort_window=2, **kw)
+    shards = load_shards(tmp_path)
+    assert [s["prompt_lens"].tolist() for s in shards[:2]] == [[2, 3, 4, 5], [6, 7, 8, 9]]
+    with pytest.raises(ValueError, match="sort_window"):
+        generate_data(target, None, tmp_path / "x", sort_window=0, **kw)
+
+
+def test_training_in_bfloat16_autocast_follows_float32(target, data, tmp_path):
+    curves = {}
+    for amp in (False, True):
+        _, card = train_draft(
+            target, [data[0]], layers=1, name=f"amp{amp}", steps=40, vocab=60, lr=3e-3, batch_tokens=256,
+            out_root=tmp_path, log=lambda _: None, log_every=10, autocast=amp,
+        )  # fmt: skip
+        assert card["autocast"] == ("bfloat16" if amp else None)
+        curves[amp] = np.array([h["loss"] for h in card["history"]])
+    assert curves[True][-1] < 0.9 * curves[True][0]
+    np.testing.assert_allclose(curves[True], curves[False], rtol=0.03)
+
+
 # -- 2. training, saving, structure --------------------------------------------------------------------
 
 
