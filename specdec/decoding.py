@@ -32,7 +32,7 @@ import torch
 
 from specdec.drafters import Drafter, Proposal
 from specdec.lm import CachedLM
-from specdec.sampling import sample, verify, warp
+from specdec.sampling import sample, verify, verify_argmax, warp
 from specdec.stats import Stats
 
 __all__ = ["DEFAULT_PLD_GAMMA", "Generation", "autoregressive", "speculative"]
@@ -81,13 +81,16 @@ def speculative(
 
     ``target`` is a Hugging Face causal LM; ``gamma`` >= 1; ``lenience`` l in (0, 1]
     (Appendix A.5; l = 1 is lossless, Theorem 3.5); temperature / top_k / top_p define the
-    warp applied alike to p and q. Returns the new tokens (prompt excluded) and the
-    :class:`~specdec.stats.Stats` of the call.
+    warp applied alike to p and q. At temperature 0 with l < 1 step 3 is the paper's argmax
+    variant instead (:func:`~specdec.sampling.verify_argmax`: keep x_i while p_i(x_i) >= l max p_i,
+    p at temperature 1; the round's token is the argmax); top-k/top-p do not enter it.
+    Returns the new tokens (prompt excluded) and the :class:`~specdec.stats.Stats` of the call.
     """
     lm, prompt = _start(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     _check_speculative(lm, drafter, gamma, lenience, temperature)
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
+    argmax_lenient = temperature == 0 and lenience < 1.0
     stats, tokens = Stats(gamma=gamma), list(prompt)
     with stats.timer("prefill_s", lm.device):
         _prefill(lm, prompt)
@@ -102,8 +105,11 @@ def speculative(
         with stats.timer("verify_s", lm.device):
             p = warp_fn(logits)
             q = None if q is None else q.to(p.device)
-            n_accepted, next_token = verify(p, q, draft, rng, lenience)
-        stats.record_round(p, q, len(draft), n_accepted, proposal.calls, lenience)
+            if argmax_lenient:  # A.5, argmax case: p(x) >= l max p, on the temperature-1 rows
+                n_accepted, next_token = verify_argmax(torch.softmax(logits.float(), -1), draft, lenience)
+            else:
+                n_accepted, next_token = verify(p, q, draft, rng, lenience)
+        stats.record_round(p, q, len(draft), n_accepted, proposal.calls, 1.0 if argmax_lenient else lenience)
         new = [*draft[:n_accepted], next_token]  # T = A + 1 tokens
         tokens += new
         lm.crop(len(tokens) - 1)  # the cache must not hold the round's own token yet
@@ -225,11 +231,6 @@ def _check_speculative(
         raise ValueError(f"gamma must be an integer >= 1; got {gamma!r}")
     if isinstance(lenience, bool) or not 0.0 < lenience <= 1.0:
         raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
-    if lenience != 1.0 and temperature == 0:
-        raise ValueError(
-            "lenience < 1 has no effect at temperature 0 (p and q are one-hot rows); the paper's "
-            "argmax variant (accept x when p(x) >= l max p, Appendix A.5) is not implemented"
-        )
     v_draft = getattr(drafter, "vocab_size", None)
     if v_draft is not None and v_draft != lm.vocab_size:
         raise ValueError(

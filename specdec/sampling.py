@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["residual", "sample", "verify", "warp"]
+__all__ = ["residual", "sample", "verify", "verify_argmax", "warp"]
 
 Array = Any  # numpy.ndarray or torch.Tensor
 
@@ -139,6 +139,34 @@ def verify(
         r = residual(p[i], None if q is None else q[i], lenience, token=x)
         return i, sample(r, rng)
     return gamma, sample(p[gamma], rng)
+
+
+def verify_argmax(p: Array, draft: Array, lenience: float = 1.0) -> tuple[int, int]:
+    """Greedy verification with lenience: the argmax case of Appendix A.5 of the paper.
+
+    ``p`` is (gamma + 1, V): the target's probabilities at temperature 1 (not one-hot rows),
+    ``draft`` the gamma drafted ids. Draft i is accepted iff it is the argmax of p_i, or
+    ``lenience`` l < 1 and p_i(x_i) >= l max p_i. On the first rejection the round's token is
+    argmax p_i; after a full accept it is argmax p_gamma. Deterministic: no uniforms.
+
+    With l = 1 this is exact matching, i.e. greedy decoding, token for token (ties go to the
+    smallest id, like :func:`warp` at temperature 0). With l < 1 it is *not* lossless: it may
+    keep a drafted token the target would not have chosen, as long as the target gives it at
+    least l times the probability of its favourite.
+    """
+    _check_lenience(lenience)
+    draft_ids = [int(t) for t in (draft.tolist() if hasattr(draft, "tolist") else draft)]
+    gamma = len(draft_ids)
+    if p.ndim != 2 or p.shape[0] != gamma + 1:
+        raise ValueError(f"p must have gamma + 1 = {gamma + 1} rows; got shape {tuple(p.shape)}")
+    if any(not 0 <= t < p.shape[1] for t in draft_ids):
+        raise ValueError(f"draft token ids must lie in [0, {p.shape[1]}); got {draft_ids}")
+    for i, x in enumerate(draft_ids):
+        best = int(p[i].argmax())
+        if x == best or (lenience < 1.0 and _to_float(p[i, x]) >= lenience * _to_float(p[i, best])):
+            continue
+        return i, best
+    return gamma, int(p[gamma].argmax())
 
 
 def warp(

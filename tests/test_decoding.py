@@ -308,6 +308,26 @@ def test_lenience_accepts_more(target, models):
     assert rate(0.3) > rate(1.0) + 0.1
 
 
+def test_argmax_lenience_keeps_only_tokens_within_l_of_the_targets_favourite(target, models):
+    """Appendix A.5 at temperature 0: every kept draft x has p(x) >= l max p (teacher-forced check),
+    every other token is the target's argmax, and acceptance rises as l falls."""
+    drafter = ModelDrafter(models["loose"])
+    prompt = PROMPTS[1]
+    rates = {}
+    for lenience in (1.0, 0.5, 0.1):
+        g = speculative(target, drafter, prompt, gamma=4, max_new_tokens=24, lenience=lenience)
+        rates[lenience] = g.stats.accepted_tokens / g.stats.examined
+        seq = prompt + g.tokens
+        logits = target(torch.tensor([seq])).logits[0, len(prompt) - 1 : -1].float()
+        p = torch.softmax(logits, -1)
+        ratio = p.gather(1, torch.tensor(g.tokens)[:, None])[:, 0] / p.max(-1).values
+        assert bool((ratio >= lenience - 1e-6).all())
+        if lenience == 1.0:
+            assert g.tokens == autoregressive(target, prompt, max_new_tokens=24).tokens
+    assert rates[0.1] > rates[0.5] >= rates[1.0]
+    assert rates[0.1] > rates[1.0] + 0.1
+
+
 # -- 3. EOS, budget, gamma boundaries, caches, statistics -------------------------------------------
 
 
@@ -445,7 +465,6 @@ def test_cached_lm_matches_uncached_forward(target):
         ({"top_k": 0}, "top_k must be an integer >= 1"),
         ({"lenience": 0.0, "temperature": 1.0}, r"lenience must lie in \(0, 1\]"),
         ({"lenience": 1.2, "temperature": 1.0}, r"lenience must lie in \(0, 1\]"),
-        ({"lenience": 0.5}, "no effect at temperature 0"),
         ({"eos_token_id": VOCAB}, r"eos_token_id must be None or an integer in \[0, 97\)"),
         (
             {"drafter": UnigramDrafter(np.full(50, 1 / 50))},

@@ -18,7 +18,7 @@ import pytest
 from scipy import stats
 
 from specdec import sampling
-from specdec.sampling import residual, sample, verify, warp
+from specdec.sampling import residual, sample, verify, verify_argmax, warp
 
 P = np.array(
     [
@@ -199,6 +199,34 @@ def test_greedy_is_exact_match_with_one_hot_rows():
     assert verify(p, None, [1, 2], rng) == (1, 0)
     assert verify(p, None, [0, 0], rng) == (0, 1)
     assert verify(p, warp(np.array([[0, 5.0, 0], [5.0, 0, 0]]), 0.0), [1, 0], rng) == (2, 2)
+
+
+def test_verify_argmax_is_exact_match_at_lenience_one_and_the_papers_rule_below():
+    """Appendix A.5, argmax case: keep x while p(x) >= l max p; the round's token is argmax p."""
+    p = np.array(
+        [
+            [0.5, 0.3, 0.2],  # argmax 0; 1 has ratio 0.6, 2 has ratio 0.4
+            [0.1, 0.6, 0.3],  # argmax 1; 2 has ratio 0.5
+            [0.2, 0.2, 0.6],  # bonus row
+        ]
+    )
+    assert verify_argmax(p, [0, 1]) == (2, 2)  # full accept, bonus = argmax of the last row
+    assert verify_argmax(p, [1, 1]) == (0, 0)  # l = 1: only the argmax is kept
+    assert verify_argmax(p, [1, 2], lenience=0.6) == (1, 1)  # 0.3 >= 0.6 * 0.5; 0.3 < 0.6 * 0.6
+    assert verify_argmax(p, [1, 2], lenience=0.5) == (2, 2)
+    assert verify_argmax(p, [2, 2], lenience=0.5) == (0, 0)  # 0.2 < 0.25
+    assert verify_argmax(p, [2, 2], lenience=0.4) == (2, 2)
+    tie = np.array([[0.4, 0.4, 0.2], [1.0, 0.0, 0.0]])
+    assert verify_argmax(tie, [1]) == (0, 0)  # l = 1 is greedy: ties go to the smallest id
+    onehot = warp(np.log(p), temperature=0.0)
+    for draft in itertools.product(range(3), repeat=2):
+        assert verify_argmax(p, list(draft)) == verify(onehot, None, list(draft), np.random.default_rng(0))
+    with pytest.raises(ValueError, match="gamma \\+ 1 = 3 rows"):
+        verify_argmax(p[:2], [0, 1])
+    with pytest.raises(ValueError, match=r"lenience must lie in \(0, 1\]"):
+        verify_argmax(p, [0, 1], lenience=0.0)
+    with pytest.raises(ValueError, match=r"draft token ids must lie in \[0, 3\)"):
+        verify_argmax(p, [0, 3])
 
 
 def test_torch_and_numpy_agree_for_the_same_seed():
