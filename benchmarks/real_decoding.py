@@ -60,18 +60,20 @@ ROOT = Path(__file__).resolve().parents[1]
 EE_DEPTHS = (8, 20, 28)
 
 
-def ngram_corpus(target, tokenizer, data: Path, n_fallback: int, max_new: int, seed: int) -> tuple[list, str]:
+def ngram_corpus(target, tokenizer, folders: list[Path], n_fallback: int, max_new: int, seed: int):
     """Target-generated responses for the n-gram tables: the distillation shards when present
     (``python -m specdec.distill gen-data``, training prompts disjoint from the evaluation),
     else fresh temperature-1 generations on ``n_fallback`` training prompts."""
-    shards = sorted(data.glob("shard-*.npz"))
+    shards = [s for folder in folders for s in sorted(folder.glob("shard-*.npz"))]
     if shards:
         seqs = []
         for s in shards:
             z = np.load(s)
             for st, pl, rl in zip(z["starts"], z["prompt_lens"], z["resp_lens"], strict=True):
                 seqs.append(z["ids"][st + pl : st + pl + rl].astype(np.int64))
-        return seqs, f"{len(shards)} distillation shards in {relative(str(data.resolve()))}"
+        where = ", ".join(relative(str(f.resolve())) for f in folders if any(f.glob("shard-*.npz")))
+        tokens = sum(len(x) for x in seqs)
+        return seqs, f"{len(shards)} distillation shards ({tokens} response tokens) in {where}"
     seqs = []
     for i, p in enumerate(training_prompts(n_fallback, seed=seed)):
         ids = chat_prompt_ids(tokenizer, p.prompt)
@@ -80,9 +82,9 @@ def ngram_corpus(target, tokenizer, data: Path, n_fallback: int, max_new: int, s
     return seqs, f"temperature-1 generations on {n_fallback} training prompts (seed {seed})"
 
 
-def build_drafters(target, corpus, trained: list[str]) -> dict:
+def build_drafters(target, corpus, trained: list[str], depths=EE_DEPTHS) -> dict:
     vocab = target.config.vocab_size
-    out = {f"ee-{n}": EarlyExitDrafter(target, n) for n in EE_DEPTHS}
+    out = {f"ee-{n}": EarlyExitDrafter(target, n) for n in depths}
     out["lookup"] = PromptLookupDrafter(max_ngram=3, min_ngram=1)
     out["unigram"] = UnigramDrafter.from_token_ids(corpus, vocab)
     out["bigram"] = BigramDrafter.from_token_ids(corpus, vocab)
@@ -94,7 +96,7 @@ def build_drafters(target, corpus, trained: list[str]) -> dict:
     return out
 
 
-def run_one(target, drafter, ids, gamma, temperature, max_new, seed, eos) -> dict:
+def run_one(target, drafter, ids, gamma, temperature, max_new, seed, eos, lenience=1.0) -> dict:
     start = time.perf_counter()
     if drafter is None:
         g = autoregressive(
@@ -108,6 +110,7 @@ def run_one(target, drafter, ids, gamma, temperature, max_new, seed, eos) -> dic
             gamma=gamma,
             max_new_tokens=max_new,
             temperature=temperature,
+            lenience=lenience,
             seed=seed,
             eos_token_id=eos,
         )
@@ -156,7 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--ngram-data", default=str(ROOT / "data" / "distill"))
+    ap.add_argument(
+        "--ngram-data",
+        nargs="+",
+        default=[str(d) for d in sorted(ROOT.glob("data/distill*")) if d.is_dir()],
+        help="gen-data folders for the n-gram tables (default: every data/distill* folder)",
+    )
+    ap.add_argument("--early-exit", default=",".join(map(str, EE_DEPTHS)), help="early-exit depths")
+    ap.add_argument("--lenience", default="1,0.5,0.3,0.1", help="argmax lenience values (A.5); empty: skip")
     ap.add_argument("--no-trained", action="store_true", help="skip the trained drafts (specdec.draftnets)")
     ap.add_argument("--out", default=str(ROOT / "results" / "real"))
     args = ap.parse_args(argv)
@@ -181,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         from specdec.draftnets import list_drafts
 
         trained = list_drafts()
-    corpus, corpus_source = ngram_corpus(target, tok, Path(args.ngram_data), 12, args.max_new_tokens, 1000)
-    drafters = build_drafters(target, corpus, trained)
+    folders = [Path(d) for d in args.ngram_data]
+    corpus, corpus_source = ngram_corpus(target, tok, folders, 12, args.max_new_tokens, 1000)
+    depths = [int(n) for n in args.early_exit.split(",") if n]
+    drafters = build_drafters(target, corpus, trained, depths)
     names = list(drafters)
     print(f"[real] {tag}: drafters {names}; n-grams from {corpus_source}", file=sys.stderr)
 
@@ -379,6 +391,39 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
 
+    # -- 6: argmax lenience (Appendix A.5) on the sweep task: the best model draft, gamma fixed
+    lenience_rows = []
+    lenience_values = [float(x) for x in args.lenience.split(",") if x]
+    len_drafter = next((n for n in sweep_drafters if n != "lookup"), None)
+    if lenience_values and len_drafter is not None:
+        cells = [(p, lv) for p in prompts[task] for lv in lenience_values]
+        for p, lv in tqdm(cells, desc="argmax lenience", file=sys.stderr):
+            ids = prompt_ids[(task, p.id)]
+            base = run_one(target, None, ids, args.gamma, 0.0, args.max_new_tokens, args.seed, eos)
+            r = run_one(
+                target, drafters[len_drafter], ids, args.gamma, 0.0, args.max_new_tokens, args.seed, eos, lv
+            )
+            greedy = plain_t[p.id]["tokens"]
+            same = sum(a == b for a, b in zip(r["tokens"], greedy, strict=False))
+            lenience_rows.append(
+                {
+                    "prompt": p.id,
+                    "lenience": lv,
+                    "drafter": len_drafter,
+                    "gamma": args.gamma,
+                    "accepted": r["stats"].accepted_tokens,
+                    "examined": r["stats"].examined,
+                    "tokens_per_round": r["stats"].mean_tokens_per_round,
+                    "speedup": per_token(base) / per_token(r),
+                    "prefix_equal": next(
+                        (i for i, (a, b) in enumerate(zip(r["tokens"], greedy, strict=False)) if a != b),
+                        min(len(r["tokens"]), len(greedy)),
+                    ),
+                    "same_position": same / max(len(greedy), 1),
+                    "tokens": r["tokens"],
+                }
+            )
+
     # -- write
     def slim(r):
         s = r["stats"]
@@ -412,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         "table": table,
         "teacher_forced": tf_rows,
         "sweep": {"task": task, "rows": sweep_rows, "summary": sweep_summary},
+        "lenience": {"task": task, "temperature": 0.0, "rows": lenience_rows},
         "runs": [slim(r) for r in runs],
         "generations_file": gen_path.name,
         "runtime_min": (time.perf_counter() - started) / 60,
