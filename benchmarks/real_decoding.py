@@ -21,6 +21,9 @@ Steps, in order (one thread by default, the device chosen automatically: CUDA wh
    excluded, median over prompts), their ratio and its decomposition (:func:`specdec.realrun.speedup_gap`).
 4. Per-position acceptance and accepted-count histograms (:func:`specdec.realrun.pool_rounds`).
 5. A gamma sweep for two drafters on one task at temperature 0.
+6. Argmax lenience (Appendix A.5): the sweep's model draft at temperature 0 and the fixed gamma,
+   for each l of ``--lenience``; each output is stored, to compare with plain greedy decoding
+   and with the same drafter at l = 1 (which differs from plain only by rounding).
 
 Writes ``results/real/<device>-<dtype>-<threads>t[-quick].json`` (with ``measure.environment()``)
 and CSVs of the tables next to it.
@@ -131,7 +134,9 @@ def finite(obj):
 
 
 def relative(value):
-    """A path under the repository as a relative POSIX path; anything else unchanged."""
+    """A path under the repository as a relative POSIX path (also inside lists); anything else unchanged."""
+    if isinstance(value, list):
+        return [relative(v) for v in value]
     if isinstance(value, str) and Path(value).is_absolute() and Path(value).is_relative_to(ROOT):
         return Path(value).relative_to(ROOT).as_posix()
     return value
@@ -173,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.prompts, args.max_new_tokens, args.sweep = 2, 48, "1,2,4,6"
     sweep = [int(g) for g in args.sweep.split(",")]
+    lenience_values = [float(x) for x in args.lenience.split(",") if x]  # checked before hours of runs
+    if any(not 0 < lv <= 1 for lv in lenience_values):
+        ap.error(f"--lenience values must lie in (0, 1]; got {args.lenience!r}")
+    if args.sweep_drafters == "auto" and args.no_trained and not args.early_exit.strip(","):
+        ap.error("--sweep-drafters auto needs a model draft: drop --no-trained or give --early-exit depths")
     started = time.perf_counter()
 
     threads = set_threads(args.threads)
@@ -196,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     depths = [int(n) for n in args.early_exit.split(",") if n]
     drafters = build_drafters(target, corpus, trained, depths)
     names = list(drafters)
+    if args.sweep_drafters != "auto" and not set(args.sweep_drafters.split(",")) <= set(names):
+        ap.error(f"--sweep-drafters {args.sweep_drafters!r}: each must be one of {names}")
     print(f"[real] {tag}: drafters {names}; n-grams from {corpus_source}", file=sys.stderr)
 
     prompts = {t: load_workload(t)[: args.prompts] for t in TASKS}
@@ -393,8 +405,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # -- 6: argmax lenience (Appendix A.5) on the sweep task: the best model draft, gamma fixed
     lenience_rows = []
-    lenience_values = [float(x) for x in args.lenience.split(",") if x]
-    len_drafter = next((n for n in sweep_drafters if n != "lookup"), None)
+    len_drafter = next((n for n in sweep_drafters if isinstance(drafters[n], ModelDrafter)), None)
     if lenience_values and len_drafter is not None:
         cells = [(p, lv) for p in prompts[task] for lv in lenience_values]
         for p, lv in tqdm(cells, desc="argmax lenience", file=sys.stderr):

@@ -5,7 +5,8 @@ each round a drafter proposes k <= gamma tokens, one target forward call scores 
 committed token and the k drafts (k + 1 rows of p), :func:`specdec.sampling.verify` keeps a
 prefix of the drafts and draws the round's own token, and the target's KV cache is cropped
 back. Theorem 3.5 (losslessness) holds for every drafter: the output has the target's law.
-Greedy decoding (temperature 0) is the same loop with one-hot rows, i.e. exact matching.
+Greedy decoding (temperature 0) is the same loop with one-hot rows, i.e. exact matching;
+with lenience l < 1 it uses the paper's argmax rule instead (Appendix A.5, not lossless).
 
 Conventions, copied from transformers' assisted generation and gpt-fast:
 
@@ -87,7 +88,7 @@ def speculative(
     Returns the new tokens (prompt excluded) and the :class:`~specdec.stats.Stats` of the call.
     """
     lm, prompt = _start(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
-    _check_speculative(lm, drafter, gamma, lenience, temperature)
+    _check_speculative(lm, drafter, gamma, lenience)
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
     argmax_lenient = temperature == 0 and lenience < 1.0
@@ -224,9 +225,7 @@ def _start(
     return lm, [int(t) for t in prompt]
 
 
-def _check_speculative(
-    lm: CachedLM, drafter: Drafter, gamma: int, lenience: float, temperature: float
-) -> None:
+def _check_speculative(lm: CachedLM, drafter: Drafter, gamma: int, lenience: float) -> None:
     if not _is_int(gamma) or gamma < 1:
         raise ValueError(f"gamma must be an integer >= 1; got {gamma!r}")
     if isinstance(lenience, bool) or not 0.0 < lenience <= 1.0:

@@ -108,10 +108,19 @@ def _sample_batch(
 
 
 def _save_shard(path: Path, rows: list[tuple[list[int], list[int], np.ndarray, np.ndarray]]) -> int:
+    """Write one shard atomically (a temporary file, then a rename): readers never see half a shard."""
     seqs = [p + r for p, r, _, _ in rows]
     lens = np.array([len(s) for s in seqs], dtype=np.int64)
+    tmp = path.with_name(path.name + ".part")
+    with tmp.open("wb") as handle:
+        _savez_rows(handle, seqs, lens, rows)
+    tmp.replace(path)
+    return int(sum(len(r) for _, r, _, _ in rows))
+
+
+def _savez_rows(handle: Any, seqs: list[list[int]], lens: np.ndarray, rows: list) -> None:
     np.savez(
-        path,
+        handle,
         ids=np.concatenate([np.asarray(s, dtype=np.int32) for s in seqs]),
         starts=np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64),
         prompt_lens=np.array([len(p) for p, _, _, _ in rows], dtype=np.int64),
@@ -119,7 +128,6 @@ def _save_shard(path: Path, rows: list[tuple[list[int], list[int], np.ndarray, n
         top_ids=np.concatenate([i for _, _, i, _ in rows]).astype(np.int32),
         top_logp=np.concatenate([lp for _, _, _, lp in rows]).astype(np.float16),
     )
-    return int(sum(len(r) for _, r, _, _ in rows))
 
 
 def generate_data(
@@ -146,6 +154,9 @@ def generate_data(
     With ``minutes``, no new batch starts after that much wall time (fewer tokens may result).
     With ``sort_window`` w > 1, each run of w consecutive batches draws the same w x batch_size
     prompts, sorted by token length (stable), so a batch pads its prompts to similar lengths.
+    A run that stops inside a window has drawn that window's shorter prompts only, which skews
+    the mix of prompt kinds a little (passage tasks are the longest prompts); the skew is at
+    most one window, w x batch_size prompts. Resuming needs the same seed, batch size and window.
     Writes ``meta.json`` (settings, tokens, throughput) and returns it.
     """
     from specdec.workloads import chat_prompt_ids, training_prompts
@@ -159,6 +170,12 @@ def generate_data(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     shards = sorted(out.glob("shard-*.npz"))
+    meta_path = out / "meta.json"
+    if shards and meta_path.exists():  # a resumed run must draw prompts the way the first one did
+        old = json.loads(meta_path.read_text())
+        for key, value in (("seed", seed), ("batch_size", batch_size), ("sort_window", sort_window)):
+            if old.get(key, 1 if key == "sort_window" else None) != value:
+                raise ValueError(f"{out} was made with {key}={old.get(key)!r}; resume it with the same value")
     done = sum(int(np.load(s)["resp_lens"].sum()) for s in shards)
     # enough prompts if responses average 4 tokens or more (they average well over 100)
     n_batches = len(shards) + math.ceil(max(tokens - done, 0) / (4 * batch_size)) + 1

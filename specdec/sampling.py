@@ -11,6 +11,8 @@ needs independent uniforms.
 * :func:`verify` accepts or rejects a block of drafted tokens and returns the round's
   extra token (the correction after a rejection, or the bonus token after a full accept).
 * :func:`residual` is the distribution a rejection resamples from, norm(max(0, p - l q)).
+* :func:`verify_argmax` is the greedy variant with lenience of Appendix A.5 (deterministic;
+  keep x while p(x) >= l max p).
 """
 
 from __future__ import annotations

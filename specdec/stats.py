@@ -90,7 +90,9 @@ class Stats:
     ) -> None:
         """Add one round: k = ``drafted`` drafts, A = ``accepted`` of them kept.
 
-        ``p`` (k + 1, V) and ``q`` (k, V) or None are the warped rows verify saw.
+        ``p`` (k + 1, V) and ``q`` (k, V) or None are the warped rows of the round (with
+        argmax lenience, the one-hot greedy rows: ``alpha_tv`` then measures agreement with the
+        target's argmax, and only the acceptance counts feel the lenience).
         """
         if not 0 <= accepted <= drafted <= self.gamma:
             got = (accepted, drafted, self.gamma)

@@ -322,6 +322,8 @@ def test_argmax_lenience_keeps_only_tokens_within_l_of_the_targets_favourite(tar
         p = torch.softmax(logits, -1)
         ratio = p.gather(1, torch.tensor(g.tokens)[:, None])[:, 0] / p.max(-1).values
         assert bool((ratio >= lenience - 1e-6).all())
+        own = np.cumsum(np.array(g.stats.accepted) + 1) - 1  # each round's own token: the argmax
+        assert bool((ratio[own[own < len(g.tokens)]] == 1).all())
         if lenience == 1.0:
             assert g.tokens == autoregressive(target, prompt, max_new_tokens=24).tokens
     assert rates[0.1] > rates[0.5] >= rates[1.0]

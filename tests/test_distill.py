@@ -110,6 +110,9 @@ def test_gen_data_sort_window_batches_prompts_of_similar_length(target, tmp_path
     assert [s["prompt_lens"].tolist() for s in shards[:2]] == [[2, 3, 4, 5], [6, 7, 8, 9]]
     with pytest.raises(ValueError, match="sort_window"):
         generate_data(target, None, tmp_path / "x", sort_window=0, **kw)
+    with pytest.raises(ValueError, match="sort_window=2; resume it with the same value"):
+        generate_data(target, None, tmp_path, sort_window=1, **(kw | {"tokens": 60}))
+    assert not list(tmp_path.glob("*.part"))  # shards are renamed into place
 
 
 def test_training_in_bfloat16_autocast_follows_float32(target, data, tmp_path):
@@ -122,7 +125,8 @@ def test_training_in_bfloat16_autocast_follows_float32(target, data, tmp_path):
         assert card["autocast"] == ("bfloat16" if amp else None)
         curves[amp] = np.array([h["loss"] for h in card["history"]])
     assert curves[True][-1] < 0.9 * curves[True][0]
-    np.testing.assert_allclose(curves[True], curves[False], rtol=0.03)
+    assert not np.array_equal(curves[True], curves[False])  # autocast did change the arithmetic
+    np.testing.assert_allclose(curves[True], curves[False], rtol=0.01)
 
 
 # -- 2. training, saving, structure --------------------------------------------------------------------
