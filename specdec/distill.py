@@ -12,12 +12,26 @@ soft labels (float16), next to the sampled token. Each batch is one shard ``shar
   the N response positions, in order; row j of a sequence is p(. | prompt, response[:j]).
 
 Training (``train``) and the draft models live in :mod:`specdec.draftnets`. The book's drafts
-were made with (see each ``specdec/data/drafts/<name>/card.json`` for the exact command)::
+were made with (each ``specdec/data/drafts/<name>/card.json`` holds the exact command)::
 
+    # three data folders: the first (float32, unsorted) from an earlier session, then two
+    # bfloat16 processes side by side, one thread each
     python -m specdec.distill gen-data --tokens 800000 --minutes 22 --out data/distill --seed 0 \
         --batch-size 64 --max-new-tokens 192 --threads 1
-    python -m specdec.distill train --data data/distill --layers 1 --name distil-l1 --minutes 5 \
-        --lr 1e-3 --batch-tokens 1024 --seed 0 --threads 1
+    python -m specdec.distill gen-data --tokens 400000 --minutes 36 --out data/distill-s1 --seed 1 \
+        --batch-size 64 --max-new-tokens 192 --dtype bfloat16 --threads 1 --sort-window 8
+    python -m specdec.distill gen-data --tokens 400000 --minutes 36 --out data/distill-s2 --seed 2 \
+        --batch-size 64 --max-new-tokens 192 --dtype bfloat16 --threads 1 --sort-window 8
+    # the three drafts side by side, one thread each, bfloat16 autocast
+    python -m specdec.distill train --data data/distill data/distill-s1 data/distill-s2 \
+        --layers 1 --name distil-l1 --steps 3600 --lr 1e-3 --batch-tokens 1024 --seed 0 \
+        --threads 1 --autocast --out-root data/drafts-new    # then copy into specdec/data/drafts
+    # ... and --layers 2 --name distil-l2 --steps 2600, --layers 4 --name distil-l4 --steps 2000
+
+Sampling is seeded, but a ``--minutes`` budget makes the amount of data depend on the machine's
+speed; ``meta.json`` in each folder records what was made, and ``--tokens <its tokens>``
+without ``--minutes`` draws the same batches again (the same samples where the arithmetic
+rounds alike: bfloat16 sampling on another CPU may pick other tokens after a near-tie).
 
 Use 1 thread on a machine whose cores are shared: with 2 threads on 2 busy cores each
 parallel region waits for a descheduled thread, and gen-data ran about 10x slower.
