@@ -110,7 +110,7 @@ def speculative(
                 n_accepted, next_token = verify_argmax(torch.softmax(logits.float(), -1), draft, lenience)
             else:
                 n_accepted, next_token = verify(p, q, draft, rng, lenience)
-        stats.record_round(p, q, len(draft), n_accepted, proposal.calls, 1.0 if argmax_lenient else lenience)
+        stats.record_round(p, q, len(draft), n_accepted, proposal.calls, lenience)
         new = [*draft[:n_accepted], next_token]  # T = A + 1 tokens
         tokens += new
         lm.crop(len(tokens) - 1)  # the cache must not hold the round's own token yet

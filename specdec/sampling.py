@@ -35,6 +35,16 @@ def _check_lenience(lenience: float) -> None:
         raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
 
 
+def _draft_ids(p: Array, draft: Array) -> list[int]:
+    """The drafted ids as ints, checked against p: gamma + 1 rows, ids in [0, V)."""
+    ids = [int(t) for t in (draft.tolist() if hasattr(draft, "tolist") else draft)]
+    if p.ndim != 2 or p.shape[0] != len(ids) + 1:
+        raise ValueError(f"p must have gamma + 1 = {len(ids) + 1} rows; got shape {tuple(p.shape)}")
+    if any(not 0 <= t < p.shape[1] for t in ids):
+        raise ValueError(f"draft token ids must lie in [0, {p.shape[1]}); got {ids}")
+    return ids
+
+
 def _to_float(x: Array) -> float:
     return float(x.item()) if hasattr(x, "item") else float(x)
 
@@ -121,17 +131,12 @@ def verify(
     Greedy decoding is the same call with one-hot rows.
     """
     _check_lenience(lenience)
-    draft_ids = [int(t) for t in (draft.tolist() if hasattr(draft, "tolist") else draft)]
-    gamma = len(draft_ids)
-    if p.ndim != 2 or p.shape[0] != gamma + 1:
-        raise ValueError(f"p must have gamma + 1 = {gamma + 1} rows; got shape {tuple(p.shape)}")
-    vocab = p.shape[1]
+    draft_ids = _draft_ids(p, draft)
+    gamma, vocab = len(draft_ids), p.shape[1]
     if q is not None and (q.ndim != 2 or tuple(q.shape) != (gamma, vocab)):
         raise ValueError(
             f"q must have shape (gamma, V) = ({gamma}, {vocab}) like p's rows; got {tuple(q.shape)}"
         )
-    if any(not 0 <= t < vocab for t in draft_ids):
-        raise ValueError(f"draft token ids must lie in [0, {vocab}); got {draft_ids}")
 
     for i, x in enumerate(draft_ids):
         p_x = _to_float(p[i, x])
@@ -157,12 +162,8 @@ def verify_argmax(p: Array, draft: Array, lenience: float = 1.0) -> tuple[int, i
     least l times the probability of its favourite.
     """
     _check_lenience(lenience)
-    draft_ids = [int(t) for t in (draft.tolist() if hasattr(draft, "tolist") else draft)]
+    draft_ids = _draft_ids(p, draft)
     gamma = len(draft_ids)
-    if p.ndim != 2 or p.shape[0] != gamma + 1:
-        raise ValueError(f"p must have gamma + 1 = {gamma + 1} rows; got shape {tuple(p.shape)}")
-    if any(not 0 <= t < p.shape[1] for t in draft_ids):
-        raise ValueError(f"draft token ids must lie in [0, {p.shape[1]}); got {draft_ids}")
     for i, x in enumerate(draft_ids):
         best = int(p[i].argmax())
         if x == best or (lenience < 1.0 and _to_float(p[i, x]) >= lenience * _to_float(p[i, best])):
