@@ -173,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--early-exit", default=",".join(map(str, EE_DEPTHS)), help="early-exit depths")
     ap.add_argument("--lenience", default="1,0.5,0.3,0.1", help="argmax lenience values (A.5); empty: skip")
     ap.add_argument("--no-trained", action="store_true", help="skip the trained drafts (specdec.draftnets)")
+    ap.add_argument(
+        "--drafts",
+        default=None,
+        help="comma-separated trained drafts (default: every one in specdec/data/drafts)",
+    )
     ap.add_argument("--out", default=str(ROOT / "results" / "real"))
     args = ap.parse_args(argv)
     if args.quick:
@@ -183,6 +188,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--lenience values must lie in (0, 1]; got {args.lenience!r}")
     if args.sweep_drafters == "auto" and args.no_trained and not args.early_exit.strip(","):
         ap.error("--sweep-drafters auto needs a model draft: drop --no-trained or give --early-exit depths")
+    trained = []  # a requested draft that is missing is an error here, before the target loads
+    if args.no_trained and args.drafts is not None:
+        ap.error("--drafts and --no-trained exclude each other")
+    if not args.no_trained:
+        from specdec.draftnets import require_drafts
+
+        try:
+            trained = require_drafts(None if args.drafts is None else args.drafts.split(","))
+        except (ValueError, FileNotFoundError) as exc:
+            ap.error(f"{exc} (--no-trained runs without trained drafts)")
     started = time.perf_counter()
 
     threads = set_threads(args.threads)
@@ -196,11 +211,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    trained = []
-    if not args.no_trained:
-        from specdec.draftnets import list_drafts
-
-        trained = list_drafts()
     folders = [Path(d) for d in args.ngram_data]
     corpus, corpus_source = ngram_corpus(target, tok, folders, 12, args.max_new_tokens, 1000)
     depths = [int(n) for n in args.early_exit.split(",") if n]

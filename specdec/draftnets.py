@@ -29,6 +29,7 @@ import math
 import random
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ __all__ = [
     "list_drafts",
     "load_draft",
     "quantize_int8",
+    "require_drafts",
     "save_draft",
     "train_draft",
 ]
@@ -195,6 +197,38 @@ def list_drafts(root: str | Path | None = None) -> list[str]:
     """Names of the saved drafts (folders with a card) under ``root`` (default: the package's)."""
     root = DRAFT_DIR if root is None else Path(root)
     return sorted(p.parent.name for p in root.glob(f"*/{_CARD}")) if root.exists() else []
+
+
+def require_drafts(names: Sequence[str] | None = None, root: str | Path | None = None) -> list[str]:
+    """The drafts a run asks for, checked before anything is loaded: never a silent drop.
+
+    ``names=None`` asks for every saved draft under ``root`` (default: the package's) and
+    raises :class:`FileNotFoundError` when there is none, e.g. in an install that left out
+    ``specdec/data/drafts``. Otherwise each name must be a saved draft; a missing one raises
+    :class:`ValueError` naming it and the saved drafts. A draft whose card has no weights file
+    next to it raises :class:`FileNotFoundError`. Returns the names, in the order asked.
+    """
+    root = DRAFT_DIR if root is None else Path(root)
+    saved = list_drafts(root)
+    if names is None:
+        if not saved:
+            raise FileNotFoundError(
+                f"no saved drafts under {str(root)!r} (folders with a {_CARD}); "
+                "an install without specdec/data/drafts?"
+            )
+        names = saved
+    names = [str(n) for n in names]
+    if not names:
+        raise ValueError("names must hold at least one draft name, or be None for every saved draft")
+    missing = [n for n in names if n not in saved]
+    if missing:
+        raise ValueError(
+            f"no draft named {', '.join(map(repr, missing))} under {str(root)!r}; saved drafts: {saved}"
+        )
+    for n in names:
+        if not (root / n / _WEIGHTS).is_file():
+            raise FileNotFoundError(f"draft {n!r} has a {_CARD} but no {_WEIGHTS} in {str(root / n)!r}")
+    return names
 
 
 def load_draft(name: str, target: torch.nn.Module, root: str | Path | None = None) -> torch.nn.Module:
