@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from functools import partial
 
 import numpy as np
@@ -22,7 +23,7 @@ from specdec.drafters import (
 from specdec.realrun import load_records, pool_rounds, speedup_gap
 from specdec.sampling import warp
 from specdec.stats import Stats
-from specdec.theory import acceptance_rate, walltime_speedup, walltime_speedup_measured
+from specdec.theory import acceptance_rate
 
 
 @pytest.fixture(scope="module")
@@ -154,25 +155,48 @@ def test_pool_rounds_counts(target):
         pool_rounds([])
 
 
-def test_speedup_gap_factors_multiply_out():
-    gap = speedup_gap(0.7, 4, 0.1, 1.6, 2.2, 0.9)
-    assert gap["theorem"] == pytest.approx(float(walltime_speedup(0.7, 4, 0.1)))
-    assert gap["with_verify"] == pytest.approx(float(walltime_speedup_measured(0.7, 4, 0.1, 1.6)))
-    assert gap["with_observed_T"] == pytest.approx(2.2 / (0.4 + 1.6))
-    prod = gap["theorem"] * gap["factor_verify"] * gap["factor_iid"] * gap["factor_overhead"]
-    assert prod == pytest.approx(0.9)
-    assert gap["ratio"] == pytest.approx(0.9 / gap["theorem"])
-    assert speedup_gap(0.7, 4, 0.1, 1.0, 2.0, 1.0)["factor_verify"] == pytest.approx(1.0)
+def test_speedup_gap_factors_against_a_hand_computation():
+    """Each model and factor of speedup_gap against exact arithmetic on one synthetic round.
+
+    alpha 7/10, gamma 4, c 1/10: E[T] = 1 + .7 + .49 + .343 + .2401 = 2.7731 (Eq. 1 as a sum);
+    a round costs gamma c + 1 = 1.4 target steps in Theorem 3.8, gamma c + v = 2 with v = 1.6;
+    the observed round made 2.2 tokens at a cost of d + v_obs target steps; measured 0.9.
+    """
+    F = Fraction
+    alpha, gamma, c, v, t_obs, measured = F(7, 10), 4, F(1, 10), F(8, 5), F(11, 5), F(9, 10)
+    e_t = sum(alpha**i for i in range(gamma + 1))
+    assert e_t == F(27731, 10000)
+    for d, v_obs in ((None, None), (F(1, 5), F(13, 10))):
+        d_round = gamma * c if d is None else d
+        v_round = v if v_obs is None else v_obs
+        want = {
+            "expected_tokens": e_t,
+            "theorem": e_t / (gamma * c + 1),
+            "with_verify": e_t / (gamma * c + v),
+            "with_observed_T": t_obs / (d_round + v_round),
+            "measured": measured,
+            "factor_verify": (gamma * c + 1) / (gamma * c + v),  # 1.4 / 2 = 0.7
+            "factor_iid": t_obs / (d_round + v_round) / (e_t / (gamma * c + v)),
+            "factor_overhead": measured * (d_round + v_round) / t_obs,
+            "ratio": measured * (gamma * c + 1) / e_t,
+        }
+        gap = speedup_gap(
+            0.7,
+            4,
+            0.1,
+            1.6,
+            2.2,
+            0.9,
+            draft_cost=None if d is None else float(d),
+            verify_cost_observed=None if v_obs is None else float(v_obs),
+        )
+        assert set(gap) == set(want)
+        for key, value in want.items():
+            assert gap[key] == pytest.approx(float(value), rel=1e-12), (key, d, v_obs)
+    assert want["factor_verify"] == F(7, 10) and want["with_observed_T"] == F(22, 15)
+    assert speedup_gap(0.7, 4, 0.1, 1.0, 2.0, 1.0)["factor_verify"] == 1.0  # v = 1: Theorem 3.8's cost
     with pytest.raises(ValueError, match="verify_cost"):
         speedup_gap(0.7, 4, 0.1, 0.0, 2.2, 0.9)
-    assert speedup_gap(0.7, 4, 0.1, 1.6, 2.2, 0.9, draft_cost=0.2)["with_observed_T"] == pytest.approx(
-        2.2 / 1.8
-    )
-    gap = speedup_gap(0.7, 4, 0.1, 1.6, 2.2, 0.9, draft_cost=0.2, verify_cost_observed=1.3)
-    assert gap["with_observed_T"] == pytest.approx(2.2 / 1.5)
-    assert gap["theorem"] * gap["factor_verify"] * gap["factor_iid"] * gap[
-        "factor_overhead"
-    ] == pytest.approx(0.9)
     with pytest.raises(ValueError, match="verify_cost_observed"):
         speedup_gap(0.7, 4, 0.1, 1.6, 2.2, 0.9, verify_cost_observed=0)
     with pytest.raises(ValueError, match="draft_cost"):
