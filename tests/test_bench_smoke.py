@@ -1,6 +1,8 @@
 """Smoke test of benchmarks/bench_engine.py on a tiny random Llama: the script's core functions run
-end to end for a few tokens and write a valid results file. No timing is asserted; the
-token-for-token checks (ours against transformers, greedy, fp32) are.
+end to end for a few tokens and write a valid results file. No timing is asserted, but every
+number the summary derives from the times (ratios, medians, pooled rates, theorem rows) is
+recomputed here from the raw times and counts, and every path's tokens must equal a
+hand-rolled greedy loop's (fp32).
 """
 
 from __future__ import annotations
@@ -8,10 +10,11 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-import math
+import statistics
 import sys
 
 import pytest
+import torch
 from tiny_models import tiny_llama
 
 from specdec.measure import write_result
@@ -34,7 +37,37 @@ PROMPTS = {
 }
 
 
+@torch.no_grad()
+def argmax_loop(model, ids: list[int], n: int, eos: int | None) -> list[int]:
+    """Greedy decoding by hand: a full forward without a cache per token, argmax, stop at EOS."""
+    seq = list(ids)
+    for _ in range(n):
+        seq.append(int(model(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1].argmax()))
+        if seq[-1] == eos:
+            break
+    return seq[len(ids) :]
+
+
+def tps(run: dict) -> list[float]:
+    return [t["new_tokens"] / t["wall_s"] for t in run["times"]]
+
+
+def decode_tps(t: dict) -> float:
+    return t["new_tokens"] / (t["wall_s"] - t["prefill_s"])
+
+
+def quotients(a, b) -> list[float]:
+    return [x / y for x, y in zip(a, b, strict=True)]
+
+
+def check_ratio(block: dict, per_repeat: list[float]) -> None:
+    assert block["per_repeat"] == pytest.approx(per_repeat, rel=1e-12)
+    assert block["median"] == pytest.approx(statistics.median(per_repeat), rel=1e-12)
+
+
 def test_bench_engine_core_functions_end_to_end(bench, tmp_path, one_thread):
+    """Every path decodes what a hand-rolled argmax loop decodes, and every derived number of the
+    summary is recomputed here from the raw times and counts it was derived from."""
     s = bench.Settings(
         max_new_tokens=6,
         repeats=2,
@@ -45,36 +78,101 @@ def test_bench_engine_core_functions_end_to_end(bench, tmp_path, one_thread):
         curve_repeats=1,
         warmup_tokens=2,
     )
-    models = {"float32": tiny_llama(0, layers=2)}
+    model = tiny_llama(0, layers=2)
+    models = {"float32": model}
     raw = bench.run_suite(models, PROMPTS, s, progress=False)
     curves = bench.measure_curves(models, 8, s)
     summary = bench.summarise(raw, curves, PROMPTS, s)
     rec = summary["float32"]
     assert set(rec["by_prompt"]) == set(PROMPTS)
+    vc = rec["verify_cost"]
+    assert vc.ks == (1, 2, 3, 4)
+    assert vc.ratios == pytest.approx([t.median_s / vc.timings[0].median_s for t in vc.timings], rel=1e-12)
+    v_of = dict(zip(vc.ks, vc.ratios, strict=True))
+    ee = f"ours_ee{s.ee_layers}_g{s.ee_gamma}"
     for name, r in rec["by_prompt"].items():
-        # Greedy in fp32: every path gives the same tokens, and twice the same.
-        for pair, ex in r["exactness"].items():
-            assert ex["identical"], (name, pair, ex)
-        assert all(run["deterministic"] for run in r["runs"].values())
-        assert len({run["new_tokens"] for run in r["runs"].values()}) == 1
-        assert all(len(run["times"]) == s.repeats for run in r["runs"].values())
+        runs = r["runs"]
+        # Greedy in fp32: every path gives the hand loop's tokens, and twice the same.
+        reference = argmax_loop(model, PROMPTS[name], s.max_new_tokens, s.eos_token_id)
+        assert len(reference) == s.max_new_tokens or reference[-1] == s.eos_token_id
+        for path, run in runs.items():
+            assert run["tokens"] == reference, (name, path)
+            assert run["deterministic"] and len(run["times"]) == s.repeats
+            assert run["new_tokens"] == len(reference) == run["times"][0]["new_tokens"]
+            assert run["tokens_per_s_median"] == pytest.approx(statistics.median(tps(run)), rel=1e-12)
+        assert all(ex["identical"] for ex in r["exactness"].values()), r["exactness"]
+        # Ratios are the quotients of the tokens/s they name, per repetition, then the median.
+        check_ratio(r["ratios"]["ar_ours_over_hf"], quotients(tps(runs["ours_ar"]), tps(runs["hf_greedy"])))
+        check_ratio(r["ratios"][ee]["ours_speedup"], quotients(tps(runs[ee]), tps(runs["ours_ar"])))
         for g in s.gammas:
-            hf = r["runs"][f"hf_pld_g{g}"]["hf_rounds"]
-            assert hf["rounds"] >= 1 and hf["max_drafted"] <= g  # transformers kept gamma fixed
-            assert r["ratios"][f"pld_g{g}"]["ours_speedup"]["median"] > 0
-        for t in r["theorem"].values():
-            assert 0.0 <= t["alpha"] <= 1.0 and t["c_median"] >= 0
-            assert all(math.isfinite(v) and v > 0 for v in t["predicted_median"].values())
+            ours, hf, block = runs[f"ours_pld_g{g}"], runs[f"hf_pld_g{g}"], r["ratios"][f"pld_g{g}"]
+            ours_sp = quotients(tps(ours), tps(runs["ours_ar"]))
+            hf_sp = quotients(tps(hf), tps(runs["hf_greedy"]))
+            check_ratio(block["ours_speedup"], ours_sp)
+            check_ratio(block["hf_speedup"], hf_sp)
+            check_ratio(block["ours_speedup_over_hf_speedup"], quotients(ours_sp, hf_sp))
+            check_ratio(block["ours_over_hf_tokens_per_s"], quotients(tps(ours), tps(hf)))
+            rounds = hf["hf_rounds"]  # transformers kept gamma fixed; its counts add up
+            assert rounds["rounds"] == len(rounds["drafted"]) == hf["times"][0]["rounds"] >= 1
+            assert rounds["max_drafted"] == max(rounds["drafted"]) <= g
+            assert rounds["mean_tokens_per_round"] == pytest.approx(hf["new_tokens"] / rounds["rounds"])
+        # Our runs' counts add up: each round emits its accepted drafts plus one token.
+        for path in [f"ours_pld_g{g}" for g in s.gammas] + [ee]:
+            st, t0 = runs[path]["stats"], runs[path]["times"][0]
+            assert st["rounds"] == len(st["drafted"]) == len(st["accepted"]) == t0["rounds"]
+            assert st["drafted_tokens"] == sum(st["drafted"]) and max(st["drafted"]) <= st["gamma"]
+            assert st["accepted_tokens"] == sum(st["accepted"]) <= st["drafted_tokens"]
+            assert st["new_tokens"] + st["dropped_after_eos"] == st["accepted_tokens"] + st["rounds"]
+            assert st["new_tokens"] == runs[path]["new_tokens"]
+            assert st["target_calls"] == t0["target_calls"] == st["rounds"]
+        # Theorem rows: each repetition's t1, c, measured speedup and predictions, by hand.
+        for path, t in r["theorem"].items():
+            st, ar = runs[path]["stats"], runs["ours_ar"]
+            gamma, alpha = st["gamma"], st["accepted_tokens"] / st["examined"] if st["examined"] else 0.0
+            assert (t["gamma"], t["alpha"], t["rounds"]) == (gamma, pytest.approx(alpha), st["rounds"])
+            e_t = sum(alpha**i for i in range(gamma + 1))  # Eq. 1 as a sum
             assert len(t["per_repeat"]) == s.repeats
+            for row, ts, ta in zip(t["per_repeat"], runs[path]["times"], ar["times"], strict=True):
+                t1 = ta["target_s"] / ta["target_calls"]
+                c = ts["draft_s"] / ts["draft_calls"] / t1 if ts["draft_calls"] else 0.0
+                assert (row["t1_s"], row["c"]) == (pytest.approx(t1, rel=1e-12), pytest.approx(c, rel=1e-12))
+                assert row["measured"] == pytest.approx(decode_tps(ts) / decode_tps(ta), rel=1e-12)
+                pred = row["predicted"]
+                assert pred["thm38"] == pytest.approx(e_t / (gamma * c + 1), rel=1e-9)
+                assert pred["corrected_gamma"] == pytest.approx(e_t / (gamma * c + v_of[gamma + 1]), rel=1e-9)
+                v_sum = sum(v_of[k + 1] for k in st["drafted"])
+                assert pred["cost_only"] == pytest.approx(st["new_tokens"] / (ts["draft_s"] / t1 + v_sum))
+            assert t["measured_speedup_median"] == pytest.approx(
+                statistics.median(row["measured"] for row in t["per_repeat"]), rel=1e-12
+            )
     assert rec["by_prompt"]["repeats"]["runs"]["ours_pld_g3"]["stats"]["drafted_tokens"] > 0
-    assert rec["verify_cost"].ks == (1, 2, 3, 4) and rec["verify_cost"].ratios[0] == 1.0
+    # All prompts pooled: total tokens over total time per repetition, then the quotients.
+    by = rec["by_prompt"]
+
+    def pooled_tps(path):
+        return [
+            sum(by[p]["runs"][path]["times"][i]["new_tokens"] for p in by)
+            / sum(by[p]["runs"][path]["times"][i]["wall_s"] for p in by)
+            for i in range(s.repeats)
+        ]
+
+    pooled = rec["all_prompts"]
+    check_ratio(pooled["ar_ours_over_hf"], quotients(pooled_tps("ours_ar"), pooled_tps("hf_greedy")))
+    for g in s.gammas:
+        ours_sp = quotients(pooled_tps(f"ours_pld_g{g}"), pooled_tps("ours_ar"))
+        hf_sp = quotients(pooled_tps(f"hf_pld_g{g}"), pooled_tps("hf_greedy"))
+        check_ratio(pooled[f"pld_g{g}"]["ours_speedup"], ours_sp)
+        check_ratio(pooled[f"pld_g{g}"]["ours_speedup_over_hf_speedup"], quotients(ours_sp, hf_sp))
     out = io.StringIO()
     bench.print_tables(summary, s, file=out)
-    assert "ours AR tok/s" in out.getvalue()
+    assert (
+        f"{'all prompts':<14} {'':>13} {'':>9} {pooled['ar_ours_over_hf']['median']:6.3f}" in out.getvalue()
+    )
     path = write_result(tmp_path / "engine.json", rec, env={"device": "cpu"})
     loaded = json.loads(path.read_text())
     assert loaded["settings"]["gammas"] == [2, 3]
-    assert loaded["all_prompts"]["ar_ours_over_hf"]["median"] > 0
+    assert loaded["all_prompts"] == pooled and loaded["by_prompt"]["plain"]["ratios"] == by["plain"]["ratios"]
+    assert loaded["verify_cost"]["ratios"] == list(vc.ratios)
 
 
 def test_record_hf_rounds_restores_the_hook(bench):
