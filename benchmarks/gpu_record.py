@@ -11,7 +11,8 @@ Steps, each saved to ``<out>/<device-slug>.json`` as soon as it ends (a timeout 
                        random Llamas of the test suite, model and prompt-lookup drafters;
 2. ``chi_square``   -- the joint law of the first two tokens at temperature 1 over N runs
                        against the exact law (losslessness on the GPU);
-3. ``shape:<name>`` -- per shape (SmolLM2-135M, SmolLM2-1.7B, Llama-2-7B), random weights in
+3. ``roofline``     -- memory bandwidth (a 1 GiB copy), bf16 matmul TFLOP/s, the ridge point;
+4. ``shape:<name>`` -- per shape (SmolLM2-135M, SmolLM2-1.7B, Llama-2-7B), random weights in
                        bfloat16 built on the GPU: T(b, k) for b in 1..64 and k in 1..8 (k up to
                        32 at b = 1) on a cached context, and the engine's own step.
 
@@ -68,6 +69,8 @@ def plan(args: argparse.Namespace) -> dict:
             "warmup": min(args.warmup, 1),
             "chi2_runs": min(args.chi2_runs, 200),
             "engine_ks": (1, 4),
+            "copy_mib": 8,
+            "matmul_n": (128,),
         }
     names = args.shapes if args.shapes else list(gr.SHAPES)
     unknown = [n for n in names if n not in gr.SHAPES]
@@ -83,6 +86,8 @@ def plan(args: argparse.Namespace) -> dict:
         "warmup": args.warmup,
         "chi2_runs": args.chi2_runs,
         "engine_ks": (1, 4, 8),
+        "copy_mib": 1024,
+        "matmul_n": (4096, 8192),
     }
 
 
@@ -137,7 +142,20 @@ def main(argv: list[str] | None = None) -> Path:
             rec.skip("chi_square", f"budget: {deadline.left():.0f} s left")
         gr.free_memory(args.device)
 
-    # 3. Shape-true targets: T(b, k) in the timing dtype.
+    # 3. The device's roofline: bandwidth, matmul throughput in the timing dtype, ridge point.
+    with rec.section("roofline") as out:
+        out.update(
+            gr.device_roofline(
+                args.device, dtype, copy_mib=p["copy_mib"], matmul_n=p["matmul_n"], repeats=p["warmup"] + 7
+            )
+        )
+        log(
+            f"  roofline: {out['bandwidth_gb_s']:.0f} GB/s, {out['peak_tflop_s']:.1f} TFLOP/s {args.dtype}, "
+            f"ridge {out['ridge_flop_per_byte']:.0f} FLOP/byte"
+        )
+    gr.free_memory(args.device)
+
+    # 4. Shape-true targets: T(b, k) in the timing dtype.
     for name, shape in p["shapes"].items():
         section = f"shape:{name}"
         if not deadline.allows(10):

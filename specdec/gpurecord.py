@@ -293,6 +293,64 @@ def free_memory(device: str) -> dict[str, float] | None:
     }
 
 
+# --------------------------------------------------------------------------- roofline
+def device_roofline(
+    device: str,
+    dtype: Any,
+    *,
+    copy_mib: int = 1024,
+    matmul_n: tuple[int, ...] = (4096, 8192),
+    repeats: int = 10,
+) -> dict[str, Any]:
+    """The device's two roofline numbers, measured: memory bandwidth and matmul throughput.
+
+    Bandwidth: ``y.copy_(x)`` of a ``copy_mib`` MiB tensor, which reads and writes it
+    (2 x bytes moved), median of ``repeats`` timed calls after one warm-up. Throughput:
+    an n x n by n x n matmul in ``dtype`` (2 n^3 FLOPs) for each n. The ridge point
+    (FLOPs per byte at which a kernel stops being bandwidth-bound) is their ratio.
+    """
+    import torch
+
+    sync = _sync(device)
+    x = torch.empty(copy_mib * 2**20, dtype=torch.uint8, device=device).random_(0, 255)
+    y = torch.empty_like(x)
+    times = []
+    for i in range(repeats + 1):
+        sync()
+        t0 = time.perf_counter()
+        y.copy_(x)
+        sync()
+        if i:
+            times.append(time.perf_counter() - t0)
+    moved = 2 * x.numel()
+    bandwidth = moved / float(np.median(times))
+    del x, y
+    out: dict[str, Any] = {
+        "copy_bytes_moved": moved,
+        "copy": _summary(times),
+        "bandwidth_gb_s": bandwidth / 1e9,
+        "matmul": [],
+    }
+    for n in matmul_n:
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        times = []
+        for i in range(repeats + 1):
+            sync()
+            t0 = time.perf_counter()
+            a @ b
+            sync()
+            if i:
+                times.append(time.perf_counter() - t0)
+        flops = 2.0 * n**3
+        out["matmul"].append({"n": n, **_summary(times), "tflop_s": flops / float(np.median(times)) / 1e12})
+        del a, b
+    best = max(m["tflop_s"] for m in out["matmul"])
+    out["peak_tflop_s"] = best
+    out["ridge_flop_per_byte"] = best * 1e12 / bandwidth
+    return out
+
+
 # --------------------------------------------------------------------------- correctness
 def tiny_models() -> Any:
     """The test suite's ``tests/tiny_models.py`` (loaded by path: no ``tests`` package needed)."""

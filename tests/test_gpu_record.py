@@ -51,7 +51,10 @@ def test_quick_run_finishes_every_section(quick_record):
     rec, stdout = quick_record
     status = rec["status"]
     assert status["finished"] and not status["failed"] and not status["skipped"], status
-    assert status["done"] == ["greedy", "chi_square", "shape:quick"]
+    assert status["done"] == ["greedy", "chi_square", "roofline", "shape:quick"]
+    roof = rec["roofline"]
+    assert roof["bandwidth_gb_s"] > 0 and roof["copy_bytes_moved"] == 2 * 8 * 2**20
+    assert roof["ridge_flop_per_byte"] == pytest.approx(roof["peak_tflop_s"] * 1e3 / roof["bandwidth_gb_s"])
     assert "[end] shape:quick" in stdout
     env = rec["environment"]
     assert env["device"] == "cpu" and env["torch"] and env["transformers"] and env["timestamp_utc"]
