@@ -192,6 +192,15 @@ def main(argv: list[str] | None = None) -> Path:
             if (1, 1) in cells:
                 out["step_s"] = cells[(1, 1)]["median_s"]
                 log(f"  {name}: T(1,1) = {1e3 * out['step_s']:.2f} ms")
+            if torch.device(args.device).type == "cuda" and deadline.allows(10):
+                try:  # the hardware's T(b, k): kernel time, free of eager launch overhead
+                    out["kernels"] = gr.kernel_time_surface(
+                        model, context=p["context"], deadline=deadline, log=log
+                    )
+                except Exception as exc:  # noqa: BLE001  (recorded, the run goes on)
+                    out["kernels"] = {"error": f"{type(exc).__name__}: {exc}"}
+                    log(f"  kernels failed: {out['kernels']['error']}")
+                rec.save()
             if deadline.allows(5):
                 out["engine"] = gr.engine_forward_times(
                     model, context=p["context"], ks=p["engine_ks"], repeats=p["repeats"], warmup=p["warmup"]

@@ -762,6 +762,97 @@ def cost_surface(
     return result
 
 
+def _step_and_crop(model: Any, cache: Any, cache_arg: str, ids: Any, positions: Any) -> None:
+    """One forward over ``ids`` after the cached context, then the cache cropped back."""
+    model(input_ids=ids, position_ids=positions, use_cache=True, **{cache_arg: cache})
+    cache.crop(-ids.shape[1])
+
+
+def kernel_time_surface(
+    model: Any,
+    *,
+    batches: Iterable[int] = (1, 4, 16, 64),
+    ks: Iterable[int] = (1, 2, 4, 8),
+    b1_extra_ks: Iterable[int] = (3, 5, 6, 12, 16, 32),
+    context: int = 128,
+    calls: int = 3,
+    seed: int = 0,
+    deadline: Deadline | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The GPU's busy time per forward call: the sum of its kernels' durations (torch.profiler).
+
+    Eager transformers launches hundreds of small kernels per call; when the CPU cannot
+    launch them as fast as the GPU runs them, the wall clock of :func:`cost_surface` measures
+    the launcher, not the hardware. The kernels' own time is what a launch-free engine
+    (CUDA graphs, a compiled step) approaches: the hardware's T(b, k). Per cell: the device
+    time of ``calls`` forwards (same set-up as :func:`cost_surface`: a cached context, every
+    row's logits, the cache cropped back after each call) divided by ``calls``, after one
+    untimed warm-up call. Needs a CUDA device.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        raise ValueError(f"kernel_time_surface needs a model on a CUDA device; got {device}")
+    cache_arg, keep_arg = _forward_kwargs(model)
+    vocab = int(model.config.vocab_size)
+    gen = torch.Generator().manual_seed(seed)
+    batches, ks, extra = tuple(batches), tuple(ks), tuple(b1_extra_ks)
+    result: dict[str, Any] = {
+        "context": context,
+        "calls": calls,
+        "timer": "sum of self device time of all profiled events (torch.profiler, CUDA activity) / calls",
+        "cells": [],
+        "skipped": [],
+    }
+
+    def device_us(prof: Any) -> float:
+        total = 0.0
+        for evt in prof.key_averages():
+            value = getattr(evt, "self_device_time_total", None)
+            if value is None:
+                value = getattr(evt, "self_cuda_time_total", 0.0)
+            total += float(value)
+        return total
+
+    for b in batches:
+        cell_ks = tuple(sorted(set(ks) | set(extra))) if b == 1 else ks
+        if deadline is not None and not deadline.allows():
+            result["skipped"] += [{"b": b, "k": k} for k in cell_ks]
+            continue
+        cache = _new_cache(model.config)
+        prefix = torch.randint(0, vocab, (b, context), generator=gen).to(device)
+        new = torch.randint(0, vocab, (b, max(cell_ks)), generator=gen).to(device)
+        positions = torch.arange(context + max(cell_ks), device=device).unsqueeze(0).expand(b, -1)
+        keep = {keep_arg: 1} if keep_arg else {}
+        line = []
+        with torch.inference_mode():
+            model(
+                input_ids=prefix,
+                position_ids=positions[:, :context],
+                use_cache=True,
+                **{cache_arg: cache},
+                **keep,
+            )
+            for k in cell_ks:
+                args = (model, cache, cache_arg, new[:, :k], positions[:, context : context + k])
+                _step_and_crop(*args)  # warm-up (allocator, kernel selection)
+                torch.cuda.synchronize(device)
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(calls):
+                        _step_and_crop(*args)
+                    torch.cuda.synchronize(device)
+                per_call = device_us(prof) / calls / 1e6
+                result["cells"].append({"b": b, "k": k, "kernel_s": per_call})
+                line.append(f"k={k}:{1e3 * per_call:.2f}")
+        del cache, prefix, new
+        if log is not None:
+            log(f"  kernels b={b:<3} ms  {' '.join(line)}")
+    return result
+
+
 def engine_forward_times(
     model: Any, *, context: int = 128, ks: Iterable[int] = (1, 4, 8), repeats: int = 20, warmup: int = 3
 ) -> dict[str, Any]:

@@ -201,3 +201,22 @@ def test_recorder_keeps_going_after_a_failed_section(tmp_path):
 def test_device_slug():
     assert gr.device_slug("NVIDIA H200") == "nvidia-h200"
     assert gr.device_slug("AMD EPYC 7B13 64-Core Processor") == "amd-epyc-7b13-64-core-processor"
+
+
+def test_kernel_time_needs_cuda():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=32,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    )
+    assert next(model.parameters()).device == torch.device("cpu")
+    with pytest.raises(ValueError, match="CUDA"):
+        gr.kernel_time_surface(model)
