@@ -27,12 +27,22 @@ book: setup
 	$(BIN)/jupyter-book build . --warningiserror --keep-going
 	@echo "Open _build/html/index.html"
 
-## Every test: lint + format check, unit and statistical tests, nbval over every notebook,
-## notebook/source pairing, and a strict build of the book.
+# Emulated CPUs for nbval: a stored output must not depend on the CPU's vector kernels.
+# numpy caps its dispatch with NPY_DISABLE_CPU_FEATURES, torch with ATEN_CPU_CAPABILITY;
+# notebooks/conftest.py checks that the cap took effect (SPECDEC_EMULATED_CPU names it).
+EMULATE_AVX2     := NPY_DISABLE_CPU_FEATURES="X86_V4" ATEN_CPU_CAPABILITY=avx2 SPECDEC_EMULATED_CPU=avx2
+EMULATE_BASELINE := NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4" ATEN_CPU_CAPABILITY=default SPECDEC_EMULATED_CPU=baseline
+NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider
+
+## Every test: lint + format check, unit and statistical tests, nbval over every notebook
+## (natively, then on an emulated AVX2 and a baseline x86-64 CPU), notebook/source pairing,
+## and a strict build of the book.
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider tests notebooks
+	$(NBVAL) tests notebooks
+	$(EMULATE_AVX2) $(NBVAL) notebooks
+	$(EMULATE_BASELINE) $(NBVAL) notebooks
 
 lint: setup
 	$(BIN)/ruff check --fix .
