@@ -21,6 +21,11 @@
 
   measured = theorem * verify * iid * overhead exactly (each factor is a ratio of neighbours).
 * :func:`load_records` lists the result files of ``benchmarks/real_decoding.py``.
+* :func:`slower_accurate_pairs` finds the paper's counterexample in a record's table: two
+  drafters of one task and temperature where the one with the higher alpha is the slower on
+  the wall clock; :func:`same_family`, :func:`fastest_pair`, :func:`widest_win` and
+  :func:`family_scaling` pick the pairs and the family-wide pattern that the chapter shows.
+  Each returns ``None`` (or an empty list) when the record holds no such pair.
 """
 
 from __future__ import annotations
@@ -35,7 +40,20 @@ import numpy as np
 from specdec.stats import Stats
 from specdec.theory import expected_tokens, walltime_speedup, walltime_speedup_measured
 
-__all__ = ["load_records", "pool_rounds", "speedup_gap"]
+__all__ = [
+    "drafter_family",
+    "family_scaling",
+    "fastest_pair",
+    "load_records",
+    "pool_rounds",
+    "same_family",
+    "slower_accurate_pairs",
+    "speedup_gap",
+    "widest_win",
+]
+
+#: Columns a table row must have for the pair search.
+PAIR_COLUMNS = ("temperature", "task", "drafter", "alpha", "c", "measured")
 
 
 def pool_rounds(stats: Iterable[Stats]) -> dict[str, Any]:
@@ -137,3 +155,129 @@ def load_records(folder: str | Path) -> list[dict[str, Any]]:
         if isinstance(record, dict) and record.get("kind") == "real-decoding":
             out.append({**record, "file": path.name})
     return out
+
+
+# -- the counterexample: a more accurate draft that is slower -------------------------------------
+
+
+def _rows(table: Any) -> list[dict[str, Any]]:
+    """Rows as dicts from a list of mappings or a pandas DataFrame; checks the columns."""
+    rows = table.to_dict("records") if hasattr(table, "to_dict") else [dict(r) for r in table]
+    for i, row in enumerate(rows):
+        missing = [k for k in PAIR_COLUMNS if k not in row]
+        if missing:
+            raise ValueError(f"table row {i} lacks the columns {missing} (needs {list(PAIR_COLUMNS)})")
+    return rows
+
+
+def drafter_family(name: str) -> str | None:
+    """The model family of a drafter name: ``"ee"`` (early exits ``ee-N``), ``"draft"``
+    (distilled drafts ``draft-...``), or ``None`` for drafters that are not models
+    (prompt lookup, n-grams)."""
+    head = name.split("-", 1)[0]
+    return head if head in ("ee", "draft") and "-" in name else None
+
+
+def slower_accurate_pairs(table: Any, *, margin: float = 0.05) -> list[dict[str, Any]]:
+    """Every pair in one (temperature, task) group whose more accurate drafter is the slower.
+
+    ``table``: rows (mappings or a DataFrame) with the columns of :data:`PAIR_COLUMNS`
+    (``measured`` is the measured speedup). A pair counts when ``alpha`` exceeds the other's
+    by more than ``margin`` while ``measured`` is lower. Each pair is a dict with
+    ``temperature``, ``task`` and, for the two drafters, ``accurate``/``faster`` (names),
+    ``accurate_alpha``/``faster_alpha``, ``accurate_c``/``faster_c`` and
+    ``accurate_speedup``/``faster_speedup``; in table order. An empty list when none.
+    """
+    if not (np.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be a finite number >= 0; got {margin!r}")
+    rows = _rows(table)
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["temperature"], row["task"]), []).append(row)
+    pairs = []
+    for (temperature, task), grp in groups.items():
+        for a in grp:
+            for b in grp:
+                if a["alpha"] > b["alpha"] + margin and a["measured"] < b["measured"]:
+                    pairs.append(
+                        {
+                            "temperature": temperature,
+                            "task": task,
+                            "accurate": a["drafter"],
+                            "accurate_alpha": float(a["alpha"]),
+                            "accurate_c": float(a["c"]),
+                            "accurate_speedup": float(a["measured"]),
+                            "faster": b["drafter"],
+                            "faster_alpha": float(b["alpha"]),
+                            "faster_c": float(b["c"]),
+                            "faster_speedup": float(b["measured"]),
+                        }
+                    )
+    return pairs
+
+
+def same_family(pairs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pairs whose two drafters are models of one family (two early exits, two distilled drafts)."""
+    out = []
+    for pair in pairs:
+        family = drafter_family(pair["accurate"])
+        if family is not None and family == drafter_family(pair["faster"]):
+            out.append(pair)
+    return out
+
+
+def fastest_pair(pairs: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The pair whose faster drafter is the fastest (ties: the widest gap in alpha); ``None`` if none."""
+    pairs = list(pairs)
+    if not pairs:
+        return None
+    return max(pairs, key=lambda q: (q["faster_speedup"], q["accurate_alpha"] - q["faster_alpha"]))
+
+
+def widest_win(pairs: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The pair with the largest ``faster_speedup / accurate_speedup``, that ratio under
+    ``"win"``; ``None`` if there is no pair."""
+    pairs = list(pairs)
+    if not pairs:
+        return None
+    best = max(pairs, key=lambda q: q["faster_speedup"] / q["accurate_speedup"])
+    return {**best, "win": best["faster_speedup"] / best["accurate_speedup"]}
+
+
+def family_scaling(table: Any, family: str = "draft") -> dict[str, Any] | None:
+    """How alpha, c and the speedup change from the smallest to the largest draft of a family.
+
+    Members are ordered by the number after their last ``l`` (``draft-distil-l4`` -> 4) for
+    ``"draft"``, after ``ee-`` for ``"ee"``. Over the (temperature, task) groups that hold
+    both: the median ratios ``c_ratio`` and ``alpha_ratio`` (largest / smallest), the count
+    ``slower`` of groups where the largest is slower, and ``groups``. ``None`` when the
+    table holds fewer than two members of the family or no group holds both.
+    """
+    if family not in ("ee", "draft"):
+        raise ValueError(f"family must be 'ee' or 'draft'; got {family!r}")
+    rows = _rows(table)
+    members = sorted({r["drafter"] for r in rows if drafter_family(r["drafter"]) == family}, key=_member_size)
+    if len(members) < 2:
+        return None
+    small, large = members[0], members[-1]
+    by_group: dict[tuple[Any, Any], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        if r["drafter"] in (small, large):
+            by_group.setdefault((r["temperature"], r["task"]), {})[r["drafter"]] = r
+    both = [g for g in by_group.values() if small in g and large in g]
+    if not both:
+        return None
+    return {
+        "small": small,
+        "large": large,
+        "c_ratio": float(np.median([g[large]["c"] / g[small]["c"] for g in both])),
+        "alpha_ratio": float(np.median([g[large]["alpha"] / g[small]["alpha"] for g in both])),
+        "slower": int(sum(g[large]["measured"] < g[small]["measured"] for g in both)),
+        "groups": len(both),
+    }
+
+
+def _member_size(name: str) -> tuple[int, str]:
+    tail = name.rsplit("l", 1)[-1] if name.startswith("draft") else name.split("-", 1)[-1]
+    digits = "".join(ch for ch in tail if ch.isdigit())
+    return (int(digits) if digits else 0, name)

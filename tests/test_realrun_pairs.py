@@ -1,0 +1,105 @@
+"""The counterexample search of specdec.realrun on hand-made tables, with and without pairs."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from specdec.realrun import (
+    drafter_family,
+    family_scaling,
+    fastest_pair,
+    same_family,
+    slower_accurate_pairs,
+    widest_win,
+)
+
+
+def row(drafter, alpha, c, measured, task="code", temperature=0.0):
+    return {
+        "temperature": temperature,
+        "task": task,
+        "drafter": drafter,
+        "alpha": alpha,
+        "c": c,
+        "measured": measured,
+    }
+
+
+WITH_PAIRS = [
+    row("lookup", 0.30, 0.01, 1.40),
+    row("draft-distil-l1", 0.40, 0.10, 1.10),
+    row("draft-distil-l4", 0.50, 0.20, 0.90),
+    row("ee-28", 0.90, 0.96, 0.60),
+    # another group: the more accurate draft is also the faster one, so no pair here
+    row("draft-distil-l1", 0.30, 0.10, 1.00, task="chat"),
+    row("draft-distil-l4", 0.60, 0.20, 1.30, task="chat"),
+]
+
+
+def test_pairs_found_and_named():
+    pairs = slower_accurate_pairs(WITH_PAIRS)
+    found = {(q["accurate"], q["faster"]) for q in pairs}
+    assert found == {
+        ("draft-distil-l1", "lookup"),
+        ("draft-distil-l4", "lookup"),
+        ("draft-distil-l4", "draft-distil-l1"),
+        ("ee-28", "lookup"),
+        ("ee-28", "draft-distil-l1"),
+        ("ee-28", "draft-distil-l4"),
+    }
+    l4_l1 = next(q for q in pairs if (q["accurate"], q["faster"]) == ("draft-distil-l4", "draft-distil-l1"))
+    assert (l4_l1["accurate_alpha"], l4_l1["accurate_c"], l4_l1["accurate_speedup"]) == (0.5, 0.2, 0.9)
+    assert (l4_l1["faster_alpha"], l4_l1["faster_c"], l4_l1["faster_speedup"]) == (0.4, 0.1, 1.1)
+    assert all(q["task"] == "code" for q in pairs)
+
+
+def test_margin_is_strict_and_dataframes_work():
+    # alpha 0.40 vs 0.30 differs by 0.10: a pair at margin 0.05, none at margin 0.10 (strict)
+    table = pd.DataFrame(WITH_PAIRS[:2])
+    assert len(slower_accurate_pairs(table, margin=0.05)) == 1
+    assert slower_accurate_pairs(table, margin=0.10 + 1e-12) == []
+
+
+def test_headline_and_family_pairs():
+    pairs = slower_accurate_pairs(WITH_PAIRS)
+    top = fastest_pair(pairs)  # the fastest faster drafter is lookup; widest alpha gap: ee-28
+    assert (top["accurate"], top["faster"]) == ("ee-28", "lookup")
+    fam = same_family(pairs)
+    assert [(q["accurate"], q["faster"]) for q in fam] == [("draft-distil-l4", "draft-distil-l1")]
+    win = widest_win(fam)
+    assert win["win"] == pytest.approx(1.1 / 0.9)
+
+
+def test_family_scaling():
+    s = family_scaling(WITH_PAIRS, "draft")
+    assert (s["small"], s["large"], s["groups"], s["slower"]) == ("draft-distil-l1", "draft-distil-l4", 2, 1)
+    assert s["c_ratio"] == pytest.approx(2.0)
+    assert s["alpha_ratio"] == pytest.approx((0.5 / 0.4 + 0.6 / 0.3) / 2)  # median of two groups
+
+
+def test_a_record_without_pairs():
+    table = [
+        row("lookup", 0.3, 0.01, 1.2),
+        row("draft-distil-l1", 0.5, 0.1, 1.5),
+        row("unigram", 0.1, 0.0, 0.8),
+    ]
+    pairs = slower_accurate_pairs(table)
+    assert pairs == []
+    assert fastest_pair(pairs) is None
+    assert widest_win(same_family(pairs)) is None
+    assert family_scaling(table, "draft") is None  # one distilled draft only
+
+
+def test_families_and_bad_input():
+    assert drafter_family("ee-28") == "ee" and drafter_family("draft-distil-l2") == "draft"
+    assert drafter_family("lookup") is None and drafter_family("bigram") is None
+    with pytest.raises(ValueError, match="lacks the columns"):
+        slower_accurate_pairs([{"task": "code", "drafter": "x"}])
+    with pytest.raises(ValueError, match="margin"):
+        slower_accurate_pairs(WITH_PAIRS, margin=-1)
+    with pytest.raises(ValueError, match="family"):
+        family_scaling(WITH_PAIRS, "lookup")
+    assert math.isfinite(family_scaling(WITH_PAIRS, "draft")["c_ratio"])
