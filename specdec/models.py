@@ -31,6 +31,7 @@ eager suffers more. sdpa's median was the lower one in every run.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import io
 import json
@@ -101,8 +102,10 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 
 #: Bump when the cache layout or the tokenizer repair changes: old caches are then rebuilt.
-CACHE_FORMAT = 1
+#: Format 2 added the checksums of the cached files (:data:`_FILES_FILE`).
+CACHE_FORMAT = 2
 _KEY_FILE = "specdec-cache-key.json"
+_FILES_FILE = "specdec-cache-files.json"  # size and sha256 of every cached file, written last but one
 
 
 class TokenizerCheckError(ValueError):
@@ -402,6 +405,47 @@ def _read_key(folder: Path) -> dict[str, Any] | None:
         return None
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_sums(folder: Path) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file under ``folder``, by relative path (the cache's own records excluded)."""
+    return {
+        p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name not in (_KEY_FILE, _FILES_FILE)
+    }
+
+
+def _verify_cache(folder: Path) -> None:
+    """Raise ValueError naming the first cached file that is missing or differs from its checksum.
+
+    Catches a damaged file that still parses (a flipped byte in the weights), which loading
+    alone would not; hashing costs about 0.4 s for the 540 MB float32 weights.
+    """
+    try:
+        recorded = json.loads((folder / _FILES_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"the cache's checksum file {_FILES_FILE} is missing or unreadable: {exc}") from exc
+    if not isinstance(recorded, dict) or not recorded:
+        raise ValueError(f"the cache's checksum file {_FILES_FILE} lists no files")
+    for rel, want in recorded.items():
+        path = folder / rel
+        if not path.is_file():
+            raise ValueError(f"the cached file {rel} is missing")
+        if path.stat().st_size != want.get("size"):
+            raise ValueError(
+                f"the cached file {rel} has {path.stat().st_size} bytes; {want.get('size')} were written"
+            )
+        if _sha256(path) != want.get("sha256"):
+            raise ValueError(f"the cached file {rel} differs from the sha256 recorded when it was written")
+
+
 def _load_gguf(gguf: Path, dtype: torch.dtype, attn: str, quiet: bool) -> tuple[Any, Any]:
     """Dequantize a GGUF checkpoint into a transformers model (and its tokenizer).
 
@@ -446,6 +490,7 @@ def _save_cache(model: Any, tokenizer: Any, folder: Path, key: dict[str, Any]) -
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        (tmp / _FILES_FILE).write_text(json.dumps(_file_sums(tmp), indent=2, sort_keys=True) + "\n")
         (tmp / _KEY_FILE).write_text(json.dumps(key, indent=2, sort_keys=True) + "\n")
         if folder.exists():
             shutil.rmtree(folder)
@@ -487,9 +532,13 @@ def load_target(
     with ``cache=True``, saves model and tokenizer as safetensors under
     ``cache_root()/SmolLM2-135M-Instruct-Q4_1-<dtype>``; later calls load from there. The cache
     is keyed by the GGUF's size and modification time, the dtype, the transformers version
-    and :data:`CACHE_FORMAT`; a mismatch or an unreadable cache rebuilds it. The tokenizer is
-    repaired (:func:`restore_digit_split`) and checked (:func:`check_tokenizer`) on every load.
-    ``quiet=True`` silences transformers' progress bars and warnings (for notebooks).
+    and :data:`CACHE_FORMAT`, and every cached file is checked against the size and sha256
+    recorded when it was written. A key mismatch rebuilds the cache; so does a damaged cache
+    (a missing, truncated or altered file, or one that fails to load), with a warning naming
+    the cause. A cache that cannot be written (e.g. a read-only folder) is skipped with a
+    warning. The tokenizer is repaired (:func:`restore_digit_split`) and checked
+    (:func:`check_tokenizer`) on every load. ``quiet=True`` silences transformers' progress
+    bars and warnings (for notebooks), not these two warnings.
     """
     gguf = smollm2_gguf_path()
     torch_dtype = resolve_dtype(dtype)
@@ -498,21 +547,29 @@ def load_target(
     attn = _check_attn(attn_implementation)
     folder = cache_root() / f"{SMOLLM2_NAME}-Q4_1-{name}"
     start = time.perf_counter()
+    notes: list[str] = []  # warned after _quiet, which silences warnings
     with _quiet(quiet):
         key = _cache_key(gguf, name)
         model = tokenizer = None
         source = "gguf"
         if cache and _read_key(folder) == key:
             try:
+                _verify_cache(folder)
                 model, tokenizer = _from_folder(folder, torch_dtype, attn)
                 source = "cache"
-            except (OSError, ValueError, RuntimeError) as exc:
-                warnings.warn(f"rebuilding the unreadable model cache {folder}: {exc}", stacklevel=2)
+            except Exception as exc:  # the cache is disposable: whatever fails to read, rebuild it
+                model = tokenizer = None
+                notes.append(f"rebuilding the damaged model cache {folder}: {exc}")
         if model is None:
             model, tokenizer = _load_gguf(gguf, torch_dtype, attn, quiet)
             if cache:
-                _save_cache(model, tokenizer, folder, key)
+                try:
+                    _save_cache(model, tokenizer, folder, key)
+                except OSError as exc:  # the model is loaded; a cache that cannot be written is no error
+                    notes.append(f"could not write the model cache {folder}: {exc}")
         _ready(model, tokenizer, dev)
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
     check_tokenizer(tokenizer)
     return LoadedModel(
         model=model,

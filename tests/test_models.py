@@ -7,8 +7,10 @@ temporary cache folder (``$SPECDEC_CACHE``) so the second load can be checked to
 from __future__ import annotations
 
 import copy
+import json
 import os
 import sys
+import warnings
 
 import pytest
 
@@ -22,6 +24,8 @@ from tokenizers import models as tok_models  # noqa: E402
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
 from specdec import models  # noqa: E402
+from specdec.decoding import autoregressive  # noqa: E402
+from specdec.lm import CachedLM  # noqa: E402
 from specdec.models import (  # noqa: E402
     DEFAULT_ATTN,
     SMOLLM2_GGUF,
@@ -117,23 +121,45 @@ def test_target_loads_and_its_tokenizer_passes(target, cache_dir):
     assert (target.cache_dir / "model.safetensors").is_file()
 
 
-def test_greedy_chat_continuation_is_deterministic(target):
-    tok = target.tokenizer
+#: The top logit at each step of the greedy reply below (float32, this loader): a fingerprint of
+#: the dequantized weights far above cross-CPU noise (about 1e-4 here), checked to 0.01.
+GREEDY_TOP_LOGITS = [25.3254, 19.0936, 19.9737, 17.5817, 26.7192, 13.67, 23.0955, 17.2896]
+
+
+def test_greedy_reply_is_the_argmax_loop_and_answers(target):
+    """Greedy decoding with a KV cache (transformers' generate, specdec's autoregressive) gives the
+    tokens of a hand-rolled argmax loop over full forwards without a cache, and the right answer;
+    the cached logits rows equal the uncached ones, and the top logits match the fingerprint. A
+    wrong dequantization, tokenizer, position id or cache fails one of these (the answer alone
+    survives e.g. position ids off by one, or a mis-ordered rotary half in the last ten layers)."""
+    tok, model = target.tokenizer, target.model
     text = tok.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}],
         tokenize=False,
         add_generation_prompt=True,
     )
-    ids = tok(text, return_tensors="pt").input_ids
-    assert ids[0, 0].item() == 1  # <|im_start|> parsed as one special token
-    runs = []
-    for _ in range(2):
-        with torch.inference_mode():
-            out = target.model.generate(ids, do_sample=False, max_new_tokens=12)
-        runs.append(out[0, ids.shape[1] :].tolist())
-    assert runs[0] == runs[1]
-    reply = tok.decode(runs[0], skip_special_tokens=True)
-    assert reply.strip(), runs[0]
+    ids = tok(text).input_ids
+    assert ids[0] == 1 and len(ids) == 37  # <|im_start|> parsed as one special token
+    hand = list(ids)
+    with torch.inference_mode():
+        for _ in range(12):
+            hand.append(int(model(input_ids=torch.tensor([hand]), use_cache=False).logits[0, -1].argmax()))
+            if hand[-1] == tok.eos_token_id:
+                break
+        generated = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=12)
+    hand = hand[len(ids) :]
+    assert generated[0, len(ids) :].tolist() == hand
+    assert autoregressive(model, ids, max_new_tokens=12, eos_token_id=tok.eos_token_id).tokens == hand
+    assert hand[-1] == tok.eos_token_id == 2
+    assert tok.decode(hand, skip_special_tokens=True) == "The capital of France is Paris."
+    with torch.inference_mode():
+        full = model(input_ids=torch.tensor([ids + hand[:-1]]), use_cache=False).logits[0, len(ids) - 1 :]
+    lm = CachedLM(model)
+    lm.forward(ids[:-1])
+    cached = torch.cat([lm.forward([t]) for t in [ids[-1], *hand[:-1]]])
+    torch.testing.assert_close(cached, full.float(), rtol=0, atol=1e-3)
+    assert full.argmax(-1).tolist() == hand
+    assert full.max(-1).values.tolist() == pytest.approx(GREEDY_TOP_LOGITS, abs=0.01)
 
 
 def test_second_load_comes_from_the_cache(target, cache_dir):
@@ -179,8 +205,13 @@ def test_check_tokenizer_rejects_a_tiny_tokenizer():
 
 
 # --------------------------------------------------------------------------- the cache logic
-def test_cache_is_keyed_by_the_gguf_file_and_dtype(tmp_path, monkeypatch, target):
-    """A cheap stand-in for the GGUF: a fake file and a tiny model, the real tokenizer."""
+@pytest.fixture
+def fake_gguf(tmp_path, monkeypatch, target):
+    """A cheap stand-in for the GGUF: a fake file and a tiny model, the real tokenizer.
+
+    Returns the fake file and the list of dtypes ``_load_gguf`` was called with; the cache
+    goes to ``tmp_path / "cache"``.
+    """
     fake = tmp_path / "pkg" / SMOLLM2_GGUF
     fake.parent.mkdir()
     fake.write_bytes(b"not really a gguf")
@@ -193,6 +224,11 @@ def test_cache_is_keyed_by_the_gguf_file_and_dtype(tmp_path, monkeypatch, target
         return tiny_llama(len(target.tokenizer)).to(dtype), copy.deepcopy(target.tokenizer)
 
     monkeypatch.setattr(models, "_load_gguf", fake_load)
+    return fake, calls
+
+
+def test_cache_is_keyed_by_the_gguf_file_and_dtype(tmp_path, fake_gguf):
+    fake, calls = fake_gguf
     first = load_target(quiet=True)
     assert (first.source, len(calls)) == ("gguf", 1)
     second = load_target(quiet=True)
@@ -211,6 +247,54 @@ def test_cache_is_keyed_by_the_gguf_file_and_dtype(tmp_path, monkeypatch, target
         "SmolLM2-135M-Instruct-Q4_1-bfloat16",
         "SmolLM2-135M-Instruct-Q4_1-float32",
     ]
+
+
+def test_a_damaged_cache_is_rebuilt(fake_gguf):
+    """Truncated, altered (still loadable), missing, unrecorded or unloadable files: each load
+    warns, rebuilds from the GGUF and gives the same model; the rebuilt cache then loads."""
+    from safetensors.torch import load_file
+
+    _, calls = fake_gguf
+    first = load_target(quiet=True)
+    folder, reference = first.cache_dir, logits(first.model)
+    weights, sums_file = folder / "model.safetensors", folder / "specdec-cache-files.json"
+    sums = json.loads(sums_file.read_text())
+    assert sums["model.safetensors"]["size"] == weights.stat().st_size and "tokenizer.json" in sums
+
+    def rebuilt(match: str) -> None:
+        with pytest.warns(UserWarning, match=f"rebuilding the damaged model cache .*{match}"):
+            again = load_target(quiet=True)
+        assert again.source == "gguf" and torch.equal(logits(again.model), reference)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert load_target(quiet=True).source == "cache"
+
+    with weights.open("r+b") as handle:  # issue 9: cut to 1,000 bytes
+        handle.truncate(1000)
+    rebuilt("model.safetensors has 1000 bytes; [0-9]+ were written")
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x40  # one bit of the last weight: the file still loads, only its sha256 differs
+    weights.write_bytes(bytes(data))
+    load_file(str(weights))
+    rebuilt("model.safetensors differs from the sha256")
+    (folder / "tokenizer.json").unlink()
+    rebuilt("tokenizer.json is missing")
+    sums_file.unlink()
+    rebuilt("checksum file specdec-cache-files.json is missing")
+    with weights.open("r+b") as handle:  # damaged before its checksum was taken: loading fails
+        handle.truncate(1000)
+    sums_file.write_text(json.dumps(models._file_sums(folder)))
+    rebuilt("Error while deserializing header")  # a SafetensorError, caught
+    assert len(calls) == 6
+
+
+def test_a_cache_that_cannot_be_written_is_skipped(fake_gguf, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SPECDEC_CACHE", str(blocker / "cache"))
+    with pytest.warns(UserWarning, match="could not write the model cache"):
+        loaded = load_target(quiet=True)
+    assert loaded.source == "gguf" and loaded.model is not None
 
 
 def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
