@@ -198,7 +198,11 @@ def _start(
     top_p: float | None,
     eos_token_id: int | None,
 ) -> tuple[CachedLM, list[int]]:
-    """Check the arguments both loops share; wrap the target. Raises ValueError early."""
+    """Check the arguments both loops share; wrap the target. Raises ValueError early.
+
+    Also refuses a generation that could outgrow the target's context: prompt plus
+    ``max_new_tokens`` beyond ``target.config.max_position_embeddings`` (when the config has it).
+    """
     if isinstance(prompt_ids, torch.Tensor | np.ndarray):
         if prompt_ids.ndim == 2 and prompt_ids.shape[0] == 1:
             prompt_ids = prompt_ids[0]
@@ -210,6 +214,12 @@ def _start(
         raise ValueError("prompt_ids must hold at least one token id; got an empty prompt")
     if not _is_int(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1; got {max_new_tokens!r}")
+    context = getattr(getattr(target, "config", None), "max_position_embeddings", None)
+    if _is_int(context) and len(prompt) + max_new_tokens > context:
+        raise ValueError(
+            f"len(prompt_ids) + max_new_tokens must be <= {context} (the target's max_position_embeddings); "
+            f"got {len(prompt)} + {max_new_tokens} = {len(prompt) + max_new_tokens}"
+        )
     if isinstance(temperature, bool) or not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
     if top_k is not None and (not _is_int(top_k) or top_k < 1):
