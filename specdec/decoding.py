@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from specdec.drafters import Drafter, Proposal
-from specdec.lm import CachedLM
+from specdec.lm import CachedLM, open_lm
 from specdec.sampling import sample, verify, verify_argmax, warp
 from specdec.stats import Stats
 
@@ -226,7 +226,7 @@ def _start(
         raise ValueError(f"top_k must be an integer >= 1 or None; got {top_k!r}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must lie in (0, 1] or be None; got {top_p!r}")
-    lm = CachedLM(target)
+    lm = open_lm(target)
     if not all(_is_int(t) and 0 <= t < lm.vocab_size for t in prompt):
         raise ValueError(f"prompt_ids must be integers in [0, {lm.vocab_size}) (the target's vocabulary)")
     if eos_token_id is not None and (not _is_int(eos_token_id) or not 0 <= eos_token_id < lm.vocab_size):

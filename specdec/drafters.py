@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specdec.lm import CachedLM, vocab_size
+from specdec.lm import CachedLM, open_lm, vocab_size
 from specdec.sampling import sample
 
 __all__ = [
@@ -147,7 +147,7 @@ class ModelDrafter(Drafter):
             raise ValueError("pass both tokenizer and target_tokenizer, or neither")
         if tokenizer is not None:
             check_same_tokenizer(target_tokenizer, tokenizer)
-        self.lm = CachedLM(model)
+        self.lm = open_lm(model)
         self.vocab_size = self.lm.vocab_size
 
     def start(self, prompt_ids: Sequence[int]) -> None:
@@ -175,6 +175,8 @@ class ModelDrafter(Drafter):
     def q_rows(self, ids: Sequence[int], keep: int, warp_fn: WarpFn) -> torch.Tensor:
         """One full forward of the draft model over ``ids`` (no cache; its own cache is untouched)."""
         _check_keep(ids, keep)
+        if not isinstance(self.lm, CachedLM):  # a lean model: a fresh session, fed once
+            return warp_fn(open_lm(self.lm.model).forward(list(ids), keep=keep))
         input_ids = torch.tensor([[int(t) for t in ids]], dtype=torch.long, device=self.lm.device)
         out = self.lm.model(input_ids=input_ids, use_cache=False, logits_to_keep=keep)
         return warp_fn(out.logits[0, -keep:].float())
@@ -188,6 +190,9 @@ def early_exit_model(model: torch.nn.Module, n_layers: int) -> torch.nn.Module:
     Mistral, Qwen2, SmolLM2, ...): the view is built on the meta device and every submodule
     is then replaced by the target's own.
     """
+    early_exit = getattr(model, "early_exit", None)
+    if callable(early_exit):  # a specdec.lean.LeanLlama: a view over its first layers
+        return early_exit(n_layers)
     base = getattr(model, model.base_model_prefix)
     total = len(base.layers)
     if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= total:

@@ -19,11 +19,13 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-__all__ = ["CachedLM", "common_prefix_len", "vocab_size"]
+__all__ = ["CachedLM", "common_prefix_len", "open_lm", "vocab_size"]
 
 
 def vocab_size(model: torch.nn.Module) -> int:
     """V: the width of the model's logits rows (rows of its output embedding)."""
+    if not hasattr(model, "get_output_embeddings"):  # a specdec.lean.LeanLlama
+        return int(model.vocab_size)
     head = model.get_output_embeddings()
     if head is not None and getattr(head, "weight", None) is not None:
         return int(head.weight.shape[0])
@@ -38,6 +40,15 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def open_lm(model: object) -> CachedLM:
+    """A fresh decoding state over ``model``: a :class:`CachedLM` for a Hugging Face model, a
+    :class:`specdec.lean.LeanSession` (same interface) for a :class:`specdec.lean.LeanLlama`."""
+    session = getattr(model, "session", None)
+    if callable(session):
+        return session()
+    return CachedLM(model)
 
 
 @functools.cache

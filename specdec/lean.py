@@ -1,0 +1,341 @@
+"""A lean Llama forward for decoding on a CPU: preallocated KV cache, fused weights, weight modes.
+
+Hugging Face's ``LlamaForCausalLM`` is general; a decode step of a small model pays for that
+generality (module calls, cache objects, masks built per call). :class:`LeanLlama` holds the
+same weights as plain tensors, fused where one matmul can do the work of several (q, k, v in
+one; gate and up in one), and runs the forward as a short loop over layers with a
+preallocated, position-indexed KV cache (gpt-fast's design). Its weight **modes**:
+
+* ``"float32"``  dense float32 weights and activations (the GGUF's dequantized values, exactly);
+* ``"bfloat16"`` dense bfloat16 weights and activations;
+* ``"int4"``     the decoder layers' weights as 4-bit integers in groups of 32 along the input
+  dimension with a scale and a zero per group (torch's CPU int4 weight-only kernel,
+  ``aten._weight_int4pack_mm_for_cpu``), bfloat16 activations; embedding and LM head in
+  bfloat16. The GGUF's Q4_1 blocks are an affine code in groups of 32 (w = d q + m, q in
+  0..15, with the block's minimum at q = 0 and maximum at q = 15), so re-encoding the
+  dequantized weights recovers the very same integers: :attr:`LeanLlama.quantization_error`
+  records the largest reconstruction error (0 for SmolLM2's Q4_1 layers). The scales and
+  zeros are then rounded to bfloat16, which the kernel needs.
+
+Which mode is fastest depends on the CPU (bf16 matmuls need AVX512-BF16 or AMX to be fast),
+so it is chosen by measuring the running machine (:mod:`specdec.modes`), never by a constant.
+
+A model is used through a :class:`LeanSession` (one per decoding call or drafter), which has
+the interface of :class:`specdec.lm.CachedLM`: ``forward``, ``crop``, ``sync``, ``ids``,
+``calls``; :func:`specdec.lm.open_lm` picks the right one for a model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["GROUP_SIZE", "MODES", "LeanLlama", "LeanSession", "int4_supported"]
+
+MODES = ("float32", "bfloat16", "int4")
+#: Group size of the int4 code along a weight's input dimension (the GGUF's Q4_1 block).
+GROUP_SIZE = 32
+
+
+def int4_supported() -> bool:
+    """True when this torch has the CPU int4 weight-only kernels."""
+    ops = torch.ops.aten
+    return hasattr(ops, "_convert_weight_to_int4pack_for_cpu") and hasattr(ops, "_weight_int4pack_mm_for_cpu")
+
+
+@dataclass
+class _Linear:
+    """One weight matrix (out x in) in a mode: dense, or int4-packed with scales and zeros."""
+
+    weight: torch.Tensor  # dense (N, K), or the packed int4 tensor
+    out_features: int
+    scales_zeros: torch.Tensor | None = None  # (K / GROUP_SIZE, N, 2) for int4
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.scales_zeros is None:
+            return F.linear(x, self.weight)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.weight, GROUP_SIZE, self.scales_zeros)
+
+
+def _int4(weight: torch.Tensor, act_dtype: torch.dtype) -> tuple[_Linear, float]:
+    """Encode a dense (N, K) weight as int4 in groups of 32 (min at q = 0, max at q = 15).
+
+    Returns the packed linear layer and the largest absolute reconstruction error of the
+    integer code (before the scales are rounded to ``act_dtype``).
+    """
+    w = weight.detach().float()
+    n, k = w.shape
+    if k % GROUP_SIZE:
+        raise ValueError(f"int4 mode needs every input dimension divisible by {GROUP_SIZE}; got {k}")
+    groups = w.view(n, k // GROUP_SIZE, GROUP_SIZE)
+    low = groups.amin(-1)
+    step = (groups.amax(-1) - low) / 15
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    q = torch.round((groups - low[..., None]) / safe[..., None]).clamp(0, 15)
+    error = float((q * step[..., None] + low[..., None] - groups).abs().max())
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).view(n, k), 1)
+    # torch's int4 code reads w = (q - 8) * scale + zero, so zero = min + 8 * scale
+    scales_zeros = torch.stack([step.t(), (low + 8 * step).t()], dim=-1).contiguous().to(act_dtype)
+    return _Linear(packed, n, scales_zeros), error
+
+
+def _config_value(config: Any, name: str, default: Any = None) -> Any:
+    return getattr(config, name, default)
+
+
+def _check_supported(config: Any) -> None:
+    """Refuse configurations whose forward this module does not implement."""
+    if _config_value(config, "model_type") not in ("llama", None):
+        raise ValueError(f"LeanLlama implements the Llama architecture; got model_type {config.model_type!r}")
+    for flag in ("attention_bias", "mlp_bias"):
+        if _config_value(config, flag, False):
+            raise ValueError(f"LeanLlama does not implement {flag}=True")
+    if _config_value(config, "hidden_act", "silu") != "silu":
+        raise ValueError(f"LeanLlama implements hidden_act 'silu'; got {config.hidden_act!r}")
+    rope = _config_value(config, "rope_parameters") or _config_value(config, "rope_scaling") or {}
+    kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    if kind != "default":
+        raise ValueError(f"LeanLlama implements the default rotary embedding; got rope_type {kind!r}")
+
+
+def _rope_theta(config: Any) -> float:
+    rope = _config_value(config, "rope_parameters")
+    if isinstance(rope, dict) and "rope_theta" in rope:
+        return float(rope["rope_theta"])
+    return float(_config_value(config, "rope_theta", 10000.0))
+
+
+class LeanLlama:
+    """A Llama causal LM's weights in one mode, and its forward over a preallocated cache.
+
+    Build it from a Hugging Face ``LlamaForCausalLM`` (``LeanLlama(hf_model, mode)``); the
+    Hugging Face model is not kept. ``layers`` limits the model to its first layers (an early
+    exit, see :meth:`early_exit`). CPU only.
+    """
+
+    def __init__(self, model: Any, mode: str = "float32") -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+        if mode == "int4" and not int4_supported():
+            raise ValueError("mode 'int4' needs torch's CPU int4 kernels (aten._weight_int4pack_mm_for_cpu)")
+        config = model.config
+        _check_supported(config)
+        if next(model.parameters()).device.type != "cpu":
+            raise ValueError("LeanLlama runs on the CPU; move the model to the CPU first")
+        self.config = config
+        self.mode = mode
+        self.dtype = torch.float32 if mode == "float32" else torch.bfloat16
+        self.device = torch.device("cpu")
+        self.hidden = int(config.hidden_size)
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(_config_value(config, "num_key_value_heads", None) or self.heads)
+        self.head_dim = int(_config_value(config, "head_dim", None) or self.hidden // self.heads)
+        self.eps = float(config.rms_norm_eps)
+        self.max_positions = int(config.max_position_embeddings)
+        self.theta = _rope_theta(config)
+        self.quantization_error = 0.0
+        base = model.model
+        dense = mode != "int4"
+        self.layers: list[dict[str, Any]] = []
+        with torch.no_grad():
+            for layer in base.layers:
+                att, mlp = layer.self_attn, layer.mlp
+                mats = {
+                    "qkv": torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),
+                    "o": att.o_proj.weight,
+                    "gate_up": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                    "down": mlp.down_proj.weight,
+                }
+                entry: dict[str, Any] = {
+                    "norm_attn": layer.input_layernorm.weight.detach().to(self.dtype).clone(),
+                    "norm_mlp": layer.post_attention_layernorm.weight.detach().to(self.dtype).clone(),
+                }
+                for name, w in mats.items():
+                    if dense:
+                        entry[name] = _Linear(w.detach().to(self.dtype).contiguous().clone(), w.shape[0])
+                    else:
+                        entry[name], err = _int4(w, self.dtype)
+                        self.quantization_error = max(self.quantization_error, err)
+                self.layers.append(entry)
+            self.embed = base.embed_tokens.weight.detach().to(self.dtype).contiguous().clone()
+            head = model.get_output_embeddings().weight.detach()
+            tied = head.data_ptr() == base.embed_tokens.weight.data_ptr()
+            self.head = _Linear(
+                self.embed if tied else head.to(self.dtype).contiguous().clone(), head.shape[0]
+            )
+            self.norm = base.norm.weight.detach().to(self.dtype).clone()
+        self.vocab_size = int(self.head.out_features)
+        inv = 1.0 / self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
+        self._inv_freq = inv
+        self._cos = self._sin = torch.empty(0)
+
+    # -- views ------------------------------------------------------------------------------------
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def early_exit(self, n_layers: int) -> LeanLlama:
+        """A view made of the first ``n_layers`` layers, the final norm and the LM head (shared)."""
+        if (
+            isinstance(n_layers, bool)
+            or not isinstance(n_layers, int)
+            or not 1 <= n_layers <= self.num_layers
+        ):
+            raise ValueError(f"n_layers must be an integer in [1, {self.num_layers}]; got {n_layers!r}")
+        view = object.__new__(LeanLlama)
+        view.__dict__.update(self.__dict__)
+        view.layers = self.layers[:n_layers]
+        return view
+
+    def session(self) -> LeanSession:
+        """A fresh decoding state (its own KV cache) over this model."""
+        return LeanSession(self)
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights one forward call reads (packed int4 counted as stored)."""
+        tensors = [self.head.weight, self.norm]
+        for entry in self.layers:
+            for value in entry.values():
+                if isinstance(value, _Linear):
+                    tensors.append(value.weight)
+                    if value.scales_zeros is not None:
+                        tensors.append(value.scales_zeros)
+                else:
+                    tensors.append(value)
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    # -- the forward ------------------------------------------------------------------------------
+
+    def _rotary(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cos.shape[0] < end:
+            size = min(self.max_positions, max(end, 2 * self._cos.shape[0], 256))
+            angles = torch.outer(torch.arange(size, dtype=torch.float32), self._inv_freq)
+            angles = torch.cat([angles, angles], dim=-1)
+            self._cos, self._sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        return self._cos, self._sin
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(self.dtype) * weight
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = self.head_dim // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    @torch.inference_mode()
+    def forward(
+        self, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None = None
+    ) -> torch.Tensor:
+        """Logits (float32) of the tokens ``ids`` (1-D) placed at positions ``start ..``.
+
+        ``cache`` is a (layers, 2, kv_heads, capacity, head_dim) tensor holding keys and
+        values of positions ``0 .. start-1``; this call writes those of the new tokens.
+        Returns (len(ids), V), or the last ``keep`` rows.
+        """
+        k = int(ids.shape[0])
+        end = start + k
+        cos_all, sin_all = self._rotary(end)
+        cos, sin = cos_all[start:end, None, :], sin_all[start:end, None, :]
+        kv, group, hd = self.kv_heads, self.heads // self.kv_heads, self.head_dim
+        scale = 1.0 / math.sqrt(hd)
+        mask = None
+        if k > 1:  # query i (at position start + i) sees keys 0 .. start + i
+            mask = torch.ones(k, end, dtype=torch.bool).tril(start).repeat(group, 1)
+        x = self.embed[ids]
+        for layer, entry in enumerate(self.layers):
+            h = self._rms(x, entry["norm_attn"])
+            q, key, value = entry["qkv"](h).split([self.heads * hd, kv * hd, kv * hd], dim=-1)
+            q = self._rotate(q.view(k, self.heads, hd), cos, sin)
+            key = self._rotate(key.view(k, kv, hd), cos, sin)
+            cache[layer, 0, :, start:end] = key.transpose(0, 1)
+            cache[layer, 1, :, start:end] = value.view(k, kv, hd).transpose(0, 1)
+            # grouped-query attention without repeating keys: (kv, group * k, hd) queries per kv head
+            qg = q.view(k, kv, group, hd).permute(1, 2, 0, 3).reshape(kv, group * k, hd)
+            scores = torch.matmul(qg, cache[layer, 0, :, :end].transpose(1, 2)).float() * scale
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            probs = torch.softmax(scores, dim=-1).to(self.dtype)
+            out = torch.matmul(probs, cache[layer, 1, :, :end])  # (kv, group * k, hd)
+            out = out.view(kv, group, k, hd).permute(2, 0, 1, 3).reshape(k, self.heads * hd)
+            x = x + entry["o"](out)
+            gate, up = entry["gate_up"](self._rms(x, entry["norm_mlp"])).chunk(2, dim=-1)
+            x = x + entry["down"](F.silu(gate) * up)
+        if keep is not None:
+            x = x[-keep:]
+        return self.head(self._rms(x, self.norm)).float()
+
+    def new_cache(self, capacity: int) -> torch.Tensor:
+        return torch.zeros(self.num_layers, 2, self.kv_heads, capacity, self.head_dim, dtype=self.dtype)
+
+
+class LeanSession:
+    """A :class:`LeanLlama` plus the KV cache of the tokens it has seen (CachedLM's interface).
+
+    The cache starts at 256 positions and doubles when full, up to the model's
+    ``max_position_embeddings``; feeding past that limit raises ValueError.
+    """
+
+    def __init__(self, model: LeanLlama) -> None:
+        self.model = model
+        self.device, self.dtype = model.device, model.dtype
+        self.vocab_size = model.vocab_size
+        self.calls = 0
+        self.reset()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def reset(self) -> None:
+        self.ids: list[int] = []
+        self.cache = self.model.new_cache(min(256, self.model.max_positions))
+
+    def _reserve(self, end: int) -> None:
+        if end > self.model.max_positions:
+            raise ValueError(
+                f"the sequence would reach {end} tokens; the model's max_position_embeddings is "
+                f"{self.model.max_positions}"
+            )
+        capacity = self.cache.shape[3]
+        if end > capacity:
+            new = self.model.new_cache(min(self.model.max_positions, max(end, 2 * capacity)))
+            new[:, :, :, : len(self.ids)] = self.cache[:, :, :, : len(self.ids)]
+            self.cache = new
+
+    def forward(self, new_ids: Sequence[int], keep: int | None = None) -> torch.Tensor:
+        """Feed ``new_ids`` after the cached tokens in one call; float32 logits (n, V), or the last ``keep``
+        rows."""
+        n = len(new_ids)
+        if n == 0:
+            raise ValueError("new_ids must hold at least one token id")
+        if keep is not None and not 1 <= keep <= n:
+            raise ValueError(f"keep must lie in [1, {n}] or be None; got {keep!r}")
+        start = len(self.ids)
+        self._reserve(start + n)
+        ids = torch.tensor([int(t) for t in new_ids], dtype=torch.long)
+        logits = self.model.forward(ids, start, self.cache, keep)
+        self.calls += 1
+        self.ids.extend(int(t) for t in new_ids)
+        return logits
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` cached tokens (later slots are simply overwritten)."""
+        if not 0 <= n <= len(self.ids):
+            raise ValueError(f"n must lie in [0, {len(self.ids)}] (the cached length); got {n!r}")
+        del self.ids[n:]
+
+    def sync(self, prefix: Sequence[int]) -> torch.Tensor:
+        """Make the cache hold exactly ``prefix``; return the logits after its last token, (1, V)."""
+        from specdec.lm import common_prefix_len
+
+        if len(prefix) == 0:
+            raise ValueError("prefix must hold at least one token id")
+        keep = min(common_prefix_len(self.ids, prefix), len(prefix) - 1)
+        self.crop(keep)
+        return self.forward(prefix[keep:], keep=1)
