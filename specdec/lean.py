@@ -256,14 +256,14 @@ class LeanLlama:
             key = self._rotate(key.view(k, kv, hd), cos, sin)
             cache[layer, 0, :, start:end] = key.transpose(0, 1)
             cache[layer, 1, :, start:end] = value.view(k, kv, hd).transpose(0, 1)
-            # grouped-query attention without repeating keys: (kv, group * k, hd) queries per kv head
-            qg = q.view(k, kv, group, hd).permute(1, 2, 0, 3).reshape(kv, group * k, hd)
-            scores = torch.matmul(qg, cache[layer, 0, :, :end].transpose(1, 2)).float() * scale
+            # grouped-query attention without repeating keys: (kv, group * k, hd) queries per kv
+            # head, in float32 (the cache is float32 in every mode: small, and CPU bf16 bmm is slow)
+            qg = q.view(k, kv, group, hd).permute(1, 2, 0, 3).reshape(kv, group * k, hd).float()
+            scores = torch.matmul(qg, cache[layer, 0, :, :end].transpose(1, 2)) * scale
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
-            probs = torch.softmax(scores, dim=-1).to(self.dtype)
-            out = torch.matmul(probs, cache[layer, 1, :, :end])  # (kv, group * k, hd)
-            out = out.view(kv, group, k, hd).permute(2, 0, 1, 3).reshape(k, self.heads * hd)
+            out = torch.matmul(torch.softmax(scores, dim=-1), cache[layer, 1, :, :end])  # (kv, group * k, hd)
+            out = out.view(kv, group, k, hd).permute(2, 0, 1, 3).reshape(k, self.heads * hd).to(self.dtype)
             x = x + entry["o"](out)
             gate, up = entry["gate_up"](self._rms(x, entry["norm_mlp"])).chunk(2, dim=-1)
             x = x + entry["down"](F.silu(gate) * up)
@@ -272,7 +272,8 @@ class LeanLlama:
         return self.head(self._rms(x, self.norm)).float()
 
     def new_cache(self, capacity: int) -> torch.Tensor:
-        return torch.zeros(self.num_layers, 2, self.kv_heads, capacity, self.head_dim, dtype=self.dtype)
+        """An empty KV cache for ``capacity`` positions (float32 in every mode)."""
+        return torch.zeros(self.num_layers, 2, self.kv_heads, capacity, self.head_dim, dtype=torch.float32)
 
 
 class LeanSession:

@@ -1,0 +1,217 @@
+"""The engine's mode chosen by measuring the running machine, never by a constant.
+
+Which weight format decodes fastest depends on the CPU: bfloat16 matmuls are fast only with
+AVX512-BF16 or AMX, the int4 kernel's speed depends on the vector units, and memory
+bandwidth sets the floor. :func:`probe_modes` times, on this machine and thread count, one
+decode step T(1) and one verify call T(k) of every lean mode (:mod:`specdec.lean`) on the
+given model, interleaved and repeated; :func:`choose_mode` picks the mode with the lowest
+median T(1) (the baseline every speedup divides by) and caches the probe, keyed by the
+machine's identity (CPU name, torch's and numpy's SIMD dispatch, versions, threads) and the
+model's shape, so later calls on the same machine reuse it and a different machine measures
+anew. :func:`lean_model` builds the model in the chosen mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from specdec.lean import MODES, LeanLlama, int4_supported
+
+__all__ = ["available_modes", "choose_mode", "lean_model", "machine_identity", "probe_modes"]
+
+#: Bump when the probe's method changes: older cached probes are then ignored.
+PROBE_VERSION = 1
+
+
+def available_modes() -> tuple[str, ...]:
+    """The lean modes this torch can run."""
+    return tuple(m for m in MODES if m != "int4" or int4_supported())
+
+
+def machine_identity() -> dict[str, Any]:
+    """What makes timings comparable: CPU name and flags digest, SIMD dispatch, versions, threads."""
+    from specdec.measure import _cpu_name
+
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import numpy._core._multiarray_umath as umath
+
+        numpy_simd = [g for g in ("X86_V2", "X86_V3", "X86_V4") if umath.__cpu_features__.get(g)]
+    except (ImportError, AttributeError):
+        numpy_simd = []
+    return {
+        "cpu": _cpu_name(),
+        "cpu_flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16],
+        "torch_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "numpy_simd": numpy_simd,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _model_key(model: Any) -> dict[str, Any]:
+    c = model.config
+    return {
+        name: getattr(c, name, None)
+        for name in (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "vocab_size",
+        )
+    }
+
+
+def probe_modes(
+    model: Any,
+    modes: Sequence[str] | None = None,
+    *,
+    k: int = 4,
+    context: int = 128,
+    repeats: int = 7,
+    warmup: int = 2,
+) -> dict[str, Any]:
+    """Time one decode step T(1) and one verify call T(k) of each mode on this machine.
+
+    ``model`` is a Hugging Face Llama (the weights are converted per mode). After a prefill
+    of ``context`` tokens, each pass times a 1-token and a ``k``-token call of every mode in
+    a fresh order (interleaved, so drift affects all modes alike), cropping back each time;
+    ``warmup`` passes are discarded. Returns per mode the medians ``step_s`` and
+    ``verify_s``, their ratio ``verify_cost`` and all samples, plus the machine's identity.
+    """
+    modes = tuple(modes) if modes is not None else available_modes()
+    unknown = [m for m in modes if m not in MODES]
+    if not modes or unknown:
+        raise ValueError(f"modes must be a non-empty subset of {MODES}; got {modes!r}")
+    for name, value, low in (
+        ("k", k, 2),
+        ("context", context, 1),
+        ("repeats", repeats, 1),
+        ("warmup", warmup, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    gen = np.random.default_rng(0)
+    vocab = int(model.config.vocab_size)
+    ids = gen.integers(0, vocab, context + k).tolist()
+    sessions = {}
+    for mode in modes:
+        s = LeanLlama(model, mode).session()
+        s.forward(ids[:context], keep=1)
+        sessions[mode] = s
+    times: dict[str, dict[int, list[float]]] = {m: {1: [], k: []} for m in modes}
+    for rep in range(warmup + repeats):
+        for i in gen.permutation(len(modes)):
+            s = sessions[modes[i]]
+            for n in (1, k):
+                t0 = time.perf_counter()
+                s.forward(ids[context : context + n])
+                elapsed = time.perf_counter() - t0
+                s.crop(context)
+                if rep >= warmup:
+                    times[modes[i]][n].append(elapsed)
+    result = {}
+    for mode in modes:
+        step, verify = float(np.median(times[mode][1])), float(np.median(times[mode][k]))
+        result[mode] = {
+            "step_s": step,
+            "verify_s": verify,
+            "verify_cost": verify / step,
+            "step_samples_s": times[mode][1],
+            "verify_samples_s": times[mode][k],
+        }
+    return {
+        "probe_version": PROBE_VERSION,
+        "k": k,
+        "context": context,
+        "repeats": repeats,
+        "machine": machine_identity(),
+        "model": _model_key(model),
+        "modes": result,
+    }
+
+
+def _cache_file(root: Path | None) -> Path:
+    from specdec.models import cache_root
+
+    return (root if root is not None else cache_root()) / "mode-probes.json"
+
+
+def _probe_key(model: Any) -> str:
+    key = {"probe_version": PROBE_VERSION, "machine": machine_identity(), "model": _model_key(model)}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def choose_mode(
+    model: Any, *, refresh: bool = False, cache: Path | None = None, modes: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """The fastest lean mode for ``model`` on this machine, from a probe (cached per machine).
+
+    The rule: the lowest median single-step time T(1), since plain decoding at T(1) is the
+    baseline of every speedup; ties (equal medians) go to the more precise mode, in the order
+    of :data:`specdec.lean.MODES`. Returns the probe with ``"mode"`` (the choice), ``"rule"``
+    and ``"cached"`` (True when read from the cache). ``refresh`` re-measures; ``cache`` is
+    the folder of the cache file (default: :func:`specdec.models.cache_root`). An unreadable
+    cache file is ignored and rewritten.
+    """
+    path = _cache_file(cache)
+    key = _probe_key(model)
+    store: dict[str, Any] = {}
+    try:
+        store = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(store, dict):
+            store = {}
+    except (OSError, ValueError):
+        store = {}
+    wanted = tuple(modes) if modes is not None else available_modes()
+    entry = store.get(key)
+    if (
+        not refresh
+        and isinstance(entry, dict)
+        and tuple(entry.get("modes", {})) == wanted
+        and "mode" in entry
+    ):
+        return {**entry, "cached": True}
+    probe = probe_modes(model, wanted)
+    order = {m: i for i, m in enumerate(MODES)}
+    best = min(wanted, key=lambda m: (probe["modes"][m]["step_s"], order[m]))
+    entry = {**probe, "mode": best, "rule": "lowest median T(1); ties to the more precise mode"}
+    store[key] = entry
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".part")
+        tmp.write_text(json.dumps(store, indent=1), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # an unwritable cache only costs a new probe next time
+    return {**entry, "cached": False}
+
+
+def lean_model(model: Any, mode: str = "auto", **choose: Any) -> tuple[LeanLlama, dict[str, Any] | None]:
+    """``model`` as a :class:`~specdec.lean.LeanLlama` in ``mode``; ``"auto"`` measures first.
+
+    Returns the lean model and the probe behind an ``"auto"`` choice (None for a named mode).
+    """
+    if mode == "auto":
+        probe = choose_mode(model, **choose)
+        return LeanLlama(model, probe["mode"]), probe
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'auto' or one of {MODES}; got {mode!r}")
+    return LeanLlama(model, mode), None
