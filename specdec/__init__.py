@@ -26,6 +26,8 @@ Real decoding (torch + transformers, the ``models`` extra):
 * :mod:`specdec.decoding`  -- the autoregressive and speculative loops.
 * :mod:`specdec.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
 * :mod:`specdec.measure`   -- timing (warm-up, medians), the verify-cost curve, environment records.
+* :mod:`specdec.roofline`  -- the running machine's roofline (bandwidth, matmul GFLOP/s, ridge),
+  a forward's bytes and FLOPs, the step time they predict, and a profile of where it goes.
 * :mod:`specdec.workloads` -- the evaluation prompts (three tasks) and the distillation prompts.
 * :mod:`specdec.distill`   -- target samples with top-32 soft labels (``python -m specdec.distill``).
 * :mod:`specdec.draftnets` -- the distilled draft family: build, train, save (int8), load.
@@ -77,6 +79,7 @@ _LAZY = {
     "chat_prompt_ids": "specdec.workloads",
     "load_draft": "specdec.draftnets",
     "list_drafts": "specdec.draftnets",
+    "machine_roofline": "specdec.roofline",
 }
 
 __all__ = [
