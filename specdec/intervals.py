@@ -1,0 +1,75 @@
+"""Bootstrap confidence intervals: the one rule behind every "faster", "slower" or "differs".
+
+Timing on a shared machine is noisy, so a comparison is reported as a ratio with a 95 %
+percentile-bootstrap interval over the units that vary independently (prompts), and called
+a win or a loss only when the interval excludes 1 (:func:`verdict`). Ratios are summarised
+by their geometric mean, so that a over b and b over a give reciprocal intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["bootstrap_ci", "geomean", "ratio_ci", "verdict"]
+
+
+def geomean(x: Sequence[float] | np.ndarray, axis: int | None = None) -> Any:
+    """Geometric mean of positive numbers."""
+    arr = np.asarray(x, dtype=float)
+    if arr.size == 0 or np.any(~np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError("geomean needs a non-empty array of finite numbers > 0")
+    return np.exp(np.log(arr).mean(axis=axis))
+
+
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    stat: Callable[..., Any] = np.mean,
+    *,
+    level: float = 0.95,
+    n_boot: int = 4000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``stat`` of ``values`` and its percentile-bootstrap interval: (estimate, low, high).
+
+    Resamples the values with replacement ``n_boot`` times (one seeded generator, so the
+    interval is reproducible); ``stat`` must accept ``axis=1`` on the (n_boot, n) resamples.
+    """
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1 or arr.size < 2:
+        raise ValueError(f"values must be a 1-D sequence of at least 2 numbers; got shape {arr.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1); got {level!r}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
+        raise ValueError(f"n_boot must be an integer >= 100; got {n_boot!r}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
+    boots = np.asarray(stat(arr[idx], axis=1), dtype=float)
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(boots, [tail, 100 - tail])
+    return float(stat(arr)), float(low), float(high)
+
+
+def ratio_ci(
+    numerator: Sequence[float] | np.ndarray, denominator: Sequence[float] | np.ndarray, **kw: Any
+) -> tuple[float, float, float]:
+    """Geometric mean of paired ratios ``numerator[i] / denominator[i]`` with its bootstrap interval."""
+    a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"numerator and denominator must pair up; got shapes {a.shape} and {b.shape}")
+    return bootstrap_ci(a / b, geomean, **kw)
+
+
+def verdict(
+    low: float, high: float, *, above: str = "faster", below: str = "slower", tie: str = "tie"
+) -> str:
+    """``above`` when the interval lies above 1, ``below`` when below 1, else ``tie``."""
+    if low > high:
+        raise ValueError(f"low must not exceed high; got {low!r} > {high!r}")
+    if low > 1:
+        return above
+    if high < 1:
+        return below
+    return tie

@@ -1,0 +1,126 @@
+"""llama.cpp as a target for specdec's own decoding loops (optional: needs ``llama_cpp``).
+
+:class:`LlamaCppModel` wraps ``llama_cpp.Llama`` (llama-cpp-python) so that
+:func:`specdec.decoding.autoregressive` and :func:`specdec.decoding.speculative` run on it
+unchanged: :meth:`LlamaCppModel.session` returns an object with the interface of
+:class:`specdec.lm.CachedLM` (``forward``, ``crop``, ``sync``, ``ids``, ``calls``). The same
+loops, drafters and statistics then compare the engines, and only the forward differs.
+
+llama-cpp-python ships as a source distribution on PyPI (a C++ build of several minutes);
+install it yourself, e.g. ``pip install llama-cpp-python`` (CPU backend). It is not a
+dependency of the book or of its tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+__all__ = ["LlamaCppModel", "available"]
+
+
+def available() -> bool:
+    """True when ``llama_cpp`` can be imported."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class LlamaCppModel:
+    """A GGUF loaded by llama.cpp, decodable by specdec's loops (one session at a time).
+
+    ``threads`` is llama.cpp's thread count for decoding and for prompt batches;
+    ``n_ctx`` its context (every position's logits are kept: a verify call needs them all).
+    """
+
+    def __init__(self, gguf: str | Path, *, threads: int = 1, n_ctx: int = 2048) -> None:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise ImportError(
+                "LlamaCppModel needs llama-cpp-python: pip install llama-cpp-python (a C++ build)"
+            ) from exc
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an integer >= 1; got {threads!r}")
+        self.llm = Llama(
+            model_path=str(gguf),
+            n_ctx=n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            logits_all=True,
+            verbose=False,
+        )
+        self.vocab_size = int(self.llm.n_vocab())
+        self.config = SimpleNamespace(max_position_embeddings=n_ctx)
+        self.device, self.dtype = torch.device("cpu"), torch.float32
+        self.threads = threads
+        self._active: LlamaCppSession | None = None
+
+    def session(self) -> LlamaCppSession:
+        """A fresh decoding state; llama.cpp's context is shared, so an older session is closed."""
+        if self._active is not None:
+            self._active.closed = True
+        self._active = LlamaCppSession(self)
+        return self._active
+
+
+class LlamaCppSession:
+    """CachedLM's interface over llama.cpp's KV cache (rewound by position)."""
+
+    def __init__(self, model: LlamaCppModel) -> None:
+        self.model = model
+        self.device, self.dtype = model.device, model.dtype
+        self.vocab_size = model.vocab_size
+        self.calls = 0
+        self.closed = False
+        self.ids: list[int] = []
+        model.llm.reset()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this llama.cpp session was replaced by a newer one on the same model")
+
+    def reset(self) -> None:
+        self._check_open()
+        self.ids = []
+        self.model.llm.reset()
+
+    def forward(self, new_ids: Sequence[int], keep: int | None = None) -> torch.Tensor:
+        """Feed ``new_ids`` after the cached tokens in one llama.cpp eval; float32 logits (n, V)."""
+        self._check_open()
+        n = len(new_ids)
+        if n == 0:
+            raise ValueError("new_ids must hold at least one token id")
+        if keep is not None and not 1 <= keep <= n:
+            raise ValueError(f"keep must lie in [1, {n}] or be None; got {keep!r}")
+        llm = self.model.llm
+        llm.n_tokens = len(self.ids)  # eval() drops every cached position from here on
+        llm.eval([int(t) for t in new_ids])
+        self.calls += 1
+        self.ids.extend(int(t) for t in new_ids)
+        rows = np.array(llm.scores[llm.n_tokens - (keep or n) : llm.n_tokens], dtype=np.float32)
+        return torch.from_numpy(rows)
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` cached tokens (the next eval overwrites the rest)."""
+        if not 0 <= n <= len(self.ids):
+            raise ValueError(f"n must lie in [0, {len(self.ids)}] (the cached length); got {n!r}")
+        del self.ids[n:]
+
+    def sync(self, prefix: Sequence[int]) -> torch.Tensor:
+        from specdec.lm import common_prefix_len
+
+        if len(prefix) == 0:
+            raise ValueError("prefix must hold at least one token id")
+        keep = min(common_prefix_len(self.ids, prefix), len(prefix) - 1)
+        self.crop(keep)
+        return self.forward(prefix[keep:], keep=1)

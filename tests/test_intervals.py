@@ -1,0 +1,43 @@
+"""specdec.intervals: bootstrap intervals and the win/loss rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec.intervals import bootstrap_ci, geomean, ratio_ci, verdict
+
+
+def test_geomean():
+    assert geomean([1, 4]) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        geomean([1, 0])
+
+
+def test_bootstrap_covers_the_mean_and_shrinks_with_n():
+    rng = np.random.default_rng(1)
+    small, large = rng.normal(10, 1, 10), rng.normal(10, 1, 1000)
+    est, lo, hi = bootstrap_ci(small)
+    assert est == pytest.approx(small.mean()) and lo < est < hi
+    _, lo2, hi2 = bootstrap_ci(large)
+    assert hi2 - lo2 < (hi - lo) / 4  # about 1/sqrt(100) as wide
+    # a 95 % interval of a mean: about +-1.96 standard errors
+    se = large.std(ddof=1) / np.sqrt(large.size)
+    assert (hi2 - lo2) / (2 * 1.96 * se) == pytest.approx(1.0, abs=0.1)
+    assert bootstrap_ci(small) == bootstrap_ci(small)  # seeded
+
+
+def test_ratio_ci_is_reciprocal_and_verdicts():
+    a, b = np.array([2.0, 2.2, 1.9, 2.1]), np.array([1.0, 1.0, 1.0, 1.1])
+    est, lo, hi = ratio_ci(a, b)
+    est2, lo2, hi2 = ratio_ci(b, a)
+    assert (
+        est * est2 == pytest.approx(1.0) and lo * hi2 == pytest.approx(1.0) and hi * lo2 == pytest.approx(1.0)
+    )
+    assert verdict(lo, hi) == "faster" and verdict(lo2, hi2) == "slower" and verdict(0.9, 1.1) == "tie"
+    with pytest.raises(ValueError):
+        ratio_ci([1, 2], [1, 2, 3])
+    with pytest.raises(ValueError):
+        bootstrap_ci([1.0])
+    with pytest.raises(ValueError):
+        verdict(2, 1)
