@@ -30,8 +30,12 @@ book: setup
 # Emulated CPUs for nbval: a stored output must not depend on the CPU's vector kernels.
 # numpy caps its dispatch with NPY_DISABLE_CPU_FEATURES, torch with ATEN_CPU_CAPABILITY;
 # notebooks/conftest.py checks that the cap took effect (SPECDEC_EMULATED_CPU names it).
-EMULATE_AVX2     := NPY_DISABLE_CPU_FEATURES="X86_V4" ATEN_CPU_CAPABILITY=avx2 SPECDEC_EMULATED_CPU=avx2
-EMULATE_BASELINE := NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4" ATEN_CPU_CAPABILITY=default SPECDEC_EMULATED_CPU=baseline
+# numpy's AVX512_ICL/AVX512_SPR targets are separate from X86_V4 and must be named too. MKL and
+# oneDNN (inside torch) get their own caps as well; their effect is not checked.
+EMULATE_AVX2     := NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" ATEN_CPU_CAPABILITY=avx2 \
+                    MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 SPECDEC_EMULATED_CPU=avx2
+EMULATE_BASELINE := NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR" ATEN_CPU_CAPABILITY=default \
+                    MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 SPECDEC_EMULATED_CPU=baseline
 NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider
 
 ## Every test: lint + format check, unit and statistical tests, nbval over every notebook

@@ -31,24 +31,26 @@ def pytest_collectstart(collector):
 # SPECDEC_EMULATED_CPU names the emulation; the check below fails the run if it did not
 # take effect (a misspelt variable would otherwise pass silently on the native kernels).
 EMULATIONS = {
-    # name: (numpy dispatch groups that must be off, torch capabilities allowed)
-    "avx2": (("X86_V4",), ("AVX2", "DEFAULT")),
-    "baseline": (("X86_V3", "X86_V4"), ("DEFAULT",)),
+    # name: (numpy dispatch targets that may stay on, torch capabilities allowed)
+    "avx2": (("X86_V3",), ("AVX2", "DEFAULT")),
+    "baseline": ((), ("DEFAULT",)),
 }
 
 
-def _cpu_dispatch() -> tuple[dict[str, bool], str]:
+def _cpu_dispatch() -> tuple[list[str], str]:
+    """numpy's dispatch targets in use on this CPU (after NPY_DISABLE_CPU_FEATURES), torch's level."""
     import numpy._core._multiarray_umath as umath
     import torch
 
-    return dict(umath.__cpu_features__), str(torch.backends.cpu.get_cpu_capability())
+    features = umath.__cpu_features__
+    active = [t for t in umath.__cpu_dispatch__ if features.get(t)]
+    return active, str(torch.backends.cpu.get_cpu_capability())
 
 
 def pytest_report_header(config):
-    features, capability = _cpu_dispatch()
-    groups = [g for g in ("X86_V2", "X86_V3", "X86_V4") if features.get(g)]
+    active, capability = _cpu_dispatch()
     name = os.environ.get("SPECDEC_EMULATED_CPU", "native")
-    return f"CPU dispatch ({name}): numpy {'/'.join(groups) or 'baseline'}, torch {capability}"
+    return f"CPU dispatch ({name}): numpy {'/'.join(active) or 'baseline only'}, torch {capability}"
 
 
 def pytest_configure(config):
@@ -57,9 +59,9 @@ def pytest_configure(config):
         return
     if name not in EMULATIONS:
         raise pytest.UsageError(f"SPECDEC_EMULATED_CPU must be one of {sorted(EMULATIONS)}; got {name!r}")
-    off, allowed = EMULATIONS[name]
-    features, capability = _cpu_dispatch()
-    still_on = [g for g in off if features.get(g)]
+    may_stay, allowed = EMULATIONS[name]
+    active, capability = _cpu_dispatch()
+    still_on = [t for t in active if t not in may_stay]
     if still_on or capability not in allowed:
         raise pytest.UsageError(
             f"emulated CPU {name!r} did not take effect: numpy still dispatches {still_on}, "

@@ -17,6 +17,15 @@ preallocated, position-indexed KV cache (gpt-fast's design). Its weight **modes*
   records the largest reconstruction error (0 for SmolLM2's Q4_1 layers). The scales and
   zeros are then rounded to bfloat16, which the kernel needs.
 
+**Exactness.** Greedy speculative decoding equals greedy plain decoding only if a verify call
+over k tokens gives each row the same logits as k single steps. In float32 the two differ by
+rounding (about 1e-5 on SmolLM2, far below any gap between the top two logits seen so far). In
+bfloat16 and int4 every layer's output is rounded to bfloat16, and the different matmul shapes
+of a block and a step round differently: on SmolLM2 the logits of a block and of steps
+differ by up to about 0.4, so at a near-tie greedy outputs can part. Sampling stays lossless
+with respect to the model as verified (the tests' chi-square), but the block and the step are
+not the same arithmetic. Only float32 is exact; the benchmark records ``greedy_exact`` per mode.
+
 Which mode is fastest depends on the CPU (bf16 matmuls need AVX512-BF16 or AMX to be fast),
 so it is chosen by measuring the running machine (:mod:`specdec.modes`), never by a constant.
 
@@ -34,6 +43,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from specdec.lm import Session
 
 __all__ = ["GROUP_SIZE", "MODES", "LeanLlama", "LeanSession", "int4_supported"]
 
@@ -55,8 +66,14 @@ class _Linear:
     weight: torch.Tensor  # dense (N, K), or the packed int4 tensor
     out_features: int
     scales_zeros: torch.Tensor | None = None  # (K / GROUP_SIZE, N, 2) for int4
+    # float32 only: the same weight stored (K, N), for one-row inputs. x @ W^T through a
+    # contiguous W^T takes BLAS's GEMV path: a float32 step of SmolLM2 took 38 ms instead of
+    # 51 on an AVX-512 EPYC (slower from two rows on, so only M = 1); it doubles the memory
+    weight_t: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_t is not None and x.shape[0] == 1:
+            return x @ self.weight_t
         if self.scales_zeros is None:
             return F.linear(x, self.weight)
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.weight, GROUP_SIZE, self.scales_zeros)
@@ -158,6 +175,8 @@ class LeanLlama:
                 for name, w in mats.items():
                     if dense:
                         entry[name] = _Linear(w.detach().to(self.dtype).contiguous().clone(), w.shape[0])
+                        if mode == "float32":
+                            entry[name].weight_t = entry[name].weight.t().contiguous()
                     else:
                         entry[name], err = _int4(w, self.dtype)
                         self.quantization_error = max(self.quantization_error, err)
@@ -168,6 +187,8 @@ class LeanLlama:
             self.head = _Linear(
                 self.embed if tied else head.to(self.dtype).contiguous().clone(), head.shape[0]
             )
+            if mode == "float32":  # one-row steps take the GEMV layout (see _Linear)
+                self.head.weight_t = self.head.weight.t().contiguous()
             self.norm = base.norm.weight.detach().to(self.dtype).clone()
         self.vocab_size = int(self.head.out_features)
         inv = 1.0 / self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
@@ -276,7 +297,7 @@ class LeanLlama:
         return torch.zeros(self.num_layers, 2, self.kv_heads, capacity, self.head_dim, dtype=torch.float32)
 
 
-class LeanSession:
+class LeanSession(Session):
     """A :class:`LeanLlama` plus the KV cache of the tokens it has seen (CachedLM's interface).
 
     The cache starts at 256 positions and doubles when full, up to the model's
@@ -289,9 +310,6 @@ class LeanSession:
         self.vocab_size = model.vocab_size
         self.calls = 0
         self.reset()
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
     def reset(self) -> None:
         self.ids: list[int] = []
@@ -312,11 +330,7 @@ class LeanSession:
     def forward(self, new_ids: Sequence[int], keep: int | None = None) -> torch.Tensor:
         """Feed ``new_ids`` after the cached tokens in one call; float32 logits (n, V), or the last ``keep``
         rows."""
-        n = len(new_ids)
-        if n == 0:
-            raise ValueError("new_ids must hold at least one token id")
-        if keep is not None and not 1 <= keep <= n:
-            raise ValueError(f"keep must lie in [1, {n}] or be None; got {keep!r}")
+        n = self._check_forward(new_ids, keep)
         start = len(self.ids)
         self._reserve(start + n)
         ids = torch.tensor([int(t) for t in new_ids], dtype=torch.long)
@@ -327,16 +341,5 @@ class LeanSession:
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` cached tokens (later slots are simply overwritten)."""
-        if not 0 <= n <= len(self.ids):
-            raise ValueError(f"n must lie in [0, {len(self.ids)}] (the cached length); got {n!r}")
+        self._check_crop(n)
         del self.ids[n:]
-
-    def sync(self, prefix: Sequence[int]) -> torch.Tensor:
-        """Make the cache hold exactly ``prefix``; return the logits after its last token, (1, V)."""
-        from specdec.lm import common_prefix_len
-
-        if len(prefix) == 0:
-            raise ValueError("prefix must hold at least one token id")
-        keep = min(common_prefix_len(self.ids, prefix), len(prefix) - 1)
-        self.crop(keep)
-        return self.forward(prefix[keep:], keep=1)

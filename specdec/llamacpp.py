@@ -20,6 +20,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from specdec.lm import Session
+
 __all__ = ["LlamaCppModel", "available"]
 
 
@@ -70,7 +72,7 @@ class LlamaCppModel:
         return self._active
 
 
-class LlamaCppSession:
+class LlamaCppSession(Session):
     """CachedLM's interface over llama.cpp's KV cache (rewound by position)."""
 
     def __init__(self, model: LlamaCppModel) -> None:
@@ -81,9 +83,6 @@ class LlamaCppSession:
         self.closed = False
         self.ids: list[int] = []
         model.llm.reset()
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -97,11 +96,7 @@ class LlamaCppSession:
     def forward(self, new_ids: Sequence[int], keep: int | None = None) -> torch.Tensor:
         """Feed ``new_ids`` after the cached tokens in one llama.cpp eval; float32 logits (n, V)."""
         self._check_open()
-        n = len(new_ids)
-        if n == 0:
-            raise ValueError("new_ids must hold at least one token id")
-        if keep is not None and not 1 <= keep <= n:
-            raise ValueError(f"keep must lie in [1, {n}] or be None; got {keep!r}")
+        n = self._check_forward(new_ids, keep)
         llm = self.model.llm
         llm.n_tokens = len(self.ids)  # eval() drops every cached position from here on
         llm.eval([int(t) for t in new_ids])
@@ -112,15 +107,5 @@ class LlamaCppSession:
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` cached tokens (the next eval overwrites the rest)."""
-        if not 0 <= n <= len(self.ids):
-            raise ValueError(f"n must lie in [0, {len(self.ids)}] (the cached length); got {n!r}")
+        self._check_crop(n)
         del self.ids[n:]
-
-    def sync(self, prefix: Sequence[int]) -> torch.Tensor:
-        from specdec.lm import common_prefix_len
-
-        if len(prefix) == 0:
-            raise ValueError("prefix must hold at least one token id")
-        keep = min(common_prefix_len(self.ids, prefix), len(prefix) - 1)
-        self.crop(keep)
-        return self.forward(prefix[keep:], keep=1)

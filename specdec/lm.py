@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-__all__ = ["CachedLM", "common_prefix_len", "open_lm", "vocab_size"]
+__all__ = ["CachedLM", "Session", "common_prefix_len", "open_lm", "vocab_size"]
 
 
 def vocab_size(model: torch.nn.Module) -> int:
@@ -42,7 +42,7 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def open_lm(model: object) -> CachedLM:
+def open_lm(model: object) -> Session:
     """A fresh decoding state over ``model``: a :class:`CachedLM` for a Hugging Face model, a
     :class:`specdec.lean.LeanSession` (same interface) for a :class:`specdec.lean.LeanLlama`."""
     session = getattr(model, "session", None)
@@ -58,7 +58,55 @@ def _cache_argument(model_class: type) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-class CachedLM:
+class Session:
+    """What every decoding state shares: the cached ids, argument checks, and :meth:`sync`.
+
+    Subclasses (:class:`CachedLM`, :class:`specdec.lean.LeanSession`,
+    :class:`specdec.llamacpp.LlamaCppSession`) implement ``forward`` and ``crop``.
+    """
+
+    ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def forward(self, new_ids: Sequence[int], keep: int | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def crop(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _check_forward(self, new_ids: Sequence[int], keep: int | None) -> int:
+        """Refuse an empty feed or a ``keep`` outside [1, n]; return n."""
+        n = len(new_ids)
+        if n == 0:
+            raise ValueError("new_ids must hold at least one token id")
+        if keep is not None and not 1 <= keep <= n:
+            raise ValueError(f"keep must lie in [1, {n}] or be None; got {keep!r}")
+        return n
+
+    def _check_crop(self, n: int) -> None:
+        if not 0 <= n <= len(self.ids):
+            raise ValueError(f"n must lie in [0, {len(self.ids)}] (the cached length); got {n!r}")
+
+    def sync(self, prefix: Sequence[int]) -> torch.Tensor:
+        """Make the cache hold exactly ``prefix``; return the logits after its last token, (1, V).
+
+        Cached keys and values depend only on the tokens up to their position, so the
+        longest common prefix of ``ids`` and ``prefix`` stays; the rest is cropped and the
+        missing tokens are fed in one call (at least the last token, whose logits are
+        returned). This is how a draft model catches up after a round: one token after a
+        rejection, two after a full accept (the last draft, which the draft never fed, and
+        the bonus token: the "draft-cache gap" that gpt-fast closes with an extra forward).
+        """
+        if len(prefix) == 0:
+            raise ValueError("prefix must hold at least one token id")
+        keep = min(common_prefix_len(self.ids, prefix), len(prefix) - 1)
+        self.crop(keep)
+        return self.forward(prefix[keep:], keep=1)
+
+
+class CachedLM(Session):
     """A Hugging Face causal LM plus the KV cache of the tokens it has already seen.
 
     ``ids`` lists the cached tokens in order. :meth:`forward` feeds new tokens after them
@@ -78,9 +126,6 @@ class CachedLM:
         self.calls = 0
         self.reset()
 
-    def __len__(self) -> int:
-        return len(self.ids)
-
     def reset(self) -> None:
         """Forget every cached token."""
         self.cache = DynamicCache(config=self.model.config)
@@ -94,11 +139,7 @@ class CachedLM:
         logits of the token that follows ``new_ids[j]`` (only the last ``keep`` rows when
         ``keep`` is given: transformers' ``logits_to_keep``, which skips the LM head elsewhere).
         """
-        n = len(new_ids)
-        if n == 0:
-            raise ValueError("new_ids must hold at least one token id")
-        if keep is not None and not 1 <= keep <= n:
-            raise ValueError(f"keep must lie in [1, {n}] or be None; got {keep!r}")
+        n = self._check_forward(new_ids, keep)
         start = len(self.ids)
         input_ids = torch.tensor([[int(t) for t in new_ids]], dtype=torch.long, device=self.device)
         position_ids = torch.arange(start, start + n, device=self.device).unsqueeze(0)
@@ -116,8 +157,7 @@ class CachedLM:
     @torch.inference_mode()
     def crop(self, n: int) -> None:
         """Keep the first ``n`` cached tokens and drop the rest from every layer."""
-        if not 0 <= n <= len(self.ids):
-            raise ValueError(f"n must lie in [0, {len(self.ids)}] (the cached length); got {n!r}")
+        self._check_crop(n)
         drop = len(self.ids) - n
         if drop == 0:
             return
@@ -128,19 +168,3 @@ class CachedLM:
         # (5.x refuses positive "keep this many" arguments).
         self.cache.crop(-drop)
         del self.ids[n:]
-
-    def sync(self, prefix: Sequence[int]) -> torch.Tensor:
-        """Make the cache hold exactly ``prefix``; return the logits after its last token, (1, V).
-
-        Cached keys and values depend only on the tokens up to their position, so the
-        longest common prefix of ``ids`` and ``prefix`` stays; the rest is cropped and the
-        missing tokens are fed in one call (at least the last token, whose logits are
-        returned). This is how a draft model catches up after a round: one token after a
-        rejection, two after a full accept (the last draft, which the draft never fed, and
-        the bonus token: the "draft-cache gap" that gpt-fast closes with an extra forward).
-        """
-        if len(prefix) == 0:
-            raise ValueError("prefix must hold at least one token id")
-        keep = min(common_prefix_len(self.ids, prefix), len(prefix) - 1)
-        self.crop(keep)
-        return self.forward(prefix[keep:], keep=1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +38,7 @@ def available_modes() -> tuple[str, ...]:
 
 
 def machine_identity() -> dict[str, Any]:
-    """What makes timings comparable: CPU name and flags digest, SIMD dispatch, versions, threads."""
+    """What makes timings comparable: CPU name and flags digest, SIMD dispatch, torch version, threads."""
     from specdec.measure import _cpu_name
 
     flags = ""
@@ -196,7 +197,7 @@ def choose_mode(
     store[key] = entry
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".part")
+        tmp = path.with_suffix(f".{os.getpid()}.part")  # one per writer; the rename is atomic
         tmp.write_text(json.dumps(store, indent=1), encoding="utf-8")
         tmp.replace(path)
     except OSError:
