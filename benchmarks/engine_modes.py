@@ -13,6 +13,8 @@ Steps (named functions below), all interleaved (a fresh engine order per pass) a
                         suppressed: equal lengths), and greedy prompt lookup (gamma
                         ``--gamma``) on the same prompt; tokens/s of each (decoding time:
                         the prompt's prefill excluded) and their ratio;
+   ``profile``       -- where a step's and a verify call's CPU time goes, per torch engine;
+   ``roofline``      -- the machine's measured roof and the step it predicts per format;
 3. ``summarize``     -- per engine: median T(k)/T(1), plain tokens/s, lookup over plain,
                         each with a 95 % bootstrap interval over prompts (specdec.intervals);
                         and every engine's plain tokens/s over llama.cpp's (and over hf-float32's).
@@ -30,6 +32,7 @@ import argparse
 import re
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,7 @@ from specdec.lm import open_lm  # noqa: E402
 from specdec.measure import environment, write_result  # noqa: E402
 from specdec.models import load_target, set_threads, smollm2_gguf_path  # noqa: E402
 from specdec.modes import choose_mode  # noqa: E402
+from specdec.roofline import machine_roofline, predict_verify_curve, profile_step  # noqa: E402
 from specdec.workloads import TASKS, chat_prompt_ids, load_workload  # noqa: E402
 
 ALL_ENGINES = ("hf-float32", "hf-bfloat16", *(f"lean-{m}" for m in MODES), "llama.cpp")
@@ -197,6 +201,46 @@ def decode(
     return {"new_tokens": new_tokens, "gamma": gamma, "repeats": repeats, "rows": rows}
 
 
+def _feed(session: Any, new: list[int], k: int) -> Any:
+    return session.forward(new[:k])
+
+
+def profile(engines: dict[str, Any], prompt_ids: list[int], ks: tuple[int, ...] = (1, 4)) -> dict:
+    """Where a step's (k = 1) and a verify call's (k = 4) CPU time goes, per torch engine
+    (specdec.roofline.profile_step: linear layers, attention, other ops, framework overhead)."""
+    out: dict[str, Any] = {}
+    new = list(range(1000, 1000 + max(ks)))
+    for name, model in engines.items():
+        if name == "llama.cpp":
+            continue  # not a torch forward: the profiler sees one opaque call
+        s = open_lm(model)
+        s.forward(prompt_ids, keep=1)
+        context = len(prompt_ids)
+        out[name] = {}
+        for k in ks:
+            prof = profile_step(partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context))
+            out[name][str(k)] = {
+                key: prof[key] for key in ("buckets_ms", "wall_ms", "wall_ms_unprofiled", "top_ops")
+            }
+        b = out[name]["1"]["buckets_ms"]
+        print(
+            f"  profile {name:14s} k=1: " + ", ".join(f"{key} {v:.1f} ms" for key, v in b.items()), flush=True
+        )
+    return out
+
+
+def roofline(threads: int, config: Any) -> dict:
+    """The machine's measured roof at these threads, and the step it predicts per weight format."""
+    roof = machine_roofline(threads=threads)
+    predictions = {}
+    for fmt, dtype in (("float32", "float32"), ("bfloat16", "bfloat16"), ("int4", "bfloat16")):
+        curve = predict_verify_curve(
+            config, [1, 2, 4, 8, 16], roof, dtype=dtype, context=128, weight_format=fmt
+        )
+        predictions[fmt] = curve
+    return {"machine": roof, "predicted": predictions}
+
+
 def summarize(verify: dict, dec: dict, engines: list[str]) -> dict:
     """Per engine: plain tokens/s, lookup over plain and T(4)/T(1), each with a 95 % interval."""
     rows = dec["rows"]
@@ -246,7 +290,9 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"choose_mode: {probe['mode']} ({probe['rule']})", flush=True)
     plist = prompts(base.tokenizer, args.prompts_per_task)
     t0 = time.time()
+    roof = roofline(args.threads, base.model.config)
     verify = verify_curve(engines, plist[0]["ids"], args.ks, args.verify_repeats)
+    prof = profile(engines, plist[0]["ids"])
     dec = decode(engines, plist, args.new_tokens, args.gamma, args.repeats)
     summary = summarize(verify, dec, list(engines))
     env = environment(dtype="mixed", device="cpu")
@@ -262,7 +308,9 @@ def main(argv: list[str] | None = None) -> Path:
         "command": command,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "chosen_mode": probe_light,
+        "roofline": roof,
         "verify": verify,
+        "profile": prof,
         "decode": dec,
         "summary": summary,
         "wall_s": time.time() - t0,
