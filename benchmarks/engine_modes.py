@@ -233,11 +233,12 @@ def roofline(threads: int, config: Any) -> dict:
     """The machine's measured roof at these threads, and the step it predicts per weight format."""
     roof = machine_roofline(threads=threads)
     predictions = {}
-    for fmt, dtype in (("float32", "float32"), ("bfloat16", "bfloat16"), ("int4", "bfloat16")):
+    int4 = {"default": "int4", "lm_head": "bfloat16", "embedding": "bfloat16"}  # as the lean int4 mode
+    for fmt, dtype in (("float32", "float32"), ("bfloat16", "bfloat16"), (int4, "bfloat16")):
         curve = predict_verify_curve(
             config, [1, 2, 4, 8, 16], roof, dtype=dtype, context=128, weight_format=fmt
         )
-        predictions[fmt] = curve
+        predictions[fmt if isinstance(fmt, str) else "int4"] = curve
     return {"machine": roof, "predicted": predictions}
 
 
