@@ -1,0 +1,52 @@
+"""specdec.hardware: record readers and the verify-priced optimum, on hand-made records."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.hardware import best_gamma_on_curve, gpu_shapes, gpu_surface, verify_curves
+from specdec.theory import walltime_speedup, walltime_speedup_measured
+
+
+def test_best_gamma_on_a_flat_curve_is_theorem_38():
+    flat = dict.fromkeys(range(1, 17), 1.0)
+    g, s = best_gamma_on_curve(0.8, 0.05, flat)
+    best = max(range(1, 16), key=lambda g: walltime_speedup(0.8, g, 0.05))
+    assert g == best and s == pytest.approx(float(walltime_speedup(0.8, best, 0.05)))
+
+
+def test_a_steep_curve_shortens_gamma_and_costs_speedup():
+    flat = dict.fromkeys(range(1, 17), 1.0)
+    steep = {k: 1.0 + 0.5 * (k - 1) for k in range(1, 17)}  # llama.cpp-like: each token costs half a step
+    g_flat, s_flat = best_gamma_on_curve(0.8, 0.0, flat)
+    g_steep, s_steep = best_gamma_on_curve(0.8, 0.0, steep)
+    assert g_steep < g_flat and s_steep < s_flat
+    assert s_steep == pytest.approx(float(walltime_speedup_measured(0.8, g_steep, 0.0, steep[g_steep + 1])))
+    # only measured k count: a curve with k = 1 and 5 allows gamma = 4 alone
+    assert best_gamma_on_curve(0.8, 0.0, {1: 1.0, 5: 1.2})[0] == 4
+    with pytest.raises(ValueError, match="k >= 2"):
+        best_gamma_on_curve(0.8, 0.0, {1: 1.0})
+
+
+def test_readers():
+    rec = {
+        "kind": "engine-modes",
+        "verify": {"engines": {"e": [{"k": 1, "ratio_to_k1": 1.0}, {"k": 4, "ratio_to_k1": 1.3}]}},
+    }
+    assert verify_curves(rec) == {"e": {1: 1.0, 4: 1.3}}
+    with pytest.raises(ValueError, match="engine-modes"):
+        verify_curves({"kind": "real-decoding"})
+    gpu = {
+        "shape:tiny": {
+            "surface": {"cells": [{"b": 1, "k": 1, "median_s": 0.02}, {"b": 2, "k": 4, "median_s": 0.03}]},
+            "kernels": {"cells": [{"b": 1, "k": 1, "kernel_s": 0.002}]},
+        },
+        "roofline": {},
+    }
+    assert gpu_shapes(gpu) == ["tiny"]
+    assert gpu_surface(gpu, "tiny", "wall") == {(1, 1): 0.02, (2, 4): 0.03}
+    assert gpu_surface(gpu, "tiny") == {(1, 1): 0.002}
+    with pytest.raises(ValueError, match="shape"):
+        gpu_surface(gpu, "huge")
+    with pytest.raises(ValueError, match="source"):
+        gpu_surface(gpu, "tiny", "median")
