@@ -290,13 +290,13 @@ def main(argv: list[str] | None = None) -> Path:
     probe = choose_mode(base.model, refresh=True)
     print(f"choose_mode: {probe['mode']} ({probe['rule']})", flush=True)
     plist = prompts(base.tokenizer, args.prompts_per_task)
+    env = environment(dtype="mixed", device="cpu")  # at the start: the commit and tree that ran
     t0 = time.time()
     roof = roofline(args.threads, base.model.config)
     verify = verify_curve(engines, plist[0]["ids"], args.ks, args.verify_repeats)
     prof = profile(engines, plist[0]["ids"])
     dec = decode(engines, plist, args.new_tokens, args.gamma, args.repeats)
     summary = summarize(verify, dec, list(engines))
-    env = environment(dtype="mixed", device="cpu")
     slug = re.sub(r"[^a-z0-9]+", "-", env["device_name"].lower()).strip("-")
     out = (
         Path(args.out)
