@@ -238,17 +238,20 @@ class LeanLlama:
             size = min(self.max_positions, max(end, 2 * self._cos.shape[0], 256))
             angles = torch.outer(torch.arange(size, dtype=torch.float32), self._inv_freq)
             angles = torch.cat([angles, angles], dim=-1)
-            self._cos, self._sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+            sign = torch.ones(self.head_dim)
+            sign[: self.head_dim // 2] = -1.0  # rotate_half's negated half, folded into sin
+            self._cos, self._sin = angles.cos().to(self.dtype), (angles.sin() * sign).to(self.dtype)
         return self._cos, self._sin
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(self.dtype) * weight
+        """RMSNorm computed in float32 (as transformers does), then cast and scaled."""
+        return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(self.dtype) * weight
 
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = self.head_dim // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+        """Rotary embedding, transformers' convention: x cos + rotate_half(x) sin, where
+        rotate_half(x) = (-x2, x1) = roll(x, half) with the first half's sign flipped; that
+        sign is folded into ``sin`` (see :meth:`_rotary`)."""
+        return x * cos + x.roll(self.head_dim // 2, dims=-1) * sin
 
     @torch.inference_mode()
     def forward(
@@ -269,12 +272,12 @@ class LeanLlama:
         mask = None
         if k > 1:  # query i (at position start + i) sees keys 0 .. start + i
             mask = torch.ones(k, end, dtype=torch.bool).tril(start).repeat(group, 1)
-        x = self.embed[ids]
+        x = self.embed[ids]  # a new tensor (advanced indexing): the residual adds run in place
         for layer, entry in enumerate(self.layers):
             h = self._rms(x, entry["norm_attn"])
-            q, key, value = entry["qkv"](h).split([self.heads * hd, kv * hd, kv * hd], dim=-1)
-            q = self._rotate(q.view(k, self.heads, hd), cos, sin)
-            key = self._rotate(key.view(k, kv, hd), cos, sin)
+            qk, value = entry["qkv"](h).split([(self.heads + kv) * hd, kv * hd], dim=-1)
+            qk = self._rotate(qk.view(k, self.heads + kv, hd), cos, sin)  # queries and keys at once
+            q, key = qk[:, : self.heads], qk[:, self.heads :]
             cache[layer, 0, :, start:end] = key.transpose(0, 1)
             cache[layer, 1, :, start:end] = value.view(k, kv, hd).transpose(0, 1)
             # grouped-query attention without repeating keys: (kv, group * k, hd) queries per kv
@@ -285,9 +288,9 @@ class LeanLlama:
                 scores = scores.masked_fill(~mask, float("-inf"))
             out = torch.matmul(torch.softmax(scores, dim=-1), cache[layer, 1, :, :end])  # (kv, group * k, hd)
             out = out.view(kv, group, k, hd).permute(2, 0, 1, 3).reshape(k, self.heads * hd).to(self.dtype)
-            x = x + entry["o"](out)
+            x.add_(entry["o"](out))
             gate, up = entry["gate_up"](self._rms(x, entry["norm_mlp"])).chunk(2, dim=-1)
-            x = x + entry["down"](F.silu(gate) * up)
+            x.add_(entry["down"](F.silu(gate) * up))
         if keep is not None:
             x = x[-keep:]
         return self.head(self._rms(x, self.norm)).float()
