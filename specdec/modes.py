@@ -8,7 +8,8 @@ given model, interleaved and repeated; :func:`choose_mode` picks the mode with t
 median T(1) (the baseline every speedup divides by) and caches the probe, keyed by the
 machine's identity (CPU name, torch's and numpy's SIMD dispatch, versions, threads) and the
 model's shape, so later calls on the same machine reuse it and a different machine measures
-anew. :func:`lean_model` builds the model in the chosen mode.
+anew. :func:`lean_model` builds the model in the chosen mode, and :func:`draft_length` picks
+the draft length gamma from the probe's verify curve and the drafter's alpha and c.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ import torch
 
 from specdec.lean import MODES, LeanLlama, int4_supported
 
-__all__ = ["available_modes", "choose_mode", "lean_model", "machine_identity", "probe_modes"]
+__all__ = ["available_modes", "choose_mode", "draft_length", "lean_model", "machine_identity", "probe_modes"]
 
 #: Bump when the probe's method changes: older cached probes are then ignored.
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 
 
 def available_modes() -> tuple[str, ...]:
@@ -80,22 +81,28 @@ def _model_key(model: Any) -> dict[str, Any]:
     }
 
 
+#: The call sizes a probe times: the step (1) and verify calls for gamma = 1..15.
+PROBE_KS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+
+
 def probe_modes(
     model: Any,
     modes: Sequence[str] | None = None,
     *,
+    ks: Sequence[int] = PROBE_KS,
     k: int = 4,
     context: int = 128,
-    repeats: int = 7,
-    warmup: int = 2,
+    repeats: int = 5,
+    warmup: int = 1,
 ) -> dict[str, Any]:
-    """Time one decode step T(1) and one verify call T(k) of each mode on this machine.
+    """Time the calls T(k) of each mode on this machine, for every k in ``ks``.
 
     ``model`` is a Hugging Face Llama (the weights are converted per mode). After a prefill
-    of ``context`` tokens, each pass times a 1-token and a ``k``-token call of every mode in
-    a fresh order (interleaved, so drift affects all modes alike), cropping back each time;
-    ``warmup`` passes are discarded. Returns per mode the medians ``step_s`` and
-    ``verify_s``, their ratio ``verify_cost`` and all samples, plus the machine's identity.
+    of ``context`` tokens, each pass times one call of every size in ``ks`` for every mode,
+    modes in a fresh order per pass (interleaved, so drift affects all modes alike), cropping
+    back each time; ``warmup`` passes are discarded. Returns per mode the medians ``step_s``
+    (k = 1) and ``verify_s`` (k = ``k``), ``verify_cost`` = their ratio, the whole curve
+    ``curve`` ({k: median T(k) / median T(1)}) and the samples, plus the machine's identity.
     """
     modes = tuple(modes) if modes is not None else available_modes()
     unknown = [m for m in modes if m not in MODES]
@@ -109,19 +116,22 @@ def probe_modes(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    sizes = sorted({1, k, *(int(n) for n in ks)})
+    if sizes[0] < 1:
+        raise ValueError(f"ks must hold integers >= 1; got {list(ks)!r}")
     gen = np.random.default_rng(0)
     vocab = int(model.config.vocab_size)
-    ids = gen.integers(0, vocab, context + k).tolist()
+    ids = gen.integers(0, vocab, context + sizes[-1]).tolist()
     sessions = {}
     for mode in modes:
         s = LeanLlama(model, mode).session()
         s.forward(ids[:context], keep=1)
         sessions[mode] = s
-    times: dict[str, dict[int, list[float]]] = {m: {1: [], k: []} for m in modes}
+    times: dict[str, dict[int, list[float]]] = {m: {n: [] for n in sizes} for m in modes}
     for rep in range(warmup + repeats):
         for i in gen.permutation(len(modes)):
             s = sessions[modes[i]]
-            for n in (1, k):
+            for n in sizes:
                 t0 = time.perf_counter()
                 s.forward(ids[context : context + n])
                 elapsed = time.perf_counter() - t0
@@ -130,23 +140,51 @@ def probe_modes(
                     times[modes[i]][n].append(elapsed)
     result = {}
     for mode in modes:
-        step, verify = float(np.median(times[mode][1])), float(np.median(times[mode][k]))
+        med = {n: float(np.median(times[mode][n])) for n in sizes}
         result[mode] = {
-            "step_s": step,
-            "verify_s": verify,
-            "verify_cost": verify / step,
-            "step_samples_s": times[mode][1],
-            "verify_samples_s": times[mode][k],
+            "step_s": med[1],
+            "verify_s": med[k],
+            "verify_cost": med[k] / med[1],
+            "curve": {str(n): med[n] / med[1] for n in sizes},
+            "samples_s": {str(n): times[mode][n] for n in sizes},
         }
     return {
         "probe_version": PROBE_VERSION,
         "k": k,
+        "ks": sizes,
         "context": context,
         "repeats": repeats,
         "machine": machine_identity(),
         "model": _model_key(model),
         "modes": result,
     }
+
+
+def draft_length(
+    probe: dict[str, Any], alpha: float, c: float = 0.0, mode: str | None = None
+) -> dict[str, Any]:
+    """The draft length gamma that maximises Theorem 3.8 with this machine's verify curve.
+
+    ``probe`` is :func:`choose_mode`'s (or :func:`probe_modes`') result; ``mode`` defaults to
+    the chosen one. ``alpha`` is the drafter's acceptance rate on your workload (measure it:
+    prompt lookup's ranged from about 0.2 to 0.6 over Part IV's tasks) and ``c`` its cost per
+    drafted token in target steps (about 0 for prompt lookup). Returns ``gamma``, the
+    predicted ``speedup`` and the ``mode``. It replaces a fixed default measured elsewhere.
+    """
+    from specdec.hardware import best_gamma_on_curve
+
+    mode = mode or probe.get("mode")
+    if mode not in probe.get("modes", {}):
+        raise ValueError(
+            f"mode must be one of the probed modes {sorted(probe.get('modes', {}))}; got {mode!r}"
+        )
+    if not 0.0 <= alpha < 1.0:
+        raise ValueError(f"alpha must lie in [0, 1); got {alpha!r}")
+    if not c >= 0.0:
+        raise ValueError(f"c must be >= 0; got {c!r}")
+    curve = {int(n): float(v) for n, v in probe["modes"][mode]["curve"].items()}
+    gamma, speedup = best_gamma_on_curve(alpha, c, curve)
+    return {"gamma": gamma, "speedup": speedup, "mode": mode}
 
 
 def _cache_file(root: Path | None) -> Path:

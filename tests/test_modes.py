@@ -19,12 +19,36 @@ def model():
 
 
 def test_probe_structure(model):
-    probe = modes.probe_modes(model, ("float32", "bfloat16"), k=3, context=8, repeats=2, warmup=1)
-    assert set(probe["modes"]) == {"float32", "bfloat16"}
+    probe = modes.probe_modes(
+        model, ("float32", "bfloat16"), ks=(1, 2, 5), k=3, context=8, repeats=2, warmup=1
+    )
+    assert set(probe["modes"]) == {"float32", "bfloat16"} and probe["ks"] == [1, 2, 3, 5]
     for m in probe["modes"].values():
-        assert len(m["step_samples_s"]) == len(m["verify_samples_s"]) == 2
-        assert m["verify_cost"] == pytest.approx(m["verify_s"] / m["step_s"])
+        assert all(len(v) == 2 for v in m["samples_s"].values()) and set(m["samples_s"]) == {
+            "1",
+            "2",
+            "3",
+            "5",
+        }
+        assert (
+            m["verify_cost"] == pytest.approx(m["verify_s"] / m["step_s"]) == pytest.approx(m["curve"]["3"])
+        )
+        assert m["curve"]["1"] == 1.0
     assert probe["machine"]["threads"] == 1 and probe["model"]["hidden_size"] == 32
+
+
+def test_draft_length_follows_the_measured_curve():
+    flat = {str(k): 1.0 for k in range(1, 17)}
+    steep = {str(k): float(k) for k in range(1, 17)}  # no batching gain: every token costs a step
+    probe = {"mode": "int4", "modes": {"int4": {"curve": flat}, "float32": {"curve": steep}}}
+    long = modes.draft_length(probe, alpha=0.8)
+    assert long["mode"] == "int4" and long["gamma"] == 15  # free verification: draft as much as measured
+    short = modes.draft_length(probe, alpha=0.8, mode="float32")
+    assert short["gamma"] == 1 and short["speedup"] == pytest.approx((1 + 0.8) / 2)
+    with pytest.raises(ValueError, match="alpha"):
+        modes.draft_length(probe, alpha=1.0)
+    with pytest.raises(ValueError, match="mode"):
+        modes.draft_length(probe, alpha=0.5, mode="bfloat16")
 
 
 def test_choice_is_the_fastest_step_and_is_cached(model, tmp_path, monkeypatch):
