@@ -33,6 +33,7 @@ import torch
 
 from specdec.drafters import Drafter, Proposal
 from specdec.lm import CachedLM, open_lm
+from specdec.policies import DraftPolicy, as_policy
 from specdec.sampling import sample, verify, verify_argmax, warp
 from specdec.stats import Stats
 
@@ -52,7 +53,7 @@ def speculative(
     drafter: Drafter,
     prompt_ids: Sequence[int],
     *,
-    gamma: int,
+    gamma: int | DraftPolicy,
     max_new_tokens: int,
     temperature: float = 0.0,
     top_k: int | None = None,
@@ -73,7 +74,9 @@ def speculative(
 
     then the target's cache is cropped back to the committed tokens minus the last.
 
-    ``target`` is a Hugging Face causal LM; ``gamma`` >= 1; ``lenience`` l in (0, 1]
+    ``target`` is a Hugging Face causal LM (or a :class:`specdec.lean.LeanLlama`); ``gamma``
+    is an integer >= 1 or a :class:`specdec.policies.DraftPolicy` that sets each round's draft
+    length (dynamic gamma; ``Stats.gamma`` is then its ``max_gamma``); ``lenience`` l in (0, 1]
     (Appendix A.5; l = 1 is lossless, Theorem 3.5); temperature / top_k / top_p define the
     warp applied alike to p and q. At temperature 0 with l < 1 step 3 is the paper's argmax
     variant instead (:func:`~specdec.sampling.verify_argmax`: keep x_i while p_i(x_i) >= l max p_i,
@@ -81,17 +84,22 @@ def speculative(
     Returns the new tokens (prompt excluded) and the :class:`~specdec.stats.Stats` of the call.
     """
     lm, prompt = _start(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
-    _check_speculative(lm, drafter, gamma, lenience)
+    if not isinstance(gamma, DraftPolicy):
+        _check_speculative(lm, drafter, gamma, lenience)
+        gamma = int(gamma)
+    policy = as_policy(gamma)
+    _check_speculative(lm, drafter, policy.max_gamma, lenience)
+    policy.reset()
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
     argmax_lenient = temperature == 0 and lenience < 1.0
-    stats, tokens = Stats(gamma=gamma), list(prompt)
+    stats, tokens = Stats(gamma=policy.max_gamma), list(prompt)
     with stats.timer("prefill_s", lm.device):
         _prefill(lm, prompt)
         drafter.start(prompt)
     while (budget := max_new_tokens - (len(tokens) - len(prompt))) > 0:
         with stats.timer("draft_s", lm.device):  # a round emits k + 1 tokens at most
-            limit = min(gamma, budget - 1)
+            limit = min(_next_length(policy), budget - 1)
             proposal = _cut_at_eos(drafter.propose(tokens, limit, warp_fn, rng), limit, eos_token_id)
         draft, q = proposal.tokens, proposal.q
         with stats.timer("target_s", lm.device):  # one call scores k + 1 positions
@@ -104,6 +112,7 @@ def speculative(
             else:
                 n_accepted, next_token = verify(p, q, draft, rng, lenience)
         stats.record_round(p, q, len(draft), n_accepted, proposal.calls, lenience)
+        policy.update(len(draft), n_accepted)
         new = [*draft[:n_accepted], next_token]  # T = A + 1 tokens
         tokens += new
         lm.crop(len(tokens) - 1)  # the cache must not hold the round's own token yet
@@ -147,6 +156,13 @@ def autoregressive(
 
 
 # -- helpers -------------------------------------------------------------------------------------
+
+
+def _next_length(policy: DraftPolicy) -> int:
+    n = policy.next()
+    if not _is_int(n) or not 1 <= n <= policy.max_gamma:
+        raise ValueError(f"{policy.describe()} asked for {n!r} drafts; it must give 1..{policy.max_gamma}")
+    return int(n)
 
 
 def _prefill(lm: CachedLM, prompt: list[int]) -> None:

@@ -129,8 +129,14 @@ class ModelDrafter(Drafter):
     after a rejection it crops the rejected drafts and feeds the round's token; after a full
     accept it also feeds the last draft, which it had sampled but never fed (the draft-cache
     gap). Then it samples token i from q_i = warp_fn(logits) and feeds it to get q_{i+1}:
-    gamma forward calls for gamma drafts. Pass ``target`` (and tokenizers) to check
-    compatibility now; ``speculative`` checks the vocabulary size in any case.
+    gamma forward calls for gamma drafts. With ``confidence`` set, drafting stops after a token
+    whose probability under the draft model (softmax of its logits at temperature 1, so that
+    the rule also works for greedy decoding) is below it: transformers'
+    ``assistant_confidence_threshold`` rule, applied to the sampled token. Fewer drafts where
+    the draft is unsure; the rule looks only at the draft's own samples, so sampling stays
+    lossless. Pass
+    ``target`` (and tokenizers) to check compatibility now; ``speculative`` checks the
+    vocabulary size in any case.
     """
 
     def __init__(
@@ -140,7 +146,11 @@ class ModelDrafter(Drafter):
         target: torch.nn.Module | None = None,
         tokenizer: object | None = None,
         target_tokenizer: object | None = None,
+        confidence: float | None = None,
     ) -> None:
+        if confidence is not None and not 0.0 <= confidence < 1.0:
+            raise ValueError(f"confidence must lie in [0, 1) or be None; got {confidence!r}")
+        self.confidence = confidence
         if target is not None:
             check_same_vocab(target, model)
         if (tokenizer is None) != (target_tokenizer is None):
@@ -167,6 +177,8 @@ class ModelDrafter(Drafter):
             q = warp_fn(logits)
             tokens.append(sample(q, rng))
             rows.append(q)
+            if self.confidence is not None and _own_probability(logits, tokens[-1]) < self.confidence:
+                break  # the draft doubts its own token: stop drafting (dynamic gamma)
             if i + 1 < gamma:
                 logits = self.lm.forward(tokens[-1:])[-1]
         return Proposal(tokens, torch.stack(rows), self.lm.calls - calls)
@@ -180,6 +192,11 @@ class ModelDrafter(Drafter):
         input_ids = torch.tensor([[int(t) for t in ids]], dtype=torch.long, device=self.lm.device)
         out = self.lm.model(input_ids=input_ids, use_cache=False, logits_to_keep=keep)
         return warp_fn(out.logits[0, -keep:].float())
+
+
+def _own_probability(logits: torch.Tensor, token: int) -> float:
+    """The draft model's probability of ``token`` at temperature 1."""
+    return float(torch.softmax(logits.float(), dim=-1)[token])
 
 
 def early_exit_model(model: torch.nn.Module, n_layers: int) -> torch.nn.Module:
