@@ -1,0 +1,7 @@
+"""``python -m specdec ...``: the same command line as the installed ``specdec`` script."""
+
+import sys
+
+from specdec.cli import main
+
+sys.exit(main())
