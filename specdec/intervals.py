@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_ci", "geomean", "ratio_ci", "verdict"]
+__all__ = ["bootstrap_ci", "geomean", "per_unit_medians", "ratio_ci", "verdict"]
 
 
 def geomean(x: Sequence[float] | np.ndarray, axis: int | None = None) -> Any:
@@ -73,3 +73,26 @@ def verdict(
     if high < 1:
         return below
     return tie
+
+
+def per_unit_medians(
+    rows: Sequence[dict[str, Any]], value: str, *, group: str = "config", unit: str = "prompt"
+) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Median of ``value`` over repeats for each (group, unit): the paired table intervals need.
+
+    Returns the sorted units and, per group, an array of medians in that unit order. Raises
+    ValueError when a group lacks a unit (an unpaired comparison).
+    """
+    units = sorted({r[unit] for r in rows})
+    out: dict[str, np.ndarray] = {}
+    for g in dict.fromkeys(r[group] for r in rows):
+        vals = []
+        for u in units:
+            sample = [r[value] for r in rows if r[group] == g and r[unit] == u]
+            if not sample:
+                raise ValueError(
+                    f"{group} {g!r} has no row for {unit} {u!r}: the comparison would be unpaired"
+                )
+            vals.append(float(np.median(sample)))
+        out[g] = np.asarray(vals)
+    return units, out

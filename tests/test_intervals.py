@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.intervals import bootstrap_ci, geomean, ratio_ci, verdict
+from specdec.intervals import bootstrap_ci, geomean, per_unit_medians, ratio_ci, verdict
 
 
 def test_geomean():
@@ -41,3 +41,17 @@ def test_ratio_ci_is_reciprocal_and_verdicts():
         bootstrap_ci([1.0])
     with pytest.raises(ValueError):
         verdict(2, 1)
+
+
+def test_per_unit_medians_pairs_by_prompt():
+    rows = [
+        {"config": "a", "prompt": "p2", "t": 3.0},
+        {"config": "a", "prompt": "p1", "t": 1.0},
+        {"config": "a", "prompt": "p1", "t": 5.0},
+        {"config": "b", "prompt": "p1", "t": 2.0},
+        {"config": "b", "prompt": "p2", "t": 4.0},
+    ]
+    units, med = per_unit_medians(rows, "t")
+    assert units == ["p1", "p2"] and med["a"].tolist() == [3.0, 3.0] and med["b"].tolist() == [2.0, 4.0]
+    with pytest.raises(ValueError, match="unpaired"):
+        per_unit_medians(rows[:-1], "t")
