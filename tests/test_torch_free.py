@@ -20,6 +20,12 @@ TORCH_FREE = [
     "specdec.published",
     "specdec.reproduce",
     "specdec.article",
+    "specdec.book",
+    "specdec.intervals",
+    "specdec.policies",
+    "specdec.hardware",
+    "specdec.cli",
+    "specdec.roofline",
 ]
 
 
