@@ -4,7 +4,7 @@
 each round a drafter proposes k <= gamma tokens, one target forward call scores the last
 committed token and the k drafts (k + 1 rows of p), :func:`specdec.sampling.verify` keeps a
 prefix of the drafts and draws the round's own token, and the target's KV cache is cropped
-back. Theorem 3.5 (losslessness) holds for every drafter: the output has the target's law.
+back. Losslessness (Appendix A.1) holds for every drafter: the output has the target's law.
 Greedy decoding (temperature 0) is the same loop with one-hot rows, i.e. exact matching;
 with lenience l < 1 it uses the paper's argmax rule instead (Appendix A.5, not lossless).
 
@@ -77,7 +77,7 @@ def speculative(
     ``target`` is a Hugging Face causal LM (or a :class:`specdec.lean.LeanLlama`); ``gamma``
     is an integer >= 1 or a :class:`specdec.policies.DraftPolicy` that sets each round's draft
     length (dynamic gamma; ``Stats.gamma`` is then its ``max_gamma``); ``lenience`` l in (0, 1]
-    (Appendix A.5; l = 1 is lossless, Theorem 3.5); temperature / top_k / top_p define the
+    (Appendix A.5; l = 1 is lossless, Appendix A.1); temperature / top_k / top_p define the
     warp applied alike to p and q. At temperature 0 with l < 1 step 3 is the paper's argmax
     variant instead (:func:`~specdec.sampling.verify_argmax`: keep x_i while p_i(x_i) >= l max p_i,
     p at temperature 1; the round's token is the argmax); top-k/top-p do not enter it.

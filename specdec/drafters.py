@@ -7,7 +7,7 @@ A drafter answers one question, cf. transformers' candidate generators::
 ``tokens`` are k <= gamma drafted ids (k may be 0: the round is then a plain target step).
 ``q`` is the (k, V) tensor of the distributions the tokens were *sampled from*, after the
 same ``warp_fn`` (temperature, top-k, top-p) that the loop applies to the target's logits
--- the proof of Theorem 3.5 needs q to be exactly the law of the draft -- or ``None`` for a
+-- the losslessness proof of Appendix A.1 needs q to be exactly the law of the draft -- or ``None`` for a
 deterministic drafter, whose drafts verify treats as point masses. Drafts are drawn with
 :func:`specdec.sampling.sample` from the decoding call's single generator ``rng``; at
 temperature 0 the rows are one-hot, so drafting is greedy. ``calls`` counts draft steps

@@ -6,8 +6,8 @@ early exit after k layers), plus the target's final norm; these are the only tra
 committed) weights. The token embeddings are the target's own, frozen and shared at load
 time, and so is the LM head, cut to a *kept vocabulary* of the most frequent tokens of the
 distillation data (:class:`TrimmedHead`). The draft's logits are -inf outside the kept
-vocabulary, so q is 0 there; speculative sampling stays lossless (Theorem 3.5 holds for
-every q), the target simply never sees those tokens drafted.
+vocabulary, so q is 0 there; speculative sampling stays lossless (the proof of Appendix A.1
+holds for every q), the target simply never sees those tokens drafted.
 
 Training (:func:`train_draft`) distils the target from ``python -m specdec.distill gen-data``
 shards: cross-entropy to the target's top-32 probabilities renormalised over the kept

@@ -3,7 +3,7 @@
 No models here: the functions take the target's distributions ``p`` and the draft's ``q``
 as arrays (numpy arrays, or torch tensors on any device) and a numpy ``Generator`` that
 supplies every random number. One generator per decoding call, seeded once, and one fresh
-uniform per drafted position: the proof of losslessness (Theorem 3.5 / Appendix A.1)
+uniform per drafted position: the proof of losslessness (Appendix A.1)
 needs independent uniforms.
 
 * :func:`warp` turns logits into the distribution that is actually sampled from

@@ -2,7 +2,7 @@
 
 1. Greedy speculative decoding equals greedy autoregressive decoding token for token, for
    every drafter and several prompts and gammas.
-2. Sampling is lossless (Theorem 3.5): a chi-square test of the joint law of the first two
+2. Sampling is lossless (Appendix A.1): a chi-square test of the joint law of the first two
    generated tokens against the target's exact law; the same test rejects deliberately
    broken engines (resampling from p instead of the residual; reseeding every round).
 3. EOS, the max_new_tokens budget, gamma boundaries, caches, statistics.
