@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from specdec.audit import parse_printed, verdict
+from specdec.audit import agrees, parse_printed, verdict
 from specdec.published import load_table, statement, value
 from specdec.theory import (
     expected_tokens,
@@ -232,13 +232,18 @@ def table2_empirical_rows() -> list[Record]:
 
     ``EMP_vs_EXP_printed`` and ``EMP_vs_EXP_recomputed`` apply the verdict rule with EMP as the
     printed value; ``speed_c0`` is Theorem 3.8 at the row's gamma with a free draft (c = 0), the
-    most Eq. (1) allows at that gamma; ``c_implied_by_EMP`` is :func:`implied_cost` of EMP.
+    most Eq. (1) allows at that gamma, and ``speed_c0_alpha_high`` the same at the top of the
+    printed alpha's rounding interval; ``c_implied_by_EMP`` is :func:`implied_cost` of EMP.
+    ``EMP_above_c0`` applies the book's verdict rule: it is true only when the printed EMP
+    exceeds ``speed_c0`` and does not agree with it (``speed_c0`` not within half a unit of
+    EMP's last printed digit).
     """
     rows = []
     for row, alpha, gamma, c in _table4():
         emp, exp = value(row["EMP"]), value(row["EXP"])
         exp_rec = float(walltime_speedup(alpha, gamma, c))
         speed_c0 = float(walltime_speedup(alpha, gamma, 0.0))
+        alpha_high = alpha + parse_printed(row["alpha"])[1]
         rows.append(
             _keys(row)
             | {"gamma": gamma, "alpha": row["alpha"], "c": row["c"]}
@@ -251,7 +256,8 @@ def table2_empirical_rows() -> list[Record]:
                 "EMP_vs_EXP_printed": verdict(row["EMP"], exp),
                 "EMP_vs_EXP_recomputed": verdict(row["EMP"], exp_rec),
                 "speed_c0": speed_c0,
-                "EMP_above_c0": bool(emp > speed_c0),
+                "speed_c0_alpha_high": float(walltime_speedup(alpha_high, gamma, 0.0)),
+                "EMP_above_c0": bool(emp > speed_c0 and not agrees(row["EMP"], speed_c0)),
                 "c_implied_by_EMP": float(implied_cost(alpha, gamma, emp)),
             }
         )
