@@ -135,6 +135,10 @@ def test_candidates_and_common_settings():
     assert all(0 < c < 0.015 for c in needed) and needed == sorted(needed)
     common = reproduce.a5_standard_common_rows()
     assert common and all(r["c"] < 0.015 for r in common)
+    # T5-base's alphas: each factor is reachable at some gamma (2.5X already at gamma = 4),
+    # 3.1X and 3.6X only near gamma = 40, and no single gamma fits all four.
+    assert [r["gammas_agreeing_base"] for r in rows] == ["4, 15-18", "40-42", "41-43", "6-8, 55-64"]
+    assert float(walltime_speedup(0.68, 4, 0.015)) == pytest.approx(2.52, abs=5e-3)
 
 
 def test_section1_example():
