@@ -509,7 +509,7 @@ def chi2_sf(x: float, df: int) -> float:
 
 
 def chi_square_pvalue(counts: np.ndarray, law: np.ndarray, min_expected: float = 5.0) -> dict[str, Any]:
-    """Pearson's chi-square of observed counts against a law, pooled as in tests/test_decoding.py.
+    """Pearson's chi-square of observed counts against a law (the test suite's checks use it too).
 
     Cells expected fewer than ``min_expected`` times are pooled into one; if the pool itself is
     expected fewer times, it joins the smallest other cell. An observation in a cell of

@@ -15,7 +15,6 @@ import math
 
 import numpy as np
 import pytest
-import scipy.stats
 import torch
 from tiny_models import VOCAB, next_token_logits, perturbed_copy, tiny_llama
 
@@ -30,6 +29,7 @@ from specdec.drafters import (
     Proposal,
     UnigramDrafter,
 )
+from specdec.gpurecord import chi_square_pvalue as chi_square_pvalue_record
 from specdec.lm import CachedLM
 from specdec.sampling import warp
 from specdec.stats import Stats
@@ -162,25 +162,12 @@ def exact_two_token_law(target, prefix, **warp_kw):
 
 
 def chi_square_pvalue(counts, law, min_expected=5.0):
-    """Pearson's chi-square of observed counts against a law.
+    """Pearson's chi-square p-value of observed counts against a law, rare cells pooled.
 
-    An observation in a cell of probability 0 gives p-value 0. Cells expected fewer than
-    ``min_expected`` times are pooled into one; if the pool itself is expected fewer times, it
-    joins the smallest other cell.
+    The package's one implementation (:func:`specdec.gpurecord.chi_square_pvalue`, which the
+    GPU record also runs); tests/test_gpu_record.py checks its pooling and its p-value.
     """
-    obs, expected = counts.ravel(), law.ravel() * counts.sum()
-    if obs[law.ravel() == 0].sum() > 0:
-        return 0.0
-    big = expected >= min_expected
-    order = np.argsort(expected[big])
-    obs_big, exp_big = obs[big][order], expected[big][order]
-    pool_obs, pool_exp = obs[~big].sum(), expected[~big].sum()
-    if pool_exp >= min_expected:
-        obs_big, exp_big = np.append(obs_big, pool_obs), np.append(exp_big, pool_exp)
-    else:
-        obs_big[0] += pool_obs
-        exp_big[0] += pool_exp
-    return float(scipy.stats.chisquare(obs_big, exp_big).pvalue)
+    return chi_square_pvalue_record(counts, law, min_expected)["pvalue"]
 
 
 def first_two_counts(target, drafter, prefix, gamma, n=N_SAMPLES, **kw):
