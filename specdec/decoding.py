@@ -84,11 +84,9 @@ def speculative(
     Returns the new tokens (prompt excluded) and the :class:`~specdec.stats.Stats` of the call.
     """
     lm, prompt = _start(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
-    if not isinstance(gamma, DraftPolicy):
-        _check_speculative(lm, drafter, gamma, lenience)
-        gamma = int(gamma)
-    policy = as_policy(gamma)
-    _check_speculative(lm, drafter, policy.max_gamma, lenience)
+    dynamic = isinstance(gamma, DraftPolicy)
+    _check_speculative(lm, drafter, gamma.max_gamma if dynamic else gamma, lenience)
+    policy = as_policy(gamma if dynamic else int(gamma))
     policy.reset()
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
