@@ -39,12 +39,11 @@ EMULATIONS = {
 
 def _cpu_dispatch() -> tuple[list[str], str]:
     """numpy's dispatch targets in use on this CPU (after NPY_DISABLE_CPU_FEATURES), torch's level."""
-    import numpy._core._multiarray_umath as umath
     import torch
 
-    features = umath.__cpu_features__
-    active = [t for t in umath.__cpu_dispatch__ if features.get(t)]
-    return active, str(torch.backends.cpu.get_cpu_capability())
+    from specdec.roofline import numpy_simd
+
+    return list(numpy_simd()["dispatch"] or []), str(torch.backends.cpu.get_cpu_capability())
 
 
 def pytest_report_header(config):

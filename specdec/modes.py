@@ -41,26 +41,14 @@ def available_modes() -> tuple[str, ...]:
 def machine_identity() -> dict[str, Any]:
     """What makes timings comparable: CPU name and flags digest, SIMD dispatch, torch version, threads."""
     from specdec.measure import _cpu_name
+    from specdec.roofline import cpu_flags, numpy_simd
 
-    flags = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        import numpy._core._multiarray_umath as umath
-
-        numpy_simd = [g for g in ("X86_V2", "X86_V3", "X86_V4") if umath.__cpu_features__.get(g)]
-    except (ImportError, AttributeError):
-        numpy_simd = []
+    flags = " ".join(sorted(cpu_flags()))
     return {
         "cpu": _cpu_name(),
         "cpu_flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16],
         "torch_capability": str(torch.backends.cpu.get_cpu_capability()),
-        "numpy_simd": numpy_simd,
+        "numpy_simd": numpy_simd()["dispatch"],
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
     }

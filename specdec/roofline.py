@@ -66,11 +66,13 @@ __all__ = [
     "MATMUL_DTYPES",
     "WEIGHT_FORMATS",
     "WeightFormat",
+    "cpu_flags",
     "cpu_identity",
     "label_modules",
     "machine_roofline",
     "measure_bandwidth",
     "measure_matmul",
+    "numpy_simd",
     "predict_step_time",
     "predict_verify_curve",
     "profile_step",
@@ -191,7 +193,8 @@ def _last_level_cache() -> int | None:
     return max(sizes.values()) if sizes else None
 
 
-def _cpu_flags() -> set[str]:
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where there is no such file)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
@@ -201,7 +204,7 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-def _numpy_simd() -> dict[str, Any]:
+def numpy_simd() -> dict[str, Any]:
     """numpy's SIMD baseline and the dispatch targets this CPU supports (numpy's own detection)."""
     try:
         from numpy._core import _multiarray_umath as umath  # numpy >= 2
@@ -228,7 +231,7 @@ def cpu_identity() -> dict[str, Any]:
     """
     import torch
 
-    flags = _cpu_flags()
+    flags = cpu_flags()
     bf16 = sorted(flags & {"avx512_bf16", "amx_bf16", "bf16"})
     return {
         "name": _cpu_name(),
@@ -236,7 +239,7 @@ def cpu_identity() -> dict[str, Any]:
         "available_cpus": _available_cpus(),
         "caches_bytes": _cache_sizes(),
         "torch_capability": torch.backends.cpu.get_cpu_capability(),
-        "numpy_simd": _numpy_simd(),
+        "numpy_simd": numpy_simd(),
         "bf16_instructions": (bool(bf16) if flags else None),
         "bf16_flags": bf16,
         "avx512": (any(f.startswith("avx512") for f in flags) if flags else None),
