@@ -19,7 +19,6 @@ prompts with a 95 % bootstrap interval (specdec.intervals), mean drafts and toke
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
@@ -34,12 +33,13 @@ if str(ROOT) not in sys.path:
 from specdec.decoding import autoregressive, speculative  # noqa: E402
 from specdec.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
 from specdec.draftnets import load_draft, require_drafts  # noqa: E402
+from specdec.gpurecord import device_slug  # noqa: E402
 from specdec.intervals import bootstrap_ci, geomean  # noqa: E402
 from specdec.measure import environment, write_result  # noqa: E402
 from specdec.models import load_target, set_threads  # noqa: E402
 from specdec.modes import lean_model  # noqa: E402
 from specdec.policies import HeuristicGamma  # noqa: E402
-from specdec.workloads import TASKS, chat_prompt_ids, load_workload  # noqa: E402
+from specdec.workloads import evaluation_prompts  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -165,17 +165,13 @@ def main(argv: list[str] | None = None) -> Path:
     target, probe = lean_model(base.model, args.mode)
     draft_model = load_draft(args.draft, base.model)
     print(f"target: lean {target.mode}; draft {args.draft}; threads {args.threads}", flush=True)
-    prompts = [
-        {"id": p.id, "task": task, "ids": chat_prompt_ids(base.tokenizer, p.prompt)}
-        for task in TASKS
-        for p in load_workload(task)[: args.prompts_per_task]
-    ]
+    prompts = evaluation_prompts(base.tokenizer, args.prompts_per_task)
     env = environment(dtype=target.mode, device="cpu")
     configs = configurations(args, target, draft_model)
     t0 = time.time()
     rows = run(args, target, configs, prompts)
     summary = summarize(rows, list(configs))
-    slug = re.sub(r"[^a-z0-9]+", "-", env["device_name"].lower()).strip("-")
+    slug = device_slug(env["device_name"])
     out = (
         Path(args.out)
         if args.out

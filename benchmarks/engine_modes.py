@@ -29,7 +29,6 @@ named. About 10 minutes with the defaults on 1 thread.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from functools import partial
@@ -45,6 +44,7 @@ if str(ROOT) not in sys.path:
 from specdec import llamacpp  # noqa: E402
 from specdec.decoding import autoregressive, speculative  # noqa: E402
 from specdec.drafters import PromptLookupDrafter  # noqa: E402
+from specdec.gpurecord import device_slug  # noqa: E402
 from specdec.intervals import bootstrap_ci, ratio_ci  # noqa: E402
 from specdec.lean import MODES, LeanLlama, int4_supported  # noqa: E402
 from specdec.lm import open_lm  # noqa: E402
@@ -52,7 +52,7 @@ from specdec.measure import environment, write_result  # noqa: E402
 from specdec.models import load_target, set_threads, smollm2_gguf_path  # noqa: E402
 from specdec.modes import choose_mode  # noqa: E402
 from specdec.roofline import machine_roofline, predict_verify_curve, profile_step  # noqa: E402
-from specdec.workloads import TASKS, chat_prompt_ids, load_workload  # noqa: E402
+from specdec.workloads import evaluation_prompts  # noqa: E402
 
 ALL_ENGINES = ("hf-float32", "hf-bfloat16", *(f"lean-{m}" for m in MODES), "llama.cpp")
 
@@ -104,14 +104,6 @@ def build_engines(names: tuple[str, ...], threads: int) -> tuple[dict[str, Any],
         elif name == "llama.cpp":
             engines[name] = llamacpp.LlamaCppModel(smollm2_gguf_path(), threads=threads)
     return engines, base
-
-
-def prompts(tokenizer: Any, per_task: int) -> list[dict[str, Any]]:
-    out = []
-    for task in TASKS:
-        for p in load_workload(task)[:per_task]:
-            out.append({"id": p.id, "task": task, "ids": chat_prompt_ids(tokenizer, p.prompt)})
-    return out
 
 
 def verify_curve(engines: dict[str, Any], prompt_ids: list[int], ks: list[int], repeats: int) -> dict:
@@ -289,7 +281,7 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"engines: {', '.join(engines)}; threads {args.threads}", flush=True)
     probe = choose_mode(base.model, refresh=True)
     print(f"choose_mode: {probe['mode']} ({probe['rule']})", flush=True)
-    plist = prompts(base.tokenizer, args.prompts_per_task)
+    plist = evaluation_prompts(base.tokenizer, args.prompts_per_task)
     env = environment(dtype="mixed", device="cpu")  # at the start: the commit and tree that ran
     t0 = time.time()
     roof = roofline(args.threads, base.model.config)
@@ -297,7 +289,7 @@ def main(argv: list[str] | None = None) -> Path:
     prof = profile(engines, plist[0]["ids"])
     dec = decode(engines, plist, args.new_tokens, args.gamma, args.repeats)
     summary = summarize(verify, dec, list(engines))
-    slug = re.sub(r"[^a-z0-9]+", "-", env["device_name"].lower()).strip("-")
+    slug = device_slug(env["device_name"])
     out = (
         Path(args.out)
         if args.out

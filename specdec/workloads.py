@@ -30,6 +30,7 @@ __all__ = [
     "WORKLOAD_DIR",
     "Prompt",
     "chat_prompt_ids",
+    "evaluation_prompts",
     "load_workload",
     "training_prompts",
 ]
@@ -79,6 +80,18 @@ def chat_prompt_ids(tokenizer: Any, text: str, system: str | None = None) -> lis
         messages.insert(0, {"role": "system", "content": system})
     rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return list(tokenizer.encode(rendered, add_special_tokens=False))
+
+
+def evaluation_prompts(tokenizer: Any, per_task: int) -> list[dict[str, Any]]:
+    """The first ``per_task`` prompts of every task, ready to decode: dicts with ``id``,
+    ``task`` and ``ids`` (:func:`chat_prompt_ids`), tasks in :data:`TASKS` order."""
+    if isinstance(per_task, bool) or not isinstance(per_task, int) or per_task < 1:
+        raise ValueError(f"per_task must be an integer >= 1; got {per_task!r}")
+    return [
+        {"id": p.id, "task": task, "ids": chat_prompt_ids(tokenizer, p.prompt)}
+        for task in TASKS
+        for p in load_workload(task)[:per_task]
+    ]
 
 
 # -- training prompts (templated, seeded) ----------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.workloads import TASKS, chat_prompt_ids, load_workload, training_prompts
+from specdec.workloads import TASKS, chat_prompt_ids, evaluation_prompts, load_workload, training_prompts
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -61,3 +61,12 @@ def test_training_prompts_are_seeded_mixed_and_disjoint_from_the_evaluation_prom
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="n must be an integer >= 1"):
             training_prompts(bad)
+
+
+def test_evaluation_prompts_take_the_first_of_every_task():
+    got = evaluation_prompts(ChatMLStub(), 2)
+    assert [(g["task"], g["id"]) for g in got] == [(t, p.id) for t in TASKS for p in load_workload(t)[:2]]
+    first = load_workload(TASKS[0])[0]
+    assert got[0]["ids"] == chat_prompt_ids(ChatMLStub(), first.prompt)
+    with pytest.raises(ValueError, match="per_task"):
+        evaluation_prompts(ChatMLStub(), 0)
