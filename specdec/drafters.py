@@ -134,9 +134,8 @@ class ModelDrafter(Drafter):
     the rule also works for greedy decoding) is below it: transformers'
     ``assistant_confidence_threshold`` rule, applied to the sampled token. Fewer drafts where
     the draft is unsure; the rule looks only at the draft's own samples, so sampling stays
-    lossless. Pass
-    ``target`` (and tokenizers) to check compatibility now; ``speculative`` checks the
-    vocabulary size in any case.
+    lossless. Pass ``target`` (and tokenizers) to check compatibility now; ``speculative``
+    checks the vocabulary size in any case.
     """
 
     def __init__(
