@@ -18,13 +18,20 @@ preallocated, position-indexed KV cache (gpt-fast's design). Its weight **modes*
   zeros are then rounded to bfloat16, which the kernel needs.
 
 **Exactness.** Greedy speculative decoding equals greedy plain decoding only if a verify call
-over k tokens gives each row the same logits as k single steps. In float32 the two differ by
-rounding (about 1e-5 on SmolLM2, far below any gap between the top two logits seen so far). In
-bfloat16 and int4 every layer's output is rounded to bfloat16, and the different matmul shapes
-of a block and a step round differently: on SmolLM2 the logits of a block and of steps
-differ by up to about 0.4, so at a near-tie greedy outputs can part. Sampling stays lossless
-with respect to the model as verified (the tests' chi-square), but the block and the step are
-not the same arithmetic. Only float32 is exact; the benchmark records ``greedy_exact`` per mode.
+over k tokens gives each row the same logits as k single steps. Two things can break that: a
+matmul kernel that sums in a different order for a different number of rows, and attention
+over a masked block instead of a shorter sequence. The forward therefore attends row by row
+with the very shapes of a step (:meth:`LeanLlama._attend`), and in bfloat16 runs a one-row
+linear layer as two equal rows (oneDNN's one-row bf16 kernel rounds differently from its
+kernel for two or more rows, which agree). With both, a verify call's rows equal the steps'
+**bit for bit** in ``"bfloat16"`` and ``"int4"`` (checked on an AVX-512 EPYC, natively and
+with torch capped at AVX2 and at the baseline; :meth:`LeanLlama.verify_matches_steps` checks
+the running machine, and :mod:`specdec.modes` records it per mode). In ``"float32"`` BLAS
+sums a one-row product (GEMV) and a block (GEMM) in different orders: rows differ by about
+1e-4 in the logits, far below any gap between the top two logits met so far (greedy equality
+holds in every test and record), but a float32 block is not the same arithmetic as steps.
+Sampling is lossless in every mode with respect to the model as verified (the tests'
+chi-square).
 
 Which mode is fastest depends on the CPU (bf16 matmuls need AVX512-BF16 or AMX to be fast),
 so it is chosen by measuring the running machine (:mod:`specdec.modes`), never by a constant.
@@ -36,7 +43,6 @@ the interface of :class:`specdec.lm.CachedLM`: ``forward``, ``crop``, ``sync``, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,10 +76,18 @@ class _Linear:
     # contiguous W^T takes BLAS's GEMV path: a float32 step of SmolLM2 took 38 ms instead of
     # 51 on an AVX-512 EPYC (slower from two rows on, so only M = 1); it doubles the memory
     weight_t: torch.Tensor | None = None
+    # bfloat16 only: run a one-row input as two equal rows. oneDNN's bf16 kernel for one row
+    # sums in another order than its kernel for two or more rows (on an AVX512-BF16 EPYC the
+    # down projection's outputs differed in 14 of 120 layer/row checks), while all sizes from
+    # two rows on agree; padding makes a decode step the same arithmetic as a verify call
+    pad_single: bool = False
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight_t is not None and x.shape[0] == 1:
-            return x @ self.weight_t
+        if x.shape[0] == 1:
+            if self.weight_t is not None:
+                return x @ self.weight_t
+            if self.pad_single:
+                return F.linear(x.expand(2, -1), self.weight)[:1]
         if self.scales_zeros is None:
             return F.linear(x, self.weight)
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.weight, GROUP_SIZE, self.scales_zeros)
@@ -177,6 +191,8 @@ class LeanLlama:
                         entry[name] = _Linear(w.detach().to(self.dtype).contiguous().clone(), w.shape[0])
                         if mode == "float32":
                             entry[name].weight_t = entry[name].weight.t().contiguous()
+                        else:
+                            entry[name].pad_single = True
                     else:
                         entry[name], err = _int4(w, self.dtype)
                         self.quantization_error = max(self.quantization_error, err)
@@ -253,6 +269,40 @@ class LeanLlama:
         sign is folded into ``sin`` (see :meth:`_rotary`)."""
         return x * cos + x.roll(self.head_dim // 2, dims=-1) * sin
 
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, end: int) -> torch.Tensor:
+        """One query row's attention over cached positions ``0 .. end-1``: (1, heads * head_dim).
+
+        One fused call (torch's scaled_dot_product_attention, grouped-query heads without
+        repeating keys), in float32: the cache is float32 in every mode (small, and CPU bf16
+        attention is slow). A verify call runs this once per row with the very shapes of a
+        one-token step, so that its rows equal the steps' bit for bit (matmuls of different
+        shapes sum in different orders; see the module docstring).
+        """
+        kv, hd = self.kv_heads, self.head_dim
+        out = F.scaled_dot_product_attention(
+            q.reshape(1, self.heads, 1, hd).float(),
+            keys[None, :, :end],
+            values[None, :, :end],
+            enable_gqa=kv != self.heads,
+        )
+        return out.reshape(1, self.heads * hd)
+
+    def verify_matches_steps(self, k: int = 5, context: int = 16, seed: int = 0) -> bool:
+        """True when one call over ``k`` tokens gives logits equal, bit for bit, to ``k`` steps.
+
+        Measured on the running machine (kernels differ between CPUs), on random token ids
+        after a prefill of ``context`` tokens; the cache is restored afterwards.
+        """
+        for name, value, low in (("k", k, 2), ("context", context, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+        ids = torch.randint(0, self.vocab_size, (context + k,), generator=torch.Generator().manual_seed(seed))
+        cache = self.new_cache(context + k)
+        self.forward(ids[:context], 0, cache)
+        block = self.forward(ids[context:], context, cache.clone())
+        steps = [self.forward(ids[context + i : context + i + 1], context + i, cache) for i in range(k)]
+        return torch.equal(block, torch.cat(steps))
+
     @torch.inference_mode()
     def forward(
         self, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None = None
@@ -267,11 +317,7 @@ class LeanLlama:
         end = start + k
         cos_all, sin_all = self._rotary(end)
         cos, sin = cos_all[start:end, None, :], sin_all[start:end, None, :]
-        kv, group, hd = self.kv_heads, self.heads // self.kv_heads, self.head_dim
-        scale = 1.0 / math.sqrt(hd)
-        mask = None
-        if k > 1:  # query i (at position start + i) sees keys 0 .. start + i
-            mask = torch.ones(k, end, dtype=torch.bool).tril(start).repeat(group, 1)
+        kv, hd = self.kv_heads, self.head_dim
         x = self.embed[ids]  # a new tensor (advanced indexing): the residual adds run in place
         for layer, entry in enumerate(self.layers):
             h = self._rms(x, entry["norm_attn"])
@@ -280,14 +326,10 @@ class LeanLlama:
             q, key = qk[:, : self.heads], qk[:, self.heads :]
             cache[layer, 0, :, start:end] = key.transpose(0, 1)
             cache[layer, 1, :, start:end] = value.view(k, kv, hd).transpose(0, 1)
-            # grouped-query attention without repeating keys: (kv, group * k, hd) queries per kv
-            # head, in float32 (the cache is float32 in every mode: small, and CPU bf16 bmm is slow)
-            qg = q.view(k, kv, group, hd).permute(1, 2, 0, 3).reshape(kv, group * k, hd).float()
-            scores = torch.matmul(qg, cache[layer, 0, :, :end].transpose(1, 2)) * scale
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            out = torch.matmul(torch.softmax(scores, dim=-1), cache[layer, 1, :, :end])  # (kv, group * k, hd)
-            out = out.view(kv, group, k, hd).permute(2, 0, 1, 3).reshape(k, self.heads * hd).to(self.dtype)
+            keys, values = cache[layer, 0], cache[layer, 1]
+            # row i attends to positions 0 .. start + i exactly as a one-token step there would
+            rows = [self._attend(q[i], keys, values, start + i + 1) for i in range(k)]
+            out = (rows[0] if k == 1 else torch.cat(rows)).to(self.dtype)
             x.add_(entry["o"](out))
             gate, up = entry["gate_up"](self._rms(x, entry["norm_mlp"])).chunk(2, dim=-1)
             x.add_(entry["down"](F.silu(gate) * up))

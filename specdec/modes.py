@@ -30,7 +30,7 @@ from specdec.lean import MODES, LeanLlama, int4_supported
 __all__ = ["available_modes", "choose_mode", "draft_length", "lean_model", "machine_identity", "probe_modes"]
 
 #: Bump when the probe's method changes: older cached probes are then ignored.
-PROBE_VERSION = 2
+PROBE_VERSION = 3
 
 
 def available_modes() -> tuple[str, ...]:
@@ -90,7 +90,9 @@ def probe_modes(
     modes in a fresh order per pass (interleaved, so drift affects all modes alike), cropping
     back each time; ``warmup`` passes are discarded. Returns per mode the medians ``step_s``
     (k = 1) and ``verify_s`` (k = ``k``), ``verify_cost`` = their ratio, the whole curve
-    ``curve`` ({k: median T(k) / median T(1)}) and the samples, plus the machine's identity.
+    ``curve`` ({k: median T(k) / median T(1)}), ``exact`` (whether a verify call's rows equal
+    single steps bit for bit on this machine, :meth:`LeanLlama.verify_matches_steps`) and the
+    samples, plus the machine's identity.
     """
     modes = tuple(modes) if modes is not None else available_modes()
     unknown = [m for m in modes if m not in MODES]
@@ -111,8 +113,11 @@ def probe_modes(
     vocab = int(model.config.vocab_size)
     ids = gen.integers(0, vocab, context + sizes[-1]).tolist()
     sessions = {}
+    exact = {}
     for mode in modes:
-        s = LeanLlama(model, mode).session()
+        lean = LeanLlama(model, mode)
+        exact[mode] = lean.verify_matches_steps()
+        s = lean.session()
         s.forward(ids[:context], keep=1)
         sessions[mode] = s
     times: dict[str, dict[int, list[float]]] = {m: {n: [] for n in sizes} for m in modes}
@@ -134,6 +139,7 @@ def probe_modes(
             "verify_s": med[k],
             "verify_cost": med[k] / med[1],
             "curve": {str(n): med[n] / med[1] for n in sizes},
+            "exact": exact[mode],
             "samples_s": {str(n): times[mode][n] for n in sizes},
         }
     return {
