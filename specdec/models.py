@@ -86,7 +86,8 @@ DEFAULT_ATTN = "sdpa"
 #: not speed. Greedy speculative decoding promises the target's greedy output token for token;
 #: in float32 a verify call and single steps differ by rounding far below the logit gaps seen,
 #: in bfloat16 they do not (near-ties flip with the matmul shape; results/bench records
-#: ``greedy_exact`` per engine). For speed, the lean engine's mode is measured per machine
+#: ``greedy_exact`` per engine; the lean engine avoids this, see specdec.lean). For speed, the
+#: lean engine's mode is measured per machine
 #: (:func:`specdec.modes.choose_mode`), never fixed here.
 DEFAULT_DTYPE = "float32"
 
