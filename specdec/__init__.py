@@ -29,6 +29,7 @@ Real decoding (torch + transformers, the ``models`` extra):
 * :mod:`specdec.roofline`  -- the running machine's roofline (bandwidth, matmul GFLOP/s, ridge),
   a forward's bytes and FLOPs, the step time they predict, and a profile of where it goes.
 * :mod:`specdec.workloads` -- the evaluation prompts (three tasks) and the distillation prompts.
+* :mod:`specdec.shards`    -- the distillation data's shard format (its one writer and reader).
 * :mod:`specdec.distill`   -- target samples with top-32 soft labels (``python -m specdec.distill``).
 * :mod:`specdec.draftnets` -- the distilled draft family: build, train, save (int8), load.
 * :mod:`specdec.acceptance` -- the paper's alpha on target-generated text, by teacher forcing.

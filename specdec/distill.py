@@ -4,12 +4,9 @@ Data (``gen-data``). The target samples responses to :func:`specdec.workloads.tr
 at temperature 1 (no top-k, no top-p: the samples have the target's own law p) in batches,
 with a plain batched sampling loop (:func:`_sample_batch`; data making, not the measured
 engine). At every response position the target's top-``TOP_K`` log-probabilities are kept as
-soft labels (float16), next to the sampled token. Each batch is one shard ``shard-NNNNN.npz``:
-
-* ``ids`` (int32): the prompt + response tokens of every sequence, concatenated;
-* ``starts``, ``prompt_lens``, ``resp_lens`` (int64): where each sequence begins and its parts;
-* ``top_ids`` (int32, (N, TOP_K)) and ``top_logp`` (float16, (N, TOP_K)): the soft labels of
-  the N response positions, in order; row j of a sequence is p(. | prompt, response[:j]).
+soft labels (float16), next to the sampled token. Each batch is one shard ``shard-NNNNN.npz``
+in the format of :mod:`specdec.shards`, its only writer and reader (``load_shards`` is
+re-exported here).
 
 Training (``train``) and the draft models live in :mod:`specdec.draftnets`. The book's drafts
 were made with (each ``specdec/data/drafts/<name>/card.json`` holds the exact command)::
@@ -49,6 +46,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from specdec.shards import load_shards, response_tokens, shard_paths, write_shard
 
 __all__ = ["TOP_K", "generate_data", "load_shards", "main"]
 
@@ -121,29 +120,6 @@ def _sample_batch(
     return rows
 
 
-def _save_shard(path: Path, rows: list[tuple[list[int], list[int], np.ndarray, np.ndarray]]) -> int:
-    """Write one shard atomically (a temporary file, then a rename): readers never see half a shard."""
-    seqs = [p + r for p, r, _, _ in rows]
-    lens = np.array([len(s) for s in seqs], dtype=np.int64)
-    tmp = path.with_name(path.name + ".part")
-    with tmp.open("wb") as handle:
-        _savez_rows(handle, seqs, lens, rows)
-    tmp.replace(path)
-    return int(sum(len(r) for _, r, _, _ in rows))
-
-
-def _savez_rows(handle: Any, seqs: list[list[int]], lens: np.ndarray, rows: list) -> None:
-    np.savez(
-        handle,
-        ids=np.concatenate([np.asarray(s, dtype=np.int32) for s in seqs]),
-        starts=np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64),
-        prompt_lens=np.array([len(p) for p, _, _, _ in rows], dtype=np.int64),
-        resp_lens=np.array([len(r) for _, r, _, _ in rows], dtype=np.int64),
-        top_ids=np.concatenate([i for _, _, i, _ in rows]).astype(np.int32),
-        top_logp=np.concatenate([lp for _, _, _, lp in rows]).astype(np.float16),
-    )
-
-
 def generate_data(
     model: Any,
     tokenizer: Any,
@@ -183,14 +159,14 @@ def generate_data(
         raise ValueError(f"max_new_tokens must be an integer >= 1; got {max_new_tokens!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    shards = sorted(out.glob("shard-*.npz"))
+    shards = shard_paths(out)
     meta_path = out / "meta.json"
     if shards and meta_path.exists():  # a resumed run must draw prompts the way the first one did
         old = json.loads(meta_path.read_text())
         for key, value in (("seed", seed), ("batch_size", batch_size), ("sort_window", sort_window)):
             if old.get(key, 1 if key == "sort_window" else None) != value:
                 raise ValueError(f"{out} was made with {key}={old.get(key)!r}; resume it with the same value")
-    done = sum(int(np.load(s)["resp_lens"].sum()) for s in shards)
+    done = response_tokens(out)
     # enough prompts if responses average 4 tokens or more (they average well over 100)
     n_batches = len(shards) + math.ceil(max(tokens - done, 0) / (4 * batch_size)) + 1
     if prompt_ids is None:
@@ -222,7 +198,7 @@ def generate_data(
             raise RuntimeError(f"ran out of prompts after {b} batches: responses average under 4 tokens")
         batch = [prompt(i) for i in range(b * batch_size, (b + 1) * batch_size)]
         rows = _sample_batch(model, batch, max_new_tokens, pad, eos, top_k, generator)
-        n = _save_shard(out / f"shard-{b:05d}.npz", rows)
+        n = write_shard(out / f"shard-{b:05d}.npz", rows)
         done, made, b = done + n, made + n, b + 1
         bar.update(n)
     bar.close()
@@ -266,14 +242,6 @@ def _bar(total: int, initial: int, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, unit="tok", disable=not enabled, mininterval=5, file=sys.stderr)
-
-
-def load_shards(folder: str | Path) -> list[dict[str, np.ndarray]]:
-    """Every shard of a ``gen-data`` folder, in order, as dicts of arrays."""
-    shards = sorted(Path(folder).glob("shard-*.npz"))
-    if not shards:
-        raise ValueError(f"no shard-*.npz files in {str(folder)!r}: run `python -m specdec.distill gen-data`")
-    return [dict(np.load(s)) for s in shards]
 
 
 # -- command line ----------------------------------------------------------------------------------

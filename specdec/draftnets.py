@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from specdec.shards import load_shards, sequences
+
 __all__ = [
     "DRAFT_DIR",
     "TrimmedHead",
@@ -273,10 +275,9 @@ def kept_vocabulary(
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= vocab_size:
         raise ValueError(f"size (kept vocabulary) must be an integer in [1, {vocab_size}]; got {size!r}")
     counts = np.zeros(vocab_size, dtype=np.int64)
-    for s in shards:
-        for st, pl, rl in zip(s["starts"], s["prompt_lens"], s["resp_lens"], strict=True):
-            np.add.at(counts, s["ids"][st + pl : st + pl + rl], 1)
-        np.add.at(counts, s["top_ids"][:, 0], 1)
+    for seq in sequences(shards):
+        np.add.at(counts, seq.response, 1)
+        np.add.at(counts, seq.top_ids[:, 0], 1)
     order = np.lexsort((np.arange(vocab_size), -counts))
     kept = set(order[: size - len(set(always))].tolist()) | set(always)
     for t in order:
@@ -288,17 +289,14 @@ def kept_vocabulary(
 
 def _sequences(shards: list[dict[str, np.ndarray]], max_len: int) -> list[tuple]:
     """(ids, prompt_len, top_ids, top_logp) per sequence, cut to ``max_len`` tokens."""
-    seqs = []
-    for s in shards:
-        off = np.concatenate([[0], np.cumsum(s["resp_lens"])[:-1]])
-        for st, pl, rl, o in zip(s["starts"], s["prompt_lens"], s["resp_lens"], off, strict=True):
-            if pl >= max_len or rl == 0:
-                continue
-            n = min(rl, max_len - pl)
-            seqs.append(
-                (s["ids"][st : st + pl + n], int(pl), s["top_ids"][o : o + n], s["top_logp"][o : o + n])
-            )
-    return seqs
+    out = []
+    for seq in sequences(shards):
+        pl, rl = seq.prompt_len, len(seq.response)
+        if pl >= max_len or rl == 0:
+            continue
+        n = min(rl, max_len - pl)
+        out.append((seq.ids[: pl + n], pl, seq.top_ids[:n], seq.top_logp[:n]))
+    return out
 
 
 def _batches(seqs: list[tuple], batch_tokens: int, rng: random.Random):
@@ -422,8 +420,6 @@ def train_draft(
     optimizer stay float32; about 1.5-2x faster on a CPU with AVX512-BF16); evaluation is float32.
     Returns the trained draft (int8-rounded, as saved) and its card.
     """
-    from specdec.distill import load_shards
-
     if (minutes is None) == (steps is None):
         raise ValueError("give exactly one of minutes and steps")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
