@@ -50,12 +50,14 @@ from tqdm import tqdm
 
 from specdec.decoding import autoregressive, speculative
 from specdec.drafters import EarlyExitDrafter, PromptLookupDrafter
-from specdec.lm import common_prefix_len
 from specdec.measure import VerifyCost, environment, forward_times, write_result
 from specdec.models import DEFAULT_THREADS, load_target, set_threads
-from specdec.theory import walltime_speedup, walltime_speedup_measured, walltime_speedup_rounds
+from specdec.realrun import first_divergence, speedup_gap
+from specdec.stats import cost_coefficient
 
 BENCHMARK = "bench_engine"
+#: The predicted speedups of each theorem row (models of specdec.realrun.speedup_gap).
+PREDICTIONS = ("theorem", "with_verify", "with_drafts", "with_observed_T")
 
 # --------------------------------------------------------------------------- prompts
 CODE = '''def summarize_orders(data, min_total=0.0, currency="EUR"):
@@ -394,14 +396,10 @@ def measure_curves(models: Mapping[str, Any], prefix_len: int, s: Settings) -> d
 
 # --------------------------------------------------------------------------- summaries
 def divergence(a: Sequence[int], b: Sequence[int]) -> dict[str, Any]:
-    """Whether two outputs are identical, and if not the first position where they differ."""
-    identical = list(a) == list(b)
-    return {
-        "identical": identical,
-        "first_divergence": None if identical else common_prefix_len(a, b),
-        "len_a": len(a),
-        "len_b": len(b),
-    }
+    """Whether two outputs are identical, and if not the first position where they differ
+    (:func:`specdec.realrun.first_divergence`)."""
+    first = first_divergence(a, b)
+    return {"identical": first is None, "first_divergence": first, "len_a": len(a), "len_b": len(b)}
 
 
 def _tps(row: Mapping[str, Any]) -> float:
@@ -495,54 +493,52 @@ def summarise_prompt(
 def theorem_row(spec: Mapping[str, Any], ar: Mapping[str, Any], curve: VerifyCost) -> dict[str, Any]:
     """Measured speedup against Theorem 3.8 and its verify-cost-corrected forms, per repetition.
 
-    Per repetition: t_1 = our AR run's mean target step (target_s / target_calls); c = the
-    speculative run's mean draft step (draft_s / draft_calls) over t_1; the measured speedup
-    is decode tokens/s (prefill excluded, as in the theorem) of the speculative run over that
-    of the AR run. Predictions, from the run's alpha (accepted / examined):
+    Per repetition: t_1 = our AR run's mean target step (``Stats.step_s``: target_s /
+    target_calls); c = :func:`specdec.stats.cost_coefficient` (the run's draft time per round
+    over gamma, over t_1); the measured speedup is decode tokens/s (prefill excluded, as in the
+    theorem) of the speculative run over that of the AR run. Predictions, from the run's alpha
+    (accepted / examined), are the models of :func:`specdec.realrun.speedup_gap`:
 
-    * ``thm38``: Theorem 3.8, E[T](alpha, gamma) / (gamma c + 1);
-    * ``corrected_gamma``: E[T](alpha, gamma) / (gamma c + T(gamma+1)/T(1)), the measured verify cost;
-    * ``corrected_rounds``: the per-round cost model with the realised draft lengths k_r <= gamma:
-      sum_r E[T](alpha, k_r) / sum_r (s_r c + T(k_r+1)/T(1)), s_r = draft steps per round
-      (one lookup for prompt lookup, k_r for a model drafter) -- the headline for prompt lookup,
-      whose drafts are often shorter than gamma;
-    * ``cost_only``: the realised tokens (not the i.i.d. E[T]) over the same per-round cost,
-      new_tokens / (draft_s / t_1 + sum_r T(k_r+1)/T(1)): what is left is the engine's own overhead.
+    * ``theorem``: Theorem 3.8, E[T](alpha, gamma) / (gamma c + 1);
+    * ``with_verify``: E[T](alpha, gamma) / (gamma c + T(gamma+1)/T(1)), the measured verify cost;
+    * ``with_drafts``: the rounds as drafted (k_r <= gamma, prompt lookup's are often shorter),
+      sum_r E[T](alpha, k_r) / sum_r (gamma c + T(k_r+1)/T(1)) -- the headline for prompt lookup;
+    * ``with_observed_T``: the realised tokens per round (not the i.i.d. E[T]) over the same
+      per-round cost: what is left is the engine's own overhead.
     """
     st = spec["stats"]
     gamma = int(st.gamma)
     alpha = float(st.alpha_accept_rate) if st.examined else 0.0
     ratio = dict(zip(curve.ks, curve.ratios, strict=True))
-    drafted = np.asarray(st.drafted, dtype=int)
-    v_rounds = np.asarray([ratio[k + 1] for k in drafted])
-    steps_per_round = st.draft_calls / st.rounds
+    drafted = [int(k) for k in st.drafted]
     rows = []
     for t_spec, t_ar in zip(spec["times"], ar["times"], strict=True):
         t1 = t_ar["target_s"] / t_ar["target_calls"]
-        c = (t_spec["draft_s"] / t_spec["draft_calls"]) / t1 if t_spec["draft_calls"] else 0.0
+        c = cost_coefficient(t_spec["draft_s"], t_spec["rounds"], gamma, t1)
         measured = _decode_tps(t_spec) / _decode_tps(t_ar)
-        pred = {
-            "thm38": float(walltime_speedup(alpha, gamma, c)),
-            "corrected_gamma": float(walltime_speedup_measured(alpha, gamma, c, ratio[gamma + 1])),
-            "corrected_rounds": float(
-                walltime_speedup_rounds(alpha, drafted, c, v_rounds, np.full(drafted.shape, steps_per_round))
-            ),
-            "cost_only": st.new_tokens / (t_spec["draft_s"] / t1 + float(v_rounds.sum())),
-        }
+        gap = speedup_gap(
+            alpha=alpha,
+            gamma=gamma,
+            c=c,
+            curve=ratio,
+            drafted=drafted,
+            tokens_per_round=st.mean_tokens_per_round,
+            measured=measured,
+        )
+        pred = {k: gap[k] for k in PREDICTIONS}
         rows.append({"t1_s": t1, "c": c, "measured": measured, "predicted": pred})
-    keys = rows[0]["predicted"].keys()
     return {
         "gamma": gamma,
         "alpha": alpha,
         "rounds": st.rounds,
-        "mean_drafted": float(drafted.mean()),
+        "mean_drafted": float(np.mean(drafted)),
         "mean_tokens_per_round": st.mean_tokens_per_round,
         "verify_cost_gamma_plus_1": ratio[gamma + 1],
         "c_median": _median([r["c"] for r in rows]),
         "measured_speedup_median": _median([r["measured"] for r in rows]),
-        "predicted_median": {k: _median([r["predicted"][k] for r in rows]) for k in keys},
+        "predicted_median": {k: _median([r["predicted"][k] for r in rows]) for k in PREDICTIONS},
         "measured_over_predicted_median": {
-            k: _median([r["measured"] / r["predicted"][k] for r in rows]) for k in keys
+            k: _median([r["measured"] / r["predicted"][k] for r in rows]) for k in PREDICTIONS
         },
         "per_repeat": rows,
     }
@@ -640,9 +636,9 @@ def print_tables(summary: Mapping[str, Mapping[str, Any]], s: Settings, file: An
                 mp = t["measured_over_predicted_median"]
                 p(
                     f"{pname:<14} {name:<14} {t['alpha']:5.2f} {t['c_median']:6.3f} "
-                    f"{t['measured_speedup_median']:5.2f} {t['predicted_median']['thm38']:6.2f} "
-                    f"{t['predicted_median']['corrected_rounds']:5.2f} {mp['thm38']:6.2f} "
-                    f"{mp['corrected_rounds']:6.2f} {mp['cost_only']:6.2f}"
+                    f"{t['measured_speedup_median']:5.2f} {t['predicted_median']['theorem']:6.2f} "
+                    f"{t['predicted_median']['with_drafts']:5.2f} {mp['theorem']:6.2f} "
+                    f"{mp['with_drafts']:6.2f} {mp['with_observed_T']:6.2f}"
                 )
 
 

@@ -22,6 +22,9 @@ Two estimates of alpha are kept, because they are not the same quantity:
   Corollary 3.6 (with lenience l: sum_x min(q(x), p(x) / l), Appendix A.5); alpha = E[beta]
   as in the paper's Table 3. Deterministic drafters (q = None) do not contribute.
 
+The draft cost c (Definition 3.7) has one definition, :func:`cost_coefficient`: the draft
+time per round over gamma, in units of one single-token target step of plain decoding.
+
 Times are wall-clock seconds from ``time.perf_counter`` with the CUDA device synchronised
 before each reading when the model is on a GPU.
 """
@@ -36,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-__all__ = ["Stats"]
+__all__ = ["Stats", "cost_coefficient"]
 
 
 @dataclass
@@ -178,16 +181,19 @@ class Stats:
         return self.beta_sum / self.beta_count if self.beta_count else math.nan
 
     @property
-    def c(self) -> float:
-        """Mean time of a draft step over mean time of a target call of the rounds.
+    def step_s(self) -> float:
+        """Mean time of one target call of the rounds: for plain decoding (gamma = 0) the
+        single-token step T(1) that every speedup and the paper's c divide by; nan if none."""
+        return self.target_s / self.target_calls if self.target_calls else math.nan
 
-        Note: the target call here verifies k + 1 positions; the paper's c (Definition 3.7)
-        divides by one single-token target step, which ``autoregressive`` measures
-        (its ``target_s / target_calls``). nan when nothing was drafted.
+    def cost_coefficient(self, step_s: float) -> float:
+        """The paper's c of this speculative call against a single-token target step ``step_s``.
+
+        See :func:`cost_coefficient`; pass the ``step_s`` of a plain decoding call of the same
+        target (``plain.stats.step_s``), not this call's own target calls, which verify k + 1
+        tokens each.
         """
-        if not self.draft_calls or not self.target_calls or self.target_s <= 0:
-            return math.nan
-        return (self.draft_s / self.draft_calls) / (self.target_s / self.target_calls)
+        return cost_coefficient(self.draft_s, self.rounds, self.gamma, step_s)
 
     def summary(self) -> dict:
         """The recorded fields plus the derived quantities, as plain Python values (JSON-ready)."""
@@ -204,7 +210,29 @@ class Stats:
             "alpha_accept_rate",
             "draft_acceptance_fraction",
             "alpha_tv",
-            "c",
+            "step_s",
         ):
             out[name] = getattr(self, name)
         return out
+
+
+def cost_coefficient(draft_s: float, rounds: int, gamma: int, step_s: float) -> float:
+    """The paper's c (Definition 3.7) of a speculative call: draft time per round / gamma / step_s.
+
+    Theorem 3.8 prices a round at ``gamma c + 1`` target steps, so c is measured as the time a
+    round spends drafting (``draft_s / rounds``) per drafted position (over ``gamma``), in
+    units of one single-token target step ``step_s`` (T(1), measured by plain decoding:
+    :attr:`Stats.step_s` of an autoregressive call). For a model drafter that runs gamma steps
+    a round this is the time of one draft step over one target step; for prompt lookup (one
+    lookup a round) it is that lookup's time spread over the gamma positions, so that
+    ``gamma c`` is the drafting time of a round either way. 0 when nothing was drafted.
+    """
+    for name, value in (("draft_s", draft_s), ("step_s", step_s)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite time >= 0; got {value!r}")
+    if not step_s > 0:
+        raise ValueError(f"step_s must be > 0 (a measured target step); got {step_s!r}")
+    for name, value in (("rounds", rounds), ("gamma", gamma)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+    return draft_s / rounds / gamma / step_s

@@ -103,3 +103,35 @@ def test_families_and_bad_input():
     with pytest.raises(ValueError, match="family"):
         family_scaling(WITH_PAIRS, "lookup")
     assert math.isfinite(family_scaling(WITH_PAIRS, "draft")["c_ratio"])
+
+
+def test_intervals_must_separate():
+    """With intervals, the more accurate draft is slower only when its interval lies below the other's."""
+
+    def with_ci(r, low, high):
+        return r | {"measured_low": low, "measured_high": high}
+
+    overlapping = [
+        with_ci(row("lookup", 0.30, 0.01, 1.21), 1.10, 1.30),
+        with_ci(row("draft-distil-l4", 0.50, 0.20, 1.20), 1.05, 1.35),
+    ]
+    assert slower_accurate_pairs(overlapping) == []  # a tie: 1.20 vs 1.21 with overlapping intervals
+    separated = [
+        with_ci(row("lookup", 0.30, 0.01, 1.40), 1.30, 1.50),
+        with_ci(row("draft-distil-l4", 0.50, 0.20, 0.90), 0.85, 0.95),
+    ]
+    (pair,) = slower_accurate_pairs(separated)
+    assert (pair["accurate_low"], pair["accurate_high"], pair["faster_low"], pair["faster_high"]) == (
+        0.85,
+        0.95,
+        1.30,
+        1.50,
+    )
+    # family scaling counts a slower largest draft only where the intervals separate
+    fam = [
+        with_ci(row("draft-distil-l1", 0.4, 0.1, 1.1), 1.0, 1.2),
+        with_ci(row("draft-distil-l4", 0.5, 0.2, 0.9), 0.8, 1.05),  # overlaps: not counted
+        with_ci(row("draft-distil-l1", 0.3, 0.1, 1.1, task="chat"), 1.05, 1.15),
+        with_ci(row("draft-distil-l4", 0.6, 0.2, 0.9, task="chat"), 0.85, 0.95),  # separated
+    ]
+    assert family_scaling(fam, "draft")["slower"] == 1

@@ -1,0 +1,48 @@
+"""The one definition of the draft cost c (specdec.stats.cost_coefficient) and the step it divides by."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specdec.stats import Stats, cost_coefficient
+
+
+def test_cost_coefficient_by_hand():
+    # 4 rounds drafting 0.8 s in all: 0.2 s a round, 0.1 s per drafted position at gamma 2,
+    # against a 0.05 s target step: c = 2 (a draft step costs two target steps)
+    assert cost_coefficient(0.8, 4, 2, 0.05) == pytest.approx(2.0, rel=1e-12)
+    assert cost_coefficient(0.0, 3, 4, 0.02) == 0.0
+    # gamma c is the drafting time of a round in target steps, whatever gamma is
+    for gamma in (1, 3, 8):
+        assert gamma * cost_coefficient(1.2, 6, gamma, 0.1) == pytest.approx(2.0, rel=1e-12)
+
+
+def test_stats_method_and_plain_step():
+    spec = Stats(gamma=3, draft_s=0.6, target_s=0.9)
+    spec.drafted, spec.accepted, spec.target_calls = [3] * 5, [1] * 5, 5
+    plain = Stats(gamma=0, target_s=2.0, target_calls=40)
+    assert plain.step_s == pytest.approx(0.05)
+    assert spec.cost_coefficient(plain.step_s) == pytest.approx(0.6 / 5 / 3 / 0.05, rel=1e-12)
+    # the call's own target calls verify k + 1 tokens: they are not the step c divides by
+    assert spec.cost_coefficient(plain.step_s) != pytest.approx(spec.cost_coefficient(spec.step_s))
+    assert math.isnan(Stats(gamma=0).step_s)
+    assert "step_s" in plain.summary() and "c" not in plain.summary()
+    assert not hasattr(Stats, "c")  # one definition of c: no second one on Stats
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((0.1, 0, 2, 0.05), "rounds must be an integer >= 1"),
+        ((0.1, 3, 0, 0.05), "gamma must be an integer >= 1"),
+        ((0.1, 3, 2, 0.0), "step_s must be > 0"),
+        ((-0.1, 3, 2, 0.05), "draft_s must be a finite time"),
+        ((0.1, 3, 2, float("nan")), "step_s must be a finite time"),
+        ((0.1, 3.0, 2, 0.05), "rounds must be an integer"),
+    ],
+)
+def test_cost_coefficient_refuses_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        cost_coefficient(*args)
