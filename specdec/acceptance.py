@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from specdec.drafters import Drafter, WarpFn
+from specdec.lm import open_lm
 
 __all__ = ["TeacherForced", "beta_rows", "target_p_rows", "teacher_forced"]
 
@@ -52,9 +53,13 @@ def target_p_rows(
 
     Row j is warp_fn(target logits after ids[: prompt_len + j]), the law of token
     ids[prompt_len + j]. Shape (len(ids) - prompt_len, V), float32, on the target's device.
+    ``target`` is a Hugging Face causal LM or a :class:`specdec.lean.LeanLlama` (a fresh
+    session, fed once: the mode the runs decode with).
     """
     ids = _check_ids(ids, prompt_len)
     keep = len(ids) - prompt_len
+    if callable(getattr(target, "session", None)):  # a lean model
+        return warp_fn(open_lm(target).forward(ids[:-1], keep=keep))
     device = next(target.parameters()).device
     input_ids = torch.tensor([ids[:-1]], dtype=torch.long, device=device)
     out = target(input_ids=input_ids, use_cache=False, logits_to_keep=keep)

@@ -79,6 +79,20 @@ def test_shared_p_rows_give_the_same_betas(target, sequence):
         teacher_forced(target, drafter, ids, n, warp_fn, p=p[1:])
 
 
+def test_lean_target_gives_the_hugging_face_rows(target, sequence):
+    """A float32 LeanLlama target (the benchmark's engine) teacher-forces like the model it was built from."""
+    from specdec.lean import LeanLlama
+
+    ids, n = sequence
+    warp_fn = partial(warp, temperature=1.0)
+    lean = LeanLlama(target, "float32")
+    p_hf, p_lean = target_p_rows(target, ids, n, warp_fn), target_p_rows(lean, ids, n, warp_fn)
+    assert p_lean.shape == p_hf.shape
+    torch.testing.assert_close(p_lean, p_hf, atol=1e-5, rtol=1e-4)
+    tf = teacher_forced(lean, EarlyExitDrafter(lean, 3), ids, n, warp_fn)  # the lean early exit: q = p
+    np.testing.assert_allclose(tf.beta, 1.0, atol=1e-5)
+
+
 def test_table_drafters_q_rows_match_their_proposals(target, sequence):
     """q_rows gives the row propose samples the first draft from, after every prefix."""
     ids, n = sequence
