@@ -27,6 +27,7 @@ __all__ = [
     "expected_tokens",
     "ops_factor",
     "optimal_gamma",
+    "oracle_speedup",
     "speedup_ceiling",
     "walltime_speedup",
     "walltime_speedup_measured",
@@ -215,6 +216,20 @@ def speedup_ceiling(alpha: ArrayLike) -> NDArray | np.floating:
     a = _check_alpha(alpha)
     with np.errstate(divide="ignore"):
         return _scalar_or_array(np.asarray(1.0 / (1.0 - a)))
+
+
+def oracle_speedup(alpha: ArrayLike, c: ArrayLike) -> NDArray | np.floating:
+    """Section 3.5's oracle: each round drafts exactly the tokens that will be accepted.
+
+    Under the i.i.d. model the accepted run is geometric, so a round yields 1 / (1 - alpha)
+    tokens on average for alpha / (1 - alpha) draft steps and one target call:
+    1 / (1 - alpha + alpha c). At c = 0 it is :func:`speedup_ceiling`. Returns ``inf`` at
+    alpha = 1 and c = 0.
+    """
+    a = _check_alpha(alpha)
+    cc = _check_cost(c, "c")
+    with np.errstate(divide="ignore"):
+        return _scalar_or_array(np.asarray(1.0 / (1.0 - a + a * cc)))
 
 
 def _check_distribution(x: ArrayLike, name: str) -> NDArray[np.float64]:

@@ -1,0 +1,129 @@
+"""specdec.oracle (Section 3.5's oracle replayed on real drafts) and theory.oracle_speedup."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec.oracle import draft_runs, iid_fixed_best, replay, verify_cost_at
+from specdec.theory import oracle_speedup, speedup_ceiling, walltime_speedup
+
+FLAT = {16: 1.0}  # verifying up to 16 positions costs one step: Theorem 3.8's assumption
+
+
+def iid_runs(alpha: float, n: int, max_gamma: int, seed: int = 0) -> tuple[list[int], list[int]]:
+    """Runs of i.i.d. agreements: position t agrees with probability alpha."""
+    agree = np.random.default_rng(seed).random(n + max_gamma) < alpha
+    runs = []
+    for s in range(n):
+        r = 0
+        while r < max_gamma and agree[s + r]:
+            r += 1
+        runs.append(r)
+    return runs, [max_gamma] * n
+
+
+def test_oracle_speedup_closed_form():
+    assert oracle_speedup(0.8, 0.0) == pytest.approx(float(speedup_ceiling(0.8)))
+    assert oracle_speedup(0.8, 0.05) == pytest.approx(1 / (1 - 0.8 + 0.8 * 0.05))
+    assert oracle_speedup(0.0, 0.3) == 1.0  # nothing is ever accepted: plain decoding
+    with pytest.raises(ValueError, match="alpha"):
+        oracle_speedup(1.2, 0.0)
+    with pytest.raises(ValueError, match="c must be"):
+        oracle_speedup(0.5, -0.1)
+
+
+@pytest.mark.parametrize(("alpha", "c"), [(0.6, 0.0), (0.8, 0.05), (0.9, 0.2)])
+def test_replay_on_iid_agreements_matches_theorem_3_8_and_the_oracle(alpha, c):
+    runs, lengths = iid_runs(alpha, 200_000, 60)
+    for gamma in (1, 3, 7):
+        got = replay(runs, lengths, gamma, c, FLAT | {61: 1.0})["speedup"]
+        assert got == pytest.approx(float(walltime_speedup(alpha, gamma, c)), rel=0.01)
+    got = replay(runs, lengths, "oracle", c, FLAT | {61: 1.0})["speedup"]
+    assert got == pytest.approx(float(oracle_speedup(alpha, c)), rel=0.01)
+
+
+def test_replay_by_hand():
+    runs, lengths = [2, 0, 0, 1, 0], [3, 3, 3, 3, 3]
+    fixed = replay(runs, lengths, 1, 0.1, FLAT)
+    assert (fixed["tokens"], fixed["rounds"], fixed["drafted"]) == (5, 3, 3)
+    assert fixed["cost"] == pytest.approx(3 * 1.1)
+    oracle = replay(runs, lengths, "oracle", 0.1, FLAT)
+    assert (oracle["tokens"], oracle["rounds"], oracle["drafted"]) == (5, 2, 3)
+    assert oracle["cost"] == pytest.approx(1.2 + 1.1)
+    # a drafter that proposes nothing costs a plain step per token, whatever gamma
+    none = replay([0, 0, 0], [0, 0, 0], 4, 0.5, FLAT)
+    assert none["speedup"] == 1.0 and none["drafted"] == 0
+
+
+def test_replay_charges_the_verify_curve():
+    curve = {2: 1.5, 4: 2.0}
+    assert verify_cost_at(curve, 3) == pytest.approx(1.75)  # linear between measured points
+    assert verify_cost_at(curve, 1) == 1.0
+    out = replay([3, 0, 0, 0], [3, 3, 3, 3], "oracle", 0.0, curve)
+    assert out["cost"] == pytest.approx(2.0)  # one round: 3 drafts, a verify over 4 positions
+    with pytest.raises(ValueError, match="k must lie within"):
+        verify_cost_at(curve, 5)
+
+
+def test_replay_rejects_bad_input():
+    with pytest.raises(ValueError, match="equal length"):
+        replay([1], [1, 1], 1, 0.0, FLAT)
+    with pytest.raises(ValueError, match="run must lie"):
+        replay([2], [1], 1, 0.0, FLAT)
+    with pytest.raises(ValueError, match="fixed gamma, or 'oracle'"):
+        replay([1], [1], 0, 0.0, FLAT)
+    with pytest.raises(ValueError, match="fixed gamma, or 'oracle'"):
+        replay([1], [1], "best", 0.0, FLAT)
+    with pytest.raises(ValueError, match="c must be"):
+        replay([1], [1], 1, -1.0, FLAT)
+
+
+def test_iid_fixed_best_is_the_optimal_gamma_on_a_flat_curve():
+    gamma, speedup = iid_fixed_best(0.8, 0.05, FLAT, 15)
+    grid = [float(walltime_speedup(0.8, g, 0.05)) for g in range(1, 16)]
+    assert speedup == pytest.approx(max(grid)) and gamma == 1 + int(np.argmax(grid))
+
+
+def test_draft_runs_with_prompt_lookup():
+    from specdec.drafters import PromptLookupDrafter
+
+    prompt = [1, 2, 3, 4, 9, 1, 2]
+    tokens = [3, 4, 5, 6]  # the prompt's "1 2 3 4" continues as "3 4", then departs
+    runs, lengths = draft_runs(PromptLookupDrafter(), prompt, tokens, max_gamma=3)
+    assert runs[0] == 2 and lengths[0] == 3  # proposes 3 4 9: two match
+    assert all(0 <= r <= n <= 3 for r, n in zip(runs, lengths, strict=True))
+    with pytest.raises(ValueError, match="max_gamma"):
+        draft_runs(PromptLookupDrafter(), prompt, tokens, max_gamma=0)
+    with pytest.raises(ValueError, match="tokens"):
+        draft_runs(PromptLookupDrafter(), prompt, [], max_gamma=2)
+
+
+def test_draft_runs_of_the_target_itself_accepts_everything():
+    from tiny_models import tiny_llama
+
+    from specdec.decoding import autoregressive
+    from specdec.drafters import ModelDrafter
+
+    target = tiny_llama(0)
+    prompt = [5, 17, 42]
+    tokens = autoregressive(target, prompt, max_new_tokens=12).tokens
+    runs, lengths = draft_runs(ModelDrafter(target), prompt, tokens, max_gamma=4)
+    assert lengths == [4] * len(tokens)
+    assert runs == [min(4, len(tokens) - s) for s in range(len(tokens))]
+
+
+def test_replay_record_per_prompt_and_errors():
+    from specdec.oracle import replay_record
+
+    rows = [
+        {"prompt": "a", "drafters": {"d": {"runs": [2, 0, 0, 1, 0], "lengths": [3] * 5}}},
+        {"prompt": "b", "drafters": {"d": {"runs": [0, 0, 0], "lengths": [0] * 3}}},
+    ]
+    got = replay_record(rows, "d", 0.1, FLAT, [1, "oracle"])
+    assert got[1] == pytest.approx([5 / 3.3, 1.0])
+    assert got["oracle"] == pytest.approx([5 / 2.3, 1.0])
+    with pytest.raises(ValueError, match="missing"):
+        replay_record(rows, "lookup", 0.1, FLAT, [1])
+    with pytest.raises(ValueError, match="at least one prompt"):
+        replay_record([], "d", 0.1, FLAT, [1])
