@@ -24,6 +24,7 @@ Real decoding (torch + transformers, the ``models`` extra):
 * :mod:`specdec.drafters`  -- the drafter protocol and the model / early-exit / prompt-lookup /
   unigram / bigram drafters.
 * :mod:`specdec.decoding`  -- the autoregressive and speculative loops.
+* :mod:`specdec.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.
 * :mod:`specdec.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
 * :mod:`specdec.measure`   -- timing (warm-up, medians), the verify-cost curve, environment records.
 * :mod:`specdec.roofline`  -- the running machine's roofline (bandwidth, matmul GFLOP/s, ridge),

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from specdec.theory import walltime_speedup_measured
+from specdec.theory import optimal_gamma, oracle_speedup, walltime_speedup, walltime_speedup_measured
 
-__all__ = ["draft_runs", "iid_fixed_best", "replay", "replay_record", "verify_cost_at"]
+__all__ = ["draft_runs", "iid_fixed_best", "replay", "replay_record", "summarize_record", "verify_cost_at"]
 
 
 def _check_int(name: str, value: object, low: int) -> int:
@@ -175,5 +175,52 @@ def replay_record(
                 ]
                 for r in rows
             ]
+        )
+    return out
+
+
+def _geomean(x: np.ndarray) -> float:
+    return float(np.exp(np.log(x).mean()))
+
+
+def summarize_record(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per drafter of an oracle record: the best fixed gamma and the oracle, replayed.
+
+    For each drafter (with its measured ``c`` and the record's verify curve): ``best_gamma``
+    (the fixed gamma with the highest geometric-mean speedup over prompts; ties to the
+    smaller), ``best_fixed`` and ``oracle`` (geometric means over prompts), ``gain`` with
+    its 95 % bootstrap interval ``low``/``high`` (geometric mean over prompts of oracle over
+    best fixed, :func:`specdec.intervals.ratio_ci`), ``alpha`` (the share of positions whose
+    first draft token matches the target's) and ``iid_gain`` (the i.i.d. oracle over the best
+    fixed gamma by Theorem 3.8 at that alpha and c, verify costing one step: Section 3.5's
+    argument).
+    """
+    from specdec.intervals import ratio_ci
+
+    curve = {int(k): float(v) for k, v in record["curve"].items()}
+    max_gamma = _check_int("max_gamma", record["settings"]["max_gamma"], 1)
+    gammas = list(range(1, max_gamma + 1))
+    out = []
+    for name, cost in record["costs"].items():
+        c = float(cost["c"])
+        per = replay_record(record["rows"], name, c, curve, [*gammas, "oracle"])
+        best = max(gammas, key=lambda g: (_geomean(per[g]), -g))
+        gain, low, high = ratio_ci(per["oracle"], per[best])
+        runs = np.concatenate([r["drafters"][name]["runs"] for r in record["rows"]])
+        alpha = float((np.asarray(runs) >= 1).mean())
+        iid_best = float(walltime_speedup(alpha, optimal_gamma(alpha, c, max_gamma), c))
+        out.append(
+            {
+                "drafter": name,
+                "c": c,
+                "alpha": alpha,
+                "best_gamma": best,
+                "best_fixed": _geomean(per[best]),
+                "oracle": _geomean(per["oracle"]),
+                "gain": gain,
+                "low": low,
+                "high": high,
+                "iid_gain": float(oracle_speedup(alpha, c)) / iid_best,
+            }
         )
     return out

@@ -127,3 +127,23 @@ def test_replay_record_per_prompt_and_errors():
         replay_record(rows, "lookup", 0.1, FLAT, [1])
     with pytest.raises(ValueError, match="at least one prompt"):
         replay_record([], "d", 0.1, FLAT, [1])
+
+
+def test_summarize_record_picks_the_best_fixed_gamma_and_bounds_it():
+    from specdec.oracle import summarize_record
+
+    runs, lengths = iid_runs(0.7, 400, 8, seed=1)
+    rows = [
+        {
+            "prompt": f"p{i}",
+            "drafters": {"d": {"runs": runs[i * 100 : (i + 1) * 100], "lengths": lengths[:100]}},
+        }
+        for i in range(4)
+    ]
+    record = {"curve": {"9": 1.0}, "settings": {"max_gamma": 8}, "costs": {"d": {"c": 0.05}}, "rows": rows}
+    (out,) = summarize_record(record)
+    assert out["drafter"] == "d" and 1 <= out["best_gamma"] <= 8
+    assert out["oracle"] >= out["best_fixed"] and out["gain"] >= 1.0  # hindsight never loses
+    assert out["low"] <= out["gain"] <= out["high"]
+    assert 0.5 < out["alpha"] < 0.9
+    assert out["iid_gain"] > 1.0
