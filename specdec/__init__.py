@@ -13,6 +13,8 @@ Theory and data (numpy only):
 * :mod:`specdec.published` -- the paper's printed Tables 1-5 and Appendix A.5, as data.
 * :mod:`specdec.reproduce` -- the recomputed tables and their CSV exports.
 * :mod:`specdec.article`   -- the source article's printed tables and claims ledger data.
+* :mod:`specdec.ledger`    -- the claims ledger: each claim's check, its verdict, the tables and
+  CSV exports, and measured verdicts of the article's hardware claims (needs sympy and pandas).
 
 Real decoding (torch + transformers, the ``models`` extra):
 
