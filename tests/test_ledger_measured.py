@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("pandas")
 
 from specdec.hardware import adaptive_vs_fixed, batch_gains, verify_intervals  # noqa: E402
+from specdec.ledger import measured  # noqa: E402
 from specdec.ledger.measured import (  # noqa: E402
     FAILS,
     HOLDS,
@@ -23,6 +24,7 @@ from specdec.ledger.measured import (  # noqa: E402
     batch_verdicts,
     find_records,
     measured_ledger,
+    oracle_gamma_verdicts,
     ridge_verdicts,
     verify_step_verdicts,
     weights_only_verdicts,
@@ -167,6 +169,37 @@ def test_adaptive_gamma_rule():
         adaptive_vs_fixed({"kind": "engine-modes"})
 
 
+@pytest.mark.parametrize(
+    ("interval", "verdict"),
+    [
+        ((1.3, 1.2, 1.4), HOLDS),  # gains, within ~60 %
+        ((1.3, 1.2, 1.61), UNDECIDED),  # may exceed the bound (60.5 % at the printed precision)
+        ((1.7, 1.65, 1.8), FAILS),  # exceeds it
+        ((0.98, 0.95, 1.0), FAILS),  # no gain at all
+        ((1.02, 0.99, 1.05), UNDECIDED),
+    ],
+)
+def test_oracle_rule_against_the_bound(monkeypatch, interval, verdict):
+    gain, low, high = interval
+    fake = [
+        {
+            "drafter": "d",
+            "best_gamma": 2,
+            "gain": gain,
+            "low": low,
+            "high": high,
+            "alpha": 0.5,
+            "c": 0.1,
+            "iid_gain": 1.2,
+        }
+    ]
+    monkeypatch.setattr(measured, "summarize_record", lambda record: fake)
+    rec = {"file": "oracle.json", "mode": "int4", "environment": {"device_name": "Test CPU"}, "settings": {}}
+    (row,) = oracle_gamma_verdicts(rec)
+    assert row.verdict == verdict and row.values["bound"] == pytest.approx(1.605)
+    assert oracle_gamma_verdicts(None)[0].verdict == NOT_RECORDED
+
+
 # --------------------------------------------------------------------------- 第六: batch size
 def _gpu_batch_verdicts(surface):
     return [m for m in batch_verdicts(gpu_record(surface), None) if m.machine.startswith("Test GPU")]
@@ -223,16 +256,16 @@ def test_find_records_marks_what_is_absent(tmp_path):
     (tmp_path / "bench").mkdir()
     (tmp_path / "gpu").mkdir()
     found = find_records(tmp_path)
-    assert found == {"cpu": None, "gpu": None, "dynamic": None, "batch": None}
+    assert found == {"cpu": None, "gpu": None, "dynamic": None, "batch": None, "oracle": None}
     rows = measured_ledger(found)
     assert {m.verdict for m in rows} == {NOT_RECORDED}
-    assert [m.item for m in rows] == ["一", "一", "D1", "D1", "D2", "D2", "第三", "第六", "第六"]
+    assert [m.item for m in rows] == ["一", "一", "D1", "D1", "D2", "D2", "第三", "第三", "第六", "第六"]
     (tmp_path / "bench" / "dynamic-gamma-x.json").write_text(json.dumps(dynamic_record(0.8, 1.0)))
     assert find_records(tmp_path)["dynamic"]["file"] == "dynamic-gamma-x.json"
     with pytest.raises(ValueError, match="existing folder"):
         find_records(tmp_path / "nowhere")
-    with pytest.raises(ValueError, match="key 'batch'"):
-        measured_ledger({"cpu": None, "gpu": None, "dynamic": None})
+    with pytest.raises(ValueError, match="key 'oracle'"):
+        measured_ledger({"cpu": None, "gpu": None, "dynamic": None, "batch": None})
 
 
 def test_verify_intervals_reader():

@@ -13,7 +13,9 @@ rule stated in :data:`RULES` and applied by code:
 * D2: weight bytes / bandwidth gives single-stream tokens/s "to an order of magnitude" -- that
   estimate on the measured bandwidth against the measured tokens/s (16-bit weights, as D2);
 * 第三 (claim 九-6): adapting gamma gains over a fixed gamma, up to ~60 % -- the adaptive rules
-  of ``results/bench/dynamic-gamma-*.json`` against the best fixed gamma, with intervals;
+  of ``results/bench/dynamic-gamma-*.json`` against the best fixed gamma, with intervals, and
+  Section 3.5's oracle replayed on real drafts (``results/bench/oracle-gamma-*.json``,
+  :func:`specdec.oracle.summarize_record`) against the bound;
 * 第六 (claim 九-9): throughput reduction beyond a batch size of 64 -- the speedup predicted
   from a measured cost surface T(b, k) as the batch grows (the GPU record; a CPU batch-surface
   record ``results/bench/batch-surface-*.json`` when one exists).
@@ -33,7 +35,7 @@ from typing import Any, NamedTuple
 
 from specdec import published
 from specdec.article import load_article_claims, printed_values
-from specdec.audit import agrees
+from specdec.audit import agrees, parse_printed
 from specdec.hardware import (
     adaptive_vs_fixed,
     batch_gains,
@@ -43,6 +45,7 @@ from specdec.hardware import (
     verify_curves,
     verify_intervals,
 )
+from specdec.oracle import summarize_record
 from specdec.roofline import step_cost
 
 __all__ = [
@@ -58,6 +61,7 @@ __all__ = [
     "batch_verdicts",
     "find_records",
     "measured_ledger",
+    "oracle_gamma_verdicts",
     "ridge_verdicts",
     "verify_step_verdicts",
     "weights_only_verdicts",
@@ -95,8 +99,10 @@ RULES: dict[str, tuple[str, str]] = {
         "九-6",
         "per drafter, the best adaptive rule against the best fixed γ (chosen after the fact), the ratio "
         "of decode times with its 95 % bootstrap interval over prompts: holds when the interval lies "
-        "above 1, fails when every rule's interval lies below 1, undecided otherwise. The '~60 %' is a "
-        "bound: exceeded only if an interval lies above 1.6.",
+        "above 1, fails when every rule's interval lies below 1, undecided otherwise. The oracle of "
+        "Section 3.5, replayed on the same kind of drafts, against the bound: holds when its gain's 95 % "
+        "interval lies above 1 and at most at the bound read at its printed precision (~60 %: 60.5 %), "
+        "fails when it lies wholly above the bound or wholly at or below 1, undecided otherwise.",
     ),
     "第六": (
         "九-9",
@@ -383,11 +389,19 @@ def weights_only_verdicts(cpu: Mapping[str, Any] | None, gpu: Mapping[str, Any] 
 
 
 # --------------------------------------------------------------------------- 第三: adaptive gamma
+def _oracle_bound() -> tuple[str, float]:
+    """Section 3.5's "~60%" as printed, and the largest speedup ratio it allows at its printed
+    precision (1 + 60.5 / 100)."""
+    printed = published.statement("sec3_5_oracle_gain")
+    value, half = parse_printed(printed)
+    return printed, 1 + (value + half) / 100
+
+
 def adaptive_gamma_verdicts(record: Mapping[str, Any] | None) -> list[Measured]:
     """第三: per drafter of a dynamic-gamma record, its best adaptive rule against the best fixed gamma."""
     if record is None:
         return [_row("第三", "CPU", "every engine", CPU_TARGET, "", "no dynamic-gamma record", NOT_RECORDED)]
-    bound = 1 + published.value(published.statement("sec3_5_oracle_gain")) / 100
+    printed, bound = _oracle_bound()
     comparisons = adaptive_vs_fixed(record)
     rows = []
     for drafter in dict.fromkeys(c["drafter"] for c in comparisons):
@@ -405,16 +419,61 @@ def adaptive_gamma_verdicts(record: Mapping[str, Any] | None) -> list[Measured]:
             _row(
                 "第三",
                 _cpu_machine(record),
-                f"lean {record['mode']} target, drafter {drafter}",
+                f"lean {record['mode']} target, drafter {drafter}, adaptive rules",
                 CPU_TARGET,
                 record["file"],
-                f"against the best fixed {best['best_fixed']}: {rules}; the ~60 % bound "
-                f"{'is exceeded' if exceeded else 'is not exceeded'}",
+                f"against the best fixed {best['best_fixed']}: {rules}; the {printed} bound "
+                f"{'is exceeded' if exceeded else 'is not exceeded'} ({bound:.3f})",
                 verdict,
                 ratio=best["ratio"],
                 low=best["low"],
                 high=best["high"],
                 max_high=max(c["high"] for c in mine),
+            )
+        )
+    return rows
+
+
+def oracle_gamma_verdicts(record: Mapping[str, Any] | None) -> list[Measured]:
+    """第三, its bound: per drafter of an oracle-gamma record, Section 3.5's oracle (drafts exactly
+    as many tokens as the target will accept) replayed against the best fixed gamma."""
+    if record is None:
+        return [
+            _row(
+                "第三",
+                "CPU",
+                "Section 3.5 oracle",
+                CPU_TARGET,
+                "",
+                "no results/bench/oracle-gamma-*.json",
+                NOT_RECORDED,
+            )
+        ]
+    printed, bound = _oracle_bound()
+    rows = []
+    for s in summarize_record(record):
+        if s["low"] > bound or s["high"] <= 1:
+            verdict = FAILS
+        elif s["low"] > 1 and s["high"] <= bound:
+            verdict = HOLDS
+        else:
+            verdict = UNDECIDED
+        rows.append(
+            _row(
+                "第三",
+                _cpu_machine(record),
+                f"lean {record['mode']} target, drafter {s['drafter']}, Section 3.5 oracle (replayed)",
+                CPU_TARGET,
+                record["file"],
+                f"oracle over the best fixed γ = {s['best_gamma']}: {s['gain']:.2f} [{s['low']:.2f}, "
+                f"{s['high']:.2f}] (α = {s['alpha']:.2f}, c = {s['c']:.3f}; the i.i.d. model predicts "
+                f"{s['iid_gain']:.2f}); the bound {printed} allows up to {bound:.3f}",
+                verdict,
+                gain=s["gain"],
+                low=s["low"],
+                high=s["high"],
+                iid_gain=s["iid_gain"],
+                bound=bound,
             )
         )
     return rows
@@ -541,8 +600,8 @@ def find_records(results: str | Path) -> dict[str, dict[str, Any] | None]:
     """The records the measured verdicts read, from a ``results/`` folder (None where absent).
 
     Keys: ``cpu`` (``bench/engine-modes-*.json``), ``gpu`` (``gpu/*.json``), ``dynamic``
-    (``bench/dynamic-gamma-*.json``), ``batch`` (``bench/batch-surface-*.json``); where several
-    files match, the first by name.
+    (``bench/dynamic-gamma-*.json``), ``oracle`` (``bench/oracle-gamma-*.json``), ``batch``
+    (``bench/batch-surface-*.json``); where several files match, the first by name.
     """
     root = Path(results)
     if not root.is_dir():
@@ -552,6 +611,7 @@ def find_records(results: str | Path) -> dict[str, dict[str, Any] | None]:
         "gpu": GPU / "*.json",
         "dynamic": BENCH / "dynamic-gamma-*.json",
         "batch": BENCH / "batch-surface-*.json",
+        "oracle": BENCH / "oracle-gamma-*.json",
     }
     out: dict[str, dict[str, Any] | None] = {}
     for key, pattern in patterns.items():
@@ -562,7 +622,7 @@ def find_records(results: str | Path) -> dict[str, dict[str, Any] | None]:
 
 def measured_ledger(records: Mapping[str, Mapping[str, Any] | None]) -> list[Measured]:
     """Every measured verdict, item by item (一, D1, D2, 第三, 第六), from :func:`find_records`'s records."""
-    for key in ("cpu", "gpu", "dynamic", "batch"):
+    for key in ("cpu", "gpu", "dynamic", "oracle", "batch"):
         if key not in records:
             raise ValueError(f"records must have the key {key!r} (None when the record is absent)")
     cpu, gpu = records["cpu"], records["gpu"]
@@ -571,5 +631,6 @@ def measured_ledger(records: Mapping[str, Mapping[str, Any] | None]) -> list[Mea
         *ridge_verdicts(cpu, gpu),
         *weights_only_verdicts(cpu, gpu),
         *adaptive_gamma_verdicts(records["dynamic"]),
+        *oracle_gamma_verdicts(records["oracle"]),
         *batch_verdicts(gpu, records["batch"]),
     ]
