@@ -1,32 +1,47 @@
-"""Real speculative decoding on SmolLM2: alpha, c, expected and measured speedups, per task and drafter.
+"""Real speculative decoding on SmolLM2: alpha, c, expected and measured speedups, with intervals.
 
-The measurement behind the chapter "Real speculative decoding on SmolLM2" (notebooks/src/real-decoding.md).
+The measurement behind the chapter "Real speculative decoding on SmolLM2"
+(notebooks/src/real-decoding.md).
 
-    python benchmarks/real_decoding.py            # the full run (see the chapter for its runtime)
-    python benchmarks/real_decoding.py --quick    # a small run (a few minutes)
+    python benchmarks/real_decoding.py --quick    # the CI-sized record (minutes)
+    python benchmarks/real_decoding.py            # the full record (see the chapter for its runtime)
 
-Steps, in order (one thread by default, the device chosen automatically: CUDA when present):
+Run it again with the same arguments after an interruption: it resumes after the last finished
+cell (the state is saved after every cell in ``<tag>.partial.json``; ``--fresh`` discards it).
 
-1. Plain decoding of every evaluation prompt at temperature 0 and 1 (seeded), interleaved with
-   speculative decoding of the same prompt by every drafter at a fixed gamma, in a seeded
-   random order per prompt. The plain outputs are the target's generations: they are stored
-   (``generations-<tag>.json``) and are the text alpha is measured on.
-2. Table 3: the paper's alpha (mean over response positions of sum_x min(p, q), teacher-forced
-   on the target's generations, :mod:`specdec.acceptance`) next to the acceptance fraction of
-   the speculative runs (accepted / examined drafts, :class:`specdec.stats.Stats`).
-3. Tables 2/4: per task, drafter and temperature: gamma, alpha, c (draft time per round /
-   gamma / one target step of plain decoding), v = T(gamma+1)/T(1) (verify cost,
-   :func:`specdec.measure.verify_cost_curve`), the speedups expected by Theorem 3.8 and with
-   v, the measured speedup (time per token of plain over speculative decoding, prefill
-   excluded, median over prompts), their ratio and its decomposition (:func:`specdec.realrun.speedup_gap`).
-4. Per-position acceptance and accepted-count histograms (:func:`specdec.realrun.pool_rounds`).
-5. A gamma sweep for two drafters on one task at temperature 0.
-6. Argmax lenience (Appendix A.5): the sweep's model draft at temperature 0 and the fixed gamma,
-   for each l of ``--lenience``; each output is stored, to compare with plain greedy decoding
-   and with the same drafter at l = 1 (which differs from plain only by rounding).
+How it measures (issue 11):
 
-Writes ``results/real/<device>-<dtype>-<threads>t[-quick].json`` (with ``measure.environment()``)
-and CSVs of the tables next to it.
+* **Engine.** The target runs in the lean mode chosen by measuring this machine
+  (:func:`specdec.modes.lean_model` with ``"auto"``: float32, bfloat16 or int4, whichever has
+  the lowest single-step time T(1); the probe is recorded), or the mode ``--mode`` names
+  (``hf-float32``/``hf-bfloat16``: transformers, e.g. on a GPU). Early exits are views of the
+  target; the distilled drafts run through transformers in float32.
+* **Equal lengths.** Every generation, plain or speculative, has exactly ``--new-tokens`` new
+  tokens: decoding does not stop at EOS (the target writes on past its end-of-turn token), so
+  the tokens/s of plain and speculative decoding compare the same amount of work.
+* **Cells.** A cell is (temperature, task, prompt); ``--prompts`` prompts a task
+  (:func:`specdec.workloads.evaluation_prompts`), temperatures 0 and 1. A cell runs
+  ``--repeats`` repetitions; each runs plain decoding and every timed drafter once, plain first
+  in even repetitions and last in odd ones, the drafters in a fresh seeded order: the order
+  alternates between plain and speculative. All runs of a cell share one sampling seed, so the
+  repetitions repeat the same computation (checked: identical tokens). The time of a run is its
+  decode time (prefill excluded).
+* **Alpha.** After each cell, the paper's alpha (teacher-forced beta, :mod:`specdec.acceptance`)
+  of every drafter, the timed ones and the ``--alpha-only`` ones, on the plain generation.
+* **Extras** on ``--sweep-task`` at temperature 0, cell by cell with the same interleaving: the
+  gamma sweep (prompt lookup and the model draft with the highest measured speedup there) and
+  argmax lenience (Appendix A.5) of that model draft at ``--gamma``.
+* **Summary.** Per (temperature, task, drafter): the measured speedup, the geometric mean over
+  prompts of plain time / speculative time (each the median over repetitions), with its 95 %
+  bootstrap interval over prompts (:func:`specdec.intervals.ratio_ci`) and a verdict; alpha,
+  c (:func:`specdec.stats.cost_coefficient`), v, Theorem 3.8 and the verify-corrected model,
+  and measured/expected ratios with intervals that re-estimate alpha and c on every resample
+  (:func:`specdec.realrun.unit_bootstrap`); the pooled round counts
+  (:func:`specdec.realrun.pool_rounds`) and the gap's factors (:func:`specdec.realrun.speedup_gap`).
+
+Writes ``results/real/<device>-<mode>-<threads>t[-quick].json`` (command, settings, the
+machine and commit via :func:`specdec.measure.environment`), the generations, and CSVs of
+the tables. A quick run also records its estimate of the full run's duration.
 """
 
 from __future__ import annotations
@@ -34,92 +49,866 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import statistics
 import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
-from specdec.acceptance import target_p_rows, teacher_forced
-from specdec.decoding import autoregressive, speculative
-from specdec.drafters import (
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from specdec.acceptance import target_p_rows, teacher_forced  # noqa: E402
+from specdec.decoding import autoregressive, speculative  # noqa: E402
+from specdec.drafters import (  # noqa: E402
     BigramDrafter,
     EarlyExitDrafter,
     ModelDrafter,
     PromptLookupDrafter,
     UnigramDrafter,
 )
-from specdec.measure import environment, forward_times, verify_cost_curve, write_result
-from specdec.models import load_target, pick_device, set_threads
-from specdec.realrun import pool_rounds, speedup_gap
-from specdec.sampling import warp
-from specdec.theory import optimal_gamma, walltime_speedup, walltime_speedup_measured
-from specdec.workloads import TASKS, chat_prompt_ids, load_workload, training_prompts
+from specdec.intervals import geomean, per_unit_medians, ratio_ci, verdict  # noqa: E402
+from specdec.measure import environment, write_result  # noqa: E402
+from specdec.models import load_target, pick_device, set_threads  # noqa: E402
+from specdec.realrun import (  # noqa: E402
+    RECORD_FORMAT,
+    first_divergence,
+    full_round_counts,
+    pool_rounds,
+    speedup_gap,
+    unit_bootstrap,
+)
+from specdec.sampling import warp  # noqa: E402
+from specdec.shards import load_shards, sequences, shard_paths  # noqa: E402
+from specdec.stats import cost_coefficient  # noqa: E402
+from specdec.theory import optimal_gamma, walltime_speedup, walltime_speedup_measured  # noqa: E402
+from specdec.workloads import chat_prompt_ids, evaluation_prompts, training_prompts  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-EE_DEPTHS = (8, 20, 28)
+TEMPERATURES = (0.0, 1.0)
+HF_MODES = ("hf-float32", "hf-bfloat16")
+#: What --quick changes: a CI-sized run.
+QUICK = {
+    "prompts": 3,
+    "new_tokens": 32,
+    "sweep": "1,2,4,6",
+    "lenience": "1,0.3",
+    "verify_repeats": 5,
+}
+#: The settings that must match for a partial run to be resumed.
+RESUME_KEYS = (
+    "quick",
+    "prompts",
+    "new_tokens",
+    "repeats",
+    "gamma",
+    "sweep",
+    "sweep_task",
+    "sweep_drafters",
+    "lenience",
+    "timed",
+    "alpha_only",
+    "drafts",
+    "no_trained",
+    "mode",
+    "threads",
+    "seed",
+)
 
 
-def ngram_corpus(target, tokenizer, folders: list[Path], n_fallback: int, max_new: int, seed: int):
+# -- 1. arguments -----------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's settings, checked before anything is loaded (a missing draft is an error here)."""
+    from specdec.workloads import TASKS
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=f"a CI-sized run: {QUICK}")
+    ap.add_argument("--prompts", type=int, default=8, help="evaluation prompts per task (default 8)")
+    ap.add_argument("--new-tokens", type=int, default=48, help="new tokens of every generation")
+    ap.add_argument("--repeats", type=int, default=3, help="timed repetitions per cell (default 3)")
+    ap.add_argument("--gamma", type=int, default=4, help="fixed gamma of the tables (default 4)")
+    ap.add_argument("--sweep", default="1,2,4,6,8", help="gammas of the sweep")
+    ap.add_argument(
+        "--sweep-drafters",
+        default="auto",
+        help="comma-separated drafters of the gamma sweep; auto: lookup and the timed model draft "
+        "with the highest measured speedup on the sweep task at temperature 0",
+    )
+    ap.add_argument("--sweep-task", default="code", choices=TASKS)
+    ap.add_argument("--lenience", default="1,0.5,0.3,0.1", help="argmax lenience values (A.5); empty: skip")
+    ap.add_argument(
+        "--timed",
+        default="lookup,bigram,drafts",
+        help="drafters timed against plain decoding: lookup, unigram, bigram, ee-N, and 'drafts' "
+        "(every trained draft asked for)",
+    )
+    ap.add_argument(
+        "--alpha-only",
+        default="ee-8,ee-20,ee-28,unigram",
+        help="drafters whose alpha is measured (teacher forcing) but which are not timed",
+    )
+    ap.add_argument("--no-trained", action="store_true", help="no trained drafts (specdec.draftnets)")
+    ap.add_argument("--drafts", default=None, help="comma-separated trained drafts (default: all saved)")
+    ap.add_argument(
+        "--mode", default="auto", help="auto, float32, bfloat16, int4 (lean), hf-float32, hf-bfloat16"
+    )
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verify-repeats", type=int, default=15, help="repetitions of the verify-cost curve")
+    ap.add_argument(
+        "--ngram-data",
+        nargs="+",
+        default=[str(d) for d in sorted(ROOT.glob("data/distill*")) if d.is_dir()],
+        help="gen-data folders for the n-gram tables (default: every data/distill* folder)",
+    )
+    ap.add_argument("--fresh", action="store_true", help="discard a partial run instead of resuming it")
+    ap.add_argument("--out", default=str(ROOT / "results" / "real"))
+    args = ap.parse_args(argv)
+    if args.quick:
+        for key, value in QUICK.items():
+            setattr(args, key, value)
+    for name in ("prompts", "new_tokens", "repeats", "gamma", "threads", "verify_repeats"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be an integer >= 1; got {getattr(args, name)}")
+    if args.new_tokens < args.gamma + 2:
+        ap.error(f"--new-tokens must be >= gamma + 2 = {args.gamma + 2}; got {args.new_tokens}")
+    try:
+        args.sweep_gammas = sorted({int(g) for g in args.sweep.split(",") if g})
+        args.lenience_values = [float(x) for x in args.lenience.split(",") if x]
+    except ValueError as exc:
+        ap.error(f"--sweep and --lenience take comma-separated numbers ({exc})")
+    if any(g < 1 for g in args.sweep_gammas):
+        ap.error(f"--sweep gammas must be >= 1; got {args.sweep!r}")
+    if any(not 0 < lv <= 1 for lv in args.lenience_values):
+        ap.error(f"--lenience values must lie in (0, 1]; got {args.lenience!r}")
+    if args.lenience_values and 1.0 not in args.lenience_values:
+        ap.error("--lenience must include 1 (the exact run the others are compared with)")
+    if args.mode not in ("auto", "float32", "bfloat16", "int4", *HF_MODES):
+        ap.error(
+            f"--mode must be auto, float32, bfloat16, int4, hf-float32 or hf-bfloat16; got {args.mode!r}"
+        )
+    if args.no_trained and args.drafts is not None:
+        ap.error("--drafts and --no-trained exclude each other")
+    args.trained = []
+    if not args.no_trained:
+        from specdec.draftnets import require_drafts
+
+        try:
+            args.trained = require_drafts(None if args.drafts is None else args.drafts.split(","))
+        except (ValueError, FileNotFoundError) as exc:
+            ap.error(f"{exc} (--no-trained runs without trained drafts)")
+    try:
+        args.timed_names = drafter_names(args.timed, args.trained)
+        args.alpha_names = [
+            n for n in drafter_names(args.alpha_only, args.trained) if n not in args.timed_names
+        ]
+    except ValueError as exc:
+        ap.error(str(exc))
+    if not args.timed_names:
+        ap.error("--timed must name at least one drafter")
+    if args.sweep_drafters != "auto":
+        unknown = [n for n in args.sweep_drafters.split(",") if n not in args.timed_names]
+        if unknown:
+            ap.error(f"--sweep-drafters {unknown} must be timed drafters ({args.timed_names})")
+    return args
+
+
+def drafter_names(spec: str, trained: list[str]) -> list[str]:
+    """Drafter names from a comma list: lookup, unigram, bigram, ee-N, draft-<name> or 'drafts'."""
+    out: list[str] = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        if item == "drafts":
+            out += [f"draft-{n}" for n in trained]
+        elif item in ("lookup", "unigram", "bigram"):
+            out.append(item)
+        elif item.startswith("ee-") and item[3:].isdigit() and int(item[3:]) >= 1:
+            out.append(item)
+        elif item.startswith("draft-") and item[6:] in trained:
+            out.append(item)
+        else:
+            raise ValueError(
+                f"unknown drafter {item!r}: use lookup, unigram, bigram, ee-N, drafts or draft-<name> "
+                f"with name among the trained drafts {trained}"
+            )
+    return list(dict.fromkeys(out))
+
+
+# -- 2. the engine, the drafters, the costs ---------------------------------------------------------
+
+
+def load_engine(args: argparse.Namespace, saved_mode: str | None = None) -> dict[str, Any]:
+    """The target in the chosen mode, the Hugging Face model behind it, the tokenizer, the mode probe."""
+    mode = saved_mode or args.mode
+    if mode == "auto" and pick_device(None).startswith("cuda"):
+        mode = "hf-bfloat16"  # the lean forward is CPU-only
+    if mode in HF_MODES:
+        device = pick_device(None)
+        loaded = load_target(mode.removeprefix("hf-"), device=device, quiet=True)
+        return {
+            "target": loaded.model,
+            "base": loaded.model,
+            "tokenizer": loaded.tokenizer,
+            "mode": mode,
+            "device": device,
+            "probe": None,
+            "loaded": loaded,
+        }
+    from specdec.modes import lean_model
+
+    loaded = load_target("float32", device="cpu", quiet=True)
+    target, probe = lean_model(loaded.model, mode)
+    probe_summary = None
+    if probe is not None:
+        probe_summary = {
+            "rule": probe["rule"],
+            "chosen": probe["mode"],
+            "cached": probe["cached"],
+            "step_ms": {m: 1e3 * v["step_s"] for m, v in probe["modes"].items()},
+            "machine": probe["machine"],
+        }
+    return {
+        "target": target,
+        "base": loaded.model,
+        "tokenizer": loaded.tokenizer,
+        "mode": target.mode,
+        "device": "cpu",
+        "probe": probe_summary,
+        "loaded": loaded,
+    }
+
+
+def ngram_corpus(engine: dict[str, Any], folders: list[Path], n_fallback: int, max_new: int, seed: int):
     """Target-generated responses for the n-gram tables: the distillation shards when present
-    (``python -m specdec.distill gen-data``, training prompts disjoint from the evaluation),
-    else fresh temperature-1 generations on ``n_fallback`` training prompts."""
-    shards = [s for folder in folders for s in sorted(folder.glob("shard-*.npz"))]
-    if shards:
-        seqs = []
-        for s in shards:
-            z = np.load(s)
-            for st, pl, rl in zip(z["starts"], z["prompt_lens"], z["resp_lens"], strict=True):
-                seqs.append(z["ids"][st + pl : st + pl + rl].astype(np.int64))
-        where = ", ".join(relative(str(f.resolve())) for f in folders if any(f.glob("shard-*.npz")))
-        tokens = sum(len(x) for x in seqs)
-        return seqs, f"{len(shards)} distillation shards ({tokens} response tokens) in {where}"
+    (``python -m specdec.distill gen-data``, training prompts disjoint from the evaluation), else
+    temperature-1 generations of the target on ``n_fallback`` training prompts."""
+    with_shards = [f for f in folders if shard_paths(f)]
+    if with_shards:
+        seqs = [s.response.astype(np.int64).tolist() for f in with_shards for s in sequences(load_shards(f))]
+        where = ", ".join(relative(str(f.resolve())) for f in with_shards)
+        return seqs, f"distillation shards ({sum(map(len, seqs))} response tokens) in {where}"
     seqs = []
     for i, p in enumerate(training_prompts(n_fallback, seed=seed)):
-        ids = chat_prompt_ids(tokenizer, p.prompt)
-        g = autoregressive(target, ids, max_new_tokens=max_new, temperature=1.0, seed=seed + i)
-        seqs.append(np.asarray(g.tokens))
-    return seqs, f"temperature-1 generations on {n_fallback} training prompts (seed {seed})"
+        ids = chat_prompt_ids(engine["tokenizer"], p.prompt)
+        g = autoregressive(engine["target"], ids, max_new_tokens=max_new, temperature=1.0, seed=seed + i)
+        seqs.append([int(t) for t in g.tokens])
+    return seqs, f"temperature-1 generations of the target on {n_fallback} training prompts (seed {seed})"
 
 
-def build_drafters(target, corpus, trained: list[str], depths=EE_DEPTHS) -> dict:
-    vocab = target.config.vocab_size
-    out = {f"ee-{n}": EarlyExitDrafter(target, n) for n in depths}
-    out["lookup"] = PromptLookupDrafter(max_ngram=3, min_ngram=1)
-    out["unigram"] = UnigramDrafter.from_token_ids(corpus, vocab)
-    out["bigram"] = BigramDrafter.from_token_ids(corpus, vocab)
-    if trained:
-        from specdec.draftnets import load_draft
+def build_drafters(engine: dict[str, Any], names: list[str], corpus: list[list[int]]) -> dict[str, Any]:
+    """The drafter of each name (see :func:`drafter_names`)."""
+    target, vocab = engine["target"], int(engine["target"].config.vocab_size)
+    out: dict[str, Any] = {}
+    for name in names:
+        if name == "lookup":
+            out[name] = PromptLookupDrafter(max_ngram=3, min_ngram=1)
+        elif name == "unigram":
+            out[name] = UnigramDrafter.from_token_ids(corpus, vocab)
+        elif name == "bigram":
+            out[name] = BigramDrafter.from_token_ids(corpus, vocab)
+        elif name.startswith("ee-"):
+            out[name] = EarlyExitDrafter(target, int(name[3:]))
+        else:
+            from specdec.draftnets import load_draft
 
-        for name in trained:
-            out[f"draft-{name}"] = ModelDrafter(load_draft(name, target), target=target)
+            out[name] = ModelDrafter(
+                load_draft(name.removeprefix("draft-"), engine["base"]), target=engine["base"]
+            )
     return out
 
 
-def run_one(target, drafter, ids, gamma, temperature, max_new, seed, eos, lenience=1.0) -> dict:
+def verify_curve(engine: dict[str, Any], prefix: int, kmax: int, repeats: int) -> dict[str, Any]:
+    """T(k)/T(1), k = 1..kmax, of the target as it decodes (interleaved, repeated medians)."""
+    ks = list(range(1, kmax + 1))
+    if engine["mode"] in HF_MODES:
+        from specdec.measure import verify_cost_curve
+
+        vc = verify_cost_curve(engine["target"], prefix, ks, repeats=repeats)
+        return {
+            "prefix_len": prefix,
+            "ks": ks,
+            "ratios": list(vc.ratios),
+            "step_ms": 1e3 * vc.timings[0].median_s,
+        }
+    from specdec.modes import probe_modes
+
+    probe = probe_modes(engine["base"], [engine["mode"]], ks=ks, context=prefix, repeats=repeats)
+    m = probe["modes"][engine["mode"]]
+    return {
+        "prefix_len": prefix,
+        "ks": ks,
+        "ratios": [m["curve"][str(k)] for k in ks],
+        "step_ms": 1e3 * m["step_s"],
+    }
+
+
+# -- 3. one timed run -------------------------------------------------------------------------------
+
+
+def run_one(target, drafter, ids, *, gamma, temperature, new_tokens, seed, lenience=1.0):
+    """One generation of exactly ``new_tokens`` tokens (no stop at EOS), timed as a whole."""
     start = time.perf_counter()
     if drafter is None:
-        g = autoregressive(
-            target, ids, max_new_tokens=max_new, temperature=temperature, seed=seed, eos_token_id=eos
-        )
+        g = autoregressive(target, ids, max_new_tokens=new_tokens, temperature=temperature, seed=seed)
     else:
         g = speculative(
             target,
             drafter,
             ids,
             gamma=gamma,
-            max_new_tokens=max_new,
+            max_new_tokens=new_tokens,
             temperature=temperature,
             lenience=lenience,
             seed=seed,
-            eos_token_id=eos,
         )
     total = time.perf_counter() - start
-    s = g.stats
-    return {"tokens": g.tokens, "total_s": total, "decode_s": total - s.prefill_s, "stats": s}
+    if len(g.tokens) != new_tokens:
+        raise RuntimeError(f"a generation made {len(g.tokens)} tokens instead of {new_tokens}")
+    return [int(t) for t in g.tokens], g.stats, total
+
+
+def timing_row(stats, total_s: float) -> dict[str, Any]:
+    """What every repetition keeps: times and round counts."""
+    return {
+        "decode_s": total_s - stats.prefill_s,
+        "prefill_s": stats.prefill_s,
+        "draft_s": stats.draft_s,
+        "target_s": stats.target_s,
+        "verify_s": stats.verify_s,
+        "rounds": stats.rounds,
+        "target_calls": stats.target_calls,
+        "new_tokens": stats.new_tokens,
+    }
+
+
+def run_block(target, configs, ids, *, temperature, new_tokens, seed, rep, rng) -> list[dict[str, Any]]:
+    """One repetition of a cell: plain and every config once, plain first (even rep) or last (odd)."""
+    order = [configs[i] for i in rng.permutation(len(configs))]
+    plain = {"drafter": "plain", "object": None, "gamma": 0, "lenience": 1.0}
+    order = [plain, *order] if rep % 2 == 0 else [*order, plain]
+    rows = []
+    for cfg in order:
+        tokens, stats, total = run_one(
+            target,
+            cfg["object"],
+            ids,
+            gamma=cfg["gamma"],
+            temperature=temperature,
+            new_tokens=new_tokens,
+            seed=seed,
+            lenience=cfg["lenience"],
+        )
+        rows.append(
+            {"drafter": cfg["drafter"], "gamma": cfg["gamma"], "lenience": cfg["lenience"], "rep": rep}
+            | timing_row(stats, total)
+            | {"_tokens": tokens, "_stats": stats}
+        )
+    return rows
+
+
+def finish_cell(
+    rows: list[dict[str, Any]], base: dict[str, Any], keep_tokens=lambda r: False
+) -> list[dict[str, Any]]:
+    """Slim a cell's runs for the record: every repetition keeps its times and whether its tokens
+    equal repetition 0's; repetition 0 keeps its Stats summary and its first divergence from plain,
+    and its tokens where ``keep_tokens(run)`` says so."""
+    key = ("drafter", "gamma", "lenience")
+    first = {tuple(r[k] for k in key): r for r in rows if r["rep"] == 0}
+    plain = next(r for r in rows if r["drafter"] == "plain" and r["rep"] == 0)["_tokens"]
+    out = []
+    for r in rows:
+        ref = first[tuple(r[k] for k in key)]
+        slim = {k: v for k, v in r.items() if not k.startswith("_")} | base
+        slim["same_as_rep0"] = r["_tokens"] == ref["_tokens"]
+        if r["rep"] == 0:
+            slim["stats"] = {k: v for k, v in r["_stats"].summary().items() if not k.endswith("_s")}
+            slim["first_divergence_from_plain"] = first_divergence(r["_tokens"], plain)
+            if keep_tokens(r):
+                slim["tokens"] = r["_tokens"]
+        out.append(slim)
+    return out
+
+
+# -- 4. the partial state: save after every cell, resume ---------------------------------------------
+
+
+def save_state(path: Path, state: dict[str, Any]) -> None:
+    """Write the state atomically (a temporary file, then a rename)."""
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(finite(state)) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def resume_state(path: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The saved state of an interrupted run with the same settings; None when there is none."""
+    if args.fresh or not path.exists():
+        return None
+    state = json.loads(path.read_text(encoding="utf-8"))
+    mine = {k: jsonable(getattr(args, k)) for k in RESUME_KEYS}
+    if state.get("settings_key") != mine:
+        diff = sorted(k for k in mine if state.get("settings_key", {}).get(k) != mine[k])
+        raise SystemExit(
+            f"{path} holds a partial run with other settings ({', '.join(diff)}): rerun it with its own "
+            "command (in the file) to resume, or pass --fresh to discard it"
+        )
+    return state
+
+
+# -- 5. the phases -----------------------------------------------------------------------------------
+
+
+def main_cells(prompts: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any]]]:
+    return [(temp, p) for temp in TEMPERATURES for p in prompts]
+
+
+def cell_id(phase: str, temp: float, prompt: dict[str, Any]) -> str:
+    return f"{phase}|{temp:g}|{prompt['task']}|{prompt['id']}"
+
+
+def run_main_phase(engine, drafters, alpha_drafters, prompts, args, state, save) -> None:
+    """Timed runs and teacher forcing, cell by cell, saved after each."""
+    configs = [{"drafter": n, "object": d, "gamma": args.gamma, "lenience": 1.0} for n, d in drafters.items()]
+    cells = main_cells(prompts)
+    for i, (temp, p) in enumerate(cells):
+        cid = cell_id("main", temp, p)
+        if cid in state["done"]:
+            continue
+        t0 = time.perf_counter()
+        seed = args.seed + i
+        rng = np.random.default_rng([args.seed, i])
+        rows = []
+        for rep in range(args.repeats):
+            rows += run_block(
+                engine["target"],
+                configs,
+                p["ids"],
+                temperature=temp,
+                new_tokens=args.new_tokens,
+                seed=seed,
+                rep=rep,
+                rng=rng,
+            )
+        base = {"phase": "main", "task": p["task"], "prompt": p["id"], "temperature": temp, "seed": seed}
+        plain = next(r for r in rows if r["drafter"] == "plain" and r["rep"] == 0)["_tokens"]
+        state["runs"] += finish_cell(rows, base)
+        gen = {
+            "task": p["task"],
+            "prompt": p["id"],
+            "temperature": temp,
+            "seed": seed,
+            "prompt_ids": p["ids"],
+            "response": plain,
+        }
+        state["generations"].append(gen)
+        state["teacher_forced"] += teacher_force(engine["target"], drafters | alpha_drafters, gen)
+        state["done"].append(cid)
+        save(time.perf_counter() - t0)
+        print(
+            f"[real] {len(state['done'])} cells done ({cid}, {time.perf_counter() - t0:.0f} s)",
+            file=sys.stderr,
+        )
+
+
+def teacher_force(target, drafters: dict[str, Any], gen: dict[str, Any]) -> list[dict[str, Any]]:
+    """beta summed over the positions each drafter drafts, on one plain generation."""
+    seq, n = gen["prompt_ids"] + gen["response"], len(gen["prompt_ids"])
+    warp_fn = partial(warp, temperature=gen["temperature"])
+    p_rows = target_p_rows(target, seq, n, warp_fn)
+    out = []
+    for name, d in drafters.items():
+        res = teacher_forced(target, d, seq, n, warp_fn, p=p_rows)
+        out.append(
+            {k: gen[k] for k in ("task", "prompt", "temperature")}
+            | {
+                "drafter": name,
+                "beta_sum": float(np.nansum(res.beta)),
+                "drafted": res.drafted,
+                "positions": len(res.beta),
+            }
+        )
+    return out
+
+
+def choose_sweep_drafters(state, args, drafters) -> list[str]:
+    """lookup and the timed model draft with the highest measured speedup on the sweep task at T = 0."""
+    if args.sweep_drafters != "auto":
+        return args.sweep_drafters.split(",")
+    out = ["lookup"] if "lookup" in drafters else []
+    models = [n for n, d in drafters.items() if isinstance(d, ModelDrafter)]
+    if models:
+        rows = [
+            r
+            for r in state["runs"]
+            if r["phase"] == "main" and r["task"] == args.sweep_task and r["temperature"] == 0.0
+        ]
+        units, med = per_unit_medians(rows, "decode_s", group="drafter")
+        best = max(models, key=lambda n: float(geomean(med["plain"] / med[n])))
+        out.append(best)
+    return out
+
+
+def run_extra_phase(engine, drafters, prompts, args, state, save) -> None:
+    """Gamma sweep and argmax lenience on the sweep task at temperature 0, cell by cell."""
+    if state.get("sweep_drafters") is None:
+        state["sweep_drafters"] = choose_sweep_drafters(state, args, drafters)
+    names = state["sweep_drafters"]
+    model = next((n for n in names if isinstance(drafters[n], ModelDrafter)), None)
+    configs = [
+        {"drafter": n, "object": drafters[n], "gamma": g, "lenience": 1.0}
+        for n in names
+        for g in args.sweep_gammas
+    ]
+    if model is not None:
+        if args.gamma not in args.sweep_gammas and args.lenience_values:
+            configs.append(
+                {"drafter": model, "object": drafters[model], "gamma": args.gamma, "lenience": 1.0}
+            )
+        configs += [
+            {"drafter": model, "object": drafters[model], "gamma": args.gamma, "lenience": lv}
+            for lv in args.lenience_values
+            if lv < 1
+        ]
+    if not configs:
+        return
+    cells = [p for p in prompts if p["task"] == args.sweep_task]
+    for i, p in enumerate(cells):
+        cid = cell_id("extra", 0.0, p)
+        if cid in state["done"]:
+            continue
+        t0 = time.perf_counter()
+        rng = np.random.default_rng([args.seed, 10_000 + i])
+        rows = []
+        for rep in range(args.repeats):
+            rows += run_block(
+                engine["target"],
+                configs,
+                p["ids"],
+                temperature=0.0,
+                new_tokens=args.new_tokens,
+                seed=args.seed,
+                rep=rep,
+                rng=rng,
+            )
+        base = {"phase": "extra", "task": p["task"], "prompt": p["id"], "temperature": 0.0, "seed": args.seed}
+        slim = finish_cell(
+            rows, base, lambda r: r["drafter"] == "plain" or (r["drafter"], r["gamma"]) == (model, args.gamma)
+        )
+        state["runs"] += slim
+        state["done"].append(cid)
+        save(time.perf_counter() - t0)
+        print(
+            f"[real] extra cell {i + 1}/{len(cells)} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr
+        )
+
+
+# -- 6. summaries ------------------------------------------------------------------------------------
+
+
+def speedup_columns(
+    rows: list[dict[str, Any]], name: str, gamma: int, lenience: float = 1.0
+) -> dict[str, Any]:
+    """Per prompt (sorted) the median over repetitions of plain and speculative decode time and of c."""
+    config = (name, gamma, lenience)
+    sel = [
+        r | {"config": "plain" if r["drafter"] == "plain" else "spec"}
+        for r in rows
+        if r["drafter"] == "plain" or (r["drafter"], r["gamma"], r["lenience"]) == config
+    ]
+    units, med = per_unit_medians(sel, "decode_s")
+    plain_step = {
+        (r["prompt"], r["rep"]): r["target_s"] / r["target_calls"] for r in sel if r["config"] == "plain"
+    }
+    c_rows = [
+        r | {"c": cost_coefficient(r["draft_s"], r["rounds"], gamma, plain_step[(r["prompt"], r["rep"])])}
+        for r in sel
+        if r["config"] == "spec"
+    ]
+    _, c_med = per_unit_medians(c_rows, "c")
+    return {"prompts": units, "plain_s": med["plain"], "spec_s": med["spec"], "c": c_med["spec"]}
+
+
+def measured_interval(cols: dict[str, Any]) -> dict[str, Any]:
+    est, lo, hi = ratio_ci(cols["plain_s"], cols["spec_s"])
+    return {"measured": est, "measured_low": lo, "measured_high": hi, "verdict": verdict(lo, hi)}
+
+
+def table_rows(
+    state: dict[str, Any], args: argparse.Namespace, curve: dict[int, float]
+) -> list[dict[str, Any]]:
+    """One row per (temperature, task, timed drafter): :func:`table_row`."""
+    from specdec.workloads import TASKS
+
+    table = []
+    for temp in TEMPERATURES:
+        for task in TASKS:
+            rows = [
+                r
+                for r in state["runs"]
+                if r["phase"] == "main" and r["task"] == task and r["temperature"] == temp
+            ]
+            tf = [r for r in state["teacher_forced"] if (r["task"], r["temperature"]) == (task, temp)]
+            for name in args.timed_names:
+                row = table_row(rows, [r for r in tf if r["drafter"] == name], name, args.gamma, curve)
+                table.append({"task": task, "temperature": temp} | row)
+    return table
+
+
+class PromptEstimates:
+    """The per-prompt numbers of one table row, and the row's estimates on any resample of prompts."""
+
+    def __init__(self, cols: dict[str, Any], tf: dict[str, dict[str, Any]], gamma: int, v: float) -> None:
+        prompts = cols["prompts"]
+        self.beta = np.array([tf[p]["beta_sum"] for p in prompts], dtype=float)
+        self.drafted = np.array([tf[p]["drafted"] for p in prompts], dtype=float)
+        self.positions = np.array([tf[p]["positions"] for p in prompts], dtype=float)
+        self.c = np.asarray(cols["c"], dtype=float)
+        self.speedup = np.asarray(cols["plain_s"]) / np.asarray(cols["spec_s"])
+        self.gamma, self.v, self.n = gamma, v, len(prompts)
+
+    def alpha(self, idx: np.ndarray, all_positions: bool = False) -> float:
+        """Pooled teacher-forced alpha: over the drafted positions, or over every position."""
+        n = (self.positions if all_positions else self.drafted)[idx].sum()
+        return float(self.beta[idx].sum() / n) if n else 0.0
+
+    def expected(self, idx: np.ndarray, with_verify: bool = False) -> float:
+        """Theorem 3.8 (or with the measured v) at the alpha over every position and the median c."""
+        a, c = self.alpha(idx, True), float(np.median(self.c[idx]))
+        if with_verify:
+            return float(walltime_speedup_measured(a, self.gamma, c, self.v))
+        return float(walltime_speedup(a, self.gamma, c))
+
+    def ratio(self, idx: np.ndarray, with_verify: bool = False) -> float:
+        """Measured over expected on the prompts ``idx``."""
+        return float(geomean(self.speedup[idx])) / self.expected(idx, with_verify)
+
+
+def table_row(
+    rows: list[dict[str, Any]], tf_rows: list[dict[str, Any]], name: str, gamma: int, curve: dict[int, float]
+) -> dict[str, Any]:
+    """alpha, c, v, expected and measured speedups with intervals, pooled counts and the gap's
+    factors of one drafter on one task and temperature (``rows``: that cell group's runs)."""
+    cols = speedup_columns(rows, name, gamma)
+    prompts = cols["prompts"]
+    est = PromptEstimates(cols, {r["prompt"]: r for r in tf_rows}, gamma, curve[gamma + 1])
+    everyone = np.arange(est.n)
+    alpha, alpha_all, c = est.alpha(everyone), est.alpha(everyone, True), float(np.median(est.c))
+    spec0 = sorted(
+        (r for r in rows if r["drafter"] == name and r["rep"] == 0), key=lambda r: prompts.index(r["prompt"])
+    )
+    pooled = pool_rounds(r["stats"] for r in spec0)
+    meas = measured_interval(cols)
+    gap = speedup_gap(
+        alpha=alpha,
+        gamma=gamma,
+        c=c,
+        curve=curve,
+        drafted=pooled["drafted"],
+        tokens_per_round=pooled["tokens_per_round"],
+        measured=meas["measured"],
+        alpha_theorem=alpha_all,
+    )
+    ratio = unit_bootstrap(est.n, est.ratio)
+    ratio_v = unit_bootstrap(est.n, lambda idx: est.ratio(idx, True))
+    full = [full_round_counts(r["stats"]["drafted"], r["stats"]["accepted"], gamma) for r in spec0]
+    greedy = spec0[0]["temperature"] == 0
+    return {
+        "drafter": name,
+        "gamma": gamma,
+        "alpha": alpha,
+        "alpha_all": alpha_all,
+        "alpha_coverage": float(est.drafted.sum() / est.positions.sum()),
+        "accept_fraction": pooled["alpha_accept_rate"],
+        "c": c,
+        "optimal_gamma": int(optimal_gamma(alpha_all, c)),
+        "tokens_per_round": pooled["tokens_per_round"],
+        **meas,
+        **{k: gap[k] for k in gap if k != "measured"},
+        "ratio": ratio[0],
+        "ratio_low": ratio[1],
+        "ratio_high": ratio[2],
+        "ratio_verify": ratio_v[0],
+        "ratio_verify_low": ratio_v[1],
+        "ratio_verify_high": ratio_v[2],
+        "greedy_exact": all(r["first_divergence_from_plain"] is None for r in spec0) if greedy else None,
+        "deterministic": all(r["same_as_rep0"] for r in rows if r["drafter"] in (name, "plain")),
+        "prompts": est.n,
+        "pooled": {k: pooled[k] for k in pooled if k != "drafted"},
+        "per_prompt": {
+            "prompt": prompts,
+            "speedup": est.speedup.tolist(),
+            "c": est.c.tolist(),
+            "beta_sum": est.beta.tolist(),
+            "drafted": est.drafted.tolist(),
+            "positions": est.positions.tolist(),
+            "full_examined_at": [f["examined_at"].tolist() for f in full],
+            "full_accepted_at": [f["accepted_at"].tolist() for f in full],
+        },
+    }
+
+
+def alpha_rows(state: dict[str, Any], names: list[str]) -> list[dict[str, Any]]:
+    """Teacher-forced alpha per (temperature, task, drafter) for every drafter measured."""
+    out = []
+    for temp in TEMPERATURES:
+        for task in dict.fromkeys(r["task"] for r in state["teacher_forced"]):
+            for name in names:
+                tf = [
+                    r
+                    for r in state["teacher_forced"]
+                    if (r["task"], r["temperature"], r["drafter"]) == (task, temp, name)
+                ]
+                drafted, positions = sum(r["drafted"] for r in tf), sum(r["positions"] for r in tf)
+                beta = sum(r["beta_sum"] for r in tf)
+                out.append(
+                    {
+                        "task": task,
+                        "temperature": temp,
+                        "drafter": name,
+                        "alpha": beta / drafted if drafted else float("nan"),
+                        "alpha_all": beta / positions if positions else float("nan"),
+                        "coverage": drafted / positions if positions else float("nan"),
+                        "prompts": len(tf),
+                    }
+                )
+    return out
+
+
+def sweep_rows(state, args, curve, alpha_of) -> list[dict[str, Any]]:
+    """Per (sweep drafter, gamma): measured speedup with its interval, c, Theorem 3.8 and with v."""
+    rows = [r for r in state["runs"] if r["phase"] == "extra"]
+    out = []
+    for name in state.get("sweep_drafters") or []:
+        a, a_all = alpha_of[name]
+        for g in args.sweep_gammas:
+            cols = speedup_columns(rows, name, g)
+            c = float(np.median(cols["c"]))
+            spec0 = [
+                r
+                for r in rows
+                if r["drafter"] == name and r["gamma"] == g and r["lenience"] == 1 and r["rep"] == 0
+            ]
+            pooled = pool_rounds(r["stats"] for r in spec0)
+            out.append(
+                {
+                    "drafter": name,
+                    "gamma": g,
+                    "alpha": a,
+                    "alpha_all": a_all,
+                    "c": c,
+                    "verify_cost": curve[g + 1],
+                    **measured_interval(cols),
+                    "theorem": float(walltime_speedup(a_all, g, c)),
+                    "with_verify": float(walltime_speedup_measured(a_all, g, c, curve[g + 1])),
+                    "tokens_per_round": pooled["tokens_per_round"],
+                    "mean_drafted": pooled["mean_drafted"],
+                    "prompts": len(cols["prompts"]),
+                }
+            )
+    return out
+
+
+def lenience_rows(state, args) -> list[dict[str, Any]]:
+    """Per lenience l: acceptance, speedup with its interval, and how far the output moved from l = 1."""
+    rows = [r for r in state["runs"] if r["phase"] == "extra"]
+    names = state.get("sweep_drafters") or []
+    model = next((n for n in names if n.startswith(("ee-", "draft-"))), None)
+    if model is None or not args.lenience_values:
+        return []
+    exact = {
+        r["prompt"]: r["tokens"]
+        for r in rows
+        if r["drafter"] == model and r["gamma"] == args.gamma and r["lenience"] == 1 and r["rep"] == 0
+    }
+    plain = {r["prompt"]: r["tokens"] for r in rows if r["drafter"] == "plain" and r["rep"] == 0}
+    out = []
+    for lv in sorted(args.lenience_values, reverse=True):
+        cols = speedup_columns(rows, model, args.gamma, lenience=lv)
+        runs0 = [
+            r
+            for r in rows
+            if r["drafter"] == model and r["gamma"] == args.gamma and r["lenience"] == lv and r["rep"] == 0
+        ]
+        div = [first_divergence(r["tokens"], exact[r["prompt"]]) for r in runs0]
+        same = [
+            float(np.mean([a == b for a, b in zip(r["tokens"], exact[r["prompt"]], strict=True)]))
+            for r in runs0
+        ]
+        same_plain = [
+            float(np.mean([a == b for a, b in zip(r["tokens"], plain[r["prompt"]], strict=True)]))
+            for r in runs0
+        ]
+        accepted = sum(r["stats"]["accepted_tokens"] for r in runs0)
+        examined = sum(r["stats"]["examined"] for r in runs0)
+        out.append(
+            {
+                "lenience": lv,
+                "drafter": model,
+                "gamma": args.gamma,
+                "accepted": accepted,
+                "examined": examined,
+                "accept_rate": accepted / examined if examined else float("nan"),
+                "tokens_per_round": float(np.mean([r["stats"]["mean_tokens_per_round"] for r in runs0])),
+                **measured_interval(cols),
+                "same_as_exact": float(np.mean(same)),
+                "same_as_plain": float(np.mean(same_plain)),
+                "changed_prompts": sum(d is not None for d in div),
+                "first_change_median": float(np.median([d for d in div if d is not None]))
+                if any(d is not None for d in div)
+                else None,
+                "prompts": len(runs0),
+            }
+        )
+    return out
+
+
+def estimate_full_minutes(state: dict[str, Any], full: dict[str, Any]) -> dict[str, Any]:
+    """The full run's duration predicted from this run's own times, for the settings ``full``.
+
+    Per phase and drafter, a run costs its median prefill plus ``new_tokens`` times its median
+    decode time per token (measured here); the cells' other work (teacher forcing, saving) and
+    the set-up (loading, the n-gram corpus, the verify curve) are scaled from this run: per cell
+    and once. Drafters of ``full`` not timed here are priced as plain decoding.
+    """
+    runs = state["runs"]
+
+    def cost(phase: str, name: str) -> float:
+        sel = [r for r in runs if r["phase"] == phase and r["drafter"] == name] or [
+            r for r in runs if r["phase"] == phase and r["drafter"] == "plain"
+        ]
+        prefill = statistics.median(r["prefill_s"] for r in sel)
+        per_token = statistics.median(r["decode_s"] / r["new_tokens"] for r in sel)
+        return prefill + full["new_tokens"] * per_token
+
+    n_cells = full["prompts"] * 3 * len(TEMPERATURES)
+    main_s = n_cells * full["repeats"] * sum(cost("main", n) for n in ["plain", *full["timed"]])
+    names = state.get("sweep_drafters") or []
+    model = [n for n in names if n.startswith(("ee-", "draft-"))]
+    extra_block = cost("extra", "plain") + sum(len(full["sweep"]) * cost("extra", n) for n in names)
+    if model:
+        extra_block += (len(full["lenience"]) - 1) * cost("extra", model[0])
+    extra_s = full["prompts"] * full["repeats"] * extra_block
+    timed_here = sum(r["decode_s"] + r["prefill_s"] for r in runs)
+    per_cell = max(state["elapsed_s"] - timed_here, 0.0) / max(len(state["done"]), 1)
+    other_s = per_cell * (n_cells + full["prompts"]) + state["setup_s"]
+    return {
+        "settings": full,
+        "main_min": main_s / 60,
+        "extra_min": extra_s / 60,
+        "other_min": other_s / 60,
+        "total_min": (main_s + extra_s + other_s) / 60,
+        "step_ms_here": 1e3
+        * statistics.median(r["target_s"] / r["target_calls"] for r in runs if r["drafter"] == "plain"),
+    }
+
+
+# -- 7. writing ---------------------------------------------------------------------------------------
 
 
 def finite(obj):
@@ -130,7 +919,17 @@ def finite(obj):
         return [finite(v) for v in obj]
     if isinstance(obj, (float, np.floating)) and not np.isfinite(obj):
         return None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return finite(obj.tolist())
     return obj
+
+
+def jsonable(value):
+    return value if isinstance(value, (str, int, float, bool, type(None), list)) else str(value)
 
 
 def relative(value):
@@ -142,358 +941,169 @@ def relative(value):
     return value
 
 
-def per_token(run: dict) -> float:
-    return run["decode_s"] / max(run["stats"].new_tokens, 1)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2 prompts a task, 48 new tokens, a short sweep")
-    ap.add_argument("--prompts", type=int, default=6, help="evaluation prompts per task (default 6)")
-    ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--gamma", type=int, default=4, help="fixed gamma of Tables 2/4 (default 4)")
-    ap.add_argument("--sweep", default="1,2,3,4,6,8", help="gammas of the sweep")
-    ap.add_argument(
-        "--sweep-drafters",
-        default="auto",
-        help="comma-separated drafters of the gamma sweep; auto: lookup and the model draft "
-        "(early exit or distilled) with the highest measured speedup on the sweep task at temperature 0",
-    )
-    ap.add_argument("--sweep-task", default="code", choices=TASKS)
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--ngram-data",
-        nargs="+",
-        default=[str(d) for d in sorted(ROOT.glob("data/distill*")) if d.is_dir()],
-        help="gen-data folders for the n-gram tables (default: every data/distill* folder)",
-    )
-    ap.add_argument("--early-exit", default=",".join(map(str, EE_DEPTHS)), help="early-exit depths")
-    ap.add_argument("--lenience", default="1,0.5,0.3,0.1", help="argmax lenience values (A.5); empty: skip")
-    ap.add_argument("--no-trained", action="store_true", help="skip the trained drafts (specdec.draftnets)")
-    ap.add_argument(
-        "--drafts",
-        default=None,
-        help="comma-separated trained drafts (default: every one in specdec/data/drafts)",
-    )
-    ap.add_argument("--out", default=str(ROOT / "results" / "real"))
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.prompts, args.max_new_tokens, args.sweep = 2, 48, "1,2,4,6"
-    sweep = [int(g) for g in args.sweep.split(",")]
-    lenience_values = [float(x) for x in args.lenience.split(",") if x]  # checked before hours of runs
-    if any(not 0 < lv <= 1 for lv in lenience_values):
-        ap.error(f"--lenience values must lie in (0, 1]; got {args.lenience!r}")
-    if args.sweep_drafters == "auto" and args.no_trained and not args.early_exit.strip(","):
-        ap.error("--sweep-drafters auto needs a model draft: drop --no-trained or give --early-exit depths")
-    trained = []  # a requested draft that is missing is an error here, before the target loads
-    if args.no_trained and args.drafts is not None:
-        ap.error("--drafts and --no-trained exclude each other")
-    if not args.no_trained:
-        from specdec.draftnets import require_drafts
-
-        try:
-            trained = require_drafts(None if args.drafts is None else args.drafts.split(","))
-        except (ValueError, FileNotFoundError) as exc:
-            ap.error(f"{exc} (--no-trained runs without trained drafts)")
-    started = time.perf_counter()
-
-    threads = set_threads(args.threads)
-    device = pick_device(args.device)
-    loaded = load_target(args.dtype, device=device, quiet=True)
-    target, tok = loaded.model, loaded.tokenizer
-    eos = tok.eos_token_id
-    env = environment(model=target)
-    env.update(threads_info=threads, attn_implementation=loaded.attn_implementation)
-    tag = f"{device.split(':')[0]}-{args.dtype}-{args.threads}t" + ("-quick" if args.quick else "")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-
-    folders = [Path(d) for d in args.ngram_data]
-    corpus, corpus_source = ngram_corpus(target, tok, folders, 12, args.max_new_tokens, 1000)
-    depths = [int(n) for n in args.early_exit.split(",") if n]
-    drafters = build_drafters(target, corpus, trained, depths)
-    names = list(drafters)
-    if args.sweep_drafters != "auto" and not set(args.sweep_drafters.split(",")) <= set(names):
-        ap.error(f"--sweep-drafters {args.sweep_drafters!r}: each must be one of {names}")
-    print(f"[real] {tag}: drafters {names}; n-grams from {corpus_source}", file=sys.stderr)
-
-    prompts = {t: load_workload(t)[: args.prompts] for t in TASKS}
-    prompt_ids = {(t, p.id): chat_prompt_ids(tok, p.prompt) for t in TASKS for p in prompts[t]}
-    mean_prompt = int(np.mean([len(v) for v in prompt_ids.values()]))
-
-    # -- costs measured on clean forwards: verify cost T(k)/T(1) and c of the model drafters
-    ks = range(1, max([args.gamma, *sweep]) + 2)
-    prefix = mean_prompt + args.max_new_tokens // 2
-    vc = verify_cost_curve(target, prefix, ks, repeats=10 if args.quick else 30, seed=args.seed)
-    verify = dict(zip(vc.ks, vc.ratios, strict=True))
-    models = {"target": target} | {n: d.lm.model for n, d in drafters.items() if isinstance(d, ModelDrafter)}
-    ft = forward_times(models, prefix, (1,), repeats=10 if args.quick else 30, seed=args.seed)
-    t1 = ft[("target", 1)].median_s
-    c_forward = {n: ft[(n, 1)].median_s / t1 for n in models if n != "target"}
-
-    # -- 1: plain and speculative runs, interleaved per prompt
-    rng = np.random.default_rng(args.seed)
-    runs, generations = [], []
-    cells = [(temp, t, p) for temp in (0.0, 1.0) for t in TASKS for p in prompts[t]]
-    for i, (temp, task, p) in enumerate(tqdm(cells, desc="runs", file=sys.stderr)):
-        ids = prompt_ids[(task, p.id)]
-        seed = args.seed + i
-        for j in rng.permutation(len(names) + 1):
-            name = "plain" if j == len(names) else names[j]
-            r = run_one(target, drafters.get(name), ids, args.gamma, temp, args.max_new_tokens, seed, eos)
-            runs.append(
-                {"task": task, "prompt": p.id, "temperature": temp, "drafter": name, "seed": seed, **r}
-            )
-            if name == "plain":
-                generations.append(
-                    {
-                        "task": task,
-                        "prompt": p.id,
-                        "temperature": temp,
-                        "seed": seed,
-                        "prompt_ids": ids,
-                        "response": r["tokens"],
-                    }
-                )
-
-    # -- 2: teacher-forced alpha on the target's generations
-    tf_rows = []
-    for g in tqdm(generations, desc="teacher forcing", file=sys.stderr):
-        seq = g["prompt_ids"] + g["response"]
-        if len(g["response"]) < 1:
-            continue
-        warp_fn = partial(warp, temperature=g["temperature"])
-        p_rows = target_p_rows(target, seq, len(g["prompt_ids"]), warp_fn)
-        for name, d in drafters.items():
-            res = teacher_forced(target, d, seq, len(g["prompt_ids"]), warp_fn, p=p_rows)
-            tf_rows.append(
-                {k: g[k] for k in ("task", "prompt", "temperature")}
-                | {
-                    "drafter": name,
-                    "beta_sum": float(np.nansum(res.beta)),
-                    "drafted": res.drafted,
-                    "positions": len(res.beta),
-                }
-            )
-
-    # -- 3/4: aggregate per task x drafter x temperature
-    def plain_of(task, prompt, temp):
-        return next(
-            r
-            for r in runs
-            if (r["task"], r["prompt"], r["temperature"], r["drafter"]) == (task, prompt, temp, "plain")
-        )
-
-    table = []
-    for temp in (0.0, 1.0):
-        for task in TASKS:
-            for name in names:
-                sel = [r for r in runs if (r["task"], r["temperature"], r["drafter"]) == (task, temp, name)]
-                tfs = [
-                    r for r in tf_rows if (r["task"], r["temperature"], r["drafter"]) == (task, temp, name)
-                ]
-                alpha = sum(r["beta_sum"] for r in tfs) / max(sum(r["drafted"] for r in tfs), 1)
-                coverage = sum(r["drafted"] for r in tfs) / max(sum(r["positions"] for r in tfs), 1)
-                pooled = pool_rounds(r["stats"] for r in sel)
-                steps = [plain_of(task, r["prompt"], temp)["stats"] for r in sel]
-                t_step = [s.target_s / s.target_calls for s in steps]
-                c_round = [
-                    (r["stats"].draft_s / r["stats"].rounds) / args.gamma / ts
-                    for r, ts in zip(sel, t_step, strict=True)
-                ]
-                v_run = [
-                    (r["stats"].target_s / r["stats"].rounds) / ts for r, ts in zip(sel, t_step, strict=True)
-                ]
-                speed = [per_token(plain_of(task, r["prompt"], temp)) / per_token(r) for r in sel]
-                c = statistics.median(c_round)
-                measured = statistics.median(speed)
-                v = verify[args.gamma + 1]
-                draft_cost = statistics.median(
-                    (r["stats"].draft_s / r["stats"].rounds) / ts for r, ts in zip(sel, t_step, strict=True)
-                )
-                ks_run = [k for r in sel for k in r["stats"].drafted]
-                v_obs = float(np.mean([verify[k + 1] for k in ks_run]))
-                gap = speedup_gap(
-                    alpha,
-                    args.gamma,
-                    c,
-                    v,
-                    pooled["tokens_per_round"],
-                    measured,
-                    draft_cost=draft_cost,
-                    verify_cost_observed=v_obs,
-                )
-                table.append(
-                    {
-                        "task": task,
-                        "temperature": temp,
-                        "drafter": name,
-                        "gamma": args.gamma,
-                        "alpha": alpha,
-                        "alpha_coverage": coverage,
-                        "accept_fraction": pooled["alpha_accept_rate"],
-                        "c": c,
-                        "c_forward": c_forward.get(name),
-                        "verify_cost": v,
-                        "verify_cost_in_run": statistics.median(v_run),
-                        "optimal_gamma": int(optimal_gamma(alpha, c)),
-                        "tokens_per_round": pooled["tokens_per_round"],
-                        "draft_cost": draft_cost,
-                        "verify_cost_observed": v_obs,
-                        "greedy_exact": (
-                            all(r["tokens"] == plain_of(task, r["prompt"], temp)["tokens"] for r in sel)
-                            if temp == 0
-                            else None
-                        ),
-                        "prompts": len(sel),
-                        **{k: gap[k] for k in gap},
-                        "pooled": pooled,
-                    }
-                )
-
-    # -- 5: gamma sweep (temperature 0, one task)
-    sweep_rows = []
-    task = args.sweep_task
-    if args.sweep_drafters == "auto":
-        model_rows = [
-            row
-            for row in table
-            if row["task"] == task
-            and row["temperature"] == 0
-            and isinstance(drafters[row["drafter"]], ModelDrafter)
-        ]
-        best_model = max(model_rows, key=lambda row: row["measured"])["drafter"]
-        sweep_drafters = ["lookup", best_model]
-    else:
-        sweep_drafters = [n for n in args.sweep_drafters.split(",") if n in drafters]
-    sweep_cells = [(p, g, n) for p in prompts[task] for g in sweep for n in sweep_drafters]
-    plain_t = {p.id: plain_of(task, p.id, 0.0) for p in prompts[task]}
-    for p, g, n in tqdm(sweep_cells, desc="gamma sweep", file=sys.stderr):
-        ids = prompt_ids[(task, p.id)]
-        base = run_one(
-            target, None, ids, g, 0.0, args.max_new_tokens, args.seed, eos
-        )  # a fresh plain run, adjacent
-        r = run_one(target, drafters[n], ids, g, 0.0, args.max_new_tokens, args.seed, eos)
-        ts = base["stats"].target_s / base["stats"].target_calls
-        sweep_rows.append(
-            {
-                "prompt": p.id,
-                "gamma": g,
-                "drafter": n,
-                "speedup": per_token(base) / per_token(r),
-                "tokens_per_round": r["stats"].mean_tokens_per_round,
-                "c": (r["stats"].draft_s / r["stats"].rounds) / g / ts,
-                "exact": r["tokens"] == plain_t[p.id]["tokens"],
-            }
-        )
-    sweep_summary = []
-    for n in sweep_drafters:
-        alpha = next(
-            row["alpha"]
-            for row in table
-            if (row["task"], row["temperature"], row["drafter"]) == (task, 0.0, n)
-        )
-        for g in sweep:
-            sel = [r for r in sweep_rows if (r["drafter"], r["gamma"]) == (n, g)]
-            c = statistics.median(r["c"] for r in sel)
-            sweep_summary.append(
-                {
-                    "drafter": n,
-                    "gamma": g,
-                    "alpha": alpha,
-                    "c": c,
-                    "verify_cost": verify[g + 1],
-                    "measured": statistics.median(r["speedup"] for r in sel),
-                    "theorem": float(walltime_speedup(alpha, g, c)),
-                    "with_verify": float(walltime_speedup_measured(alpha, g, c, verify[g + 1])),
-                    "tokens_per_round": statistics.median(r["tokens_per_round"] for r in sel),
-                }
-            )
-
-    # -- 6: argmax lenience (Appendix A.5) on the sweep task: the best model draft, gamma fixed
-    lenience_rows = []
-    len_drafter = next((n for n in sweep_drafters if isinstance(drafters[n], ModelDrafter)), None)
-    if lenience_values and len_drafter is not None:
-        cells = [(p, lv) for p in prompts[task] for lv in lenience_values]
-        for p, lv in tqdm(cells, desc="argmax lenience", file=sys.stderr):
-            ids = prompt_ids[(task, p.id)]
-            base = run_one(target, None, ids, args.gamma, 0.0, args.max_new_tokens, args.seed, eos)
-            r = run_one(
-                target, drafters[len_drafter], ids, args.gamma, 0.0, args.max_new_tokens, args.seed, eos, lv
-            )
-            greedy = plain_t[p.id]["tokens"]
-            same = sum(a == b for a, b in zip(r["tokens"], greedy, strict=False))
-            lenience_rows.append(
-                {
-                    "prompt": p.id,
-                    "lenience": lv,
-                    "drafter": len_drafter,
-                    "gamma": args.gamma,
-                    "accepted": r["stats"].accepted_tokens,
-                    "examined": r["stats"].examined,
-                    "tokens_per_round": r["stats"].mean_tokens_per_round,
-                    "speedup": per_token(base) / per_token(r),
-                    "prefix_equal": next(
-                        (i for i, (a, b) in enumerate(zip(r["tokens"], greedy, strict=False)) if a != b),
-                        min(len(r["tokens"]), len(greedy)),
-                    ),
-                    "same_position": same / max(len(greedy), 1),
-                    "tokens": r["tokens"],
-                }
-            )
-
-    # -- write
-    def slim(r):
-        s = r["stats"]
-        return {k: v for k, v in r.items() if k not in ("stats", "tokens")} | {
-            "new_tokens": s.new_tokens,
-            "stats": s.summary(),
-        }
-
-    gen_path = out / f"generations-{tag}.json"
-    gen_path.write_text(
-        json.dumps({"kind": "generations", "seed": args.seed, "generations": generations}) + "\n"
-    )
-    record = {
-        "kind": "real-decoding",
-        "tag": tag,
-        "command": "python benchmarks/real_decoding.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "settings": {k: relative(v) for k, v in vars(args).items()},  # no absolute paths in records
-        "target": {
-            "name": loaded.name,
-            "dtype": loaded.dtype,
-            "device": loaded.device,
-            "layers": target.config.num_hidden_layers,
-        },
-        "drafters": names,
-        "trained_drafts": trained,
-        "ngram_source": corpus_source,
-        "prompts_per_task": args.prompts,
-        "verify_cost": vc.to_dict(),
-        "c_forward": c_forward,
-        "step_ms": 1e3 * t1,
-        "table": table,
-        "teacher_forced": tf_rows,
-        "sweep": {"task": task, "rows": sweep_rows, "summary": sweep_summary},
-        "lenience": {"task": task, "temperature": 0.0, "rows": lenience_rows},
-        "runs": [slim(r) for r in runs],
-        "generations_file": gen_path.name,
-        "runtime_min": (time.perf_counter() - started) / 60,
-    }
+def write_outputs(out: Path, tag: str, record: dict[str, Any], env: dict[str, Any]) -> Path:
     path = write_result(out / f"{tag}.json", finite(record), env=env)
-    cols = [k for k in table[0] if k != "pooled"]
+    table = record["table"]
+    cols = [k for k in table[0] if k not in ("pooled", "per_prompt")]
     with (out / f"{tag}-table.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, cols)
         w.writeheader()
         w.writerows({k: row[k] for k in cols} for row in table)
-    with (out / f"{tag}-sweep.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, list(sweep_summary[0]))
-        w.writeheader()
-        w.writerows(sweep_summary)
+    if record["sweep"]["rows"]:
+        with (out / f"{tag}-sweep.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, list(record["sweep"]["rows"][0]))
+            w.writeheader()
+            w.writerows(record["sweep"]["rows"])
+    return path
+
+
+# -- 8. main ------------------------------------------------------------------------------------------
+
+
+def full_settings() -> dict[str, Any]:
+    """The full run's defaults (what a run without --quick does), for the quick run's estimate."""
+    d = parse_args([])  # the defaults, with the package's drafts
+    return {
+        "prompts": d.prompts,
+        "new_tokens": d.new_tokens,
+        "repeats": d.repeats,
+        "timed": d.timed_names,
+        "sweep": d.sweep_gammas,
+        "lenience": d.lenience_values,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = "python benchmarks/real_decoding.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    started = time.perf_counter()
+    threads = set_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ppath = out / f"{args.mode}-{args.threads}t{'-quick' if args.quick else ''}.partial.json"
+    state = resume_state(ppath, args)
+    engine = load_engine(args, saved_mode=state["mode"] if state else None)
+    tag = f"{engine['device'].split(':')[0]}-{engine['mode'].removeprefix('hf-')}-{args.threads}t" + (
+        "-quick" if args.quick else ""
+    )
+    prompts = evaluation_prompts(engine["tokenizer"], args.prompts)
+    if state is None:
+        corpus, corpus_source = ngram_corpus(engine, [Path(d) for d in args.ngram_data], 12, 64, 1000)
+        mean_prompt = int(np.mean([len(p["ids"]) for p in prompts]))
+        kmax = max(args.gamma, *args.sweep_gammas) + 1
+        curve = verify_curve(engine, mean_prompt + args.new_tokens // 2, kmax, args.verify_repeats)
+        state = {
+            "kind": "real-decoding-partial",
+            "settings_key": {k: jsonable(getattr(args, k)) for k in RESUME_KEYS},
+            "commands": [],
+            "mode": engine["mode"],
+            "probe": engine["probe"],
+            "corpus": corpus,
+            "ngram_source": corpus_source,
+            "verify_cost": curve,
+            "done": [],
+            "runs": [],
+            "generations": [],
+            "teacher_forced": [],
+            "sweep_drafters": None,
+            "elapsed_s": 0.0,
+            "setup_s": 0.0,
+        }
+    state["commands"].append(command)
+    state["setup_s"] += time.perf_counter() - started
+    last = [time.perf_counter()]
+
+    def save(_cell_s: float) -> None:
+        now = time.perf_counter()
+        state["elapsed_s"] += now - last[0]
+        last[0] = now
+        save_state(ppath, state)
+
+    drafters = build_drafters(engine, args.timed_names, state["corpus"])
+    alpha_drafters = build_drafters(engine, args.alpha_names, state["corpus"])
+    print(
+        f"[real] {tag}: timed {list(drafters)}, alpha only {list(alpha_drafters)}; "
+        f"{len(state['done'])} cells already done",
+        file=sys.stderr,
+    )
+    warm = prompts[0]["ids"]
+    for d in [None, *drafters.values()]:
+        run_one(
+            engine["target"], d, warm, gamma=args.gamma, temperature=0.0, new_tokens=args.gamma + 2, seed=0
+        )
+    last[0] = time.perf_counter()
+    save_state(ppath, state)
+
+    run_main_phase(engine, drafters, alpha_drafters, prompts, args, state, save)
+    run_extra_phase(engine, drafters, prompts, args, state, save)
+
+    curve = {
+        int(k): float(r)
+        for k, r in zip(state["verify_cost"]["ks"], state["verify_cost"]["ratios"], strict=True)
+    }
+    table = table_rows(state, args, curve)
+    alphas = alpha_rows(state, [*args.timed_names, *args.alpha_names])
+    alpha_of = {
+        r["drafter"]: (r["alpha"], r["alpha_all"])
+        for r in alphas
+        if r["task"] == args.sweep_task and r["temperature"] == 0.0
+    }
+    plain_steps = [
+        r["target_s"] / r["target_calls"]
+        for r in state["runs"]
+        if r["phase"] == "main" and r["drafter"] == "plain"
+    ]
+    record = {
+        "kind": "real-decoding",
+        "format": RECORD_FORMAT,
+        "tag": tag,
+        "command": state["commands"][0],
+        "commands": state["commands"],
+        "settings": {k: relative(jsonable(v)) for k, v in vars(args).items()},
+        "target": {
+            "name": engine["loaded"].name,
+            "mode": engine["mode"],
+            "device": engine["device"],
+            "layers": int(engine["target"].config.num_hidden_layers),
+        },
+        "mode_probe": state["probe"],
+        "timed_drafters": args.timed_names,
+        "alpha_only_drafters": args.alpha_names,
+        "trained_drafts": args.trained,
+        "ngram_source": state["ngram_source"],
+        "prompts_per_task": args.prompts,
+        "repeats": args.repeats,
+        "new_tokens": args.new_tokens,
+        "verify_cost": state["verify_cost"],
+        "step_ms": 1e3 * statistics.median(plain_steps),
+        "table": table,
+        "alpha_table": alphas,
+        "teacher_forced": state["teacher_forced"],
+        "sweep": {
+            "task": args.sweep_task,
+            "drafters": state["sweep_drafters"],
+            "rows": sweep_rows(state, args, curve, alpha_of),
+        },
+        "lenience": {"task": args.sweep_task, "temperature": 0.0, "rows": lenience_rows(state, args)},
+        "runs": [{k: v for k, v in r.items() if k != "tokens"} for r in state["runs"]],
+        "generations_file": f"generations-{tag}.json",
+        "runtime_min": (state["elapsed_s"] + state["setup_s"]) / 60,
+        "threads_info": threads,
+    }
+    if args.quick:
+        record["full_run_estimate"] = estimate_full_minutes(state, full_settings())
+    (out / record["generations_file"]).write_text(
+        json.dumps({"kind": "generations", "seed": args.seed, "generations": state["generations"]}) + "\n"
+    )
+    env = environment(dtype=engine["mode"], device=engine["device"])
+    env.update(threads_info=threads)
+    path = write_outputs(out, tag, record, env)
+    ppath.unlink(missing_ok=True)
     print(f"[real] wrote {path.name} in {record['runtime_min']:.1f} min", file=sys.stderr)
+    if args.quick:
+        print(
+            f"[real] estimated full run: {record['full_run_estimate']['total_min']:.0f} min", file=sys.stderr
+        )
     return 0
 
 
