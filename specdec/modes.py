@@ -30,7 +30,7 @@ from specdec.lean import MODES, LeanLlama, int4_supported
 __all__ = ["available_modes", "choose_mode", "draft_length", "lean_model", "machine_identity", "probe_modes"]
 
 #: Bump when the probe's method changes: older cached probes are then ignored.
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 
 
 def available_modes() -> tuple[str, ...]:

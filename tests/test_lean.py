@@ -76,6 +76,14 @@ def on_q4_1_grid(model, seed=0):
                 d = (0.01 + 0.02 * torch.rand(n, k // GROUP_SIZE, 1, generator=gen)) * lin.weight.std() * 10
                 m = -8 * d + 0.1 * d * torch.randn(n, k // GROUP_SIZE, 1, generator=gen)
                 lin.weight.copy_((q * d + m).view(n, k))
+        # the LM head on a Q8_0 grid (w = d q, q in -127..127, the block's largest |q| = 127),
+        # as SmolLM2's tied embedding is in its GGUF
+        head = model.get_output_embeddings().weight
+        n, k = head.shape
+        q = torch.randint(-127, 128, (n, k // GROUP_SIZE, GROUP_SIZE), generator=gen).float()
+        q[..., 0] = 127
+        d = (0.5 + torch.rand(n, k // GROUP_SIZE, 1, generator=gen)) * head.std() / 64
+        head.copy_((q * d).view(n, k))
     return model
 
 
@@ -241,3 +249,25 @@ def test_verify_equals_steps_bit_for_bit_at_real_shapes(shape_true, mode):
     bfloat16, and masked-block attention fails int4 (both on an AVX-512 EPYC)."""
     model = LeanLlama(shape_true, mode)
     assert all(model.verify_matches_steps(k=5, context=16 + 3 * seed, seed=seed) for seed in range(10))
+
+
+def test_the_int4_modes_head_is_an_exact_8_bit_code_in_two_int4_halves():
+    """A Q8_0-coded weight (41 rows: not a multiple of the packing's 16) comes back with zero
+    code error, and the two int4 products equal the dense product up to bf16 rounding."""
+    if not int4_supported():
+        pytest.skip("this torch lacks the CPU int4 kernels")
+    from specdec.lean import _int8_split
+
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randint(-127, 128, (41, 2, GROUP_SIZE), generator=gen).float()
+    q[..., 3] = -127
+    d = 0.001 + 0.01 * torch.rand(41, 2, 1, generator=gen)
+    weight = (q * d).view(41, 2 * GROUP_SIZE)
+    head, error = _int8_split(weight, torch.bfloat16)
+    assert error < 1e-6 and head.out_features == 41
+    x = torch.randn(3, 2 * GROUP_SIZE, generator=gen).to(torch.bfloat16)
+    got = head(x).float()
+    assert got.shape == (3, 41)
+    torch.testing.assert_close(got, x.float() @ weight.t(), atol=0.05, rtol=0.02)
+    # off the grid the code error is reported, not hidden
+    assert _int8_split(torch.randn(16, GROUP_SIZE, generator=gen), torch.bfloat16)[1] > 1e-4
