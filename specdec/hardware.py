@@ -27,6 +27,7 @@ __all__ = [
     "adaptive_vs_fixed",
     "batch_gains",
     "best_gamma_on_curve",
+    "break_even_alpha",
     "gpu_shapes",
     "gpu_surface",
     "load_record",
@@ -74,6 +75,31 @@ def best_gamma_on_curve(alpha: float, c: float, curve: Mapping[int, float]) -> t
     speedups = [float(walltime_speedup_measured(alpha, g, c, curve[g + 1])) for g in gammas]
     i = int(np.argmax(speedups))
     return gammas[i], speedups[i]
+
+
+def break_even_alpha(c: float, curve: Mapping[int, float], tol: float = 1e-9) -> float:
+    """The smallest alpha at which some measured gamma gives a speedup above 1.
+
+    With a free verify (``v(k) = 1`` for every k) this is ``c``: the converse of Corollary
+    3.9. A verify premium raises it: at gamma = 1 the speedup ``(1 + alpha) / (c + v(2))``
+    exceeds 1 only when ``alpha > c + v(2) - 1``. Found by bisection on :func:`best_gamma_on_curve`
+    (whose best speedup rises with alpha); returns 1.0 when no alpha below 1 suffices.
+    """
+    if not c >= 0.0:
+        raise ValueError(f"c must be >= 0; got {c!r}")
+
+    def wins(alpha: float) -> bool:
+        return best_gamma_on_curve(alpha, c, curve)[1] > 1.0
+
+    low, high = 0.0, 1.0 - 1e-12
+    if wins(low):
+        return 0.0
+    if not wins(high):
+        return 1.0
+    while high - low > tol:
+        mid = 0.5 * (low + high)
+        low, high = (low, mid) if wins(mid) else (mid, high)
+    return high
 
 
 def gpu_shapes(record: Mapping[str, Any]) -> list[str]:

@@ -50,3 +50,16 @@ def test_readers():
         gpu_surface(gpu, "huge")
     with pytest.raises(ValueError, match="source"):
         gpu_surface(gpu, "tiny", "median")
+
+
+def test_break_even_alpha_is_c_with_a_free_verify_and_rises_with_a_premium():
+    from specdec.hardware import break_even_alpha
+
+    flat = {k: 1.0 for k in range(2, 17)}
+    assert break_even_alpha(0.3, flat) == pytest.approx(0.3, abs=1e-6)  # converse of Cor. 3.9
+    assert break_even_alpha(0.0, flat) == pytest.approx(0.0, abs=1e-6)
+    premium = {2: 1.2, 3: 1.4, 4: 1.6}
+    assert break_even_alpha(0.1, premium) == pytest.approx(0.1 + 0.2, abs=1e-6)  # gamma = 1 decides
+    assert break_even_alpha(2.0, flat) == 1.0  # a draft dearer than the target never pays
+    with pytest.raises(ValueError, match="c must be"):
+        break_even_alpha(-0.1, flat)
