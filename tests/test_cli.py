@@ -260,3 +260,330 @@ def test_installed_script_without_torch(tmp_path):
     r = json.loads(done.stdout)
     assert r["speedup"] == float(walltime_speedup(0.8, 4, 0.05))
     assert r["expected_tokens"] == float(expected_tokens(0.8, 4))
+
+
+# --------------------------------------------------------------------------- measure and bench: help
+@pytest.mark.parametrize("command", ["measure", "bench"])
+def test_measure_and_bench_help_say_what_each_number_means(capsys, command):
+    code, out, err = run(capsys, command, "--help")
+    assert code == 0 and err == ""
+    for words in ("T(1)", "alpha", "Theorem 3.8", "95 % "):
+        assert words in out, words
+    if command == "measure":
+        assert "Corollary 3.6" in out and "Definition 3.7" in out and "teacher forcing" in out
+        assert "--draft" in out and "lookup" in out and "early-exit" in out and "distil-l1" in out
+    else:
+        assert "--full" in out and "lean-int4" in out and "prompt lookup" in out
+
+
+# --------------------------------------------------------------------------- measure: tiny models in folders
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A tiny target, a perturbed copy of it (alpha about 0.8), a model with another vocabulary,
+    each saved with a word-level tokenizer (no chat template: prompts are encoded plainly), and
+    a prompts file."""
+    pytest.importorskip("torch")
+    from tiny_models import VOCAB, perturbed_copy, tiny_llama
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    def tokenizer(vocab: int):
+        tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w0"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", eos_token="w2")
+
+    root = tmp_path_factory.mktemp("cli-models")
+    target = tiny_llama(0)
+    saved = {
+        "target": (target, VOCAB),
+        "draft": (perturbed_copy(target, 0.05, 1), VOCAB),
+        "other-vocab": (tiny_llama(2, vocab=89), 89),
+    }
+    for name, (model, vocab) in saved.items():
+        model.save_pretrained(root / name)
+        tokenizer(vocab).save_pretrained(root / name)
+    prompts = root / "prompts.txt"
+    prompts.write_text("w5 w6 w7 w8 w9 w5 w6 w7 w8 w9 w5 w6\n\nw3 w14 w15 w92 w65 w35\n", encoding="utf-8")
+    return {name: str(root / name) for name in saved} | {"prompts": str(prompts), "root": root}
+
+
+def tiny_measure(capsys, folders, *extra: str) -> tuple[int, str, str]:
+    argv = ["measure", "--target", folders["target"], "--prompts", folders["prompts"]]
+    argv += ["--new-tokens", "8", "--repeats", "1", "--verify-repeats", "2", *extra]
+    return run(capsys, *argv)
+
+
+def test_measure_json_is_consistent_with_the_theory(capsys, folders, one_thread):
+    code, out, err = tiny_measure(
+        capsys, folders, "--draft", folders["draft"], "--dtype", "float32", "--gamma", "3", "--json"
+    )
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["kind"] == "specdec-measure" and r["command"].startswith("specdec measure --target")
+    assert r["target"]["engine"] == "lean-float32" and r["draft"]["kind"] == "model"
+    assert "lean float32" in r["draft"]["about"]  # the draft runs in the target's lean mode
+    assert r["prompts"] == 2 and r["gamma"] == 3 and r["greedy_exact"] is True
+    # both alphas are rates; the perturbed copy drafts at every position and agrees often
+    assert r["alpha_coverage"] == 1 and r["alpha"] == r["alpha_all_positions"]
+    assert 0.5 < r["alpha"] <= 1 and 0 <= r["alpha_observed"] <= 1
+    a, c, g = r["alpha"], r["c"], r["gamma"]
+    assert r["expected_tokens"] == float(expected_tokens(a, g))
+    p = r["prediction"]
+    assert p["theorem"] == float(walltime_speedup(a, g, c))
+    assert p["with_verify"] == float(walltime_speedup_measured(a, g, c, r["verify_cost"]))
+    assert p["measured"] == r["measured"][0] and p["ratio"] == pytest.approx(r["measured"][0] / p["theorem"])
+    assert r["verify_cost"] == r["verify_curve"]["4"] and r["verify_curve"]["1"] == 1.0
+    assert r["optimal_gamma_theorem"]["gamma"] == int(optimal_gamma(a, c))
+    curve = {int(k): v for k, v in r["verify_curve"].items()}
+    assert (r["optimal_gamma_curve"]["gamma"], r["optimal_gamma_curve"]["speedup"]) == best_gamma_on_curve(
+        a, c, curve
+    )
+    lo, hi = r["measured"][1:]
+    assert lo <= r["measured"][0] <= hi  # two prompts: a bootstrap interval
+    assert set(r["environment"]) >= {"device_name", "threads", "torch"}
+    # the saved record prints again, without measuring
+    saved = folders["root"] / "me.json"
+    saved.write_text(out, encoding="utf-8")
+    code, text, err = run(capsys, "measure", "--from-json", str(saved))
+    assert code == 0 and err == ""
+    assert f"alpha = {a:.4f}" in text and f"Theorem 3.8        {p['theorem']:.3f}x" in text
+    assert "greedy output identical to plain decoding: yes" in text
+
+
+@pytest.mark.parametrize("draft", ["lookup", "bigram", "early-exit:1"])
+def test_measure_simple_drafts_on_transformers(capsys, folders, one_thread, draft):
+    code, out, err = tiny_measure(capsys, folders, "--draft", draft, "--dtype", "hf-float32", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["target"]["engine"] == "hf-float32" and r["draft"]["kind"] == draft.partition(":")[0]
+    assert r["greedy_exact"] is True and r["c"] >= 0
+    if draft == "lookup":  # deterministic: alpha only where it drafts, over all positions counts 0
+        assert r["alpha_coverage"] < 1 or r["alpha"] == r["alpha_all_positions"]
+    else:
+        assert r["alpha_coverage"] == 1
+
+
+def one_line_error(code: int, out: str, err: str, command: str, *names: str) -> None:
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and err.startswith(f"specdec {command}: error:")
+    for name in names:
+        assert name in err, (name, err)
+
+
+BAD_MEASURE = [
+    (["--draft", "no-such-draft"], ["unknown draft", "lookup", "distil-l1"]),
+    (["--draft", "early-exit:x"], ["early-exit:N"]),
+    (["--prompts", "no/such/file.txt"], ["--prompts", "no/such/file.txt"]),
+    (["--target", "no/such/folder"], ["--target"]),
+    (["--gamma", "0"], ["--gamma"]),
+    (["--new-tokens", "-3"], ["--new-tokens"]),
+    (["--repeats", "0"], ["--repeats"]),
+    (["--verify-repeats", "0"], ["--verify-repeats"]),
+    (["--threads", "0"], ["--threads"]),
+    (["--temperature", "-1"], ["--temperature"]),
+    (["--temperature", "nan"], ["--temperature"]),
+    (["--dtype", "fp8"], ["--dtype"]),
+    (["--gamma", "two"], ["--gamma"]),
+    (["--from-json", "no/such.json"], ["--from-json"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "names"), BAD_MEASURE, ids=[" ".join(a) for a, _ in BAD_MEASURE])
+def test_measure_bad_arguments_are_one_line_before_loading(capsys, monkeypatch, argv, names):
+    pytest.importorskip("torch")
+    import specdec.models
+
+    def never(*a, **k):
+        raise AssertionError("a bad argument must be refused before loading a model")
+
+    monkeypatch.setattr(specdec.models, "load_target", never)
+    monkeypatch.setattr(specdec.models, "load_model", never)
+    one_line_error(*run(capsys, "measure", *argv), "measure", *names)
+
+
+def test_measure_refuses_a_draft_with_another_vocabulary(capsys, folders, one_thread):
+    code, out, err = tiny_measure(capsys, folders, "--draft", folders["other-vocab"], "--dtype", "hf-float32")
+    one_line_error(code, out, err.splitlines()[-1] + "\n", "measure", "vocabulary size (89)", "(97)")
+    assert "Traceback" not in err
+
+
+def test_measure_refuses_more_layers_than_the_target_has(capsys, folders, one_thread):
+    code, out, err = tiny_measure(capsys, folders, "--draft", "early-exit:5", "--dtype", "float32")
+    one_line_error(code, out, err.splitlines()[-1] + "\n", "measure", "early-exit:5", "(2)")
+
+
+def test_measure_refuses_a_bad_prompts_file_and_a_foreign_record(capsys, folders, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    one_line_error(*tiny_measure(capsys, folders, "--prompts", str(empty)), "measure", "no prompt")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "w5 w6"}\n{"text": "w7"}\n', encoding="utf-8")
+    one_line_error(*tiny_measure(capsys, folders, "--prompts", str(bad)), "measure", "line 2", "'prompt'")
+    other = tmp_path / "plan.json"
+    other.write_text(json.dumps({"kind": "engine-modes"}), encoding="utf-8")
+    one_line_error(*run(capsys, "measure", "--from-json", str(other)), "measure", "specdec measure --json")
+
+
+# --------------------------------------------------------------------------- bench, on tiny engines
+@pytest.fixture
+def tiny_bench(monkeypatch):
+    """specdec.enginebench on two tiny engines: no model load, no mode probe, fixed prompts."""
+    pytest.importorskip("torch")
+    from tiny_models import tiny_llama
+
+    import specdec.modes
+    import specdec.workloads
+    from specdec import enginebench
+    from specdec.lean import LeanLlama
+
+    model = tiny_llama(0)
+    base = type("Loaded", (), {"model": model, "tokenizer": None})()
+
+    def build(names, threads):
+        made = {"hf-float32": model, "lean-float32": LeanLlama(model, "float32")}
+        return {n: made[n] for n in names}, base
+
+    prompts = [
+        {"id": "a-01", "task": "a", "ids": [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]},
+        {"id": "b-01", "task": "b", "ids": [3, 14, 15, 92, 65, 35]},
+    ]
+    monkeypatch.setattr(enginebench, "build_engines", build)
+    monkeypatch.setattr(specdec.workloads, "evaluation_prompts", lambda tokenizer, per_task: prompts)
+    monkeypatch.setattr(specdec.modes, "choose_mode", lambda model, refresh: FAKE_PROBE)
+    return [
+        "--engines",
+        "hf-float32,lean-float32",
+        "--new-tokens",
+        "6",
+        "--ks",
+        "1,2,4",
+        "--verify-repeats",
+        "2",
+    ]
+
+
+def test_bench_json_record_and_text(capsys, tiny_bench, tmp_path, one_thread):
+    from specdec.hardware import verify_curves
+
+    out_file = tmp_path / "engine-modes.json"
+    code, out, err = run(capsys, "bench", *tiny_bench, "--json", "--out", str(out_file))
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["kind"] == "engine-modes" and r["skipped"] == ["roofline", "profile"]
+    assert r["roofline"] is None and r["profile"] is None
+    assert r["settings"]["engine_names"] == ["hf-float32", "lean-float32"]
+    assert r["settings"]["new_tokens"] == 6 and r["settings"]["prompts_per_task"] == 1  # quick default
+    assert r["chosen_mode"]["mode"] == "int4" and "environment" in r
+    assert set(r["summary"]["engines"]) == {"hf-float32", "lean-float32"}
+    assert all(e["greedy_exact"] for e in r["summary"]["engines"].values())
+    saved = json.loads(out_file.read_text(encoding="utf-8"))
+    assert {k: v for k, v in saved.items() if k != "environment"} == {
+        k: v for k, v in r.items() if k != "environment"
+    }
+    curves = verify_curves(saved)  # the book's reader of engine records reads it
+    assert curves["lean-float32"][1] == 1.0 and set(curves["hf-float32"]) == {1, 2, 4}
+    code, text, err = run(capsys, "bench", *tiny_bench)
+    assert code == 0 and "lean-float32" in text and "lookup/plain" in text and "left out" in text
+
+
+BAD_BENCH = [
+    (["--engines", "gpu-magic"], ["unknown engines"]),
+    (["--ks", "2,4"], ["--ks"]),
+    (["--ks", "1,x"], ["--ks"]),
+    (["--repeats", "0"], ["--repeats"]),
+    (["--new-tokens", "0"], ["--new-tokens"]),
+    (["--threads", "-1"], ["--threads"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "names"), BAD_BENCH, ids=[" ".join(a) for a, _ in BAD_BENCH])
+def test_bench_bad_arguments_are_one_line(capsys, monkeypatch, argv, names):
+    pytest.importorskip("torch")
+    from specdec import enginebench
+
+    def never(*a, **k):
+        raise AssertionError("a bad argument must be refused before loading a model")
+
+    monkeypatch.setattr(enginebench, "build_engines", never)
+    one_line_error(*run(capsys, "bench", *argv), "bench", *names)
+
+
+def test_bench_settings_keep_the_record_format(root):
+    """``specdec bench --full`` and benchmarks/engine_modes.py store the settings the committed
+    engine records hold, with the same defaults."""
+    pytest.importorskip("torch")
+    from specdec.enginebench import BenchSettings
+
+    committed = sorted((root / "results" / "bench").glob("engine-modes-*.json"))
+    assert committed
+    stored = json.loads(committed[0].read_text(encoding="utf-8"))["settings"]
+    mine = BenchSettings(engine_names=tuple(stored["engine_names"])).record()
+    assert mine == stored
+
+
+def test_bench_prints_a_committed_record(capsys, root):
+    """``--from-json`` prints the book's engine record as ``specdec bench`` prints a run: no model
+    is loaded, the numbers are the record's."""
+    path = sorted((root / "results" / "bench").glob("engine-modes-*.json"))[0]
+    record = json.loads(path.read_text(encoding="utf-8"))
+    code, out, err = run(capsys, "bench", "--from-json", str(path))
+    assert code == 0 and err == ""
+    for name, e in record["summary"]["engines"].items():
+        line = next(row for row in out.splitlines() if row.startswith(name + " "))
+        assert f"{e['step_ms']:.2f}" in line and f"{e['lookup_over_plain'][0]:.2f}" in line
+    code, out, err = run(capsys, "bench", "--from-json", str(path), "--json")
+    assert code == 0 and json.loads(out) == record
+    one_line_error(*run(capsys, "bench", "--from-json", str(root / "README.md")), "bench", "not JSON")
+
+
+# --------------------------------------------------------------------------- the library behind measure
+def test_parse_draft_and_read_prompts(tmp_path):
+    pytest.importorskip("torch")
+    from specdec.draftnets import list_drafts
+    from specdec.measure import parse_draft, read_prompts
+
+    assert parse_draft("lookup") == ("lookup", None) and parse_draft(" bigram ") == ("bigram", None)
+    assert parse_draft("early-exit") == ("early-exit", None)
+    assert parse_draft("early-exit:8") == ("early-exit", 8)
+    for name in list_drafts():
+        assert parse_draft(name) == ("distilled", name)
+    assert parse_draft(str(tmp_path)) == ("model", tmp_path)
+    for bad in ("early-exit:0", "early-exit:-1", "nonsense", str(tmp_path / "missing")):
+        with pytest.raises(ValueError, match="draft"):
+            parse_draft(bad)
+    text = tmp_path / "p.txt"
+    text.write_text("first prompt\n\n  second, indented\n", encoding="utf-8")
+    assert read_prompts(text) == ["first prompt", "  second, indented"]
+    lines = tmp_path / "p.jsonl"
+    lines.write_text('{"id": 1, "prompt": "a\\nb"}\n\n{"prompt": "c"}\n', encoding="utf-8")
+    assert read_prompts(lines) == ["a\nb", "c"]
+    with pytest.raises(ValueError, match="does not exist"):
+        read_prompts(tmp_path / "none.txt")
+
+
+def test_engine_verify_curves_format_and_checks(one_thread):
+    pytest.importorskip("torch")
+    from tiny_models import tiny_llama
+
+    from specdec.lean import LeanLlama
+    from specdec.measure import engine_verify_curves
+
+    model = tiny_llama(0)
+    engines = {"hf": model, "lean": LeanLlama(model, "float32")}
+    lines = []
+    out = engine_verify_curves(engines, [5, 6, 7, 8], [1, 2, 4], 3, log=lines.append)
+    assert (out["context"], out["ks"], out["repeats"]) == (4, [1, 2, 4], 3)
+    for name in engines:
+        cells = out["engines"][name]
+        assert [c["k"] for c in cells] == [1, 2, 4]
+        assert all(len(c["samples_s"]) == 3 for c in cells)  # the warm-up pass is not kept
+        assert cells[0]["ratio_to_k1"] == pytest.approx(1.0)
+        lo, hi = cells[2]["ratio_ci"]
+        assert lo <= cells[2]["ratio_to_k1"] <= hi
+    assert len(lines) == 2
+    for ks in ([2, 4], [1, 1, 2], [0, 1]):
+        with pytest.raises(ValueError, match="ks"):
+            engine_verify_curves(engines, [5, 6], ks, 1, log=None)
+    with pytest.raises(ValueError, match="repeats"):
+        engine_verify_curves(engines, [5, 6], [1, 2], 0, log=None)
