@@ -199,9 +199,22 @@ class LeanLlama:
     exit, see :meth:`early_exit`). CPU only.
     """
 
-    def __init__(self, model: Any, mode: str = "float32") -> None:
+    def __init__(
+        self, model: Any, mode: str = "float32", *, int8_head: bool | None = None, exact_verify: bool = True
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+        if int8_head is None:
+            int8_head = mode == "int4"
+        if int8_head and mode != "int4":
+            raise ValueError(f"int8_head=True needs mode 'int4' (the int4 kernels); got mode {mode!r}")
+        if not isinstance(exact_verify, bool):
+            raise ValueError(f"exact_verify must be True or False; got {exact_verify!r}")
+        #: attention row by row with a step's shapes (True), or one masked call over the block
+        #: (False: cheaper for long blocks, but a block's rows then differ from steps' in the
+        #: last bits; kept to measure what exactness costs)
+        self.exact_verify = exact_verify
+        self.int8_head = bool(int8_head)
         if mode == "int4" and not int4_supported():
             raise ValueError("mode 'int4' needs torch's CPU int4 kernels (aten._weight_int4pack_mm_for_cpu)")
         config = model.config
@@ -250,7 +263,7 @@ class LeanLlama:
             self.embed = base.embed_tokens.weight.detach().to(self.dtype).contiguous().clone()
             head = model.get_output_embeddings().weight.detach()
             tied = head.data_ptr() == base.embed_tokens.weight.data_ptr()
-            if mode == "int4":  # the head as an 8-bit code in two int4 halves (SmolLM2's Q8_0)
+            if self.int8_head:  # the head as an 8-bit code in two int4 halves (SmolLM2's Q8_0)
                 self.head, err = _int8_split(head, self.dtype)
                 self.quantization_error = max(self.quantization_error, err)
             else:
@@ -362,6 +375,22 @@ class LeanLlama:
         steps = [self.forward(ids[context + i : context + i + 1], context + i, cache) for i in range(k)]
         return torch.equal(block, torch.cat(steps))
 
+    def _attend_block(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int
+    ) -> torch.Tensor:
+        """All k query rows in one causal-masked call (``exact_verify=False``): (k, heads * head_dim)."""
+        k, hd = q.shape[0], self.head_dim
+        end = start + k
+        mask = torch.ones(k, end, dtype=torch.bool).tril(start)  # query i sees keys 0 .. start + i
+        out = F.scaled_dot_product_attention(
+            q.reshape(k, self.heads, hd).transpose(0, 1)[None].float(),
+            keys[None, :, :end],
+            values[None, :, :end],
+            attn_mask=mask,
+            enable_gqa=self.kv_heads != self.heads,
+        )  # (1, heads, k, hd)
+        return out[0].transpose(0, 1).reshape(k, self.heads * hd)
+
     @torch.inference_mode()
     def forward(
         self, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None = None
@@ -386,9 +415,12 @@ class LeanLlama:
             cache[layer, 0, :, start:end] = key.transpose(0, 1)
             cache[layer, 1, :, start:end] = value.view(k, kv, hd).transpose(0, 1)
             keys, values = cache[layer, 0], cache[layer, 1]
-            # row i attends to positions 0 .. start + i exactly as a one-token step there would
-            rows = [self._attend(q[i], keys, values, start + i + 1) for i in range(k)]
-            out = (rows[0] if k == 1 else torch.cat(rows)).to(self.dtype)
+            if self.exact_verify or k == 1:
+                # row i attends to positions 0 .. start + i exactly as a one-token step there would
+                rows = [self._attend(q[i], keys, values, start + i + 1) for i in range(k)]
+                out = (rows[0] if k == 1 else torch.cat(rows)).to(self.dtype)
+            else:
+                out = self._attend_block(q, keys, values, start).to(self.dtype)
             x.add_(entry["o"](out))
             gate, up = entry["gate_up"](self._rms(x, entry["norm_mlp"])).chunk(2, dim=-1)
             x.add_(entry["down"](F.silu(gate) * up))

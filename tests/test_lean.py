@@ -271,3 +271,24 @@ def test_the_int4_modes_head_is_an_exact_8_bit_code_in_two_int4_halves():
     torch.testing.assert_close(got, x.float() @ weight.t(), atol=0.05, rtol=0.02)
     # off the grid the code error is reported, not hidden
     assert _int8_split(torch.randn(16, GROUP_SIZE, generator=gen), torch.bfloat16)[1] > 1e-4
+
+
+def test_engine_variants_kept_for_measuring_what_exactness_and_the_int8_head_cost(shape_true):
+    """exact_verify=False attends over the block in one masked call: the same logits up to
+    rounding, but not bit for bit (int4 at real shapes); int8_head=False keeps a bf16 head."""
+    if not int4_supported():
+        pytest.skip("this torch lacks the CPU int4 kernels")
+    exact, fast = LeanLlama(shape_true, "int4"), LeanLlama(shape_true, "int4", exact_verify=False)
+    ids = list(range(3, 40))
+    a, b = exact.session(), fast.session()
+    a.forward(ids[:30])
+    b.forward(ids[:30])
+    torch.testing.assert_close(a.forward(ids[30:]), b.forward(ids[30:]), atol=0.1, rtol=0.05)
+    assert not all(fast.verify_matches_steps(k=5, context=16 + 3 * s, seed=s) for s in range(10))
+    dense_head = LeanLlama(shape_true, "int4", int8_head=False)
+    assert exact.int8_head and not dense_head.int8_head
+    assert dense_head.weight_bytes() > exact.weight_bytes()
+    with pytest.raises(ValueError, match="int8_head=True needs mode 'int4'"):
+        LeanLlama(shape_true, "bfloat16", int8_head=True)
+    with pytest.raises(ValueError, match="exact_verify must be True or False"):
+        LeanLlama(shape_true, "int4", exact_verify=1)
