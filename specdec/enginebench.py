@@ -35,6 +35,7 @@ import numpy as np
 
 __all__ = [
     "ALL_ENGINES",
+    "VARIANTS",
     "BenchSettings",
     "build_engines",
     "decode",
@@ -46,6 +47,15 @@ __all__ = [
 ]
 
 ALL_ENGINES = ("hf-float32", "hf-bfloat16", "lean-float32", "lean-bfloat16", "lean-int4", "llama.cpp")
+#: Variants of lean-int4 that undo one of its choices, run only when named: what each choice
+#: costs or saves, measured in the same interleaved run (``lean-int4-bf16head``: the LM head
+#: dense in bfloat16 instead of the 8-bit code in two int4 halves; ``lean-int4-blockattn``:
+#: one masked attention call over a verify block instead of row by row, so a block's rows
+#: are no longer bit-equal to single steps).
+VARIANTS = {
+    "lean-int4-bf16head": ("int4", {"int8_head": False}),
+    "lean-int4-blockattn": ("int4", {"exact_verify": False}),
+}
 
 Log = Callable[[str], None]
 
@@ -106,9 +116,9 @@ def resolve_engines(engines: str | Sequence[str] | None, *, log: Log = _print) -
         wanted = ALL_ENGINES
     else:
         wanted = tuple(e.strip() for e in engines.split(",")) if isinstance(engines, str) else tuple(engines)
-        unknown = [e for e in wanted if e not in ALL_ENGINES]
+        unknown = [e for e in wanted if e not in ALL_ENGINES and e not in VARIANTS]
         if unknown or not wanted:
-            raise ValueError(f"unknown engines {unknown}; choose from {', '.join(ALL_ENGINES)}")
+            raise ValueError(f"unknown engines {unknown}; choose from {', '.join((*ALL_ENGINES, *VARIANTS))}")
     if "llama.cpp" in wanted and not llamacpp.available():
         if engines is not None:
             raise ValueError(
@@ -116,8 +126,8 @@ def resolve_engines(engines: str | Sequence[str] | None, *, log: Log = _print) -
             )
         log("llama_cpp is not importable: llama.cpp is left out (pip install llama-cpp-python)")
         wanted = tuple(e for e in wanted if e != "llama.cpp")
-    if "lean-int4" in wanted and not int4_supported():
-        wanted = tuple(e for e in wanted if e != "lean-int4")
+    if not int4_supported():
+        wanted = tuple(e for e in wanted if e != "lean-int4" and e not in VARIANTS)
     return wanted
 
 
@@ -134,6 +144,9 @@ def build_engines(names: Sequence[str], threads: int) -> tuple[dict[str, Any], A
             engines[name] = base.model
         elif name == "hf-bfloat16":
             engines[name] = load_target("bfloat16", quiet=True).model
+        elif name in VARIANTS:
+            mode, options = VARIANTS[name]
+            engines[name] = LeanLlama(base.model, mode, **options)
         elif name.startswith("lean-"):
             engines[name] = LeanLlama(base.model, name.removeprefix("lean-"))
         elif name == "llama.cpp":
