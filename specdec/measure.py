@@ -1052,12 +1052,14 @@ def measure_setup(
         from specdec.modes import lean_model
 
         if dtype == "auto":
-            log("choosing the lean mode by timing this machine (about a minute; cached per machine)...")
+            log("choosing the lean mode: timing this machine takes about a minute, once (cached)...")
         try:
             engine, probe = lean_model(loaded.model, dtype)
         except ValueError as exc:
             raise ValueError(f"{exc} (--dtype hf-float32 runs any transformers model)") from exc
         engine_name = f"lean-{engine.mode}"
+        if probe is not None:
+            log(f"lean mode {engine.mode} ({'from the cache' if probe.get('cached') else 'measured now'})")
     tok = loaded.tokenizer
     if texts is None:
         plist = evaluation_prompts(tok, 1)
