@@ -902,7 +902,8 @@ def _parser() -> _Parser:
         default=None,
         metavar="LIST",
         help="comma list from hf-float32, hf-bfloat16, lean-float32, lean-bfloat16, lean-int4, llama.cpp "
-        "(quick: hf-float32 and the lean modes; --full: every available engine)",
+        "(quick: hf-float32 and the lean modes; --full: every available engine), or a lean-int4 "
+        "variant run only when named (specdec.enginebench.VARIANTS)",
     )
     b.add_argument("--threads", type=int, default=1, metavar="N", help="torch threads, >= 1 (default 1)")
     b.add_argument(
