@@ -28,8 +28,8 @@ Real decoding (torch + transformers, the ``models`` extra):
 * :mod:`specdec.decoding`  -- the autoregressive and speculative loops.
 * :mod:`specdec.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.
 * :mod:`specdec.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
-* :mod:`specdec.measure`   -- timing (warm-up, medians), the verify-cost curve, environment records,
-  and the measurement of your own target, draft and prompts (``specdec measure``).
+* :mod:`specdec.measure`   -- timing (warm-up, medians), the verify-cost curves, environment records.
+* :mod:`specdec.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).
 * :mod:`specdec.enginebench` -- the engine benchmark: every engine side by side (``specdec bench``).
 * :mod:`specdec.roofline`  -- the running machine's roofline (bandwidth, matmul GFLOP/s, ridge),
   a forward's bytes and FLOPs, the step time they predict, and a profile of where it goes.

@@ -479,7 +479,7 @@ def _cmd_measure(args: argparse.Namespace) -> int:
                 f"--target: no such folder {args.target!r}; give 'default' or a transformers model folder"
             )
         try:
-            from specdec.measure import measure_setup
+            from specdec.usermeasure import measure_setup
 
             record = measure_setup(
                 args.target,

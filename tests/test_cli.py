@@ -541,7 +541,7 @@ def test_bench_prints_a_committed_record(capsys, root):
 def test_parse_draft_and_read_prompts(tmp_path):
     pytest.importorskip("torch")
     from specdec.draftnets import list_drafts
-    from specdec.measure import parse_draft, read_prompts
+    from specdec.usermeasure import parse_draft, read_prompts
 
     assert parse_draft("lookup") == ("lookup", None) and parse_draft(" bigram ") == ("bigram", None)
     assert parse_draft("early-exit") == ("early-exit", None)
