@@ -1,0 +1,472 @@
+"""What batch size does to speculative decoding: the cost surface T(b, k) measured, and the gain it predicts.
+
+``benchmarks/batch_surface.py`` runs the two measurements as named steps and saves a record
+after every finished block, so that an interrupted run resumes where it stopped; the book's
+hardware chapter reads the record. Issue #12, item 2.
+
+* :func:`measure_surface` -- T(b, k): the time of ONE forward call that feeds k new tokens to
+  each of b sequences after a cached context, the convention of the GPU record
+  (:func:`specdec.gpurecord.cost_surface`: every position's logits, the cache cropped back
+  after each call), measured for several models (target and draft, each mode) in *passes*:
+  a pass visits every (model, b) block once in a fresh seeded order, and times every k once in
+  a fresh order inside the block, so slow phases of a shared machine hit every cell alike.
+  The passes are the units of the bootstrap intervals.
+* :func:`surface_cells` -- per cell the median time, T(b, k)/T(b, 1) with its interval.
+* :func:`predicted_gains` -- per batch b, Theorem 3.8 with the verify pass priced at its
+  measured cost, ``E[T](alpha, gamma) / (gamma c(b) + T(b, gamma + 1) / T(b, 1))``
+  (:func:`specdec.theory.walltime_speedup_measured`), for each gamma and the best one; the
+  draft's cost c(b) = T_draft(b, 1) / T(b, 1) at the same batch. For any surface: the CPU
+  record's or a GPU record's (:func:`specdec.hardware.gpu_surface`).
+* :func:`gain_intervals` -- the same from a CPU record, with bootstrap intervals over passes,
+  and :func:`vanishing_batch`, the batch at which the predicted gain stops exceeding 1.
+* :func:`decode_units` and :func:`summarize_decoding` -- batched speculative decoding
+  (:mod:`specdec.batched`) against batched plain decoding, interleaved, per batch size, with
+  bootstrap intervals over batches of prompts.
+
+Speed thresholds belong in benchmarks, never in tests: these functions only measure and
+summarise.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from specdec.gpurecord import _forward_kwargs, _new_cache, _summary
+from specdec.hardware import best_gamma_on_curve
+from specdec.intervals import ratio_ci
+from specdec.theory import walltime_speedup_measured
+
+__all__ = [
+    "block_plan",
+    "decode_units",
+    "gain_intervals",
+    "measure_surface",
+    "pooled_alpha",
+    "predicted_gains",
+    "surface",
+    "surface_cells",
+    "summarize_decoding",
+    "vanishing_batch",
+]
+
+Progress = Callable[[Iterable[Any], str], Iterable[Any]]
+
+
+def _no_progress(items: Iterable[Any], desc: str) -> Iterable[Any]:
+    return items
+
+
+def _check_ints(name: str, values: Iterable[int], low: int) -> tuple[int, ...]:
+    out = tuple(values)
+    if not out or any(isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low for v in out):
+        raise ValueError(f"{name} must be a non-empty list of integers >= {low}; got {out!r}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} must not repeat a value; got {out!r}")
+    return tuple(int(v) for v in out)
+
+
+# --------------------------------------------------------------------------- measuring T(b, k)
+def block_plan(
+    models: Sequence[str], batches: Sequence[int], passes: int, seed: int = 0
+) -> list[tuple[int, str, int]]:
+    """The order of the measurement: (pass, model, b) blocks, each pass in a fresh seeded order.
+
+    The order depends only on the arguments, so a resumed run visits the blocks left in the
+    same order as the interrupted one would have.
+    """
+    blocks = []
+    for r in range(passes):
+        order = np.random.default_rng([seed, r]).permutation(len(models) * len(batches))
+        blocks += [(r, models[i // len(batches)], batches[i % len(batches)]) for i in order]
+    return blocks
+
+
+def measure_surface(
+    models: Mapping[str, Any],
+    ks: Mapping[str, Sequence[int]],
+    batches: Sequence[int],
+    *,
+    passes: int,
+    context: int = 128,
+    seed: int = 0,
+    done: Sequence[Mapping[str, Any]] = (),
+    on_block: Callable[[dict[str, Any]], None] | None = None,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Time T(b, k) for every model in ``models`` (name -> transformers causal LM) at its ``ks``.
+
+    The blocks of :func:`block_plan` that ``done`` (blocks of an earlier, interrupted run) does
+    not hold are measured in order. A block (pass r, model, b): the model's prefilled context of
+    ``context`` random tokens (one prefill per model, seeded, copied b times: a forward's cost does
+    not depend on which tokens it sees), one untimed call at the largest k, then one timed call
+    per k in a fresh order; the cache is cropped back to the context after every call and its
+    length checked. Each finished block is passed to ``on_block`` (to save it) and returned with
+    the others: ``{"pass", "model", "b", "times_s": {k: seconds}, "finished_utc"}``.
+    """
+    import torch
+
+    batches = _check_ints("batches", batches, 1)
+    names = list(models)
+    if not names or set(ks) != set(names):
+        raise ValueError(f"ks must name the same models as models; got {sorted(ks)} and {names}")
+    for name in names:
+        if 1 not in _check_ints(f"ks[{name!r}]", ks[name], 1):
+            raise ValueError(f"ks[{name!r}] must hold 1 (the step every ratio divides by)")
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+        raise ValueError(f"passes must be an integer >= 1; got {passes!r}")
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise ValueError(f"context must be an integer >= 1; got {context!r}")
+    progress = progress or _no_progress
+    finished = {(int(d["pass"]), str(d["model"]), int(d["b"])) for d in done}
+    todo = [blk for blk in block_plan(names, batches, passes, seed) if blk not in finished]
+    bases: dict[str, Any] = {}
+    out: list[dict[str, Any]] = []
+    for r, name, b in progress(todo, "T(b, k) blocks"):
+        model = models[name]
+        if name not in bases:
+            gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+            bases[name] = _prefill(model, context, gen)
+        times = _time_block(model, bases[name], b, sorted(int(k) for k in ks[name]), context, [seed, r, b])
+        block = {
+            "pass": r,
+            "model": name,
+            "b": b,
+            "times_s": {str(k): t for k, t in sorted(times.items())},
+            "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        out.append(block)
+        if on_block is not None:
+            on_block(block)
+    return out
+
+
+def _prefill(model: Any, context: int, gen: Any) -> Any:
+    """A KV cache of ``context`` random tokens (one sequence) for ``model``."""
+    import torch
+
+    cache_arg, keep_arg = _forward_kwargs(model)
+    device = next(model.parameters()).device
+    cache = _new_cache(model.config)
+    ids = torch.randint(0, int(model.config.vocab_size), (1, context), generator=gen).to(device)
+    with torch.inference_mode():
+        model(input_ids=ids, use_cache=True, **{cache_arg: cache}, **({keep_arg: 1} if keep_arg else {}))
+    return cache
+
+
+def _time_block(
+    model: Any, base: Any, b: int, ks: list[int], context: int, seed: list[int]
+) -> dict[int, float]:
+    """One block: ``base`` copied to b rows, a warm-up call at the largest k, then one timed call per
+    k in a seeded random order, the cache cropped back (and checked) after every call."""
+    import torch
+
+    cache_arg, _ = _forward_kwargs(model)
+    device = next(model.parameters()).device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    cache = copy.deepcopy(base)
+    cache.batch_repeat_interleave(b)
+    gen = torch.Generator().manual_seed(int(np.random.default_rng(seed).integers(2**31)))
+    new = torch.randint(0, int(model.config.vocab_size), (b, max(ks)), generator=gen).to(device)
+    positions = torch.arange(context, context + max(ks), device=device).unsqueeze(0).expand(b, -1)
+
+    def call(k: int) -> float:
+        with torch.inference_mode():
+            sync()
+            t0 = time.perf_counter()
+            model(input_ids=new[:, :k], position_ids=positions[:, :k], use_cache=True, **{cache_arg: cache})
+            sync()
+            elapsed = time.perf_counter() - t0
+            cache.crop(-k)  # a negative argument removes k tokens (transformers 4.x and 5.x)
+        if cache.get_seq_length() != context:
+            raise RuntimeError(
+                f"after cropping, the cache holds {cache.get_seq_length()} tokens, not {context}"
+            )
+        return elapsed
+
+    call(max(ks))  # warm-up: allocations at the block's largest shape
+    order = np.random.default_rng(seed).permutation(len(ks))
+    return {ks[i]: call(ks[i]) for i in order}
+
+
+def _times(blocks: Sequence[Mapping[str, Any]], model: str) -> dict[tuple[int, int], dict[int, float]]:
+    """(b, k) -> {pass: seconds} for one model."""
+    out: dict[tuple[int, int], dict[int, float]] = {}
+    for blk in blocks:
+        if blk["model"] != model:
+            continue
+        for k, t in blk["times_s"].items():
+            out.setdefault((int(blk["b"]), int(k)), {})[int(blk["pass"])] = float(t)
+    if not out:
+        raise ValueError(f"the record holds no blocks of model {model!r}")
+    return out
+
+
+def surface(blocks: Sequence[Mapping[str, Any]], model: str) -> dict[tuple[int, int], float]:
+    """T(b, k) in seconds, the median over passes, of one model of a record's blocks."""
+    return {cell: float(np.median(list(t.values()))) for cell, t in _times(blocks, model).items()}
+
+
+def surface_cells(blocks: Sequence[Mapping[str, Any]], model: str) -> list[dict[str, Any]]:
+    """Per cell: b, k, the time's median / quartiles / samples (``_summary``, as the GPU record),
+    ``per_token_s`` (median / (b k)), ``ratio_to_k1`` (median T(b, k) over median T(b, 1)) and
+    ``ratio_ci``: the geometric mean over passes of T(b, k) / T(b, 1) within a pass, with its 95 %
+    bootstrap interval over passes (None with a single pass)."""
+    times = _times(blocks, model)
+    cells = []
+    for (b, k), by_pass in sorted(times.items()):
+        one = times.get((b, 1), {})
+        common = sorted(set(by_pass) & set(one))
+        cell = {"b": b, "k": k, **_summary(list(by_pass.values()))}
+        cell["per_token_s"] = cell["median_s"] / (b * k)
+        cell["ratio_to_k1"] = cell["median_s"] / float(np.median(list(one.values()))) if one else None
+        if k == 1 or len(common) < 2:
+            cell["ratio_ci"] = None if k != 1 else [1.0, 1.0, 1.0]
+        else:
+            cell["ratio_ci"] = list(ratio_ci([by_pass[p] for p in common], [one[p] for p in common]))
+        cells.append(cell)
+    return cells
+
+
+# --------------------------------------------------------------------------- the gain it predicts
+def predicted_gains(
+    target: Mapping[tuple[int, int], float],
+    alpha: float,
+    c: float | Mapping[int, float] = 0.0,
+    gammas: Iterable[int] | None = None,
+) -> dict[int, dict[str, Any]]:
+    """Per batch b of a target's cost surface: the predicted speedup of speculative over plain decoding.
+
+    For each gamma with T(b, gamma + 1) measured (or each of ``gammas``), Theorem 3.8 with the
+    verify pass at its measured cost: ``E[T](alpha, gamma) / (gamma c(b) + T(b, gamma+1)/T(b, 1))``.
+    ``c`` is the draft's cost per step in target steps, one number for every b or ``{b: c(b)}``.
+    Returns ``{b: {"c", "per_gamma": {gamma: gain}, "best_gamma", "gain"}}``; the best gamma is
+    :func:`specdec.hardware.best_gamma_on_curve`'s (ties to the smaller). Each row is its own
+    batch: rows accept independently (:mod:`specdec.batched`, ragged cut), so E[T] is per row.
+    """
+    if not (isinstance(alpha, float | int) and 0.0 <= alpha < 1.0):
+        raise ValueError(f"alpha must lie in [0, 1); got {alpha!r}")
+    batches = sorted({b for b, _ in target})
+    out: dict[int, dict[str, Any]] = {}
+    for b in batches:
+        if (b, 1) not in target:
+            raise ValueError(f"the surface must hold T(b, 1) for every batch; missing for b = {b}")
+        c_b = c[b] if isinstance(c, Mapping) else c
+        if not (math.isfinite(c_b) and c_b >= 0):
+            raise ValueError(f"c must be a finite number >= 0; got {c_b!r} for b = {b}")
+        curve = {k: target[(bb, k)] / target[(b, 1)] for bb, k in target if bb == b}
+        if gammas is not None:
+            curve = {k: v for k, v in curve.items() if k == 1 or k - 1 in set(gammas)}
+        g, gain = best_gamma_on_curve(alpha, c_b, curve)
+        per = {
+            k - 1: float(walltime_speedup_measured(alpha, k - 1, c_b, v))
+            for k, v in sorted(curve.items())
+            if k >= 2
+        }
+        out[b] = {"c": float(c_b), "per_gamma": per, "best_gamma": g, "gain": gain}
+    return out
+
+
+def vanishing_batch(gains: Mapping[int, float]) -> int | None:
+    """The smallest batch whose gain is <= 1 and stays <= 1 at every larger batch measured; None if
+    the gain still exceeds 1 at the largest batch. ``gains``: {b: predicted gain}."""
+    batches = sorted(gains)
+    for i, b in enumerate(batches):
+        if all(gains[bb] <= 1.0 for bb in batches[i:]):
+            return b
+    return None
+
+
+def gain_intervals(
+    blocks: Sequence[Mapping[str, Any]],
+    target: str,
+    alpha: float,
+    *,
+    draft: str | None = None,
+    gammas: Iterable[int] | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """:func:`predicted_gains` from a CPU record's blocks, with 95 % bootstrap intervals over passes.
+
+    ``draft`` names the draft model's blocks (its T(b, 1) gives c(b) = T_draft(b, 1) / T(b, 1));
+    None prices drafting at c = 0 (a free draft, e.g. prompt lookup), which isolates what the
+    target's own verify premium does. Each bootstrap draw resamples whole passes (the same
+    passes for every cell and both models: a slow phase of the machine hits a pass as a whole)
+    and recomputes the medians, c(b) and the best gain per b. Returns per b the best gamma and the
+    gain of the medians with its interval, c(b), and the vanishing batch of the estimate, of the
+    intervals' lower ends (the gain is not shown to exceed 1 from there on) and of their upper
+    ends (shown not to exceed 1).
+    """
+    t_times = _times(blocks, target)
+    d_times = _times(blocks, draft) if draft is not None else None
+    passes = sorted({p for by_pass in t_times.values() for p in by_pass})
+
+    def gains_for(sample: Sequence[int]) -> dict[int, dict[str, Any]]:
+        def med(by_pass: Mapping[int, float]) -> float:
+            vals = [by_pass[p] for p in sample if p in by_pass]
+            return float(np.median(vals)) if vals else float(np.median(list(by_pass.values())))
+
+        surf = {cell: med(t) for cell, t in t_times.items()}
+        c: float | dict[int, float] = 0.0
+        if d_times is not None:
+            c = {b: med(d_times[(b, 1)]) / surf[(b, 1)] for b, k in surf if k == 1}
+        return predicted_gains(surf, alpha, c, gammas)
+
+    point = gains_for(passes)
+    rows = {b: {**v, "gain": [v["gain"], None, None]} for b, v in point.items()}
+    if len(passes) >= 2:
+        rng = np.random.default_rng(seed)
+        draws = [gains_for(list(rng.choice(passes, size=len(passes)))) for _ in range(n_boot)]
+        for b in rows:
+            lo, hi = np.percentile([d[b]["gain"] for d in draws], [2.5, 97.5])
+            rows[b]["gain"] = [point[b]["gain"], float(lo), float(hi)]
+    est = {b: v["gain"][0] for b, v in rows.items()}
+    low = {b: v["gain"][1] for b, v in rows.items() if v["gain"][1] is not None}
+    high = {b: v["gain"][2] for b, v in rows.items() if v["gain"][2] is not None}
+    return {
+        "alpha": alpha,
+        "draft": draft,
+        "passes": len(passes),
+        "batches": rows,
+        "vanishes_at": vanishing_batch(est),
+        "vanishes_at_low": vanishing_batch(low) if low else None,
+        "vanishes_at_high": vanishing_batch(high) if high else None,
+    }
+
+
+# --------------------------------------------------------------------------- batched decoding
+def decode_units(
+    target: Any,
+    configs: Mapping[str, Mapping[str, Any]],
+    pool: Sequence[Sequence[int]],
+    batches: Sequence[int],
+    *,
+    units: int,
+    new_tokens: int,
+    gamma: int,
+    seed: int = 0,
+    done: Sequence[Mapping[str, Any]] = (),
+    on_unit: Callable[[dict[str, Any]], None] | None = None,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Batched plain decoding against batched speculative configurations, per batch size.
+
+    A *unit* is one batch of b prompts drawn from ``pool`` without replacement (seeded by
+    (seed, b, unit)); every configuration decodes it in a fresh seeded order: ``"plain"``
+    (:func:`specdec.batched.batched_autoregressive`) and each of ``configs`` (name ->
+    ``{"drafter": ..., "cut": "ragged" | "common"}``, :func:`specdec.batched.batched_speculative`
+    with ``gamma``). Greedy, EOS not stopping (every row gives ``new_tokens`` tokens, so the
+    configurations produce the same number of tokens). Units in ``done`` are skipped; each new
+    unit goes to ``on_unit``. Per configuration a unit records the decode time (prefill
+    excluded), the prefill time, tokens, rounds, the batch's draft / target / verify times,
+    per-row accepted and examined drafts, the tokens kept per row and round, and whether each
+    row's tokens equal plain decoding's.
+    """
+    from specdec.batched import batched_autoregressive, batched_speculative
+
+    batches = _check_ints("batches", batches, 1)
+    if max(batches) > len(pool):
+        raise ValueError(f"batches must not exceed the prompt pool ({len(pool)}); got {max(batches)}")
+    progress = progress or _no_progress
+    finished = {(int(u["b"]), int(u["unit"])) for u in done}
+    todo = [(b, u) for b in batches for u in range(units) if (b, u) not in finished]
+    names = ["plain", *configs]
+    out = []
+    for b, u in progress(todo, "decoding units"):
+        rng = np.random.default_rng([seed, b, u])
+        chosen = sorted(int(i) for i in rng.choice(len(pool), size=b, replace=False))
+        prompts = [list(pool[i]) for i in chosen]
+        unit: dict[str, Any] = {"b": b, "unit": u, "prompts": chosen, "order": [], "runs": {}}
+        for i in rng.permutation(len(names)):
+            name = names[i]
+            if name == "plain":
+                gen = batched_autoregressive(target, prompts, max_new_tokens=new_tokens)
+            else:
+                cfg = configs[name]
+                gen = batched_speculative(
+                    target,
+                    cfg["drafter"],
+                    prompts,
+                    gamma=gamma,
+                    max_new_tokens=new_tokens,
+                    cut=cfg.get("cut", "ragged"),
+                )
+            unit["order"].append(name)
+            unit["runs"][name] = {
+                "decode_s": gen.decode_s,
+                "prefill_s": gen.prefill_s,
+                "draft_s": gen.draft_s,
+                "target_s": gen.target_s,
+                "verify_s": gen.verify_s,
+                "tokens": gen.new_tokens,
+                "rounds": gen.rounds,
+                "accepted": [s.accepted_tokens for s in gen.stats],
+                "examined": [s.examined for s in gen.stats],
+                "kept_per_round": [float(np.mean(e)) for e in gen.emitted],
+                "_tokens": gen.tokens,
+            }
+        plain = unit["runs"]["plain"].pop("_tokens")
+        for name in configs:
+            rows = unit["runs"][name].pop("_tokens")
+            unit["runs"][name]["rows_equal_plain"] = sum(a == p for a, p in zip(rows, plain, strict=True))
+        out.append(unit)
+        if on_unit is not None:
+            on_unit(unit)
+    return out
+
+
+def summarize_decoding(units: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per batch size and configuration: the speedup over plain decoding of the same unit.
+
+    ``speedup``: the geometric mean over units of plain decode time / the configuration's, with
+    its 95 % bootstrap interval over units (None with one unit); ``tok_s``: tokens per second of
+    decoding (median over units); ``alpha``: accepted / examined drafts pooled over rows and
+    units; ``tokens_per_round``: the mean tokens a row kept per round; ``rows_equal_plain``: the
+    fraction of rows whose greedy tokens equal plain decoding's.
+    """
+    batches = sorted({int(u["b"]) for u in units})
+    names = sorted({n for u in units for n in u["runs"]} - {"plain"})
+    out: dict[str, Any] = {}
+    for b in batches:
+        us = [u for u in units if int(u["b"]) == b]
+        plain = np.array([u["runs"]["plain"]["decode_s"] for u in us])
+        row: dict[str, Any] = {
+            "units": len(us),
+            "plain_tok_s": float(
+                np.median([u["runs"]["plain"]["tokens"] / u["runs"]["plain"]["decode_s"] for u in us])
+            ),
+        }
+        for name in names:
+            runs = [u["runs"][name] for u in us]
+            spec = np.array([r["decode_s"] for r in runs])
+            if len(us) >= 2:
+                speedup = list(ratio_ci(plain, spec))
+            else:
+                speedup = [float(plain[0] / spec[0]), None, None]
+            examined = sum(sum(r["examined"]) for r in runs)
+            row[name] = {
+                "speedup": speedup,
+                "tok_s": float(np.median([r["tokens"] / r["decode_s"] for r in runs])),
+                "alpha": sum(sum(r["accepted"]) for r in runs) / examined if examined else None,
+                "tokens_per_round": float(np.mean([t for r in runs for t in r["kept_per_round"]])),
+                "rounds": float(np.mean([r["rounds"] for r in runs])),
+                "rows_equal_plain": sum(r["rows_equal_plain"] for r in runs) / (b * len(us)),
+            }
+        out[str(b)] = row
+    return out
+
+
+def pooled_alpha(units: Sequence[Mapping[str, Any]], config: str) -> float:
+    """alpha of one configuration: accepted over examined drafts, pooled over every unit and row."""
+    runs = [u["runs"][config] for u in units if config in u["runs"]]
+    examined = sum(sum(r["examined"]) for r in runs)
+    if not examined:
+        raise ValueError(f"no examined drafts for configuration {config!r}")
+    return sum(sum(r["accepted"]) for r in runs) / examined
