@@ -18,9 +18,9 @@ cost c is :func:`specdec.stats.cost_coefficient`):
   draft lengths k_r.
 * :func:`speedup_gap` writes measured / predicted as a product of four factors, each the ratio
   of two consecutive models of a round (see its docstring); the product is exact.
-* :func:`unit_bootstrap` -- the percentile bootstrap of :mod:`specdec.intervals` for any
-  statistic of resampled units (prompts), e.g. a measured/expected ratio whose alpha and c are
-  re-estimated on each resample.
+* :func:`unit_bootstrap` -- the percentile bootstrap of :mod:`specdec.intervals` (same
+  resamples) for any statistic of resampled units (prompts), e.g. a measured/expected ratio
+  whose alpha and c are re-estimated on each resample.
 * :func:`load_records` lists the result files of ``benchmarks/real_decoding.py``.
 * :func:`slower_accurate_pairs` finds the paper's counterexample in a record's table: two
   drafters of one task and temperature where the one with the higher alpha is the slower on
@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from specdec.intervals import bootstrap_ci
 from specdec.stats import Stats
 from specdec.theory import (
     accepted_pmf,
@@ -191,24 +190,36 @@ def iid_fit(accepted_hist: Sequence[int]) -> dict[str, Any]:
 
 
 def unit_bootstrap(
-    n_units: int, statistic: Callable[[np.ndarray], float], **kw: Any
+    n_units: int,
+    statistic: Callable[[np.ndarray], float],
+    *,
+    level: float = 0.95,
+    n_boot: int = 4000,
+    seed: int = 0,
 ) -> tuple[float, float, float]:
     """``statistic`` of all units and its percentile-bootstrap interval over resampled units.
 
-    ``statistic`` maps an integer array of unit indices (with repeats) to a number; the
-    resampling is :func:`specdec.intervals.bootstrap_ci`'s (seeded, ``n_boot`` resamples,
-    ``level``), applied to the indices 0..n_units-1. Returns (estimate, low, high).
+    ``statistic`` maps an integer array of unit indices (with repeats) to a number. The
+    resampling is :func:`specdec.intervals.bootstrap_ci`'s (one generator seeded with ``seed``,
+    ``n_boot`` resamples of the indices 0..n_units-1, the ``level`` percentile interval), so
+    a statistic that is a function of resampled values gives bootstrap_ci's interval exactly.
+    A resample on which the statistic is undefined (NaN, e.g. a rate over no examined drafts)
+    is left out of the percentiles. Returns (estimate, low, high); NaN bounds if every
+    resample is undefined.
     """
     if isinstance(n_units, bool) or not isinstance(n_units, int) or n_units < 2:
         raise ValueError(f"n_units must be an integer >= 2; got {n_units!r}")
-
-    def stat(idx: np.ndarray, axis: int | None = None) -> Any:
-        idx = np.asarray(idx, dtype=np.int64)
-        if axis is None:
-            return statistic(idx)
-        return np.array([statistic(row) for row in idx])
-
-    return bootstrap_ci(np.arange(n_units, dtype=float), stat, **kw)
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1); got {level!r}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
+        raise ValueError(f"n_boot must be an integer >= 100; got {n_boot!r}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n_units, size=(n_boot, n_units))
+    boots = np.array([statistic(row) for row in idx], dtype=float)
+    boots = boots[np.isfinite(boots)]
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(boots, [tail, 100 - tail]) if boots.size else (np.nan, np.nan)
+    return float(statistic(np.arange(n_units))), float(low), float(high)
 
 
 def position_rates(
@@ -219,8 +230,9 @@ def position_rates(
     ``examined_at[u][i]`` / ``accepted_at[u][i]``: unit u's full-round counts at position i
     (:func:`full_round_counts`). Returns per position ``rate``, ``low``, ``high`` (pooled
     accepted over examined; the interval resamples units) and ``rise`` = (estimate, low, high)
-    of the last position's rate minus the first's, from the same resamples. NaN where a
-    resample examined a position nowhere is dropped from that position's interval.
+    of the last position's rate minus the first's, from the same resamples. A resample that
+    examined a position nowhere leaves that position's rate undefined and is dropped from its
+    interval (:func:`unit_bootstrap`).
     """
     ex = np.asarray(examined_at, dtype=float)
     ac = np.asarray(accepted_at, dtype=float)

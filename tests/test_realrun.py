@@ -177,3 +177,20 @@ def test_position_rates_flat_and_rising():
         position_rates([[1, 1], [1, 1]], [[2, 0], [0, 0]])
     with pytest.raises(ValueError, match="units >= 2"):
         position_rates([[1, 1]], [[0, 0]])
+
+
+def test_unit_bootstrap_drops_undefined_resamples():
+    ex, ac = np.array([5, 0, 0, 0]), np.array([3, 0, 0, 0])
+
+    def rate(idx):
+        return ac[idx].sum() / ex[idx].sum() if ex[idx].sum() else float("nan")
+
+    # resamples without unit 0 examine nothing: they are dropped, not turned into NaN bounds
+    assert unit_bootstrap(4, rate) == (pytest.approx(0.6), pytest.approx(0.6), pytest.approx(0.6))
+    est, lo, hi = unit_bootstrap(3, lambda idx: float("nan"))
+    assert np.isnan(est) and np.isnan(lo) and np.isnan(hi)
+    with pytest.raises(ValueError, match="level"):
+        unit_bootstrap(3, rate, level=1.0)
+    # a last position examined on few prompts still gets an interval
+    pr = position_rates([[10, 2], [10, 0], [10, 0]], [[5, 1], [5, 0], [4, 0]])
+    assert np.isfinite(pr["low"][1]) and np.isfinite(pr["rise"][1])
