@@ -882,6 +882,8 @@ def estimate_full_minutes(state: dict[str, Any], full: dict[str, Any]) -> dict[s
         sel = [r for r in runs if r["phase"] == phase and r["drafter"] == name] or [
             r for r in runs if r["phase"] == phase and r["drafter"] == "plain"
         ]
+        if not sel:
+            return 0.0  # a phase this run did not time (no sweep, no lenience)
         prefill = statistics.median(r["prefill_s"] for r in sel)
         per_token = statistics.median(r["decode_s"] / r["new_tokens"] for r in sel)
         return prefill + full["new_tokens"] * per_token

@@ -1,0 +1,185 @@
+"""benchmarks/real_decoding.py's summaries on synthetic runs: every derived number recomputed by
+hand (medians over repetitions, the speedup's geometric mean, c, alpha over drafted and all
+positions, Theorem 3.8), the drafter-name parser, resumption's settings check, the estimate."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+
+import numpy as np
+import pytest
+
+from specdec.intervals import ratio_ci
+from specdec.theory import walltime_speedup
+
+
+@pytest.fixture(scope="module")
+def rd(root):
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("real_decoding", root / "benchmarks" / "real_decoding.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["real_decoding"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("real_decoding", None)
+
+
+GAMMA = 2
+PROMPTS = ("p1", "p2", "p3")
+
+
+def synthetic_runs():
+    """Three prompts, three repetitions, plain and one drafter 'd' with hand-picked times."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for i, prompt in enumerate(PROMPTS):
+        for rep in range(3):
+            plain_s = 1.0 + 0.1 * i + 0.01 * rep
+            spec_s = 0.8 + 0.05 * i + 0.02 * rng.random()
+            base = {
+                "phase": "main",
+                "task": "code",
+                "temperature": 0.0,
+                "prompt": prompt,
+                "rep": rep,
+                "lenience": 1.0,
+                "same_as_rep0": True,
+            }
+            rows.append(
+                base
+                | {
+                    "drafter": "plain",
+                    "gamma": 0,
+                    "decode_s": plain_s,
+                    "prefill_s": 0.1,
+                    "draft_s": 0.0,
+                    "rounds": 10,
+                    "target_s": plain_s,
+                    "target_calls": 10,
+                    "new_tokens": 10,
+                }
+            )
+            drafted, accepted = [2, 2, 0, 1], [1, 2, 0, 1]
+            row = base | {
+                "drafter": "d",
+                "gamma": GAMMA,
+                "decode_s": spec_s,
+                "prefill_s": 0.1,
+                "draft_s": 0.04 * (i + 1),
+                "rounds": 4,
+                "target_s": 0.5,
+                "target_calls": 4,
+                "new_tokens": 10,
+            }
+            if rep == 0:
+                row["stats"] = {"gamma": GAMMA, "drafted": drafted, "accepted": accepted, "new_tokens": 8}
+                row["first_divergence_from_plain"] = None
+            rows.append(row)
+    tf = [
+        {
+            "task": "code",
+            "temperature": 0.0,
+            "prompt": p,
+            "drafter": "d",
+            "beta_sum": 3.0 + i,
+            "drafted": 8,
+            "positions": 10,
+        }
+        for i, p in enumerate(PROMPTS)
+    ]
+    return rows, tf
+
+
+def test_table_row_by_hand(rd):
+    rows, tf = synthetic_runs()
+    curve = {1: 1.0, 2: 1.2, 3: 1.5}
+    row = rd.table_row(rows, tf, "d", GAMMA, curve)
+
+    def med(name, p, key):
+        return statistics.median(r[key] for r in rows if r["drafter"] == name and r["prompt"] == p)
+
+    plain = [med("plain", p, "decode_s") for p in PROMPTS]
+    spec = [med("d", p, "decode_s") for p in PROMPTS]
+    assert (row["measured"], row["measured_low"], row["measured_high"]) == pytest.approx(
+        ratio_ci(plain, spec)
+    )
+    assert row["verdict"] in ("faster", "tie")
+    # c: draft time per round / gamma / the same repetition's plain step, median over reps, then prompts
+    c_p = []
+    for i in range(len(PROMPTS)):
+        per_rep = [0.04 * (i + 1) / 4 / GAMMA / ((1.0 + 0.1 * i + 0.01 * rep) / 10) for rep in range(3)]
+        c_p.append(statistics.median(per_rep))
+    assert row["c"] == pytest.approx(statistics.median(c_p), rel=1e-12)
+    assert row["per_prompt"]["c"] == pytest.approx(c_p, rel=1e-12)
+    alpha, alpha_all = (3 + 4 + 5) / 24, (3 + 4 + 5) / 30
+    assert (row["alpha"], row["alpha_all"], row["alpha_coverage"]) == pytest.approx((alpha, alpha_all, 0.8))
+    assert row["theorem"] == pytest.approx(float(walltime_speedup(alpha_all, GAMMA, row["c"])), rel=1e-12)
+    assert row["ratio"] == pytest.approx(row["measured"] / row["theorem"], rel=1e-9)
+    assert row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
+    # pooled rounds: three prompts of the same four rounds; full rounds are the two with k = gamma
+    assert row["pooled"]["rounds"] == 12 and row["pooled"]["full_rounds"] == 6
+    assert row["pooled"]["rounds_none"] == 3 and row["pooled"]["rounds_short"] == 3
+    assert row["pooled"]["accepted_hist"] == [0, 3, 3]
+    assert row["greedy_exact"] is True and row["deterministic"] is True
+    assert row["verify_cost"] == 1.5
+    product = row["theorem"] * row["factor_verify"] * row["factor_drafts"]
+    assert product * row["factor_acceptance"] * row["factor_overhead"] == pytest.approx(row["measured"])
+
+
+def test_drafter_names(rd):
+    trained = ["distil-l1", "distil-l4"]
+    assert rd.drafter_names("lookup,drafts,ee-28", trained) == [
+        "lookup",
+        "draft-distil-l1",
+        "draft-distil-l4",
+        "ee-28",
+    ]
+    assert rd.drafter_names("bigram,bigram,,draft-distil-l4", trained) == ["bigram", "draft-distil-l4"]
+    for bad in ("ee-0", "ee-x", "draft-nope", "trigram"):
+        with pytest.raises(ValueError, match="unknown drafter"):
+            rd.drafter_names(bad, trained)
+
+
+def test_resume_refuses_other_settings(rd, tmp_path):
+    args = rd.parse_args(["--no-trained", "--quick", "--out", str(tmp_path)])
+    path = tmp_path / "auto-1t-quick.partial.json"
+    assert rd.resume_state(path, args) is None  # nothing to resume
+    key = {k: rd.jsonable(getattr(args, k)) for k in rd.RESUME_KEYS}
+    path.write_text(json.dumps({"settings_key": key, "done": ["x"]}))
+    assert rd.resume_state(path, args)["done"] == ["x"]
+    other = rd.parse_args(["--no-trained", "--quick", "--repeats", "4", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="other settings \\(repeats\\)"):
+        rd.resume_state(path, other)
+    fresh = rd.parse_args(["--no-trained", "--quick", "--fresh", "--out", str(tmp_path)])
+    assert rd.resume_state(path, fresh) is None
+
+
+def test_bad_arguments(rd, capsys):
+    for argv, match in (
+        (["--repeats", "0"], "--repeats must be"),
+        (["--lenience", "0.5"], "must include 1"),
+        (["--lenience", "1,1.5"], "must lie in"),
+        (["--new-tokens", "4"], "--new-tokens must be >= gamma"),
+        (["--timed", "trigram"], "unknown drafter"),
+        (["--mode", "fp8"], "--mode must be"),
+    ):
+        with pytest.raises(SystemExit):
+            rd.parse_args(["--no-trained", *argv])
+        assert match in capsys.readouterr().err
+
+
+def test_estimate_scales_this_runs_costs(rd):
+    rows, _ = synthetic_runs()
+    state = {"runs": rows, "sweep_drafters": [], "elapsed_s": 100.0, "setup_s": 30.0, "done": ["a", "b"]}
+    full = {"prompts": 8, "new_tokens": 20, "repeats": 3, "timed": ["d"], "sweep": [1, 2], "lenience": [1.0]}
+    est = rd.estimate_full_minutes(state, full)
+    plain = 0.1 + 20 * statistics.median(r["decode_s"] / 10 for r in rows if r["drafter"] == "plain")
+    spec = 0.1 + 20 * statistics.median(r["decode_s"] / 10 for r in rows if r["drafter"] == "d")
+    assert est["main_min"] == pytest.approx(8 * 3 * 2 * 3 * (plain + spec) / 60)
+    timed = sum(r["decode_s"] + r["prefill_s"] for r in rows)
+    other = (100.0 - timed) / 2 * (48 + 8) + 30.0
+    assert est["other_min"] == pytest.approx(other / 60)
+    assert est["total_min"] == pytest.approx(est["main_min"] + est["extra_min"] + est["other_min"])
