@@ -318,9 +318,13 @@ def build_drafters(engine: dict[str, Any], names: list[str], corpus: list[list[i
         else:
             from specdec.draftnets import load_draft
 
-            out[name] = ModelDrafter(
-                load_draft(name.removeprefix("draft-"), engine["base"]), target=engine["base"]
-            )
+            draft = load_draft(name.removeprefix("draft-"), engine["base"])
+            if engine["mode"] not in HF_MODES:  # a lean target: the draft runs in the lean engine too
+                from specdec.modes import lean_draft
+
+                draft, _ = lean_draft(draft)
+            engine.setdefault("draft_modes", {})[name] = getattr(draft, "mode", engine["mode"])
+            out[name] = ModelDrafter(draft, target=engine["base"])
     return out
 
 
@@ -1069,6 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
             "layers": int(engine["target"].config.num_hidden_layers),
         },
         "mode_probe": state["probe"],
+        "draft_modes": engine.get("draft_modes", {}),
         "timed_drafters": args.timed_names,
         "alpha_only_drafters": args.alpha_names,
         "trained_drafts": args.trained,

@@ -261,7 +261,11 @@ class LeanLlama:
                         self.quantization_error = max(self.quantization_error, err)
                 self.layers.append(entry)
             self.embed = base.embed_tokens.weight.detach().to(self.dtype).contiguous().clone()
-            head = model.get_output_embeddings().weight.detach()
+            out_emb = model.get_output_embeddings()
+            # a head over a kept vocabulary (specdec.draftnets.TrimmedHead: the distilled drafts)
+            # gives full-width logits, -inf outside the kept ids
+            self.kept = getattr(out_emb, "kept", None)
+            head = (out_emb.kept_weight if self.kept is not None else out_emb.weight).detach()
             tied = head.data_ptr() == base.embed_tokens.weight.data_ptr()
             if self.int8_head:  # the head as an 8-bit code in two int4 halves (SmolLM2's Q8_0)
                 self.head, err = _int8_split(head, self.dtype)
@@ -273,7 +277,7 @@ class LeanLlama:
             if mode == "float32":  # one-row steps take the GEMV layout (see _Linear)
                 self.head.weight_t = self.head.weight.t().contiguous()
             self.norm = base.norm.weight.detach().to(self.dtype).clone()
-        self.vocab_size = int(self.head.out_features)
+        self.vocab_size = int(out_emb.vocab_size if self.kept is not None else self.head.out_features)
         inv = 1.0 / self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
         self._inv_freq = inv
         self._cos = self._sin = torch.empty(0)
@@ -426,7 +430,12 @@ class LeanLlama:
             x.add_(entry["down"](F.silu(gate) * up))
         if keep is not None:
             x = x[-keep:]
-        return self.head(self._rms(x, self.norm)).float()
+        logits = self.head(self._rms(x, self.norm)).float()
+        if self.kept is None:
+            return logits
+        full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
+        full[:, self.kept] = logits
+        return full
 
     def new_cache(self, capacity: int) -> torch.Tensor:
         """An empty KV cache for ``capacity`` positions (float32 in every mode)."""

@@ -27,7 +27,16 @@ import torch
 
 from specdec.lean import MODES, LeanLlama, int4_supported
 
-__all__ = ["available_modes", "choose_mode", "draft_length", "lean_model", "machine_identity", "probe_modes"]
+__all__ = [
+    "DRAFT_MODES",
+    "available_modes",
+    "choose_mode",
+    "draft_length",
+    "lean_draft",
+    "lean_model",
+    "machine_identity",
+    "probe_modes",
+]
 
 #: Bump when the probe's method changes: older cached probes are then ignored.
 PROBE_VERSION = 4
@@ -247,4 +256,26 @@ def lean_model(model: Any, mode: str = "auto", **choose: Any) -> tuple[LeanLlama
         return LeanLlama(model, probe["mode"]), probe
     if mode not in MODES:
         raise ValueError(f"mode must be 'auto' or one of {MODES}; got {mode!r}")
+    return LeanLlama(model, mode), None
+
+
+#: The lean modes that keep a draft's trained weights as they are (int4 would re-quantize them).
+DRAFT_MODES = ("float32", "bfloat16")
+
+
+def lean_draft(model: Any, mode: str = "auto", **choose: Any) -> tuple[LeanLlama, dict[str, Any] | None]:
+    """A draft model (e.g. :func:`specdec.draftnets.load_draft`) in the lean engine.
+
+    ``"auto"`` picks the faster of :data:`DRAFT_MODES` on this machine by :func:`choose_mode`
+    (cached like the target's probe); int4 is left out because it would round the draft's own
+    trained weights to a 4-bit code, changing the draft. A small draft is where the lean
+    engine saves most: its step is mostly fixed overhead, and c is the draft's step over the
+    target's. Returns the lean draft and the probe behind an ``"auto"`` choice.
+    """
+    if mode == "auto":
+        available = tuple(m for m in DRAFT_MODES if m in available_modes())
+        probe = choose_mode(model, modes=available, **choose)
+        return LeanLlama(model, probe["mode"]), probe
+    if mode not in DRAFT_MODES:
+        raise ValueError(f"mode must be 'auto' or one of {DRAFT_MODES}; got {mode!r}")
     return LeanLlama(model, mode), None

@@ -292,3 +292,22 @@ def test_engine_variants_kept_for_measuring_what_exactness_and_the_int8_head_cos
         LeanLlama(shape_true, "bfloat16", int8_head=True)
     with pytest.raises(ValueError, match="exact_verify must be True or False"):
         LeanLlama(shape_true, "int4", exact_verify=1)
+
+
+def test_a_distilled_draft_with_a_kept_vocabulary_runs_in_the_lean_engine(hf_target):
+    """specdec.draftnets' drafts (a TrimmedHead over kept ids: -inf elsewhere) load into the lean
+    engine with the same logits, and modes.lean_draft refuses int4 (it would re-quantize them)."""
+    from specdec.draftnets import build_draft
+    from specdec.modes import lean_draft
+
+    kept = torch.tensor([0, 3, 5, 8, 13, 21, 34, 55])
+    draft = build_draft(hf_target, [0], kept)
+    lean, probe = lean_draft(draft, "float32")
+    assert probe is None and lean.vocab_size == VOCAB
+    seq = [5, 17, 42, 8, 91, 3]
+    ours, ref = open_lm(lean).forward(seq), open_lm(draft).forward(seq)
+    assert torch.equal(torch.isfinite(ours), torch.isfinite(ref))
+    assert int(torch.isfinite(ours[0]).sum()) == len(kept)
+    torch.testing.assert_close(ours[torch.isfinite(ours)], ref[torch.isfinite(ref)], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="mode must be 'auto' or one of"):
+        lean_draft(draft, "int4")
