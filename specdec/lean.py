@@ -206,6 +206,8 @@ class LeanLlama:
             raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
         if int8_head is None:
             int8_head = mode == "int4"
+        if not isinstance(int8_head, bool):
+            raise ValueError(f"int8_head must be True, False or None; got {int8_head!r}")
         if int8_head and mode != "int4":
             raise ValueError(f"int8_head=True needs mode 'int4' (the int4 kernels); got mode {mode!r}")
         if not isinstance(exact_verify, bool):
@@ -276,6 +278,8 @@ class LeanLlama:
                 )
             if mode == "float32":  # one-row steps take the GEMV layout (see _Linear)
                 self.head.weight_t = self.head.weight.t().contiguous()
+            elif not self.int8_head:  # a dense bf16 head: one kernel for every row count
+                self.head.pad_single = True
             self.norm = base.norm.weight.detach().to(self.dtype).clone()
         self.vocab_size = int(out_emb.vocab_size if self.kept is not None else self.head.out_features)
         inv = 1.0 / self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)

@@ -284,9 +284,7 @@ def test_engine_variants_kept_for_measuring_what_exactness_and_the_int8_head_cos
     a.forward(ids[:30])
     b.forward(ids[:30])
     torch.testing.assert_close(a.forward(ids[30:]), b.forward(ids[30:]), atol=0.1, rtol=0.05)
-    assert not all(fast.verify_matches_steps(k=5, context=16 + 3 * s, seed=s) for s in range(10))
     dense_head = LeanLlama(shape_true, "int4", int8_head=False)
-    assert exact.int8_head and not dense_head.int8_head
     assert dense_head.weight_bytes() > exact.weight_bytes()
     with pytest.raises(ValueError, match="int8_head=True needs mode 'int4'"):
         LeanLlama(shape_true, "bfloat16", int8_head=True)
@@ -311,3 +309,26 @@ def test_a_distilled_draft_with_a_kept_vocabulary_runs_in_the_lean_engine(hf_tar
     torch.testing.assert_close(ours[torch.isfinite(ours)], ref[torch.isfinite(ref)], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="mode must be 'auto' or one of"):
         lean_draft(draft, "int4")
+
+
+@pytest.mark.parametrize("mode", [m for m in SHIPPED if m != "float32"])
+def test_verify_equals_steps_bit_for_bit_for_a_wider_model(mode):
+    """Hidden 2048 (one layer): oneDNN's one-row bf16 kernel differs from its multi-row kernel
+    for the LM head too (K = 2048), so the head must run one-row inputs as two rows as well;
+    without that the bf16 head failed 6 of 6 seeds on an AVX512-BF16 EPYC."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(7)
+    config = LlamaConfig(
+        vocab_size=512,
+        hidden_size=2048,
+        intermediate_size=256,
+        num_hidden_layers=1,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+    )
+    model = LlamaForCausalLM(config).eval()
+    for variant in ({}, {"int8_head": False}) if mode == "int4" else ({},):
+        lean = LeanLlama(model, mode, **variant)
+        assert all(lean.verify_matches_steps(k=5, context=8 + s, seed=s) for s in range(6)), variant
