@@ -32,9 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from specdec.theory import optimal_gamma, oracle_speedup, walltime_speedup, walltime_speedup_measured
+from specdec.theory import walltime_speedup_measured
 
-__all__ = ["draft_runs", "iid_fixed_best", "replay", "replay_record", "summarize_record", "verify_cost_at"]
+__all__ = [
+    "draft_runs",
+    "iid_fixed_best",
+    "iid_oracle_on_curve",
+    "replay",
+    "replay_record",
+    "summarize_record",
+    "verify_cost_at",
+]
 
 
 def _check_int(name: str, value: object, low: int) -> int:
@@ -97,47 +105,86 @@ def verify_cost_at(curve: Mapping[int, float], k: int) -> float:
 def replay(
     runs: Sequence[int],
     lengths: Sequence[int],
-    rule: int | str,
+    rule: int | str | Any,
     c: float,
     curve: Mapping[int, float],
 ) -> dict[str, float]:
     """Walk one generation round by round under ``rule`` and add up its cost in target steps.
 
     ``rule`` is a fixed gamma (an integer >= 1: each round drafts ``min(gamma, lengths[s])``
-    tokens and accepts ``min(gamma, runs[s])``) or ``"oracle"`` (each round drafts exactly
-    ``runs[s]`` tokens: none wasted). A round emits its accepted drafts and one token of the
-    target's own. Returns tokens, rounds, drafted, cost (in target steps: ``drafted * c +
-    v(drafted + 1)`` per round) and ``speedup`` = tokens / cost, plain decoding costing one
-    step per token.
+    tokens and accepts ``min(gamma, runs[s])``), ``"oracle"`` (each round drafts exactly
+    ``runs[s]`` tokens: none wasted), or a draft-length policy of :mod:`specdec.policies`
+    (e.g. ``HeuristicGamma()``: its gamma per round, updated with the round's outcome, as in
+    :func:`specdec.decoding.speculative`). As the decoder does, no round drafts past the end of
+    the generation (at most the tokens left minus one). A round emits its accepted drafts and
+    one token of the target's own. Returns tokens, rounds, drafted, ``verify`` (the sum of
+    ``v(drafted + 1)`` over rounds), cost (``drafted * c + verify``, in target steps) and
+    ``speedup`` = tokens / cost, plain decoding costing one step per token.
     """
+    from specdec.policies import DraftPolicy
+
     if len(runs) != len(lengths) or not runs:
         raise ValueError(
             f"runs and lengths must be non-empty and of equal length; got {len(runs)}, {len(lengths)}"
         )
     if any(r < 0 or r > n for r, n in zip(runs, lengths, strict=True)):
         raise ValueError("every run must lie in [0, its draft's length]")
-    if rule != "oracle":
-        rule = _check_int("rule (a fixed gamma, or 'oracle')", rule, 1)
+    policy = rule if isinstance(rule, DraftPolicy) else None
+    if policy is None and rule != "oracle":
+        rule = _check_int("rule (a fixed gamma, 'oracle' or a DraftPolicy)", rule, 1)
     if not c >= 0.0:
         raise ValueError(f"c must be >= 0; got {c!r}")
+    if policy is not None:
+        policy.reset()
     n = len(runs)
-    s, tokens, rounds, drafted_total, cost = 0, 0, 0, 0, 0.0
+    s, tokens, rounds, drafted_total, verify = 0, 0, 0, 0, 0.0
     while s < n:
+        left = n - s - 1  # drafts that still fit: the round's own token takes the last place
         if rule == "oracle":
-            drafted = accepted = runs[s]
+            drafted = accepted = min(runs[s], left)
         else:
-            drafted, accepted = min(rule, lengths[s]), min(rule, runs[s])
-        accepted = min(accepted, n - s - 1)  # the generation ends: the last token is the target's
-        emitted = accepted + 1
-        cost += drafted * c + verify_cost_at(curve, drafted + 1)
-        tokens, rounds, drafted_total, s = tokens + emitted, rounds + 1, drafted_total + drafted, s + emitted
+            gamma = policy.next() if policy is not None else rule
+            drafted = min(gamma, lengths[s], left)
+            accepted = min(drafted, runs[s])
+            if policy is not None:
+                policy.update(drafted, accepted)
+        verify += verify_cost_at(curve, drafted + 1)
+        tokens, rounds, drafted_total, s = (
+            tokens + accepted + 1,
+            rounds + 1,
+            drafted_total + drafted,
+            s + accepted + 1,
+        )
+    cost = drafted_total * c + verify
     return {
         "tokens": float(tokens),
         "rounds": float(rounds),
         "drafted": float(drafted_total),
+        "verify": verify,
         "cost": cost,
         "speedup": tokens / cost,
     }
+
+
+def iid_oracle_on_curve(alpha: float, c: float, curve: Mapping[int, float], max_gamma: int) -> float:
+    """Section 3.5's oracle under the i.i.d. model, with a measured verify curve.
+
+    The run R of acceptances before the first rejection is geometric, capped at ``max_gamma``
+    (P(R = r) = alpha^r (1 - alpha) for r < max_gamma, P(R = max_gamma) = alpha^max_gamma);
+    the oracle drafts R and emits R + 1 tokens for R c + v(R + 1) steps, so by renewal-reward
+    the speedup is E[R + 1] / E[R c + v(R + 1)]. With ``v = 1`` and no cap this is
+    :func:`specdec.theory.oracle_speedup`.
+    """
+    g = _check_int("max_gamma", max_gamma, 1)
+    if not 0.0 <= alpha < 1.0:
+        raise ValueError(f"alpha must lie in [0, 1); got {alpha!r}")
+    if not c >= 0.0:
+        raise ValueError(f"c must be >= 0; got {c!r}")
+    r = np.arange(g + 1)
+    prob = alpha**r * (1 - alpha)
+    prob[-1] = alpha**g
+    v = np.array([verify_cost_at(curve, int(k) + 1) for k in r])
+    return float((prob * (r + 1)).sum() / (prob * (r * c + v)).sum())
 
 
 def iid_fixed_best(alpha: float, c: float, curve: Mapping[int, float], max_gamma: int) -> tuple[int, float]:
@@ -179,48 +226,110 @@ def replay_record(
     return out
 
 
-def _geomean(x: np.ndarray) -> float:
-    return float(np.exp(np.log(x).mean()))
+def _geomean(x: np.ndarray, axis: int | None = None) -> Any:
+    return np.exp(np.log(x).mean(axis=axis))
 
 
-def summarize_record(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per drafter of an oracle record: the best fixed gamma and the oracle, replayed.
+def _parts(
+    rows: Sequence[Mapping[str, Any]], drafter: str, rule: Any, curve: Mapping[int, float]
+) -> np.ndarray:
+    """Per prompt (tokens, drafted, verify) of :func:`replay`: the speedup at any c is
+    tokens / (drafted c + verify), so a bootstrap over c needs no new replay."""
+    from specdec.policies import HeuristicGamma
 
-    For each drafter (with its measured ``c`` and the record's verify curve): ``best_gamma``
-    (the fixed gamma with the highest geometric-mean speedup over prompts; ties to the
-    smaller), ``best_fixed`` and ``oracle`` (geometric means over prompts), ``gain`` with
-    its 95 % bootstrap interval ``low``/``high`` (geometric mean over prompts of oracle over
-    best fixed, :func:`specdec.intervals.ratio_ci`), ``alpha`` (the share of positions whose
-    first draft token matches the target's) and ``iid_gain`` (the i.i.d. oracle over the best
-    fixed gamma by Theorem 3.8 at that alpha and c, verify costing one step: Section 3.5's
-    argument).
+    out = []
+    for r in rows:
+        d = r["drafters"][drafter]
+        rr = HeuristicGamma(max_gamma=rule[1]) if isinstance(rule, tuple) else rule
+        res = replay(d["runs"], d["lengths"], rr, 0.0, curve)
+        out.append((res["tokens"], res["drafted"], res["verify"]))
+    return np.array(out)
+
+
+def summarize_record(
+    record: Mapping[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95
+) -> list[dict[str, Any]]:
+    """Per drafter of an oracle record: the best fixed gamma, the heuristic schedule and the
+    oracle, replayed on the same drafts, with intervals.
+
+    Each rule's speedup on a prompt is tokens / (drafted c + verify) (:func:`replay`). For each
+    drafter: ``c`` (the median of its measured samples), ``alpha`` (the share of positions
+    whose first draft token equals the target's, a position without a draft counting as a
+    rejection), ``best_gamma`` (the fixed gamma with the highest geometric-mean speedup over
+    prompts; ties to the smaller), ``best_fixed`` and ``oracle`` (geometric means), ``gain``
+    (geometric mean over prompts of oracle over best fixed) and ``heuristic`` (transformers'
+    heuristic schedule, :class:`specdec.policies.HeuristicGamma` with the same largest gamma,
+    over best fixed), each with a percentile bootstrap interval (``gain_low``/``gain_high``,
+    ``heuristic_low``/``heuristic_high``) that resamples the prompts *and* re-estimates c as
+    the median of the resampled prompts' c samples (the record keeps them in pass-major,
+    prompt order) and re-chooses the best gamma in every replicate. For comparison, with the
+    same alpha and c: ``iid_gain`` (the i.i.d. oracle over the i.i.d. best fixed gamma on the
+    same verify curve, :func:`iid_oracle_on_curve`, :func:`iid_fixed_best`), and the same two
+    ratios with a free verify, ``flat_gain`` (real drafts) and ``iid_flat_gain`` (i.i.d.):
+    Section 3.5's setting. The verify curve is taken as measured (its own noise is not in the
+    intervals).
     """
-    from specdec.intervals import ratio_ci
-
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"n_boot must be an integer >= 1; got {n_boot!r}")
     curve = {int(k): float(v) for k, v in record["curve"].items()}
     max_gamma = _check_int("max_gamma", record["settings"]["max_gamma"], 1)
+    flat = dict.fromkeys(range(1, max_gamma + 2), 1.0)
+    rows = record["rows"]
+    n = len(rows)
+    if n == 0:
+        raise ValueError("the record holds no prompts")
     gammas = list(range(1, max_gamma + 1))
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, n, size=(n_boot, n))
+    tail = (1 - level) / 2
     out = []
     for name, cost in record["costs"].items():
-        c = float(cost["c"])
-        per = replay_record(record["rows"], name, c, curve, [*gammas, "oracle"])
-        best = max(gammas, key=lambda g: (_geomean(per[g]), -g))
-        gain, low, high = ratio_ci(per["oracle"], per[best])
-        runs = np.concatenate([r["drafters"][name]["runs"] for r in record["rows"]])
+        samples = np.asarray(cost["samples"], dtype=float)
+        if samples.size % n:
+            raise ValueError(f"the c samples of {name!r} must be whole passes over the {n} prompts")
+        by_prompt = samples.reshape(-1, n).T  # (prompt, pass)
+        c = float(np.median(samples))
+
+        def speed(parts: np.ndarray, cc: Any) -> np.ndarray:
+            return parts[..., 0] / (parts[..., 1] * cc + parts[..., 2])
+
+        fixed = np.stack([_parts(rows, name, g, curve) for g in gammas])  # (gamma, prompt, 3)
+        oracle = _parts(rows, name, "oracle", curve)
+        heur = _parts(rows, name, ("heuristic", max_gamma), curve)
+        sf = speed(fixed, c)
+        best = int(np.argmax(_geomean(sf, axis=1)))
+        so, sh = speed(oracle, c), speed(heur, c)
+        gains, heurs = [], []
+        for idx in picks:
+            cb = float(np.median(by_prompt[idx]))
+            fb = speed(fixed[:, idx], cb)
+            bb = int(np.argmax(_geomean(fb, axis=1)))
+            gains.append(_geomean(speed(oracle[idx], cb) / fb[bb]))
+            heurs.append(_geomean(speed(heur[idx], cb) / fb[bb]))
+        flat_fixed = np.stack([speed(_parts(rows, name, g, flat), c) for g in gammas])
+        flat_best = int(np.argmax(_geomean(flat_fixed, axis=1)))
+        flat_oracle = speed(_parts(rows, name, "oracle", flat), c)
+        runs = np.concatenate([r["drafters"][name]["runs"] for r in rows])
         alpha = float((np.asarray(runs) >= 1).mean())
-        iid_best = float(walltime_speedup(alpha, optimal_gamma(alpha, c, max_gamma), c))
         out.append(
             {
                 "drafter": name,
                 "c": c,
                 "alpha": alpha,
-                "best_gamma": best,
-                "best_fixed": _geomean(per[best]),
-                "oracle": _geomean(per["oracle"]),
-                "gain": gain,
-                "low": low,
-                "high": high,
-                "iid_gain": float(oracle_speedup(alpha, c)) / iid_best,
+                "best_gamma": gammas[best],
+                "best_fixed": float(_geomean(sf[best])),
+                "oracle": float(_geomean(so)),
+                "gain": float(_geomean(so / sf[best])),
+                "gain_low": float(np.quantile(gains, tail)),
+                "gain_high": float(np.quantile(gains, 1 - tail)),
+                "heuristic": float(_geomean(sh / sf[best])),
+                "heuristic_low": float(np.quantile(heurs, tail)),
+                "heuristic_high": float(np.quantile(heurs, 1 - tail)),
+                "flat_gain": float(_geomean(flat_oracle / flat_fixed[flat_best])),
+                "iid_gain": iid_oracle_on_curve(alpha, c, curve, max_gamma)
+                / iid_fixed_best(alpha, c, curve, max_gamma)[1],
+                "iid_flat_gain": iid_oracle_on_curve(alpha, c, flat, max_gamma)
+                / iid_fixed_best(alpha, c, flat, max_gamma)[1],
             }
         )
     return out

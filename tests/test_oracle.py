@@ -71,9 +71,9 @@ def test_replay_rejects_bad_input():
         replay([1], [1, 1], 1, 0.0, FLAT)
     with pytest.raises(ValueError, match="run must lie"):
         replay([2], [1], 1, 0.0, FLAT)
-    with pytest.raises(ValueError, match="fixed gamma, or 'oracle'"):
+    with pytest.raises(ValueError, match="fixed gamma, 'oracle' or a DraftPolicy"):
         replay([1], [1], 0, 0.0, FLAT)
-    with pytest.raises(ValueError, match="fixed gamma, or 'oracle'"):
+    with pytest.raises(ValueError, match="fixed gamma, 'oracle' or a DraftPolicy"):
         replay([1], [1], "best", 0.0, FLAT)
     with pytest.raises(ValueError, match="c must be"):
         replay([1], [1], 1, -1.0, FLAT)
@@ -140,10 +140,40 @@ def test_summarize_record_picks_the_best_fixed_gamma_and_bounds_it():
         }
         for i in range(4)
     ]
-    record = {"curve": {"9": 1.0}, "settings": {"max_gamma": 8}, "costs": {"d": {"c": 0.05}}, "rows": rows}
-    (out,) = summarize_record(record)
-    assert out["drafter"] == "d" and 1 <= out["best_gamma"] <= 8
+    costs = {"d": {"c": 0.05, "samples": [0.04, 0.05, 0.06, 0.05] * 2}}  # two passes over 4 prompts
+    record = {"curve": {"9": 1.0}, "settings": {"max_gamma": 8}, "costs": costs, "rows": rows}
+    (out,) = summarize_record(record, n_boot=200)
+    assert out["drafter"] == "d" and 1 <= out["best_gamma"] <= 8 and out["c"] == 0.05
     assert out["oracle"] >= out["best_fixed"] and out["gain"] >= 1.0  # hindsight never loses
-    assert out["low"] <= out["gain"] <= out["high"]
+    assert out["gain_low"] <= out["gain"] <= out["gain_high"]
+    assert out["heuristic_low"] <= out["heuristic"] <= out["heuristic_high"]
     assert 0.5 < out["alpha"] < 0.9
-    assert out["iid_gain"] > 1.0
+    # on a flat curve the real (here: i.i.d.) runs and the i.i.d. formula agree closely
+    assert out["flat_gain"] == pytest.approx(out["iid_flat_gain"], rel=0.05)
+    with pytest.raises(ValueError, match="whole passes"):
+        summarize_record(record | {"costs": {"d": {"c": 0.05, "samples": [0.05] * 5}}})
+
+
+def test_iid_oracle_on_a_flat_curve_is_section_3_5s_formula():
+    from specdec.oracle import iid_oracle_on_curve
+
+    flat = dict.fromkeys(range(1, 202), 1.0)
+    assert iid_oracle_on_curve(0.8, 0.05, flat, 200) == pytest.approx(
+        float(oracle_speedup(0.8, 0.05)), rel=1e-9
+    )
+    # a verify premium lowers it
+    assert iid_oracle_on_curve(0.8, 0.05, {2: 1.2, 17: 3.0}, 16) < iid_oracle_on_curve(0.8, 0.05, flat, 16)
+    with pytest.raises(ValueError, match="alpha"):
+        iid_oracle_on_curve(1.0, 0.0, flat, 4)
+
+
+def test_replay_runs_a_draft_length_policy_and_stops_at_the_end():
+    from specdec.policies import HeuristicGamma
+
+    runs, lengths = [3, 2, 1, 0, 0, 0, 0, 0, 0, 0], [9] * 10
+    out = replay(runs, lengths, HeuristicGamma(start=2, max_gamma=8), 0.0, FLAT)
+    # round 1: gamma 2, accepts 2 (full) -> gamma 4; round 2 from s = 3: accepts 0 -> gamma 3;
+    # then one token per round (6 rounds) to the end
+    assert (out["tokens"], out["rounds"]) == (10, 8)
+    # the last round never drafts past the end: 9 tokens left minus one
+    assert replay([9] + [0] * 9, [9] * 10, 15, 0.0, FLAT)["drafted"] == 9

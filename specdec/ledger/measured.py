@@ -452,9 +452,9 @@ def oracle_gamma_verdicts(record: Mapping[str, Any] | None) -> list[Measured]:
     printed, bound = _oracle_bound()
     rows = []
     for s in summarize_record(record):
-        if s["low"] > bound or s["high"] <= 1:
+        if s["gain_low"] > bound or s["gain_high"] <= 1:
             verdict = FAILS
-        elif s["low"] > 1 and s["high"] <= bound:
+        elif s["gain_low"] > 1 and s["gain_high"] <= bound:
             verdict = HOLDS
         else:
             verdict = UNDECIDED
@@ -465,13 +465,14 @@ def oracle_gamma_verdicts(record: Mapping[str, Any] | None) -> list[Measured]:
                 f"lean {record['mode']} target, drafter {s['drafter']}, Section 3.5 oracle (replayed)",
                 CPU_TARGET,
                 record["file"],
-                f"oracle over the best fixed γ = {s['best_gamma']}: {s['gain']:.2f} [{s['low']:.2f}, "
-                f"{s['high']:.2f}] (α = {s['alpha']:.2f}, c = {s['c']:.3f}; the i.i.d. model predicts "
-                f"{s['iid_gain']:.2f}); the bound {printed} allows up to {bound:.3f}",
+                f"oracle over the best fixed γ = {s['best_gamma']}: {s['gain']:.2f} [{s['gain_low']:.2f}, "
+                f"{s['gain_high']:.2f}] (α = {s['alpha']:.2f}, c = {s['c']:.3f}; the i.i.d. model on the "
+                f"same verify curve predicts {s['iid_gain']:.2f}); the bound {printed} allows up to "
+                f"{bound:.3f}",
                 verdict,
                 gain=s["gain"],
-                low=s["low"],
-                high=s["high"],
+                low=s["gain_low"],
+                high=s["gain_high"],
                 iid_gain=s["iid_gain"],
                 bound=bound,
             )
