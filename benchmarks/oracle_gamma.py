@@ -8,7 +8,9 @@ On the default target in the lean mode of this machine (the same setting as
    ``--max-gamma`` tokens at every position of that continuation, and how many of its tokens
    match the target's (:func:`specdec.oracle.draft_runs`);
 3. per drafter, its cost c (Definition 3.7, :func:`specdec.stats.cost_coefficient`) from
-   ``--repeats`` speculative calls at gamma = ``--c-gamma`` interleaved with plain ones.
+   ``--repeats`` speculative calls at gamma = ``--c-gamma`` interleaved with plain ones; their
+   accepted counts per round are kept, so that the replay at that gamma can be checked
+   against real decoding (:func:`specdec.oracle.replay` must give the same rounds).
 
 The verify-cost curve T(k)/T(1) comes from the mode probe (:func:`specdec.modes.choose_mode`).
 The record holds the runs, the draft lengths, c and the curve; the book replays them under
@@ -72,6 +74,11 @@ def load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
     target, probe = lean_model(base.model, args.mode)
     if probe is None:  # a named mode: its verify curve is still measured here
         probe = probe_modes(base.model, [target.mode])
+    top = max(int(k) for k in probe["modes"][target.mode]["curve"])
+    if args.max_gamma + 1 > top:
+        raise SystemExit(
+            f"--max-gamma must be at most {top - 1}: the verify curve was measured up to k = {top}"
+        )
     return target, probe, base.tokenizer, load_draft(args.draft, base.model)
 
 
@@ -100,6 +107,7 @@ def measure_c(args: argparse.Namespace, target: Any, makers: dict[str, Any], pro
     gamma = ``--c-gamma``, each priced against the plain call just before or after it."""
     rng = np.random.default_rng(0)
     samples: dict[str, list[float]] = {name: [] for name in makers}
+    accepted: dict[str, list[list[int]]] = {name: [] for name in makers}  # per call, per round
     for _ in tqdm(range(args.repeats), desc="c", unit="pass"):
         for p in prompts:
             for i in rng.permutation(len(makers)):
@@ -118,7 +126,11 @@ def measure_c(args: argparse.Namespace, target: Any, makers: dict[str, Any], pro
                             max_new_tokens=args.new_tokens,
                         )
                 samples[name].append(calls["spec"].stats.cost_coefficient(calls["plain"].stats.step_s))
-    return {name: {"c": float(np.median(v)), "samples": v} for name, v in samples.items()}
+                accepted[name].append(list(calls["spec"].stats.accepted))
+    return {
+        name: {"c": float(np.median(v)), "samples": v, "accepted": accepted[name]}
+        for name, v in samples.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> Path:

@@ -127,7 +127,10 @@ def resolve_engines(engines: str | Sequence[str] | None, *, log: Log = _print) -
         log("llama_cpp is not importable: llama.cpp is left out (pip install llama-cpp-python)")
         wanted = tuple(e for e in wanted if e != "llama.cpp")
     if not int4_supported():
-        wanted = tuple(e for e in wanted if e != "lean-int4" and e not in VARIANTS)
+        int4 = [e for e in wanted if e == "lean-int4" or e in VARIANTS]
+        if int4 and engines is not None:
+            raise ValueError(f"{', '.join(int4)} requested but this torch lacks the CPU int4 kernels")
+        wanted = tuple(e for e in wanted if e not in int4)
     return wanted
 
 

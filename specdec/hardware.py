@@ -87,6 +87,8 @@ def break_even_alpha(c: float, curve: Mapping[int, float], tol: float = 1e-9) ->
     """
     if not c >= 0.0:
         raise ValueError(f"c must be >= 0; got {c!r}")
+    if not 0.0 < tol < 0.5:
+        raise ValueError(f"tol must lie in (0, 0.5); got {tol!r}")
 
     def wins(alpha: float) -> bool:
         return best_gamma_on_curve(alpha, c, curve)[1] > 1.0

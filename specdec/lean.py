@@ -16,9 +16,10 @@ preallocated, position-indexed KV cache (gpt-fast's design). Its weight **modes*
   (w = d q + m, q in 0..15, with the block's minimum at q = 0 and maximum at q = 15), and its
   Q8_0 blocks a symmetric one (w = d q, q in -127..127, the largest |q| = 127), so
   re-encoding the dequantized weights recovers the very same integers:
-  :attr:`LeanLlama.quantization_error` records the largest reconstruction error (0 for
+  :attr:`LeanLlama.quantization_error` records the largest error of the integer code (0 for
   SmolLM2's Q4_1 layers and Q8_0 head). The scales and zeros are then rounded to bfloat16,
-  which the kernel needs. On an AVX-512 EPYC (one thread) the two-int4 head took 1.6 ms per
+  which the kernel needs (up to 2^-9 relative): the integers are the GGUF's, the scales
+  nearly so. On an AVX-512 EPYC (one thread) the two-int4 head took 1.6 ms per
   one-row call against 6.8 ms in bfloat16, but grows faster with the rows of a verify call
   (the int4 kernel decodes the weights again for each row): a decode step became about 18 %
   faster, a call over 8 tokens about 7 % slower. The engine benchmark records both.

@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 #: Bump when the probe's method changes: older cached probes are then ignored.
-PROBE_VERSION = 4
+PROBE_VERSION = 5
 
 
 def available_modes() -> tuple[str, ...]:
@@ -125,7 +125,7 @@ def probe_modes(
     exact = {}
     for mode in modes:
         lean = LeanLlama(model, mode)
-        exact[mode] = lean.verify_matches_steps()
+        exact[mode] = lean.verify_matches_steps(k=max(sizes))  # the longest verify call probed
         s = lean.session()
         s.forward(ids[:context], keep=1)
         sessions[mode] = s

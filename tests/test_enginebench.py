@@ -20,3 +20,12 @@ def test_variants_run_only_when_named():
 def test_unknown_engines_are_refused_with_the_valid_names():
     with pytest.raises(ValueError, match="lean-int4-bf16head"):
         resolve_engines("lean-int8")
+
+
+def test_int4_engines_named_without_the_kernels_are_refused(monkeypatch):
+    import specdec.lean
+
+    monkeypatch.setattr(specdec.lean, "int4_supported", lambda: False)
+    with pytest.raises(ValueError, match="lacks the CPU int4 kernels"):
+        resolve_engines("lean-float32,lean-int4-bf16head")
+    assert "lean-int4" not in resolve_engines(None, log=lambda line: None)

@@ -63,3 +63,10 @@ def test_break_even_alpha_is_c_with_a_free_verify_and_rises_with_a_premium():
     assert break_even_alpha(2.0, flat) == 1.0  # a draft dearer than the target never pays
     with pytest.raises(ValueError, match="c must be"):
         break_even_alpha(-0.1, flat)
+
+
+def test_break_even_alpha_refuses_a_tolerance_that_would_never_end():
+    from specdec.hardware import break_even_alpha
+
+    with pytest.raises(ValueError, match="tol must lie in"):
+        break_even_alpha(0.1, {2: 1.0}, tol=0.0)
