@@ -90,6 +90,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="the record's path")
     ap.add_argument("--fresh", action="store_true", help="start over instead of resuming the record")
+    ap.add_argument(
+        "--redo", default=None, help="a step to measure again in a resumed record (its data dropped)"
+    )
+    ap.add_argument("--redo-reason", default="", help="why --redo: kept in the record's status")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     grid = QUICK if args.quick else FULL
@@ -101,6 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             setattr(args, key, grid[key])
     args.steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
     args.modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if args.redo is not None and args.redo not in STEPS:
+        ap.error(f"--redo must name one of {', '.join(STEPS)}; got {args.redo!r}")
     if not args.steps or any(s not in STEPS for s in args.steps):
         ap.error(f"--steps must name some of {', '.join(STEPS)}; got {args.steps}")
     if not args.modes or any(m not in ("float32", "bfloat16") for m in args.modes):
@@ -328,6 +334,7 @@ def step_decoding(args, record, models, save_now, progress) -> None:
         configs={
             name: {"cut": c["cut"], "drafter": type(c["drafter"]).__name__} for name, c in configs.items()
         },
+        common_cut_alpha_from="lookup",
     )
     section.setdefault("units", [])
     print(f"decoding in {mode} ({why})", flush=True)
@@ -353,19 +360,23 @@ def step_decoding(args, record, models, save_now, progress) -> None:
 
 
 def step_analysis(args, record) -> None:
+    """Predictions from the surface at the alphas the decoding step measured (ragged configurations:
+    a common cut re-drafts and re-examines drafts it accepted but cut, so its own count is biased)."""
     if "surface" not in record or "decoding" not in record:
         raise SystemExit("the analysis step needs the surface and decoding steps in the record")
+    from specdec.theory import expected_tokens, walltime_speedup_measured
+
     blocks, dec = record["surface"]["blocks"], record["decoding"]
-    names = list(dec["configs"])
-    alphas = {name: bc.pooled_alpha(dec["units"], name) for name in names}
+    ragged = [name for name, c in dec["configs"].items() if c["cut"] == "ragged"]
+    alphas = {name: bc.pooled_alpha(dec["units"], name) for name in ragged}
     draft_cfg = dec["draft_config"]  # the draft model's configuration (the others draft by lookup)
     out: dict[str, Any] = {
         "alpha": alphas,
-        "alpha_source": "accepted / examined drafts, pooled over the decoding units",
+        "alpha_source": "accepted / examined drafts, pooled over the decoding units (ragged configurations)",
     }
     for mode in args.modes:
         per: dict[str, Any] = {}
-        for name in names:
+        for name in ragged:
             draft = f"draft-{mode}" if name == draft_cfg else None
             per[name] = bc.gain_intervals(
                 blocks, f"target-{mode}", alphas[name], draft=draft, n_boot=args.boot, seed=args.seed
@@ -379,16 +390,20 @@ def step_analysis(args, record) -> None:
     surf = bc.surface(blocks, f"target-{mode}")
     draft_surf = bc.surface(blocks, f"draft-{mode}")
     side = {}
-    for name in names:
+    for name, cfg in dec["configs"].items():
         c = {b: draft_surf[(b, 1)] / surf[(b, 1)] for b, k in surf if k == 1} if name == draft_cfg else 0.0
-        pred = bc.predicted_gains(surf, alphas[name], c, gammas=[args.gamma])
         rows = {}
         for b in dec["batches"]:
             measured = dec["summary"][str(b)][name]
             row = {"measured": measured["speedup"], "tokens_per_round": measured["tokens_per_round"]}
-            if b in pred:
-                row["predicted"] = pred[b]["per_gamma"][args.gamma]
-                row["c"] = pred[b]["c"]
+            if (b, args.gamma + 1) in surf:
+                v = surf[(b, args.gamma + 1)] / surf[(b, 1)]
+                c_b = c[b] if isinstance(c, dict) else c
+                # a common cut keeps the round's smallest count: i.i.d. rows at alpha give Eq. (1) at alpha^b
+                a = alphas[name] if cfg["cut"] == "ragged" else alphas[dec["common_cut_alpha_from"]] ** b
+                row["predicted"] = float(walltime_speedup_measured(a, args.gamma, c_b, v))
+                row["predicted_tokens_per_round"] = float(expected_tokens(a, args.gamma))
+                row["c"], row["verify_cost"] = c_b, v
             rows[str(b)] = row
         side[name] = rows
     out["at_gamma"] = {"gamma": args.gamma, "mode": mode, "configs": side}
@@ -410,6 +425,13 @@ def main(argv: list[str] | None = None) -> Path:
     path = record_path(args, device_slug(env["device_name"]))
     path.parent.mkdir(parents=True, exist_ok=True)
     record = open_record(args, path, command.strip(), env, machine)
+    if args.redo is not None and args.redo in record["status"]["steps_done"]:
+        record.pop(args.redo, None)
+        record["status"]["steps_done"].remove(args.redo)
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        record["status"].setdefault("redone", []).append(
+            {"step": args.redo, "reason": args.redo_reason, "utc": when}
+        )
     started = time.monotonic()
     progress = progress_bar(not args.no_progress)
 

@@ -26,7 +26,7 @@ from tiny_models import VOCAB, next_token_logits, perturbed_copy, tiny_llama
 
 import specdec.batched
 import specdec.sampling
-from specdec.batchcost import block_plan
+from specdec.batchcost import block_plan, gain_intervals, predicted_gains, surface, vanishing_batch
 from specdec.batched import BatchedLM, batched_autoregressive, batched_speculative
 from specdec.decoding import autoregressive, speculative
 from specdec.drafters import ModelDrafter, PromptLookupDrafter
@@ -396,3 +396,64 @@ def test_batch_surface_benchmark_end_to_end_and_resume(bench, tmp_path, one_thre
     assert len(again["decoding"]["units"]) == len(units) and len(again["sessions"]) == 2
     with pytest.raises(SystemExit, match="other settings"):
         bench.main([*args, "--passes", "3"])
+    # a step measured again on demand: its data replaced, the reason kept
+    bench.main([*args, "--redo", "decoding", "--redo-reason", "test"])
+    redone = json.loads(out.read_text())
+    assert redone["status"]["redone"][-1]["step"] == "decoding" and redone["status"]["finished"]
+    assert len(redone["decoding"]["units"]) == len(units)
+    common = redone["prediction"]["at_gamma"]["configs"]["lookup, common cut"]
+    a = redone["prediction"]["alpha"]["lookup"]
+    for b, row in common.items():
+        assert row["predicted_tokens_per_round"] == pytest.approx(float(expected_tokens(a ** int(b), gamma)))
+
+
+def test_gain_intervals_resample_whole_passes():
+    """The vectorised bootstrap of gain_intervals, redone draw by draw with the same resampled passes."""
+    rng = np.random.default_rng(3)
+    blocks = []
+    for r in range(4):
+        for b in (1, 8):
+            slow = 1 + 0.3 * rng.random()  # a pass-wide slowdown
+            times = {str(k): slow * (0.05 + 0.01 * b * k) * (1 + 0.05 * rng.random()) for k in (1, 2, 3, 4)}
+            blocks.append({"pass": r, "model": "t", "b": b, "times_s": times})
+            blocks.append({"pass": r, "model": "d", "b": b, "times_s": {"1": slow * 0.004 * (1 + 0.1 * b)}})
+    out = gain_intervals(blocks, "t", 0.6, draft="d", n_boot=300, seed=5)
+    idx = np.random.default_rng(5).integers(0, 4, size=(300, 4))
+    for b in (1, 8):
+        best = []
+        for draw in idx:
+            med = {
+                k: np.median(
+                    [
+                        blk["times_s"][str(k)]
+                        for p in draw
+                        for blk in blocks
+                        if blk["pass"] == p and blk["model"] == "t" and blk["b"] == b
+                    ]
+                )
+                for k in (1, 2, 3, 4)
+            }
+            cd = (
+                np.median(
+                    [
+                        blk["times_s"]["1"]
+                        for p in draw
+                        for blk in blocks
+                        if blk["pass"] == p and blk["model"] == "d" and blk["b"] == b
+                    ]
+                )
+                / med[1]
+            )
+            best.append(
+                max(float(expected_tokens(0.6, g)) / (g * cd + med[g + 1] / med[1]) for g in (1, 2, 3))
+            )
+        est, lo, hi = out["batches"][b]["gain"]
+        assert (lo, hi) == pytest.approx(tuple(np.percentile(best, [2.5, 97.5])), rel=1e-12)
+        point = predicted_gains(
+            surface(blocks, "t"),
+            0.6,
+            {bb: surface(blocks, "d")[(bb, 1)] / surface(blocks, "t")[(bb, 1)] for bb in (1, 8)},
+        )
+        assert est == pytest.approx(point[b]["gain"], rel=1e-12)
+    assert vanishing_batch({1: 1.2, 2: 0.9, 4: 1.1, 8: 0.8}) == 8
+    assert vanishing_batch({1: 0.9, 2: 0.8}) == 1 and vanishing_batch({1: 1.3, 2: 1.1}) is None
