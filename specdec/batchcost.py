@@ -40,7 +40,7 @@ import numpy as np
 
 from specdec.gpurecord import _forward_kwargs, _new_cache, _summary
 from specdec.hardware import best_gamma_on_curve
-from specdec.intervals import ratio_ci
+from specdec.intervals import geomean, ratio_ci
 from specdec.theory import walltime_speedup_measured
 
 __all__ = [
@@ -49,6 +49,8 @@ __all__ = [
     "gain_intervals",
     "measure_surface",
     "pooled_alpha",
+    "round_decomposition",
+    "straggler_factor",
     "predicted_gains",
     "surface",
     "surface_cells",
@@ -473,3 +475,47 @@ def pooled_alpha(units: Sequence[Mapping[str, Any]], config: str) -> float:
     if not examined:
         raise ValueError(f"no examined drafts for configuration {config!r}")
     return sum(sum(r["accepted"]) for r in runs) / examined
+
+
+def straggler_factor(units: Sequence[Mapping[str, Any]], config: str) -> dict[int, float]:
+    """Per batch size: the rounds a static batch ran over the rounds its average row needed.
+
+    A batch decodes until its slowest row is done, so with rows of unequal acceptance it runs
+    more rounds than the mean row: the mean over units of ``rounds / mean_i(n / kept_i)``, with
+    n the tokens per row and kept_i row i's mean tokens per round (n / kept_i is row i's rounds).
+    1 for plain decoding and for a common cut, whose rows all keep the same count.
+    """
+    out: dict[int, list[float]] = {}
+    for u in units:
+        run = u["runs"][config]
+        n = run["tokens"] / len(run["kept_per_round"])
+        out.setdefault(int(u["b"]), []).append(
+            run["rounds"] / float(np.mean([n / k for k in run["kept_per_round"]]))
+        )
+    if not out:
+        raise ValueError(f"no units of configuration {config!r}")
+    return {b: float(np.mean(v)) for b, v in sorted(out.items())}
+
+
+def round_decomposition(units: Sequence[Mapping[str, Any]], config: str) -> dict[int, dict[str, float]]:
+    """Per batch size: a configuration's speedup over plain decoding, split into two measured factors.
+
+    ``tokens_per_batch_round``: the tokens per row over the rounds the batch ran (what a round
+    delivered to each row, the slowest row setting the pace); ``round_cost_steps``: a round's decode
+    time in plain steps of the same prompts (plain decode time per token of a row). Per unit their
+    ratio is the unit's speedup exactly, so with geometric means over units (as here) the ratio of
+    the two is :func:`summarize_decoding`'s speedup estimate.
+    """
+    tpr: dict[int, list[float]] = {}
+    cost: dict[int, list[float]] = {}
+    for u in units:
+        run, plain = u["runs"][config], u["runs"]["plain"]
+        n = plain["tokens"] / int(u["b"])
+        tpr.setdefault(int(u["b"]), []).append(n / run["rounds"])
+        cost.setdefault(int(u["b"]), []).append((run["decode_s"] / run["rounds"]) / (plain["decode_s"] / n))
+    if not tpr:
+        raise ValueError(f"no units of configuration {config!r}")
+    return {
+        b: {"tokens_per_batch_round": float(geomean(tpr[b])), "round_cost_steps": float(geomean(cost[b]))}
+        for b in sorted(tpr)
+    }

@@ -26,7 +26,15 @@ from tiny_models import VOCAB, next_token_logits, perturbed_copy, tiny_llama
 
 import specdec.batched
 import specdec.sampling
-from specdec.batchcost import block_plan, gain_intervals, predicted_gains, surface, vanishing_batch
+from specdec.batchcost import (
+    block_plan,
+    gain_intervals,
+    predicted_gains,
+    round_decomposition,
+    straggler_factor,
+    surface,
+    vanishing_batch,
+)
 from specdec.batched import BatchedLM, batched_autoregressive, batched_speculative
 from specdec.decoding import autoregressive, speculative
 from specdec.drafters import ModelDrafter, PromptLookupDrafter
@@ -380,6 +388,16 @@ def test_batch_surface_benchmark_end_to_end_and_resume(bench, tmp_path, one_thre
         for u in dec["units"]
         for n in u["runs"]
     )
+
+    # the speedup splits exactly into tokens per batch round over the round's cost in plain steps
+    for name in dec["configs"]:
+        for b, parts in round_decomposition(dec["units"], name).items():
+            ratio = parts["tokens_per_batch_round"] / parts["round_cost_steps"]
+            assert ratio == pytest.approx(dec["summary"][str(b)][name]["speedup"][0], rel=1e-9)
+    # a static batch runs as many rounds as its slowest row; a common cut keeps rows together
+    assert all(f == pytest.approx(1.0) for f in straggler_factor(dec["units"], "lookup, common cut").values())
+    assert straggler_factor(dec["units"], draft_cfg)[1] == pytest.approx(1.0)
+    assert all(f >= 1.0 - 1e-12 for f in straggler_factor(dec["units"], "lookup").values())
 
     # an interrupted run: the last blocks and unit are missing; the rerun measures only those
     units = list(dec["units"])
