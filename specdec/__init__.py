@@ -27,6 +27,8 @@ Real decoding (torch + transformers, the ``models`` extra):
   unigram / bigram drafters.
 * :mod:`specdec.decoding`  -- the autoregressive and speculative loops.
 * :mod:`specdec.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.
+* :mod:`specdec.batched`   -- speculative decoding of a batch of prompts (ragged or common cut).
+* :mod:`specdec.batchcost` -- the cost surface T(b, k) and what it predicts for batched speculation.
 * :mod:`specdec.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
 * :mod:`specdec.measure`   -- timing (warm-up, medians), the verify-cost curves, environment records.
 * :mod:`specdec.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).

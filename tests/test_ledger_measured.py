@@ -242,13 +242,26 @@ def test_cpu_batch_surface_is_read_or_reported_missing():
         "file": "batch-surface-test.json",
         "environment": {"device_name": "Test CPU"},
         "settings": {"threads": 1},
-        "engine": "lean-int4",
-        "surface": {"cells": [{"b": b, "k": k, "median_s": t} for (b, k), t in flat_surface((1, 8)).items()]},
+        "engine": "transformers",
+        "surface": {
+            "cells": {
+                "target-float32": [
+                    {"b": b, "k": k, "median_s": t} for (b, k), t in flat_surface((1, 8)).items()
+                ],
+                "draft-float32": [{"b": 1, "k": 1, "median_s": 0.001}],
+            }
+        },
     }
     (row,) = [m for m in batch_verdicts(None, cpu) if m.record]
-    assert (row.machine, row.engine, row.verdict) == ("Test CPU (CPU), 1 thread", "lean-int4", UNDECIDED)
+    assert (row.machine, row.engine, row.verdict) == (
+        "Test CPU (CPU), 1 thread",
+        "transformers float32",
+        UNDECIDED,
+    )
     with pytest.raises(ValueError, match="batch-surface-test.json must hold surface.cells"):
         batch_verdicts(None, {**cpu, "surface": {}})
+    with pytest.raises(ValueError, match="target-"):
+        batch_verdicts(None, {**cpu, "surface": {"cells": {"draft-float32": []}}})
 
 
 # --------------------------------------------------------------------------- records on disk

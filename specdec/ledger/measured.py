@@ -534,16 +534,25 @@ def _batch_row(
     )
 
 
-def _cpu_batch_surface(record: Mapping[str, Any]) -> dict[tuple[int, int], float]:
-    """T(b, k) of a CPU batch-surface record, read as the GPU record lays out its surface:
-    ``surface.cells`` with ``b``, ``k`` and ``median_s``."""
+def _cpu_batch_surfaces(record: Mapping[str, Any]) -> dict[str, dict[tuple[int, int], float]]:
+    """T(b, k) per target model of a CPU batch-surface record (``benchmarks/batch_surface.py``):
+    ``surface.cells`` maps a model name (``target-float32``, ``draft-bfloat16``, ...) to cells
+    with ``b``, ``k`` and ``median_s``; the targets' are returned, keyed by their mode."""
     try:
         cells = record["surface"]["cells"]
-        return {(int(c["b"]), int(c["k"])): float(c["median_s"]) for c in cells}
-    except (KeyError, TypeError) as exc:
+        out = {
+            name.removeprefix("target-"): {(int(c["b"]), int(c["k"])): float(c["median_s"]) for c in rows}
+            for name, rows in cells.items()
+            if name.startswith("target-")
+        }
+    except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(
-            f"record {record.get('file', '?')} must hold surface.cells with b, k and median_s; missing {exc}"
+            f"record {record.get('file', '?')} must hold surface.cells (per model name) with b, k and "
+            f"median_s; missing {exc}"
         ) from None
+    if not out:
+        raise ValueError(f"record {record.get('file', '?')} must hold surface.cells of a target-* model")
+    return out
 
 
 def batch_verdicts(gpu: Mapping[str, Any] | None, cpu_batch: Mapping[str, Any] | None) -> list[Measured]:
@@ -566,17 +575,18 @@ def batch_verdicts(gpu: Mapping[str, Any] | None, cpu_batch: Mapping[str, Any] |
             )
         )
     else:
-        rows.append(
-            _batch_row(
-                _cpu_machine(cpu_batch),
-                str(cpu_batch.get("engine", cpu_batch.get("mode", "?"))),
-                CPU_TARGET,
-                cpu_batch["file"],
-                _cpu_batch_surface(cpu_batch),
-                alpha,
-                threshold,
+        for mode, surface in _cpu_batch_surfaces(cpu_batch).items():
+            rows.append(
+                _batch_row(
+                    _cpu_machine(cpu_batch),
+                    f"{cpu_batch.get('engine', '?')} {mode}",
+                    CPU_TARGET,
+                    cpu_batch["file"],
+                    surface,
+                    alpha,
+                    threshold,
+                )
             )
-        )
     if gpu is None:
         rows.append(_row("第六", "GPU", "every engine", "every shape", "", "no GPU record", NOT_RECORDED))
     else:
