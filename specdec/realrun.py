@@ -50,6 +50,7 @@ from specdec.theory import (
 
 __all__ = [
     "RECORD_FORMAT",
+    "main_record",
     "drafter_family",
     "family_scaling",
     "fastest_pair",
@@ -356,6 +357,15 @@ def load_records(folder: str | Path, record_format: int | None = None) -> list[d
             if record_format is None or record.get("format", 1) == record_format:
                 out.append({**record, "file": path.name})
     return out
+
+
+def main_record(folder: str | Path) -> dict[str, Any]:
+    """The Part IV record the book reads: of the current format, the full run if there is one,
+    else the CI-sized quick run (tags ending in ``-quick``); ties by file name."""
+    current = load_records(folder, RECORD_FORMAT)
+    if not current:
+        raise ValueError(f"no real-decoding record of format {RECORD_FORMAT} in {str(folder)!r}")
+    return sorted(current, key=lambda r: (str(r.get("tag", "")).endswith("-quick"), r["file"]))[0]
 
 
 # -- the counterexample: a more accurate draft that is slower -------------------------------------

@@ -194,3 +194,21 @@ def test_unit_bootstrap_drops_undefined_resamples():
     # a last position examined on few prompts still gets an interval
     pr = position_rates([[10, 2], [10, 0], [10, 0]], [[5, 1], [5, 0], [4, 0]])
     assert np.isfinite(pr["low"][1]) and np.isfinite(pr["rise"][1])
+
+
+def test_main_record_prefers_the_full_run(tmp_path):
+    import json
+
+    from specdec.realrun import RECORD_FORMAT, main_record
+
+    for tag in ("cpu-int4-1t-quick", "cpu-int4-1t"):
+        (tmp_path / f"{tag}.json").write_text(
+            json.dumps({"kind": "real-decoding", "format": RECORD_FORMAT, "tag": tag})
+        )
+    (tmp_path / "old.json").write_text(json.dumps({"kind": "real-decoding", "tag": "old"}))  # format 1
+    assert main_record(tmp_path)["tag"] == "cpu-int4-1t"
+    (tmp_path / "cpu-int4-1t.json").unlink()
+    assert main_record(tmp_path)["tag"] == "cpu-int4-1t-quick"
+    (tmp_path / "cpu-int4-1t-quick.json").unlink()
+    with pytest.raises(ValueError, match="no real-decoding record"):
+        main_record(tmp_path)
