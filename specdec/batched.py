@@ -72,8 +72,8 @@ accepted: ``emitted`` lists the tokens each row kept per round.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -86,7 +86,7 @@ from specdec.decoding import _cut_at_eos, _finish, _is_int, _start
 from specdec.drafters import BigramDrafter, PromptLookupDrafter, Proposal, UnigramDrafter, WarpFn
 from specdec.lm import _cache_argument, common_prefix_len, vocab_size
 from specdec.sampling import sample, verify, warp
-from specdec.stats import Stats
+from specdec.stats import Stats, add_elapsed
 
 __all__ = ["CUTS", "BatchGeneration", "BatchedLM", "batched_autoregressive", "batched_speculative"]
 
@@ -497,17 +497,9 @@ def _kept_tokens(draft: list[int], n: int, own: int, cut_at: int) -> list[int]:
     return draft[: cut_at + 1]
 
 
-@contextmanager
-def _timer(out: BatchGeneration, name: str, device: torch.device) -> Iterator[None]:
+def _timer(out: BatchGeneration, name: str, device: torch.device) -> AbstractContextManager[None]:
     """Add the wall time of the block to ``out.<name>`` (CUDA synchronised around it)."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda _d: None)
-    sync(device)
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        sync(device)
-        setattr(out, name, getattr(out, name) + time.perf_counter() - start)
+    return add_elapsed(out, name, device)
 
 
 def _check_hf_model(model: object, name: str) -> None:

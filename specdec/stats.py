@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -113,17 +113,9 @@ class Stats:
             self.beta_sum += float(beta.double().sum())
             self.beta_count += examined
 
-    @contextmanager
-    def timer(self, name: str, device: torch.device) -> Iterator[None]:
+    def timer(self, name: str, device: torch.device) -> AbstractContextManager[None]:
         """Add the wall time of the ``with`` block to the field ``name`` (CUDA synchronised)."""
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda _d: None)
-        sync(device)
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            sync(device)
-            setattr(self, name, getattr(self, name) + time.perf_counter() - start)
+        return add_elapsed(self, name, device)
 
     # -- derived quantities ------------------------------------------------------------------
     @property
@@ -214,6 +206,20 @@ class Stats:
         ):
             out[name] = getattr(self, name)
         return out
+
+
+@contextmanager
+def add_elapsed(obj: object, name: str, device: torch.device) -> Iterator[None]:
+    """Add the wall time of the ``with`` block to the attribute ``name`` of ``obj``; on a CUDA
+    device the GPU is synchronised before and after, so queued kernels count where they run."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda _d: None)
+    sync(device)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        sync(device)
+        setattr(obj, name, getattr(obj, name) + time.perf_counter() - start)
 
 
 def cost_coefficient(draft_s: float, rounds: int, gamma: int, step_s: float) -> float:
