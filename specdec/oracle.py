@@ -32,8 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from specdec.theory import walltime_speedup_measured
-
 __all__ = [
     "draft_runs",
     "iid_fixed_best",
@@ -188,12 +186,35 @@ def iid_oracle_on_curve(alpha: float, c: float, curve: Mapping[int, float], max_
 
 
 def iid_fixed_best(alpha: float, c: float, curve: Mapping[int, float], max_gamma: int) -> tuple[int, float]:
-    """The best fixed gamma in 1..``max_gamma`` under the i.i.d. model with the verify curve."""
-    best = max(
-        range(1, _check_int("max_gamma", max_gamma, 1) + 1),
-        key=lambda g: (float(walltime_speedup_measured(alpha, g, c, verify_cost_at(curve, g + 1))), -g),
-    )
-    return best, float(walltime_speedup_measured(alpha, best, c, verify_cost_at(curve, best + 1)))
+    """The best fixed gamma in 1..``max_gamma`` under the i.i.d. model with the verify curve:
+    :func:`specdec.hardware.best_gamma_on_curve` on the curve read at every k (:func:`verify_cost_at`)."""
+    from specdec.hardware import best_gamma_on_curve
+
+    g = _check_int("max_gamma", max_gamma, 1)
+    return best_gamma_on_curve(alpha, c, {k: verify_cost_at(curve, k) for k in range(2, g + 2)})
+
+
+def _parts(
+    rows: Sequence[Mapping[str, Any]], drafter: str, rule: Any, curve: Mapping[int, float]
+) -> np.ndarray:
+    """Per prompt (tokens, drafted, verify) of :func:`replay`, shape (prompts, 3): the speedup
+    at any c is tokens / (drafted c + verify), so a bootstrap over c needs no new replay."""
+    if not rows:
+        raise ValueError("rows must hold at least one prompt")
+    missing = [r.get("prompt") for r in rows if drafter not in r["drafters"]]
+    if missing:
+        raise ValueError(f"drafter {drafter!r} is missing from the record's prompts {missing}")
+    out = []
+    for r in rows:
+        d = r["drafters"][drafter]
+        res = replay(d["runs"], d["lengths"], rule, 0.0, curve)
+        out.append((res["tokens"], res["drafted"], res["verify"]))
+    return np.array(out)
+
+
+def _speed(parts: np.ndarray, c: Any) -> np.ndarray:
+    """Speedups from :func:`_parts` at the draft cost ``c``."""
+    return parts[..., 0] / (parts[..., 1] * c + parts[..., 2])
 
 
 def replay_record(
@@ -208,42 +229,13 @@ def replay_record(
     ``rows`` are the record's rows (one per prompt, with ``drafters[drafter]["runs"]`` and
     ``["lengths"]``); returns, per rule, the speedup of each prompt in row order.
     """
-    if not rows:
-        raise ValueError("rows must hold at least one prompt")
-    missing = [r.get("prompt") for r in rows if drafter not in r["drafters"]]
-    if missing:
-        raise ValueError(f"drafter {drafter!r} is missing from the record's prompts {missing}")
-    out: dict[int | str, np.ndarray] = {}
-    for rule in rules:
-        out[rule] = np.array(
-            [
-                replay(r["drafters"][drafter]["runs"], r["drafters"][drafter]["lengths"], rule, c, curve)[
-                    "speedup"
-                ]
-                for r in rows
-            ]
-        )
-    return out
+    if not c >= 0.0:
+        raise ValueError(f"c must be >= 0; got {c!r}")
+    return {rule: _speed(_parts(rows, drafter, rule, curve), c) for rule in rules}
 
 
 def _geomean(x: np.ndarray, axis: int | None = None) -> Any:
     return np.exp(np.log(x).mean(axis=axis))
-
-
-def _parts(
-    rows: Sequence[Mapping[str, Any]], drafter: str, rule: Any, curve: Mapping[int, float]
-) -> np.ndarray:
-    """Per prompt (tokens, drafted, verify) of :func:`replay`: the speedup at any c is
-    tokens / (drafted c + verify), so a bootstrap over c needs no new replay."""
-    from specdec.policies import HeuristicGamma
-
-    out = []
-    for r in rows:
-        d = r["drafters"][drafter]
-        rr = HeuristicGamma(max_gamma=rule[1]) if isinstance(rule, tuple) else rule
-        res = replay(d["runs"], d["lengths"], rr, 0.0, curve)
-        out.append((res["tokens"], res["drafted"], res["verify"]))
-    return np.array(out)
 
 
 def summarize_record(
@@ -269,6 +261,8 @@ def summarize_record(
     Section 3.5's setting. The verify curve is taken as measured (its own noise is not in the
     intervals).
     """
+    from specdec.policies import HeuristicGamma
+
     if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
         raise ValueError(f"n_boot must be an integer >= 1; got {n_boot!r}")
     curve = {int(k): float(v) for k, v in record["curve"].items()}
@@ -290,25 +284,22 @@ def summarize_record(
         by_prompt = samples.reshape(-1, n).T  # (prompt, pass)
         c = float(np.median(samples))
 
-        def speed(parts: np.ndarray, cc: Any) -> np.ndarray:
-            return parts[..., 0] / (parts[..., 1] * cc + parts[..., 2])
-
         fixed = np.stack([_parts(rows, name, g, curve) for g in gammas])  # (gamma, prompt, 3)
         oracle = _parts(rows, name, "oracle", curve)
-        heur = _parts(rows, name, ("heuristic", max_gamma), curve)
-        sf = speed(fixed, c)
+        heur = _parts(rows, name, HeuristicGamma(max_gamma=max_gamma), curve)  # replay resets it per prompt
+        sf = _speed(fixed, c)
         best = int(np.argmax(_geomean(sf, axis=1)))
-        so, sh = speed(oracle, c), speed(heur, c)
+        so, sh = _speed(oracle, c), _speed(heur, c)
         gains, heurs = [], []
         for idx in picks:
             cb = float(np.median(by_prompt[idx]))
-            fb = speed(fixed[:, idx], cb)
+            fb = _speed(fixed[:, idx], cb)
             bb = int(np.argmax(_geomean(fb, axis=1)))
-            gains.append(_geomean(speed(oracle[idx], cb) / fb[bb]))
-            heurs.append(_geomean(speed(heur[idx], cb) / fb[bb]))
-        flat_fixed = np.stack([speed(_parts(rows, name, g, flat), c) for g in gammas])
+            gains.append(_geomean(_speed(oracle[idx], cb) / fb[bb]))
+            heurs.append(_geomean(_speed(heur[idx], cb) / fb[bb]))
+        flat_fixed = np.stack([_speed(_parts(rows, name, g, flat), c) for g in gammas])
         flat_best = int(np.argmax(_geomean(flat_fixed, axis=1)))
-        flat_oracle = speed(_parts(rows, name, "oracle", flat), c)
+        flat_oracle = _speed(_parts(rows, name, "oracle", flat), c)
         runs = np.concatenate([r["drafters"][name]["runs"] for r in rows])
         alpha = float((np.asarray(runs) >= 1).mean())
         out.append(
