@@ -56,6 +56,7 @@ __all__ = [
     "negligible_draft_rows",
     "section1_example",
     "speedup_range",
+    "derived_counts",
     "summarize",
     "table1_rows",
     "table2_empirical_rows",
@@ -481,6 +482,19 @@ def summarize(rows: Sequence[Record], *verdict_keys: str) -> dict[str, int]:
     if unknown:
         raise ValueError(f"verdict_keys must name verdict columns; found values {sorted(unknown)!r}")
     return {"agrees": found.count("agrees"), "differs": found.count("differs"), "total": len(found)}
+
+
+def derived_counts() -> dict[str, dict[str, int]]:
+    """Agrees/differs counts of every number the paper derived from its own inputs, per group:
+    ``t1`` (Table 1, operations and speed), ``t4`` (Table 4's EXP), ``bigram`` (Section 3.6's
+    statement), ``argmax`` and ``standard`` (Appendix A.5's two lenience lists)."""
+    return {
+        "t1": summarize(table1_rows(), "operations_verdict", "speed_verdict"),
+        "t4": summarize(table4_expected_rows(), "EXP_verdict"),
+        "bigram": summarize(bigram_statement_rows()[:1], "speedup_verdict"),
+        "argmax": summarize(a5_argmax_rows(), "speedup_verdict"),
+        "standard": summarize(a5_standard_rows(), "speedup_verdict"),
+    }
 
 
 #: The exported tables: file stem under ``results/tables/`` -> function building its records.

@@ -200,3 +200,13 @@ def test_summarize_counts():
     rows = [{"v": "agrees", "w": "differs"}, {"v": "agrees", "w": "agrees"}]
     assert reproduce.summarize(rows, "v", "w") == {"agrees": 3, "differs": 1, "total": 4}
     assert reproduce.summarize(rows, "v") == {"agrees": 2, "differs": 0, "total": 2}
+
+
+def test_derived_counts_cover_every_group_of_derived_numbers():
+    from specdec.reproduce import derived_counts, summarize, table4_expected_rows
+
+    counts = derived_counts()
+    assert list(counts) == ["t1", "t4", "bigram", "argmax", "standard"]
+    assert all(c["agrees"] + c["differs"] == c["total"] > 0 for c in counts.values())
+    assert counts["t4"] == summarize(table4_expected_rows(), "EXP_verdict")
+    assert counts["bigram"]["total"] == 1  # the statement's factor only
