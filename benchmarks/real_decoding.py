@@ -73,6 +73,7 @@ from specdec.drafters import (  # noqa: E402
     UnigramDrafter,
 )
 from specdec.intervals import geomean, per_unit_medians, ratio_ci, verdict  # noqa: E402
+from specdec.lean import MODES  # noqa: E402
 from specdec.measure import environment, write_result  # noqa: E402
 from specdec.models import load_target, pick_device, set_threads  # noqa: E402
 from specdec.realrun import (  # noqa: E402
@@ -189,10 +190,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(f"--lenience values must lie in (0, 1]; got {args.lenience!r}")
     if args.lenience_values and 1.0 not in args.lenience_values:
         ap.error("--lenience must include 1 (the exact run the others are compared with)")
-    if args.mode not in ("auto", "float32", "bfloat16", "int4", *HF_MODES):
-        ap.error(
-            f"--mode must be auto, float32, bfloat16, int4, hf-float32 or hf-bfloat16; got {args.mode!r}"
-        )
+    if args.mode not in ("auto", *MODES, *HF_MODES):
+        ap.error(f"--mode must be one of {', '.join(('auto', *MODES, *HF_MODES))}; got {args.mode!r}")
     if args.no_trained and args.drafts is not None:
         ap.error("--drafts and --no-trained exclude each other")
     args.trained = []

@@ -659,6 +659,7 @@ def _para(text: str) -> str:
 
 def _parser() -> _Parser:
     from specdec import __version__
+    from specdec.usermeasure import ENGINES
 
     fmt = argparse.RawDescriptionHelpFormatter
     parser = _Parser(
@@ -741,7 +742,7 @@ def _parser() -> _Parser:
         "modes",
         help="the fastest lean mode on this machine, its verify cost, and gamma for your alpha",
         description=_para(
-            "Time the lean engine's modes (float32, bfloat16, int4) on this machine with "
+            "Time the lean engine's modes (float32, q4_1, bfloat16, int4) on this machine with "
             "the default target, SmolLM2-135M-Instruct: each mode's single-step time T(1) and verify "
             "cost T(4)/T(1), and the mode with the lowest T(1). The probe takes about a minute and is "
             "cached per machine and thread count. Given --alpha (and --c), it picks the draft length "
@@ -820,9 +821,9 @@ def _parser() -> _Parser:
     e.add_argument(
         "--dtype",
         default="auto",
-        choices=("auto", "float32", "bfloat16", "int4", "hf-float32", "hf-bfloat16"),
+        choices=ENGINES,
         help="the engine: auto (default: the lean engine's mode with the fastest step on this machine, "
-        "measured once and cached, as 'specdec modes'), a lean mode (float32, bfloat16, int4: CPU, "
+        "measured once and cached, as 'specdec modes'), a lean mode (float32, q4_1, bfloat16, int4: CPU, "
         "Llama-style models), or transformers' own forward (hf-float32, hf-bfloat16: any model, CPU or GPU)",
     )
     e.add_argument(
@@ -880,7 +881,7 @@ def _parser() -> _Parser:
         help="the engine benchmark: every engine's step, verify cost and decoding speed side by side",
         description=_para(
             "Run the book's engine benchmark on this machine: transformers' forward (hf-float32, "
-            "hf-bfloat16), the lean engine's modes (lean-float32, lean-bfloat16, lean-int4) and "
+            "hf-bfloat16), the lean engine's modes (lean-float32, lean-bfloat16, lean-int4, lean-q4_1) and "
             "llama.cpp (when llama-cpp-python is installed), all with the default target and "
             "specdec's own decoding loops. Per engine: T(1), one decode step; T(k)/T(1), what "
             "verifying k - 1 drafts in one call costs in steps; plain greedy decoding's tokens per "
@@ -901,7 +902,8 @@ def _parser() -> _Parser:
         "--engines",
         default=None,
         metavar="LIST",
-        help="comma list from hf-float32, hf-bfloat16, lean-float32, lean-bfloat16, lean-int4, llama.cpp "
+        help="comma list from hf-float32, hf-bfloat16, lean-float32, lean-bfloat16, lean-int4, lean-q4_1, "
+        "llama.cpp "
         "(quick: hf-float32 and the lean modes; --full: every available engine), or a lean-int4 "
         "variant run only when named (specdec.enginebench.VARIANTS)",
     )

@@ -46,7 +46,15 @@ __all__ = [
     "summarize",
 ]
 
-ALL_ENGINES = ("hf-float32", "hf-bfloat16", "lean-float32", "lean-bfloat16", "lean-int4", "llama.cpp")
+ALL_ENGINES = (
+    "hf-float32",
+    "hf-bfloat16",
+    "lean-float32",
+    "lean-bfloat16",
+    "lean-int4",
+    "lean-q4_1",
+    "llama.cpp",
+)
 #: Variants of lean-int4 that undo one of its choices, run only when named: what each choice
 #: costs or saves, measured in the same interleaved run (``lean-int4-bf16head``: the LM head
 #: dense in bfloat16 instead of the 8-bit code in two int4 halves; ``lean-int4-blockattn``:
@@ -109,7 +117,7 @@ def resolve_engines(engines: str | Sequence[str] | None, *, log: Log = _print) -
     available one. llama.cpp asked for by name but not importable, or an unknown name, raises
     ValueError; with None it is left out (said on ``log``), and so is lean-int4 where torch
     lacks the int4 kernel."""
-    from specdec import llamacpp
+    from specdec import llamacpp, native
     from specdec.lean import int4_supported
 
     if engines is None:
@@ -126,6 +134,12 @@ def resolve_engines(engines: str | Sequence[str] | None, *, log: Log = _print) -
             )
         log("llama_cpp is not importable: llama.cpp is left out (pip install llama-cpp-python)")
         wanted = tuple(e for e in wanted if e != "llama.cpp")
+    if "lean-q4_1" in wanted and not native.available():
+        if engines is not None:
+            reason = native.unavailable_reason()
+            raise ValueError(f"lean-q4_1 requested but the C forward cannot be built: {reason}")
+        log(f"the C forward cannot be built, lean-q4_1 is left out: {native.unavailable_reason()}")
+        wanted = tuple(e for e in wanted if e != "lean-q4_1")
     if not int4_supported():
         int4 = [e for e in wanted if e == "lean-int4" or e in VARIANTS]
         if int4 and engines is not None:
@@ -208,8 +222,10 @@ def _feed(session: Any, new: list[int], k: int) -> Any:
 def profile(
     engines: dict[str, Any], prompt_ids: list[int], ks: tuple[int, ...] = (1, 4), *, log: Log = _print
 ) -> dict:
-    """Where a step's (k = 1) and a verify call's (k = 4) CPU time goes, per torch engine
-    (specdec.roofline.profile_step: linear layers, attention, other ops, framework overhead)."""
+    """Where a step's (k = 1) and a verify call's (k = 4) CPU time goes, per engine but llama.cpp
+    (specdec.roofline.profile_step: linear layers, attention, other ops, framework overhead;
+    for lean-q4_1 the C forward's own phase clocks, specdec.native.profile_step)."""
+    from specdec import native
     from specdec.lm import open_lm
     from specdec.roofline import profile_step
 
@@ -223,7 +239,8 @@ def profile(
         context = len(prompt_ids)
         out[name] = {}
         for k in ks:
-            prof = profile_step(partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context))
+            step = native.profile_step if getattr(model, "mode", None) == "q4_1" else profile_step
+            prof = step(partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context))
             out[name][str(k)] = {
                 key: prof[key] for key in ("buckets_ms", "wall_ms", "wall_ms_unprofiled", "top_ops")
             }

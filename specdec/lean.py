@@ -8,6 +8,9 @@ preallocated, position-indexed KV cache (gpt-fast's design). Its weight **modes*
 
 * ``"float32"``  dense float32 weights and activations (the GGUF's dequantized values, exactly);
 * ``"bfloat16"`` dense bfloat16 weights and activations;
+* ``"q4_1"``     the GGUF's own codes (Q4_1 decoder layers, Q8_0 LM head) with float32
+  activations, run by specdec's C forward (:mod:`specdec.native`, compiled on the running
+  machine, single-threaded): one call per forward instead of ~750 small torch operations;
 * ``"int4"``     the decoder layers' weights as 4-bit integers in groups of 32 along the input
   dimension with a scale and a zero per group (torch's CPU int4 weight-only kernel,
   ``aten._weight_int4pack_mm_for_cpu``), bfloat16 activations; the LM head as an 8-bit
@@ -50,6 +53,7 @@ the interface of :class:`specdec.lm.CachedLM`: ``forward``, ``crop``, ``sync``, 
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +65,10 @@ from specdec.lm import Session
 
 __all__ = ["GROUP_SIZE", "MODES", "LeanLlama", "LeanSession", "int4_supported"]
 
-MODES = ("float32", "bfloat16", "int4")
+#: The weight modes, most precise first (the order that breaks ties between equally fast modes):
+#: ``"q4_1"`` computes in float32 on the GGUF's own 4-bit values, so its logits equal float32's
+#: up to summation order; ``"bfloat16"`` and ``"int4"`` round activations to bfloat16.
+MODES = ("float32", "q4_1", "bfloat16", "int4")
 #: Group size of the int4 code along a weight's input dimension (the GGUF's Q4_1 block).
 GROUP_SIZE = 32
 
@@ -100,22 +107,47 @@ class _Linear:
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.weight, GROUP_SIZE, self.scales_zeros)
 
 
-def _int4(weight: torch.Tensor, act_dtype: torch.dtype) -> tuple[_Linear, float]:
-    """Encode a dense (N, K) weight as int4 in groups of 32 (min at q = 0, max at q = 15).
-
-    Returns the packed linear layer and the largest absolute reconstruction error of the
-    integer code (before the scales are rounded to ``act_dtype``).
-    """
+def _affine_code(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """The Q4_1 code of a dense (N, K) weight in groups of 32: w = step q + low, q in 0..15 (the
+    group's minimum at q = 0, its maximum at q = 15). Returns q (N, K/32, 32) as float, step and
+    low (N, K/32), and the largest absolute reconstruction error of the code."""
     w = weight.detach().float()
     n, k = w.shape
     if k % GROUP_SIZE:
-        raise ValueError(f"int4 mode needs every input dimension divisible by {GROUP_SIZE}; got {k}")
+        raise ValueError(f"a 4-bit mode needs every input dimension divisible by {GROUP_SIZE}; got {k}")
     groups = w.view(n, k // GROUP_SIZE, GROUP_SIZE)
     low = groups.amin(-1)
     step = (groups.amax(-1) - low) / 15
     safe = torch.where(step > 0, step, torch.ones_like(step))
     q = torch.round((groups - low[..., None]) / safe[..., None]).clamp(0, 15)
     error = float((q * step[..., None] + low[..., None] - groups).abs().max())
+    return q, step, low, error
+
+
+def _symmetric_code(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The Q8_0 code of a dense (N, K) weight in groups of 32: w = d q, q in -127..127 with
+    d = max |w| / 127. Returns q (N, K/32, 32) as float, d (N, K/32) and the largest absolute
+    reconstruction error (0 for a weight that was Q8_0 already)."""
+    w = weight.detach().float()
+    n, k = w.shape
+    if k % GROUP_SIZE:
+        raise ValueError(f"a 4-bit mode needs every input dimension divisible by {GROUP_SIZE}; got {k}")
+    groups = w.view(n, k // GROUP_SIZE, GROUP_SIZE)
+    d = groups.abs().amax(-1) / 127
+    safe = torch.where(d > 0, d, torch.ones_like(d))
+    q = torch.round(groups / safe[..., None]).clamp(-127, 127)
+    error = float((q * d[..., None] - groups).abs().max())
+    return q, d, error
+
+
+def _int4(weight: torch.Tensor, act_dtype: torch.dtype) -> tuple[_Linear, float]:
+    """Encode a dense (N, K) weight as int4 in groups of 32 for torch's kernel (the Q4_1 code).
+
+    Returns the packed linear layer and the largest absolute reconstruction error of the
+    integer code (before the scales are rounded to ``act_dtype``).
+    """
+    q, step, low, error = _affine_code(weight)
+    n, k = weight.shape
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).view(n, k), 1)
     # torch's int4 code reads w = (q - 8) * scale + zero, so zero = min + 8 * scale
     scales_zeros = torch.stack([step.t(), (low + 8 * step).t()], dim=-1).contiguous().to(act_dtype)
@@ -144,15 +176,8 @@ def _int8_split(weight: torch.Tensor, act_dtype: torch.dtype) -> tuple[_Int8Spli
     Returns the layer and the largest absolute reconstruction error of the 8-bit code (0 for a
     weight that was Q8_0 already, as SmolLM2's tied embedding is in its GGUF).
     """
-    w = weight.detach().float()
-    n, k = w.shape
-    if k % GROUP_SIZE:
-        raise ValueError(f"int4 mode needs every input dimension divisible by {GROUP_SIZE}; got {k}")
-    groups = w.view(n, k // GROUP_SIZE, GROUP_SIZE)
-    d = groups.abs().amax(-1) / 127
-    safe = torch.where(d > 0, d, torch.ones_like(d))
-    q = torch.round(groups / safe[..., None]).clamp(-127, 127)
-    error = float((q * d[..., None] - groups).abs().max())
+    q, d, error = _symmetric_code(weight)
+    n, k = weight.shape
     rows = -(-n // 16) * 16  # the packing needs a multiple of 16 output rows: pad with zeros
     q = torch.cat([q, q.new_zeros(rows - n, *q.shape[1:])])
     d = torch.cat([d, d.new_zeros(rows - n, d.shape[1])])
@@ -164,6 +189,53 @@ def _int8_split(weight: torch.Tensor, act_dtype: torch.dtype) -> tuple[_Int8Spli
         scales_zeros = torch.stack([scale.t(), zero.t()], dim=-1).contiguous().to(act_dtype)
         halves.append(_Linear(packed, rows, scales_zeros))
     return _Int8Split(halves[0], halves[1], n), error
+
+
+@dataclass
+class _Q41:
+    """A weight in the GGUF's Q4_1 layout for the C forward (``"q4_1"`` mode): per group of 32
+    along the input, 16 bytes (low nibbles: elements 0..15, high nibbles: 16..31), a float32
+    scale ``d`` and minimum ``m`` (w = d q + m)."""
+
+    qs: torch.Tensor  # (N, K/2) uint8
+    d: torch.Tensor  # (N, K/32) float32
+    m: torch.Tensor  # (N, K/32) float32
+    out_features: int
+
+    def struct(self) -> Any:
+        from specdec import native
+
+        n, half = self.qs.shape
+        return native.Q41(self.qs.data_ptr(), self.d.data_ptr(), self.m.data_ptr(), n, 2 * half)
+
+
+def _q41(weight: torch.Tensor) -> tuple[_Q41, float]:
+    q, step, low, error = _affine_code(weight)
+    n, k = weight.shape
+    code = q.to(torch.uint8)
+    qs = (code[..., :16] | (code[..., 16:] << 4)).contiguous().view(n, k // 2)
+    return _Q41(qs, step.contiguous(), low.contiguous(), n), error
+
+
+@dataclass
+class _Q80:
+    """A weight in the GGUF's Q8_0 code for the C forward: int8 (N, K), float32 scales (N, K/32)."""
+
+    qs: torch.Tensor
+    d: torch.Tensor
+    out_features: int
+
+    def struct(self) -> Any:
+        from specdec import native
+
+        n, k = self.qs.shape
+        return native.Q80(self.qs.data_ptr(), self.d.data_ptr(), n, k)
+
+
+def _q80(weight: torch.Tensor) -> tuple[_Q80, float]:
+    q, d, error = _symmetric_code(weight)
+    n, k = weight.shape
+    return _Q80(q.to(torch.int8).view(n, k).contiguous(), d.contiguous(), n), error
 
 
 def _config_value(config: Any, name: str, default: Any = None) -> Any:
@@ -206,13 +278,23 @@ class LeanLlama:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
         if int8_head is None:
-            int8_head = mode == "int4"
+            int8_head = mode in ("int4", "q4_1")
         if not isinstance(int8_head, bool):
             raise ValueError(f"int8_head must be True, False or None; got {int8_head!r}")
-        if int8_head and mode != "int4":
-            raise ValueError(f"int8_head=True needs mode 'int4' (the int4 kernels); got mode {mode!r}")
+        if int8_head and mode not in ("int4", "q4_1"):
+            raise ValueError(f"int8_head=True needs mode 'int4' or 'q4_1'; got mode {mode!r}")
+        if mode == "q4_1" and not int8_head:
+            raise ValueError("mode 'q4_1' always runs the LM head as Q8_0; int8_head=False is not available")
         if not isinstance(exact_verify, bool):
             raise ValueError(f"exact_verify must be True or False; got {exact_verify!r}")
+        if mode == "q4_1" and not exact_verify:
+            raise ValueError("mode 'q4_1' is exact by construction; exact_verify=False is not available")
+        if mode == "q4_1":
+            from specdec import native
+
+            reason = native.unavailable_reason()
+            if reason is not None:
+                raise ValueError(f"mode 'q4_1' needs specdec's C forward, which cannot be built: {reason}")
         #: attention row by row with a step's shapes (True), or one masked call over the block
         #: (False: cheaper for long blocks, but a block's rows then differ from steps' in the
         #: last bits; kept to measure what exactness costs)
@@ -226,7 +308,7 @@ class LeanLlama:
             raise ValueError("LeanLlama runs on the CPU; move the model to the CPU first")
         self.config = config
         self.mode = mode
-        self.dtype = torch.float32 if mode == "float32" else torch.bfloat16
+        self.dtype = torch.float32 if mode in ("float32", "q4_1") else torch.bfloat16
         self.device = torch.device("cpu")
         self.hidden = int(config.hidden_size)
         self.heads = int(config.num_attention_heads)
@@ -253,7 +335,10 @@ class LeanLlama:
                     "norm_mlp": layer.post_attention_layernorm.weight.detach().to(self.dtype).clone(),
                 }
                 for name, w in mats.items():
-                    if dense:
+                    if mode == "q4_1":
+                        entry[name], err = _q41(w)
+                        self.quantization_error = max(self.quantization_error, err)
+                    elif dense:
                         entry[name] = _Linear(w.detach().to(self.dtype).contiguous().clone(), w.shape[0])
                         if mode == "float32":
                             entry[name].weight_t = entry[name].weight.t().contiguous()
@@ -270,7 +355,10 @@ class LeanLlama:
             self.kept = getattr(out_emb, "kept", None)
             head = (out_emb.kept_weight if self.kept is not None else out_emb.weight).detach()
             tied = head.data_ptr() == base.embed_tokens.weight.data_ptr()
-            if self.int8_head:  # the head as an 8-bit code in two int4 halves (SmolLM2's Q8_0)
+            if mode == "q4_1":  # the head in Q8_0 (SmolLM2's GGUF stores it so)
+                self.head, err = _q80(head)
+                self.quantization_error = max(self.quantization_error, err)
+            elif self.int8_head:  # the head as an 8-bit code in two int4 halves (SmolLM2's Q8_0)
                 self.head, err = _int8_split(head, self.dtype)
                 self.quantization_error = max(self.quantization_error, err)
             else:
@@ -279,13 +367,14 @@ class LeanLlama:
                 )
             if mode == "float32":  # one-row steps take the GEMV layout (see _Linear)
                 self.head.weight_t = self.head.weight.t().contiguous()
-            elif not self.int8_head:  # a dense bf16 head: one kernel for every row count
+            elif not self.int8_head and mode != "q4_1":  # a dense bf16 head: one kernel for every row count
                 self.head.pad_single = True
             self.norm = base.norm.weight.detach().to(self.dtype).clone()
         self.vocab_size = int(out_emb.vocab_size if self.kept is not None else self.head.out_features)
         inv = 1.0 / self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
         self._inv_freq = inv
         self._cos = self._sin = torch.empty(0)
+        self._native: Any = None  # the C forward's model structure ("q4_1"), built on first use
 
     # -- views ------------------------------------------------------------------------------------
 
@@ -304,6 +393,7 @@ class LeanLlama:
         view = object.__new__(LeanLlama)
         view.__dict__.update(self.__dict__)
         view.layers = self.layers[:n_layers]
+        view._native = None
         return view
 
     def session(self) -> LeanSession:
@@ -315,12 +405,17 @@ class LeanLlama:
         heads = [self.head.high, self.head.low] if isinstance(self.head, _Int8Split) else [self.head]
         tensors = [self.norm]
         for lin in heads:
+            if isinstance(lin, _Q80):
+                tensors += [lin.qs, lin.d]
+                continue
             tensors.append(lin.weight)
             if lin.scales_zeros is not None:
                 tensors.append(lin.scales_zeros)
         for entry in self.layers:
             for value in entry.values():
-                if isinstance(value, _Linear):
+                if isinstance(value, _Q41):
+                    tensors += [value.qs, value.d, value.m]
+                elif isinstance(value, _Linear):
                     tensors.append(value.weight)
                     if value.scales_zeros is not None:
                         tensors.append(value.scales_zeros)
@@ -410,6 +505,8 @@ class LeanLlama:
         values of positions ``0 .. start-1``; this call writes those of the new tokens.
         Returns (len(ids), V), or the last ``keep`` rows.
         """
+        if self.mode == "q4_1":
+            return self._full_logits(self._native_forward(ids, start, cache, keep))
         k = int(ids.shape[0])
         end = start + k
         cos_all, sin_all = self._rotary(end)
@@ -435,12 +532,56 @@ class LeanLlama:
             x.add_(entry["down"](F.silu(gate) * up))
         if keep is not None:
             x = x[-keep:]
-        logits = self.head(self._rms(x, self.norm)).float()
+        return self._full_logits(self.head(self._rms(x, self.norm)).float())
+
+    def _full_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """A kept-vocabulary head's logits widened to the full vocabulary (-inf elsewhere)."""
         if self.kept is None:
             return logits
         full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
         full[:, self.kept] = logits
         return full
+
+    def _native_structure(self) -> Any:
+        """The C forward's model structure over this model's tensors (kept alive by ``self``)."""
+        from specdec import native
+
+        if self._native is None:
+            cos, sin = self._rotary(self.max_positions)
+            layers = (native.Layer * len(self.layers))()
+            for i, entry in enumerate(self.layers):
+                layers[i] = native.Layer(
+                    entry["norm_attn"].data_ptr(),
+                    entry["norm_mlp"].data_ptr(),
+                    *(entry[name].struct() for name in ("qkv", "o", "gate_up", "down")),
+                )
+            inter = self.layers[0]["down"].qs.shape[1] * 2
+            self._native = native.Model(
+                len(self.layers), self.hidden, self.heads, self.kv_heads, self.head_dim, inter,
+                self.max_positions, self.eps, self.embed.data_ptr(), layers, self.norm.data_ptr(),
+                self.head.struct(), cos.data_ptr(), sin.data_ptr(),
+            )  # fmt: skip
+            self._native_keep = (layers, cos, sin)
+        return self._native
+
+    def _native_forward(
+        self, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None
+    ) -> torch.Tensor:
+        from specdec import native
+
+        k = int(ids.shape[0])
+        rows = k if keep is None else keep
+        if cache.dtype != torch.float32 or not cache.is_contiguous():
+            raise ValueError("cache must be a contiguous float32 tensor (LeanLlama.new_cache)")
+        ids = ids.to(torch.int64).contiguous()
+        logits = torch.empty(rows, self.head.out_features, dtype=torch.float32)
+        status = native.library().specdec_q4_forward(
+            ctypes.byref(self._native_structure()), ids.data_ptr(), k, start, cache.data_ptr(),
+            int(cache.shape[3]), logits.data_ptr(), rows,
+        )  # fmt: skip
+        if status != 0:
+            raise MemoryError("the C forward could not allocate its work buffers")
+        return logits
 
     def new_cache(self, capacity: int) -> torch.Tensor:
         """An empty KV cache for ``capacity`` positions (float32 in every mode)."""

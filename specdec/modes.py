@@ -43,8 +43,11 @@ PROBE_VERSION = 5
 
 
 def available_modes() -> tuple[str, ...]:
-    """The lean modes this torch can run."""
-    return tuple(m for m in MODES if m != "int4" or int4_supported())
+    """The lean modes this machine can run (int4 needs torch's CPU int4 kernels, q4_1 a C compiler)."""
+    from specdec import native
+
+    runs = {"int4": int4_supported(), "q4_1": native.available()}
+    return tuple(m for m in MODES if runs.get(m, True))
 
 
 def machine_identity() -> dict[str, Any]:

@@ -40,7 +40,9 @@ SIMPLE_DRAFTS = ("lookup", "bigram", "early-exit")
 #: The engines :func:`measure_setup` decodes with: the lean engine's modes (CPU), ``"auto"``
 #: (the lean mode :func:`specdec.modes.lean_model` picks by measuring this machine), or the
 #: transformers model as loaded (CPU or GPU).
-ENGINES = ("auto", "float32", "bfloat16", "int4", "hf-float32", "hf-bfloat16")
+#: (Spelled out so that importing this module does not import torch; a test checks that the
+#: lean modes are :data:`specdec.lean.MODES`.)
+ENGINES = ("auto", "float32", "q4_1", "bfloat16", "int4", "hf-float32", "hf-bfloat16")
 
 #: Training prompts (and their seed) whose temperature-1 generations make the bigram table:
 #: disjoint from the evaluation prompts, as in Part IV's fallback corpus.

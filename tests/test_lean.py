@@ -1,6 +1,6 @@
 """The lean engine (specdec.lean): the same logits as transformers, and decoding exact in every mode.
 
-Per mode (float32, bfloat16, int4): greedy speculative decoding equals greedy autoregressive
+Per mode (float32, q4_1, bfloat16, int4): greedy speculative decoding equals greedy autoregressive
 decoding for model, early-exit and prompt-lookup drafters, and sampling has the target's law
 (chi-square of the first two tokens against the exact law of the lean model in that mode).
 """
@@ -13,6 +13,7 @@ import torch
 from test_decoding import PROMPTS, chi_square_pvalue
 from tiny_models import VOCAB, perturbed_copy, tiny_llama
 
+from specdec import native
 from specdec.decoding import autoregressive, speculative
 from specdec.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
 from specdec.lean import GROUP_SIZE, MODES, LeanLlama, LeanSession, int4_supported
@@ -21,7 +22,7 @@ from specdec.sampling import warp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SHIPPED = [m for m in MODES if m != "int4" or int4_supported()]
+SHIPPED = [m for m in MODES if (m != "int4" or int4_supported()) and (m != "q4_1" or native.available())]
 
 
 @pytest.fixture(scope="module")
@@ -332,3 +333,46 @@ def test_verify_equals_steps_bit_for_bit_for_a_wider_model(mode):
     for variant in ({}, {"int8_head": False}) if mode == "int4" else ({},):
         lean = LeanLlama(model, mode, **variant)
         assert all(lean.verify_matches_steps(k=5, context=8 + s, seed=s) for s in range(6)), variant
+
+
+def test_q4_1_is_the_float32_model_on_the_gguf_grid(grid_model):
+    """q4_1 keeps the GGUF's integers (zero code error on Q4_1/Q8_0-grid weights) and computes in
+    float32: its logits equal float32's up to summation order, far closer than bf16 rounding."""
+    if not native.available():
+        pytest.skip(f"the C forward cannot be built here: {native.unavailable_reason()}")
+    q4 = LeanLlama(grid_model, "q4_1")
+    assert q4.quantization_error < 1e-6 and q4.dtype == torch.float32
+    seq = [5, 17, 42, 8, 91, 3]
+    full = open_lm(LeanLlama(grid_model, "float32")).forward(seq)
+    ours = open_lm(q4).forward(seq)
+    assert float((ours - full).abs().max()) < 1e-4 * float(full.abs().max())
+    assert LeanLlama(tiny_llama(3), "q4_1").quantization_error > 1e-4  # off the grid: reported
+    assert q4.weight_bytes() < LeanLlama(grid_model, "bfloat16").weight_bytes()
+
+
+def test_q4_1_refuses_options_it_does_not_have(grid_model):
+    if not native.available():
+        pytest.skip(f"the C forward cannot be built here: {native.unavailable_reason()}")
+    with pytest.raises(ValueError, match="always runs the LM head as Q8_0"):
+        LeanLlama(grid_model, "q4_1", int8_head=False)
+    with pytest.raises(ValueError, match="exact by construction"):
+        LeanLlama(grid_model, "q4_1", exact_verify=False)
+
+
+def test_q4_1_runs_a_kept_vocabulary_head_and_early_exit_views(hf_target):
+    if not native.available():
+        pytest.skip(f"the C forward cannot be built here: {native.unavailable_reason()}")
+    from specdec.draftnets import build_draft
+
+    kept = torch.tensor([0, 3, 5, 8, 13, 21, 34, 55])
+    draft = LeanLlama(build_draft(hf_target, [0], kept), "q4_1")
+    ref = LeanLlama(build_draft(hf_target, [0], kept), "float32")
+    seq = [5, 17, 42, 8, 91, 3]
+    ours, full = open_lm(draft).forward(seq), open_lm(ref).forward(seq)
+    assert torch.equal(torch.isfinite(ours), torch.isfinite(full)) and ours.shape == (6, VOCAB)
+    whole = LeanLlama(hf_target, "q4_1")
+    one = whole.early_exit(1)
+    assert one.num_layers == 1 and whole.num_layers == 2
+    a, b = open_lm(one).forward(seq), open_lm(whole).forward(seq)
+    assert a.shape == b.shape and not torch.equal(a, b)  # the view runs its own layers
+    assert torch.equal(open_lm(whole).forward(seq), b)  # and leaves the whole model as it was

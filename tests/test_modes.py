@@ -53,7 +53,7 @@ def test_draft_length_follows_the_measured_curve():
 
 def test_choice_is_the_fastest_step_and_is_cached(model, tmp_path, monkeypatch):
     calls = []
-    fake = {"float32": 3.0, "bfloat16": 1.0, "int4": 1.0}  # a tie: bfloat16 is the more precise
+    fake = {"float32": 3.0, "q4_1": 2.0, "bfloat16": 1.0, "int4": 1.0}  # a tie: bfloat16 is the more precise
 
     def fake_probe(model, wanted):
         calls.append(wanted)
@@ -86,3 +86,11 @@ def test_lean_model_and_bad_input(model, tmp_path):
         modes.probe_modes(model, ("int8",))
     with pytest.raises(ValueError, match="k must be"):
         modes.probe_modes(model, ("float32",), k=1)
+
+
+def test_the_measure_commands_engines_are_the_lean_modes():
+    """usermeasure spells its engines out (importing it must not import torch): they must be
+    'auto', every lean mode in MODES' order, and transformers' two."""
+    from specdec.usermeasure import ENGINES
+
+    assert ENGINES == ("auto", *MODES, "hf-float32", "hf-bfloat16")

@@ -1,0 +1,316 @@
+/* The lean Llama forward of specdec's "q4_1" mode, in C (see specdec/native.py).
+ *
+ * Weights: every decoder linear layer in the GGUF's Q4_1 code (groups of 32 along the input:
+ * w = d q + m, q in 0..15; 16 bytes a group, the low nibbles holding elements 0..15 and the
+ * high nibbles 16..31), the LM head in Q8_0 (w = d q, q in -127..127), scales as float32.
+ * Activations, the KV cache and every sum are float32.
+ *
+ * Exactness by construction: every row of a call (one token) runs the same instructions in the
+ * same order whatever the number of rows, and attends over its own prefix exactly as a
+ * one-token step at that position does; so a verify call's rows equal single steps bit for bit.
+ * The code uses GCC/Clang vector extensions (16 floats), which the compiler maps onto the
+ * machine's vector unit (AVX-512, AVX2 or SSE) at -march=native.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef uint8_t v16u8 __attribute__((vector_size(16)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+typedef struct {
+    const uint8_t *qs; /* (n, k / 2) */
+    const float *d;    /* (n, k / 32) */
+    const float *m;    /* (n, k / 32) */
+    int32_t n, k;
+} q41_t;
+
+typedef struct {
+    const uint8_t *qs; /* (n, k): the int8 codes' bytes */
+    const float *d;   /* (n, k / 32) */
+    int32_t n, k;
+} q80_t;
+
+typedef struct {
+    const float *norm_attn, *norm_mlp;
+    q41_t qkv, o, gate_up, down;
+} layer_t;
+
+typedef struct {
+    int32_t n_layers, hidden, heads, kv_heads, head_dim, inter, positions;
+    float eps;
+    const float *embed; /* (vocab, hidden) */
+    const layer_t *layers;
+    const float *norm;
+    q80_t head;
+    const float *cos, *sin; /* (positions, head_dim); sin with rotate_half's sign folded in */
+} model_t;
+
+/* Optional wall-clock time per phase of the forward (specdec_q4_profile): linear layers, LM
+ * head, attention (rotary, cache writes, attention), other (embedding, norms, SiLU). */
+enum { PH_LINEAR, PH_HEAD, PH_ATTENTION, PH_OTHER, PHASES };
+static int profiling = 0;
+static double phase_s[PHASES];
+
+static inline double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+#define PHASE(which, ...)                                                                             \
+    do {                                                                                              \
+        const double t0_ = profiling ? now() : 0.0;                                                   \
+        __VA_ARGS__;                                                                                  \
+        if (profiling) phase_s[which] += now() - t0_;                                                 \
+    } while (0)
+
+/* Turn the phase clocks on (1) or off (0); reading them (specdec_q4_profile) also resets them. */
+void specdec_q4_set_profiling(int on) { profiling = on; }
+
+void specdec_q4_profile(double *out) {
+    for (int i = 0; i < PHASES; i++) {
+        out[i] = phase_s[i];
+        phase_s[i] = 0.0;
+    }
+}
+
+static inline v16f loadf(const float *p) {
+    v16f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void storef(float *p, v16f v) { memcpy(p, &v, sizeof v); }
+
+/* A fixed-order tree sum of the 16 lanes. */
+static inline float hsum(v16f v) {
+    float t[16];
+    storef(t, v);
+    float a = (t[0] + t[8]) + (t[4] + t[12]);
+    float b = (t[2] + t[10]) + (t[6] + t[14]);
+    float c = (t[1] + t[9]) + (t[5] + t[13]);
+    float e = (t[3] + t[11]) + (t[7] + t[15]);
+    return (a + b) + (c + e);
+}
+
+/* y[r][n] (+)= sum_k W[n][k] x[r][k] for R rows (R a compile-time constant after inlining). */
+static inline __attribute__((always_inline)) void q41_rows(const q41_t *w, const float *restrict x, int R,
+                                                          float *restrict y, int ldy, int add) {
+    const int K = w->k, G = K / 32;
+    for (int n = 0; n < w->n; n++) {
+        v16f acc[8];
+        for (int r = 0; r < R; r++) acc[r] = (v16f){0};
+        const uint8_t *q = w->qs + (size_t)n * (K / 2);
+        const float *dn = w->d + (size_t)n * G, *mn = w->m + (size_t)n * G;
+        for (int g = 0; g < G; g++) {
+            v16u8 b;
+            memcpy(&b, q + 16 * g, 16);
+            const float dg = dn[g], mg = mn[g];
+            const v16f lo = __builtin_convertvector(__builtin_convertvector(b & 15, v16i), v16f) * dg + mg;
+            const v16f hi = __builtin_convertvector(__builtin_convertvector(b >> 4, v16i), v16f) * dg + mg;
+            for (int r = 0; r < R; r++) {
+                const float *xr = x + (size_t)r * K + 32 * g;
+                acc[r] += lo * loadf(xr);
+                acc[r] += hi * loadf(xr + 16);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const float s = hsum(acc[r]);
+            if (add) y[(size_t)r * ldy + n] += s;
+            else y[(size_t)r * ldy + n] = s;
+        }
+    }
+}
+
+static void q41_mm(const q41_t *w, const float *x, int rows, float *y, int ldy, int add) {
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+        const float *xr = x + (size_t)r0 * w->k;
+        float *yr = y + (size_t)r0 * ldy;
+        switch (rows - r0 < 8 ? rows - r0 : 8) {
+        case 1: q41_rows(w, xr, 1, yr, ldy, add); break;
+        case 2: q41_rows(w, xr, 2, yr, ldy, add); break;
+        case 3: q41_rows(w, xr, 3, yr, ldy, add); break;
+        case 4: q41_rows(w, xr, 4, yr, ldy, add); break;
+        case 5: q41_rows(w, xr, 5, yr, ldy, add); break;
+        case 6: q41_rows(w, xr, 6, yr, ldy, add); break;
+        case 7: q41_rows(w, xr, 7, yr, ldy, add); break;
+        default: q41_rows(w, xr, 8, yr, ldy, add); break;
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void q80_rows(const q80_t *w, const float *restrict x, int R,
+                                                          float *restrict y, int ldy) {
+    const int K = w->k, G = K / 32;
+    for (int n = 0; n < w->n; n++) {
+        v16f acc[8];
+        for (int r = 0; r < R; r++) acc[r] = (v16f){0};
+        const uint8_t *q = w->qs + (size_t)n * K;
+        const float *dn = w->d + (size_t)n * G;
+        for (int g = 0; g < G; g++) {
+            v16u8 b0, b1;
+            memcpy(&b0, q + 32 * g, 16);
+            memcpy(&b1, q + 32 * g + 16, 16);
+            const float dg = dn[g];
+            /* int8 -> float through q + 128 (GCC widens unsigned bytes in vector registers; a
+             * direct signed conversion compiles to scalar code) */
+            const v16f lo = __builtin_convertvector(__builtin_convertvector(b0 ^ 128, v16i) - 128, v16f) * dg;
+            const v16f hi = __builtin_convertvector(__builtin_convertvector(b1 ^ 128, v16i) - 128, v16f) * dg;
+            for (int r = 0; r < R; r++) {
+                const float *xr = x + (size_t)r * K + 32 * g;
+                acc[r] += lo * loadf(xr);
+                acc[r] += hi * loadf(xr + 16);
+            }
+        }
+        for (int r = 0; r < R; r++) y[(size_t)r * ldy + n] = hsum(acc[r]);
+    }
+}
+
+static void q80_mm(const q80_t *w, const float *x, int rows, float *y, int ldy) {
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+        const float *xr = x + (size_t)r0 * w->k;
+        float *yr = y + (size_t)r0 * ldy;
+        switch (rows - r0 < 8 ? rows - r0 : 8) {
+        case 1: q80_rows(w, xr, 1, yr, ldy); break;
+        case 2: q80_rows(w, xr, 2, yr, ldy); break;
+        case 3: q80_rows(w, xr, 3, yr, ldy); break;
+        case 4: q80_rows(w, xr, 4, yr, ldy); break;
+        case 5: q80_rows(w, xr, 5, yr, ldy); break;
+        case 6: q80_rows(w, xr, 6, yr, ldy); break;
+        case 7: q80_rows(w, xr, 7, yr, ldy); break;
+        default: q80_rows(w, xr, 8, yr, ldy); break;
+        }
+    }
+}
+
+/* RMSNorm as transformers computes it: x / sqrt(mean(x^2) + eps), then times the weight.
+ * Vector loops run over whole blocks of 16 and a scalar loop over the rest (here and below). */
+static void rms(const float *x, const float *w, int n, float eps, float *out) {
+    const int nv = n - n % 16;
+    v16f acc = {0};
+    for (int i = 0; i < nv; i += 16) {
+        const v16f v = loadf(x + i);
+        acc += v * v;
+    }
+    float s = hsum(acc);
+    for (int i = nv; i < n; i++) s += x[i] * x[i];
+    const float inv = 1.0f / sqrtf(s / (float)n + eps);
+    for (int i = 0; i < nv; i += 16) storef(out + i, loadf(w + i) * (loadf(x + i) * inv));
+    for (int i = nv; i < n; i++) out[i] = w[i] * (x[i] * inv);
+}
+
+/* Rotary embedding in place: x cos + rotate_half(x) sin (sign of rotate_half folded into sin). */
+static void rotate(float *x, const float *cos, const float *sin, int hd) {
+    float t[hd];
+    const int half = hd / 2;
+    for (int i = 0; i < hd; i++) t[i] = x[i] * cos[i] + x[(i + half) % hd] * sin[i];
+    memcpy(x, t, sizeof(float) * hd);
+}
+
+static inline float dot(const float *a, const float *b, int n) {
+    const int nv = n - n % 16;
+    v16f acc = {0};
+    for (int i = 0; i < nv; i += 16) acc += loadf(a + i) * loadf(b + i);
+    float s = hsum(acc);
+    for (int i = nv; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* One query row of one head over cached positions 0 .. end-1: softmax(q K^T / sqrt(hd)) V. */
+static void attend(const float *q, const float *keys, const float *values, int end, int hd, float *scores,
+                   float *out) {
+    const float scale = 1.0f / sqrtf((float)hd);
+    float top = -INFINITY;
+    for (int t = 0; t < end; t++) {
+        const float s = dot(q, keys + (size_t)t * hd, hd) * scale;
+        scores[t] = s;
+        if (s > top) top = s;
+    }
+    float total = 0.0f;
+    for (int t = 0; t < end; t++) {
+        scores[t] = expf(scores[t] - top);
+        total += scores[t];
+    }
+    const float inv = 1.0f / total;
+    const int nv = hd - hd % 16;
+    for (int i = 0; i < nv; i += 16) {
+        v16f acc = {0};
+        for (int t = 0; t < end; t++) acc += scores[t] * loadf(values + (size_t)t * hd + i);
+        storef(out + i, acc * inv);
+    }
+    for (int i = nv; i < hd; i++) {
+        float acc = 0.0f;
+        for (int t = 0; t < end; t++) acc += scores[t] * values[(size_t)t * hd + i];
+        out[i] = acc * inv;
+    }
+}
+
+/* Logits of the k tokens ids placed at positions start .. start+k-1, for the last `keep` rows
+ * (logits: keep x head.n). cache: (layers, 2, kv_heads, capacity, head_dim), holding positions
+ * 0 .. start-1; the new tokens' keys and values are written. Returns 0, or -1 when out of memory. */
+int specdec_q4_forward(const model_t *m, const int64_t *ids, int32_t k, int32_t start, float *cache,
+                       int32_t capacity, float *logits, int32_t keep) {
+    const int H = m->hidden, hd = m->head_dim, nh = m->heads, kv = m->kv_heads, I = m->inter;
+    const int qkv_n = (nh + 2 * kv) * hd, group = nh / kv;
+    const size_t need = (size_t)k * (2 * H + qkv_n + H + 3 * I) + (size_t)(start + k) + 16;
+    float *buf = (float *)malloc(sizeof(float) * need);
+    if (!buf) return -1;
+    float *x = buf, *h = x + (size_t)k * H, *qkv = h + (size_t)k * H, *att = qkv + (size_t)k * qkv_n;
+    float *gu = att + (size_t)k * H, *act = gu + (size_t)k * 2 * I, *scores = act + (size_t)k * I;
+    PHASE(PH_OTHER, for (int r = 0; r < k; r++) memcpy(x + (size_t)r * H, m->embed + (size_t)ids[r] * H,
+                                                      sizeof(float) * H));
+    const size_t plane = (size_t)kv * capacity * hd;
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer_t *L = m->layers + l;
+        float *kc = cache + (size_t)l * 2 * plane, *vc = kc + plane;
+        PHASE(PH_OTHER, for (int r = 0; r < k; r++) rms(x + (size_t)r * H, L->norm_attn, H, m->eps, h + (size_t)r * H));
+        PHASE(PH_LINEAR, q41_mm(&L->qkv, h, k, qkv, qkv_n, 0));
+        PHASE(PH_ATTENTION, {
+            for (int r = 0; r < k; r++) {
+                const int pos = start + r;
+                float *row = qkv + (size_t)r * qkv_n;
+                for (int j = 0; j < nh + kv; j++)
+                    rotate(row + (size_t)j * hd, m->cos + (size_t)pos * hd, m->sin + (size_t)pos * hd, hd);
+                for (int j = 0; j < kv; j++) {
+                    memcpy(kc + ((size_t)j * capacity + pos) * hd, row + (size_t)(nh + j) * hd, sizeof(float) * hd);
+                    memcpy(vc + ((size_t)j * capacity + pos) * hd, row + (size_t)(nh + kv + j) * hd,
+                           sizeof(float) * hd);
+                }
+            }
+            /* row r attends to positions 0 .. start + r, exactly as a one-token step there */
+            for (int r = 0; r < k; r++) {
+                const int end = start + r + 1;
+                const float *row = qkv + (size_t)r * qkv_n;
+                for (int j = 0; j < nh; j++) {
+                    const int kvh = j / group;
+                    attend(row + (size_t)j * hd, kc + (size_t)kvh * capacity * hd, vc + (size_t)kvh * capacity * hd,
+                           end, hd, scores, att + (size_t)r * H + (size_t)j * hd);
+                }
+            }
+        });
+        PHASE(PH_LINEAR, q41_mm(&L->o, att, k, x, H, 1));
+        PHASE(PH_OTHER, for (int r = 0; r < k; r++) rms(x + (size_t)r * H, L->norm_mlp, H, m->eps, h + (size_t)r * H));
+        PHASE(PH_LINEAR, q41_mm(&L->gate_up, h, k, gu, 2 * I, 0));
+        PHASE(PH_OTHER, {
+            for (int r = 0; r < k; r++) {
+                const float *g = gu + (size_t)r * 2 * I, *u = g + I;
+                float *a = act + (size_t)r * I;
+                for (int i = 0; i < I; i++) a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            }
+        });
+        PHASE(PH_LINEAR, q41_mm(&L->down, act, k, x, H, 1));
+    }
+    const int first = k - keep;
+    PHASE(PH_OTHER, for (int r = first; r < k; r++) rms(x + (size_t)r * H, m->norm, H, m->eps, h + (size_t)(r - first) * H));
+    PHASE(PH_HEAD, q80_mm(&m->head, h, keep, logits, m->head.n));
+    free(buf);
+    return 0;
+}
+
+/* One linear layer, for tests and benchmarks: y (rows x n) = x (rows x k) W^T. */
+void specdec_q41_mm(const q41_t *w, const float *x, int32_t rows, float *y) { q41_mm(w, x, rows, y, w->n, 0); }
+void specdec_q80_mm(const q80_t *w, const float *x, int32_t rows, float *y) { q80_mm(w, x, rows, y, w->n); }

@@ -1,0 +1,76 @@
+"""specdec.native: the C forward is built per machine (or emulated CPU), cached, and refused clearly."""
+
+from __future__ import annotations
+
+import pytest
+from tiny_models import tiny_llama
+
+from specdec import native
+from specdec.lean import LeanLlama
+
+
+@pytest.fixture
+def fresh_load():
+    native._load.cache_clear()
+    yield
+    native._load.cache_clear()
+
+
+def test_build_flags_follow_the_emulated_cpu(monkeypatch):
+    monkeypatch.delenv("SPECDEC_EMULATED_CPU", raising=False)
+    assert "-march=native" in native.build_flags()
+    monkeypatch.setenv("SPECDEC_EMULATED_CPU", "avx2")
+    assert "-march=x86-64-v3" in native.build_flags()
+    monkeypatch.setenv("SPECDEC_EMULATED_CPU", "baseline")
+    assert "-march=x86-64" in native.build_flags()
+    monkeypatch.setenv("SPECDEC_EMULATED_CPU", "avx9000")
+    with pytest.raises(ValueError, match="SPECDEC_EMULATED_CPU must be one of"):
+        native.build_flags()
+
+
+def test_the_library_is_cached_per_source_flags_and_machine(tmp_path, monkeypatch):
+    if native._compiler() is None:
+        pytest.skip("no C compiler here")
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    cc = native._compiler()
+    native_path = native._library_path(cc, ["-O3", "-march=native"])
+    baseline_path = native._library_path(cc, ["-O3", "-march=x86-64"])
+    assert native_path != baseline_path and native_path.parent == baseline_path.parent
+
+
+def test_a_missing_compiler_is_a_clear_refusal(monkeypatch, fresh_load):
+    from specdec.modes import available_modes
+
+    monkeypatch.setenv("CC", "no-such-compiler-xyz")
+    assert not native.available()
+    assert "no C compiler found" in native.unavailable_reason()
+    assert "q4_1" not in available_modes()
+    with pytest.raises(OSError, match="C forward is unavailable"):
+        native.library()
+    with pytest.raises(ValueError, match="mode 'q4_1' needs specdec's C forward"):
+        LeanLlama(tiny_llama(0), "q4_1")
+
+
+def test_a_failing_build_says_why(monkeypatch, fresh_load, tmp_path):
+    if native._compiler() is None:
+        pytest.skip("no C compiler here")
+    monkeypatch.setattr(native, "SOURCE", tmp_path / "broken.c")
+    (tmp_path / "broken.c").write_text("this is not C\n")
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    reason = native.unavailable_reason()
+    assert reason is not None and "failed to build broken.c" in reason
+
+
+def test_the_phase_clocks_account_for_a_call():
+    if not native.available():
+        pytest.skip(f"the C forward cannot be built here: {native.unavailable_reason()}")
+    model = LeanLlama(tiny_llama(0), "q4_1")
+    s = model.session()
+    s.forward([5, 17, 42, 8])
+    prof = native.profile_step(lambda k: s.forward([1] * k), k=3, repeats=3, reset=lambda: s.crop(4))
+    buckets = prof["buckets_ms"]
+    assert set(buckets) == {*native.PHASES, "framework overhead"}
+    assert all(v >= 0 for v in buckets.values()) and buckets["linear"] > 0
+    assert sum(buckets.values()) == pytest.approx(prof["wall_ms"], rel=1e-6)
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
+        native.profile_step(lambda k: None, repeats=0)
