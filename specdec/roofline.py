@@ -509,7 +509,9 @@ class WeightFormat:
 #: Weight formats by name. int4 is torch's CPU int4 weight-only layout with group size 32
 #: (``_weight_int4pack_mm_for_cpu``: a bf16 scale and a bf16 zero per group, 0.5 + 4/32 =
 #: 0.625 bytes per weight); int8 is ``_weight_int8pack_mm`` (one bf16 scale per output row);
-#: q4_0, q4_1 and q8_0 are GGUF's blocks of 32 (fp16 scale; q4_1 adds an fp16 minimum).
+#: q4_0, q4_1 and q8_0 are GGUF's blocks of 32 (fp16 scale; q4_1 adds an fp16 minimum);
+#: q4_1_f32 and q8_0_f32 are the same codes with float32 scales (and minimums), as the lean
+#: engine's ``"q4_1"`` mode stores them for its C forward.
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     f.name: f
     for f in (
@@ -521,6 +523,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         WeightFormat("q4_0", 4, 32, 2, "GGUF Q4_0: blocks of 32 4-bit weights + fp16 scale (18 bytes)"),
         WeightFormat("q4_1", 4, 32, 4, "GGUF Q4_1: blocks of 32 4-bit weights + fp16 scale, min (20 bytes)"),
         WeightFormat("q8_0", 8, 32, 2, "GGUF Q8_0: blocks of 32 int8 weights + fp16 scale (34 bytes)"),
+        WeightFormat("q4_1_f32", 4, 32, 8, "Q4_1 codes + float32 scale and minimum per block of 32 (24 bytes)"),
+        WeightFormat("q8_0_f32", 8, 32, 4, "Q8_0 codes + float32 scale per block of 32 (36 bytes)"),
     )
 }
 
