@@ -523,7 +523,7 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
         WeightFormat("q4_0", 4, 32, 2, "GGUF Q4_0: blocks of 32 4-bit weights + fp16 scale (18 bytes)"),
         WeightFormat("q4_1", 4, 32, 4, "GGUF Q4_1: blocks of 32 4-bit weights + fp16 scale, min (20 bytes)"),
         WeightFormat("q8_0", 8, 32, 2, "GGUF Q8_0: blocks of 32 int8 weights + fp16 scale (34 bytes)"),
-        WeightFormat("q4_1_f32", 4, 32, 8, "Q4_1 codes + float32 scale and minimum per block of 32 (24 bytes)"),
+        WeightFormat("q4_1_f32", 4, 32, 8, "Q4_1 codes + float32 scale, minimum per block of 32 (24 bytes)"),
         WeightFormat("q8_0_f32", 8, 32, 4, "Q8_0 codes + float32 scale per block of 32 (36 bytes)"),
     )
 }
