@@ -571,9 +571,22 @@ class LeanLlama:
 
         k = int(ids.shape[0])
         rows = k if keep is None else keep
-        if cache.dtype != torch.float32 or not cache.is_contiguous():
-            raise ValueError("cache must be a contiguous float32 tensor (LeanLlama.new_cache)")
+        shape = (self.num_layers, 2, self.kv_heads, int(cache.shape[3]), self.head_dim)
+        if cache.dtype != torch.float32 or not cache.is_contiguous() or tuple(cache.shape) != shape:
+            raise ValueError(
+                f"cache must be a contiguous float32 tensor of shape {shape} (LeanLlama.new_cache)"
+            )
+        # the C code indexes raw memory: check what torch's indexing would have checked
+        if k < 1 or not 1 <= rows <= k:
+            raise ValueError(f"need 1 <= keep <= len(ids) (len(ids) = {k}); got keep={keep!r}")
+        if start < 0 or start + k > min(int(cache.shape[3]), self.max_positions):
+            raise ValueError(
+                f"positions {start}..{start + k - 1} do not fit the cache ({int(cache.shape[3])} slots) "
+                f"and max_position_embeddings ({self.max_positions})"
+            )
         ids = ids.to(torch.int64).contiguous()
+        if int(ids.min()) < 0 or int(ids.max()) >= self.embed.shape[0]:
+            raise ValueError(f"token ids must lie in [0, {self.embed.shape[0]}); got {ids.tolist()!r}")
         logits = torch.empty(rows, self.head.out_features, dtype=torch.float32)
         status = native.library().specdec_q4_forward(
             ctypes.byref(self._native_structure()), ids.data_ptr(), k, start, cache.data_ptr(),

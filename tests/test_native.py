@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from tiny_models import tiny_llama
 
 from specdec import native
@@ -74,3 +75,22 @@ def test_the_phase_clocks_account_for_a_call():
     assert sum(buckets.values()) == pytest.approx(prof["wall_ms"], rel=1e-6)
     with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
         native.profile_step(lambda k: None, repeats=0)
+
+
+def test_the_c_forward_checks_what_torch_indexing_would_have_checked():
+    """The C code reads raw memory, so bad ids, positions past the cache and a wrong cache raise."""
+    if not native.available():
+        pytest.skip(f"the C forward cannot be built here: {native.unavailable_reason()}")
+    model = LeanLlama(tiny_llama(0), "q4_1")
+    cache = model.new_cache(8)
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        model.forward(torch.tensor([1, model.vocab_size]), 0, cache)
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        model.forward(torch.tensor([-1]), 0, cache)
+    with pytest.raises(ValueError, match="do not fit the cache"):
+        model.forward(torch.tensor([1, 2]), 7, cache)
+    with pytest.raises(ValueError, match="keep"):
+        model.forward(torch.tensor([1, 2]), 0, cache, keep=3)
+    with pytest.raises(ValueError, match="cache must be a contiguous float32 tensor"):
+        model.forward(torch.tensor([1]), 0, model.early_exit(1).new_cache(8))
+    assert model.forward(torch.tensor([1, 2]), 6, cache).shape == (2, model.vocab_size)
