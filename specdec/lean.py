@@ -34,7 +34,7 @@ over a masked block instead of a shorter sequence. The forward therefore attends
 with the very shapes of a step (:meth:`LeanLlama._attend`), and in bfloat16 runs a one-row
 linear layer as two equal rows (oneDNN's one-row bf16 kernel rounds differently from its
 kernel for two or more rows, which agree). With both, a verify call's rows equal the steps'
-**bit for bit** in ``"bfloat16"`` and ``"int4"`` (checked on an AVX-512 EPYC, natively and
+**bit for bit** in ``"bfloat16"`` and ``"int4"`` (and ``"q4_1"``, by construction: see :mod:`specdec.native`) (checked on an AVX-512 EPYC, natively and
 with torch capped at AVX2 and at the baseline; :meth:`LeanLlama.verify_matches_steps` checks
 the running machine, and :mod:`specdec.modes` records it per mode). In ``"float32"`` BLAS
 sums a one-row product (GEMV) and a block (GEMM) in different orders: rows differ by about
@@ -292,6 +292,17 @@ class LeanLlama:
         if mode == "q4_1":
             from specdec import native
 
+            heads, kv = (
+                int(model.config.num_attention_heads),
+                int(
+                    _config_value(model.config, "num_key_value_heads", None)
+                    or model.config.num_attention_heads
+                ),
+            )
+            if heads % kv:
+                raise ValueError(
+                    f"mode 'q4_1' needs num_key_value_heads ({kv}) to divide the heads ({heads})"
+                )
             reason = native.unavailable_reason()
             if reason is not None:
                 raise ValueError(f"mode 'q4_1' needs specdec's C forward, which cannot be built: {reason}")
@@ -584,6 +595,8 @@ class LeanLlama:
                 f"positions {start}..{start + k - 1} do not fit the cache ({int(cache.shape[3])} slots) "
                 f"and max_position_embeddings ({self.max_positions})"
             )
+        if ids.dim() != 1 or ids.is_floating_point():
+            raise ValueError(f"ids must be a 1-D integer tensor; got shape {tuple(ids.shape)}, {ids.dtype}")
         ids = ids.to(torch.int64).contiguous()
         if int(ids.min()) < 0 or int(ids.max()) >= self.embed.shape[0]:
             raise ValueError(f"token ids must lie in [0, {self.embed.shape[0]}); got {ids.tolist()!r}")

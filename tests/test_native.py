@@ -94,3 +94,50 @@ def test_the_c_forward_checks_what_torch_indexing_would_have_checked():
     with pytest.raises(ValueError, match="cache must be a contiguous float32 tensor"):
         model.forward(torch.tensor([1]), 0, model.early_exit(1).new_cache(8))
     assert model.forward(torch.tensor([1, 2]), 6, cache).shape == (2, model.vocab_size)
+
+
+def test_where_a_compiler_exists_the_c_forward_builds():
+    """A broken leanq4.c must fail the suite, not turn every q4_1 test into a skip."""
+    if native._compiler() is None:
+        pytest.skip("no C compiler here")
+    assert native.available(), native.unavailable_reason()
+
+
+@pytest.mark.parametrize("target", ["avx2", "baseline"])
+def test_the_emulated_cpu_builds_are_exact_across_the_8_row_split(monkeypatch, target):
+    """The library built for an older CPU level (as make test emulates) keeps verify == steps,
+    at k = 9 (past the kernels' 8-row chunks) and head_dim 64 (the vector attention path)."""
+    if native._compiler() is None:
+        pytest.skip("no C compiler here")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    monkeypatch.setenv("SPECDEC_EMULATED_CPU", target)
+    torch.manual_seed(5)
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=128, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    )  # fmt: skip
+    model = LeanLlama(LlamaForCausalLM(config).eval(), "q4_1")
+    assert model.verify_matches_steps(k=9, context=7)
+
+
+def test_q4_1_handles_heads_times_head_dim_unlike_hidden():
+    """head_dim given apart from hidden / heads (attention width 128, hidden 64): q4_1 agrees
+    with float32 on grid weights, as the torch modes do."""
+    if not native.available():
+        pytest.skip(f"the C forward cannot be built here: {native.unavailable_reason()}")
+    from test_lean import on_q4_1_grid
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specdec.lm import open_lm
+
+    torch.manual_seed(6)
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
+    )  # fmt: skip
+    hf = on_q4_1_grid(LlamaForCausalLM(config).eval())
+    seq = [5, 17, 42, 8, 33, 3]
+    full = open_lm(LeanLlama(hf, "float32")).forward(seq)
+    ours = open_lm(LeanLlama(hf, "q4_1")).forward(seq)
+    assert float((ours - full).abs().max()) < 1e-4 * float(full.abs().max())

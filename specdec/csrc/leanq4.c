@@ -255,12 +255,12 @@ static void attend(const float *q, const float *keys, const float *values, int e
 int specdec_q4_forward(const model_t *m, const int64_t *ids, int32_t k, int32_t start, float *cache,
                        int32_t capacity, float *logits, int32_t keep) {
     const int H = m->hidden, hd = m->head_dim, nh = m->heads, kv = m->kv_heads, I = m->inter;
-    const int qkv_n = (nh + 2 * kv) * hd, group = nh / kv;
-    const size_t need = (size_t)k * (2 * H + qkv_n + H + 3 * I) + (size_t)(start + k) + 16;
+    const int qkv_n = (nh + 2 * kv) * hd, group = nh / kv, AD = nh * hd; /* AD may differ from H */
+    const size_t need = (size_t)k * (2 * H + qkv_n + AD + 3 * I) + (size_t)(start + k) + 16;
     float *buf = (float *)malloc(sizeof(float) * need);
     if (!buf) return -1;
     float *x = buf, *h = x + (size_t)k * H, *qkv = h + (size_t)k * H, *att = qkv + (size_t)k * qkv_n;
-    float *gu = att + (size_t)k * H, *act = gu + (size_t)k * 2 * I, *scores = act + (size_t)k * I;
+    float *gu = att + (size_t)k * AD, *act = gu + (size_t)k * 2 * I, *scores = act + (size_t)k * I;
     PHASE(PH_OTHER, for (int r = 0; r < k; r++) memcpy(x + (size_t)r * H, m->embed + (size_t)ids[r] * H,
                                                       sizeof(float) * H));
     const size_t plane = (size_t)kv * capacity * hd;
@@ -288,7 +288,7 @@ int specdec_q4_forward(const model_t *m, const int64_t *ids, int32_t k, int32_t 
                 for (int j = 0; j < nh; j++) {
                     const int kvh = j / group;
                     attend(row + (size_t)j * hd, kc + (size_t)kvh * capacity * hd, vc + (size_t)kvh * capacity * hd,
-                           end, hd, scores, att + (size_t)r * H + (size_t)j * hd);
+                           end, hd, scores, att + (size_t)r * AD + (size_t)j * hd);
                 }
             }
         });
