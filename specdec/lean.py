@@ -34,7 +34,8 @@ over a masked block instead of a shorter sequence. The forward therefore attends
 with the very shapes of a step (:meth:`LeanLlama._attend`), and in bfloat16 runs a one-row
 linear layer as two equal rows (oneDNN's one-row bf16 kernel rounds differently from its
 kernel for two or more rows, which agree). With both, a verify call's rows equal the steps'
-**bit for bit** in ``"bfloat16"`` and ``"int4"`` (and ``"q4_1"``, by construction: see :mod:`specdec.native`) (checked on an AVX-512 EPYC, natively and
+**bit for bit** in ``"bfloat16"`` and ``"int4"`` (``"q4_1"``: by construction, see
+:mod:`specdec.native`) (checked on an AVX-512 EPYC, natively and
 with torch capped at AVX2 and at the baseline; :meth:`LeanLlama.verify_matches_steps` checks
 the running machine, and :mod:`specdec.modes` records it per mode). In ``"float32"`` BLAS
 sums a one-row product (GEMV) and a block (GEMM) in different orders: rows differ by about
