@@ -250,6 +250,10 @@ def _check_supported(config: Any) -> None:
     for flag in ("attention_bias", "mlp_bias"):
         if _config_value(config, flag, False):
             raise ValueError(f"LeanLlama does not implement {flag}=True")
+    heads = int(config.num_attention_heads)
+    kv = int(_config_value(config, "num_key_value_heads", None) or heads)
+    if heads % kv:
+        raise ValueError(f"LeanLlama needs num_key_value_heads ({kv}) to divide the heads ({heads})")
     if _config_value(config, "hidden_act", "silu") != "silu":
         raise ValueError(f"LeanLlama implements hidden_act 'silu'; got {config.hidden_act!r}")
     rope = _config_value(config, "rope_parameters") or _config_value(config, "rope_scaling") or {}
@@ -293,17 +297,6 @@ class LeanLlama:
         if mode == "q4_1":
             from specdec import native
 
-            heads, kv = (
-                int(model.config.num_attention_heads),
-                int(
-                    _config_value(model.config, "num_key_value_heads", None)
-                    or model.config.num_attention_heads
-                ),
-            )
-            if heads % kv:
-                raise ValueError(
-                    f"mode 'q4_1' needs num_key_value_heads ({kv}) to divide the heads ({heads})"
-                )
             reason = native.unavailable_reason()
             if reason is not None:
                 raise ValueError(f"mode 'q4_1' needs specdec's C forward, which cannot be built: {reason}")

@@ -376,3 +376,14 @@ def test_q4_1_runs_a_kept_vocabulary_head_and_early_exit_views(hf_target):
     a, b = open_lm(one).forward(seq), open_lm(whole).forward(seq)
     assert a.shape == b.shape and not torch.equal(a, b)  # the view runs its own layers
     assert torch.equal(open_lm(whole).forward(seq), b)  # and leaves the whole model as it was
+
+
+def test_key_value_heads_must_divide_the_heads():
+    """Grouped-query attention maps query head j to key-value head j // (heads / kv_heads)."""
+    from types import SimpleNamespace
+
+    from specdec.lean import _check_supported
+
+    with pytest.raises(ValueError, match=r"num_key_value_heads \(3\) to divide the heads \(4\)"):
+        _check_supported(SimpleNamespace(model_type="llama", num_attention_heads=4, num_key_value_heads=3))
+    _check_supported(SimpleNamespace(model_type="llama", num_attention_heads=4, num_key_value_heads=2))
