@@ -28,7 +28,6 @@ import platform
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -215,17 +214,11 @@ def profile_step(
     for name, value, low in (("k", k, 1), ("repeats", repeats, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    from specdec.roofline import timed_call
+
     lib = library()
     out = (ctypes.c_double * len(PHASES))()
-
-    def call() -> float:
-        start = time.perf_counter()
-        forward_fn(k)
-        elapsed = time.perf_counter() - start
-        if reset is not None:
-            reset()
-        return elapsed
-
+    call = timed_call(forward_fn, k, reset)
     for _ in range(warmup):
         call()
     unprofiled = [call() for _ in range(repeats)]

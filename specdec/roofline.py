@@ -961,6 +961,24 @@ def _op_bucket(name: str) -> str | None:
     return None
 
 
+def timed_call(
+    forward_fn: Callable[[int], object], k: int, reset: Callable[[], object] | None = None
+) -> Callable[[], float]:
+    """A function that runs ``forward_fn(k)`` once and returns its wall time in seconds, then
+    runs ``reset`` (if given) outside the clock; shared by the profilers here and in
+    :mod:`specdec.native`."""
+
+    def call() -> float:
+        start = time.perf_counter()
+        forward_fn(k)
+        elapsed = time.perf_counter() - start
+        if reset is not None:
+            reset()
+        return elapsed
+
+    return call
+
+
 def profile_step(
     forward_fn: Callable[[int], object],
     k: int = 1,
@@ -1009,15 +1027,7 @@ def profile_step(
     top = _check_int("top", top, 0)
     if reset is not None and not callable(reset):
         raise ValueError(f"reset must be callable or None; got {type(reset).__name__}")
-
-    def call() -> float:
-        start = time.perf_counter()
-        forward_fn(k)
-        elapsed = time.perf_counter() - start
-        if reset is not None:
-            reset()
-        return elapsed
-
+    call = timed_call(forward_fn, k, reset)
     for _ in range(warmup):
         call()
     unprofiled = [call() for _ in range(repeats)]
