@@ -1096,6 +1096,10 @@ def main(argv: list[str] | None = None) -> int:
         "runtime_min": (state["elapsed_s"] + state["setup_s"]) / 60,
         "threads_info": threads,
     }
+    if "q4_1" in (engine["mode"], *engine.get("draft_modes", {}).values()):
+        from specdec import native
+
+        record["native_build"] = native.build_info()  # the compiler and flags of the C forward
     if args.quick:
         record["full_run_estimate"] = estimate_full_minutes(state, full_settings())
     (out / record["generations_file"]).write_text(

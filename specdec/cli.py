@@ -548,7 +548,7 @@ def _print_bench(record: dict[str, Any]) -> None:
 
 #: The quick (CI-sized) run of `specdec bench`; --full takes BenchSettings' defaults (the script's).
 _BENCH_QUICK = {
-    "engines": "hf-float32,lean-float32,lean-bfloat16,lean-int4",
+    "engines": "hf-float32,lean-float32,lean-bfloat16,lean-int4,lean-q4_1",
     "prompts_per_task": 1,
     "new_tokens": 16,
     "gamma": 4,
@@ -610,7 +610,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         engines = (
             args.engines if args.engines is not None else (None if args.full else _BENCH_QUICK["engines"])
         )
-        names = resolve_engines(engines, log=_log)
+        # the quick default list leaves out what this machine cannot run; a list the user gave does not
+        names = resolve_engines(engines, log=_log, strict=args.engines is not None)
         settings = BenchSettings(
             threads=args.threads,
             engines=engines,

@@ -112,11 +112,14 @@ class BenchSettings:
         return out
 
 
-def resolve_engines(engines: str | Sequence[str] | None, *, log: Log = _print) -> tuple[str, ...]:
+def resolve_engines(
+    engines: str | Sequence[str] | None, *, log: Log = _print, strict: bool = True
+) -> tuple[str, ...]:
     """The engines to run: a comma list (or sequence) from :data:`ALL_ENGINES`, or None for every
-    available one. llama.cpp asked for by name but not importable, or an unknown name, raises
-    ValueError; with None it is left out (said on ``log``), and so is lean-int4 where torch
-    lacks the int4 kernel."""
+    available one. An unknown name raises ValueError; so does an engine asked for by name that
+    this machine cannot run (llama.cpp not importable, no C compiler for lean-q4_1, torch without
+    the int4 kernels), unless ``strict`` is False (a default list, not the user's): then it is
+    left out and said on ``log``, as with None."""
     from specdec import llamacpp, native
     from specdec.lean import int4_supported
 
@@ -127,23 +130,26 @@ def resolve_engines(engines: str | Sequence[str] | None, *, log: Log = _print) -
         unknown = [e for e in wanted if e not in ALL_ENGINES and e not in VARIANTS]
         if unknown or not wanted:
             raise ValueError(f"unknown engines {unknown}; choose from {', '.join((*ALL_ENGINES, *VARIANTS))}")
+    strict = strict and engines is not None
     if "llama.cpp" in wanted and not llamacpp.available():
-        if engines is not None:
+        if strict:
             raise ValueError(
                 "llama.cpp requested but llama_cpp is not importable (pip install llama-cpp-python)"
             )
         log("llama_cpp is not importable: llama.cpp is left out (pip install llama-cpp-python)")
         wanted = tuple(e for e in wanted if e != "llama.cpp")
     if "lean-q4_1" in wanted and not native.available():
-        if engines is not None:
+        if strict:
             reason = native.unavailable_reason()
             raise ValueError(f"lean-q4_1 requested but the C forward cannot be built: {reason}")
         log(f"the C forward cannot be built, lean-q4_1 is left out: {native.unavailable_reason()}")
         wanted = tuple(e for e in wanted if e != "lean-q4_1")
     if not int4_supported():
         int4 = [e for e in wanted if e == "lean-int4" or e in VARIANTS]
-        if int4 and engines is not None:
+        if int4 and strict:
             raise ValueError(f"{', '.join(int4)} requested but this torch lacks the CPU int4 kernels")
+        if int4:
+            log(f"this torch lacks the CPU int4 kernels: {', '.join(int4)} left out")
         wanted = tuple(e for e in wanted if e not in int4)
     return wanted
 
@@ -352,6 +358,10 @@ def run_bench(
         "summary": summary,
         "wall_s": time.time() - t0,
     }
+    if "lean-q4_1" in engines:
+        from specdec import native
+
+        record["native_build"] = native.build_info()
     skipped = [name for name, done in (("roofline", with_roofline), ("profile", with_profile)) if not done]
     if skipped:
         record["skipped"] = skipped

@@ -9,14 +9,14 @@ for the LM head, float32 activations and sums, a float32 KV cache laid out as
 order whatever the number of rows, so a verify call's rows equal single steps bit for bit by
 construction (the tests check it).
 
-The C source is compiled here, on first use, with the system's C compiler (``$CC``, else
-``cc``) at ``-O3 -march=native`` (the machine's own vector unit: AVX-512, AVX2 or SSE), and the
-library is cached under the package cache keyed by the source, the flags, the compiler and
-the CPU's flags, so another machine builds its own. Under the Makefile's emulated CPUs
-(``SPECDEC_EMULATED_CPU`` = ``avx2`` or ``baseline``) it is built for that CPU level instead
-(``-march=x86-64-v3`` or ``-march=x86-64``). Where no compiler works, :func:`available` says
-why and the mode is simply not offered (:func:`specdec.modes.available_modes`).
-"""
+The C source is compiled here, on first use, with the system's C compiler (``$CC``, which may
+name a launcher such as ``ccache gcc``, else ``cc``) at ``-O3 -march=native`` (the machine's
+own vector unit: AVX-512, AVX2 or SSE), and the library is cached under the package cache keyed
+by the source, the flags, the compiler and the CPU's flags, so another machine builds its own.
+Under the Makefile's emulated CPUs (``SPECDEC_EMULATED_CPU`` = ``avx2`` or ``baseline``) it is
+built for that CPU level instead (``-march=x86-64-v3`` or ``-march=x86-64``). Where no compiler
+works, :func:`available` says why and the mode is simply not offered
+(:func:`specdec.modes.available_modes`)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -34,7 +35,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PHASES", "SOURCE", "available", "build_flags", "library", "profile_step", "unavailable_reason"]
+__all__ = [
+    "PHASES",
+    "SOURCE",
+    "available",
+    "build_flags",
+    "build_info",
+    "library",
+    "profile_step",
+    "unavailable_reason",
+]
 
 #: The C source of the forward.
 SOURCE = Path(__file__).with_name("csrc") / "leanq4.c"
@@ -50,18 +60,22 @@ def build_flags() -> list[str]:
     return ["-O3", _MARCH[target], "-std=gnu11", "-shared", "-fPIC"]
 
 
-def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CC", "cc"))
+def _compiler() -> tuple[str, ...] | None:
+    """The compiler command: ``$CC`` (default ``cc``) split into words, the first resolved on PATH
+    (so ``CC="ccache gcc"`` works); None if there is no such program."""
+    words = shlex.split(os.environ.get("CC", "cc"))
+    found = shutil.which(words[0]) if words else None
+    return (found, *words[1:]) if found else None
 
 
-def _compiler_version(cc: str) -> str:
+def _compiler_version(cc: tuple[str, ...]) -> str:
     try:
-        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        return subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
 
 
-def _library_path(cc: str, flags: list[str]) -> Path:
+def _library_path(cc: tuple[str, ...], flags: list[str]) -> Path:
     from specdec.models import cache_root
     from specdec.roofline import cpu_flags
 
@@ -72,15 +86,15 @@ def _library_path(cc: str, flags: list[str]) -> Path:
     return cache_root() / "native" / f"leanq4-{key.hexdigest()[:20]}.so"
 
 
-def _build(cc: str, flags: list[str], target: Path) -> None:
+def _build(cc: tuple[str, ...], flags: list[str], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
         done = subprocess.run(
-            [cc, *flags, "-o", str(out), str(SOURCE), "-lm"], capture_output=True, text=True, timeout=300
+            [*cc, *flags, "-o", str(out), str(SOURCE), "-lm"], capture_output=True, text=True, timeout=300
         )
         if done.returncode != 0:
-            raise OSError(f"{cc} failed to build {SOURCE.name}: {done.stderr.strip()[-2000:]}")
+            raise OSError(f"{' '.join(cc)} failed to build {SOURCE.name}: {done.stderr.strip()[-2000:]}")
         os.replace(out, target)  # atomic: a concurrent build never sees half a library
 
 
@@ -187,6 +201,23 @@ def unavailable_reason() -> str | None:
 def available() -> bool:
     """True when the C forward builds and loads on this machine."""
     return unavailable_reason() is None
+
+
+def build_info() -> dict[str, Any] | None:
+    """What a record names about the C forward it ran: the compiler, its version line, the flags
+    and the cached library's file name; None where the forward is unavailable."""
+    cc = _compiler()
+    if cc is None or not available():
+        return None
+    flags = build_flags()
+    version = _compiler_version(cc).splitlines()
+    return {
+        "compiler": " ".join(cc),
+        "compiler_version": version[0] if version else "",
+        "flags": flags,
+        "emulated_cpu": os.environ.get("SPECDEC_EMULATED_CPU", "native"),
+        "library": _library_path(cc, flags).name,
+    }
 
 
 #: The phases the C forward clocks, in the order of its ``phase_s`` array (the names of

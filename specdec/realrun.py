@@ -361,11 +361,15 @@ def load_records(folder: str | Path, record_format: int | None = None) -> list[d
 
 def main_record(folder: str | Path) -> dict[str, Any]:
     """The Part IV record the book reads: of the current format, the full run if there is one,
-    else the CI-sized quick run (tags ending in ``-quick``); ties by file name."""
+    else the CI-sized quick run (tags ending in ``-quick``); among those the most recently
+    started (``environment.timestamp_utc``; ISO strings, so they sort as text), ties by file name."""
     current = load_records(folder, RECORD_FORMAT)
     if not current:
         raise ValueError(f"no real-decoding record of format {RECORD_FORMAT} in {str(folder)!r}")
-    return sorted(current, key=lambda r: (str(r.get("tag", "")).endswith("-quick"), r["file"]))[0]
+    ranked = sorted(current, key=lambda r: r["file"])
+    ranked.sort(key=lambda r: str((r.get("environment") or {}).get("timestamp_utc", "")), reverse=True)
+    ranked.sort(key=lambda r: str(r.get("tag", "")).endswith("-quick"))
+    return ranked[0]
 
 
 # -- the counterexample: a more accurate draft that is slower -------------------------------------

@@ -29,3 +29,22 @@ def test_int4_engines_named_without_the_kernels_are_refused(monkeypatch):
     with pytest.raises(ValueError, match="lacks the CPU int4 kernels"):
         resolve_engines("lean-float32,lean-int4-bf16head")
     assert "lean-int4" not in resolve_engines(None, log=lambda line: None)
+    said = []
+    assert resolve_engines("lean-float32,lean-int4", log=said.append, strict=False) == ("lean-float32",)
+    assert said and "lean-int4" in said[0]
+
+
+def test_a_default_list_leaves_out_what_cannot_run(monkeypatch):
+    from specdec import llamacpp, native
+
+    monkeypatch.setattr(native, "available", lambda: False)
+    monkeypatch.setattr(native, "unavailable_reason", lambda: "no C compiler (test)")
+    monkeypatch.setattr(llamacpp, "available", lambda: False)
+    with pytest.raises(ValueError, match="no C compiler"):
+        resolve_engines("lean-float32,lean-q4_1")
+    with pytest.raises(ValueError, match="llama_cpp is not importable"):
+        resolve_engines("llama.cpp")
+    said = []
+    kept = resolve_engines("lean-float32,lean-q4_1,llama.cpp", log=said.append, strict=False)
+    assert kept == ("lean-float32",)
+    assert any("no C compiler" in line for line in said) and any("llama_cpp" in line for line in said)

@@ -50,6 +50,19 @@ def test_a_missing_compiler_is_a_clear_refusal(monkeypatch, fresh_load):
         native.library()
     with pytest.raises(ValueError, match="mode 'q4_1' needs specdec's C forward"):
         LeanLlama(tiny_llama(0), "q4_1")
+    assert native.build_info() is None
+
+
+def test_cc_may_name_a_launcher_and_a_compiler(monkeypatch):
+    import shutil
+
+    monkeypatch.setenv("CC", "env cc")  # as CC="ccache gcc" would, with a launcher every machine has
+    if shutil.which("env") is None or shutil.which("cc") is None:
+        pytest.skip("no env or cc here")
+    assert native._compiler() == (shutil.which("env"), "cc")
+    assert native._compiler_version(native._compiler()).strip()  # `env cc --version` ran cc
+    monkeypatch.setenv("CC", "")
+    assert native._compiler() is None
 
 
 def test_a_failing_build_says_why(monkeypatch, fresh_load, tmp_path):
@@ -101,6 +114,9 @@ def test_where_a_compiler_exists_the_c_forward_builds():
     if native._compiler() is None:
         pytest.skip("no C compiler here")
     assert native.available(), native.unavailable_reason()
+    info = native.build_info()  # what a record names
+    assert info["flags"] == native.build_flags() and info["compiler"] == " ".join(native._compiler())
+    assert info["library"] == native._library_path(native._compiler(), info["flags"]).name
 
 
 @pytest.mark.parametrize("target", ["avx2", "baseline"])

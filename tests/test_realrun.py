@@ -196,18 +196,26 @@ def test_unit_bootstrap_drops_undefined_resamples():
     assert np.isfinite(pr["low"][1]) and np.isfinite(pr["rise"][1])
 
 
-def test_main_record_prefers_the_full_run(tmp_path):
+def test_main_record_prefers_the_full_run_then_the_newest(tmp_path):
     import json
 
     from specdec.realrun import RECORD_FORMAT, main_record
 
-    for tag in ("cpu-int4-1t-quick", "cpu-int4-1t"):
-        (tmp_path / f"{tag}.json").write_text(
-            json.dumps({"kind": "real-decoding", "format": RECORD_FORMAT, "tag": tag})
-        )
+    def write(tag, when):
+        record = {"kind": "real-decoding", "format": RECORD_FORMAT, "tag": tag}
+        record["environment"] = {"timestamp_utc": when}
+        (tmp_path / f"{tag}.json").write_text(json.dumps(record))
+
+    write("cpu-int4-1t-quick", "2026-12-01T09:00:00Z")
+    write("cpu-int4-1t", "2026-11-30T20:00:00Z")
     (tmp_path / "old.json").write_text(json.dumps({"kind": "real-decoding", "tag": "old"}))  # format 1
-    assert main_record(tmp_path)["tag"] == "cpu-int4-1t"
-    (tmp_path / "cpu-int4-1t.json").unlink()
+    assert main_record(tmp_path)["tag"] == "cpu-int4-1t"  # the full run, though older
+    write("cpu-q4_1-1t", "2026-12-01T02:47:00Z")  # sorts after int4 by name, but newer
+    assert main_record(tmp_path)["tag"] == "cpu-q4_1-1t"
+    write("cpu-a-1t", "2026-12-01T02:47:00Z")  # the same start: the file name decides
+    assert main_record(tmp_path)["tag"] == "cpu-a-1t"
+    for tag in ("cpu-a-1t", "cpu-q4_1-1t", "cpu-int4-1t"):
+        (tmp_path / f"{tag}.json").unlink()
     assert main_record(tmp_path)["tag"] == "cpu-int4-1t-quick"
     (tmp_path / "cpu-int4-1t-quick.json").unlink()
     with pytest.raises(ValueError, match="no real-decoding record"):
