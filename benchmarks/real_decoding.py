@@ -157,7 +157,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-trained", action="store_true", help="no trained drafts (specdec.draftnets)")
     ap.add_argument("--drafts", default=None, help="comma-separated trained drafts (default: all saved)")
     ap.add_argument(
-        "--mode", default="auto", help="auto, float32, bfloat16, int4 (lean), hf-float32, hf-bfloat16"
+        "--mode",
+        default="auto",
+        help="auto (the probe), float32, q4_1, bfloat16, int4 (lean), hf-float32, hf-bfloat16",
     )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
@@ -260,26 +262,17 @@ def load_engine(args: argparse.Namespace, saved_mode: str | None = None) -> dict
             "probe": None,
             "loaded": loaded,
         }
-    from specdec.modes import lean_model
+    from specdec.modes import lean_model, probe_summary
 
     loaded = load_target("float32", device="cpu", quiet=True)
     target, probe = lean_model(loaded.model, mode)
-    probe_summary = None
-    if probe is not None:
-        probe_summary = {
-            "rule": probe["rule"],
-            "chosen": probe["mode"],
-            "cached": probe["cached"],
-            "step_ms": {m: 1e3 * v["step_s"] for m, v in probe["modes"].items()},
-            "machine": probe["machine"],
-        }
     return {
         "target": target,
         "base": loaded.model,
         "tokenizer": loaded.tokenizer,
         "mode": target.mode,
         "device": "cpu",
-        "probe": probe_summary,
+        "probe": None if probe is None else probe_summary(probe),
         "loaded": loaded,
     }
 

@@ -36,6 +36,7 @@ __all__ = [
     "lean_model",
     "machine_identity",
     "probe_modes",
+    "probe_summary",
 ]
 
 #: Bump when the probe's method changes: older cached probes are then ignored.
@@ -247,6 +248,18 @@ def choose_mode(
     except OSError:
         pass  # an unwritable cache only costs a new probe next time
     return {**entry, "cached": False}
+
+
+def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:
+    """What a record keeps of a probe (:func:`choose_mode`'s answer): the rule, the chosen mode,
+    whether it came from the cache, the machine, and each mode's single-step time in ms."""
+    return {
+        "rule": probe["rule"],
+        "chosen": probe["mode"],
+        "cached": probe.get("cached", False),
+        "step_ms": {m: 1e3 * v["step_s"] for m, v in probe["modes"].items()},
+        "machine": probe["machine"],
+    }
 
 
 def lean_model(model: Any, mode: str = "auto", **choose: Any) -> tuple[LeanLlama, dict[str, Any] | None]:

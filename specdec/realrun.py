@@ -50,6 +50,7 @@ from specdec.theory import (
 
 __all__ = [
     "RECORD_FORMAT",
+    "machine_probe",
     "main_record",
     "drafter_family",
     "family_scaling",
@@ -361,8 +362,9 @@ def load_records(folder: str | Path, record_format: int | None = None) -> list[d
 
 def main_record(folder: str | Path) -> dict[str, Any]:
     """The Part IV record the book reads: of the current format, the full run if there is one,
-    else the CI-sized quick run (tags ending in ``-quick``); among those the most recently
-    started (``environment.timestamp_utc``; ISO strings, so they sort as text), ties by file name."""
+    else the CI-sized quick run (tags ending in ``-quick``); among those the newest
+    (``environment.timestamp_utc``, taken when the record is written; ISO strings sort as text),
+    ties by file name."""
     current = load_records(folder, RECORD_FORMAT)
     if not current:
         raise ValueError(f"no real-decoding record of format {RECORD_FORMAT} in {str(folder)!r}")
@@ -370,6 +372,26 @@ def main_record(folder: str | Path) -> dict[str, Any]:
     ranked.sort(key=lambda r: str((r.get("environment") or {}).get("timestamp_utc", "")), reverse=True)
     ranked.sort(key=lambda r: str(r.get("tag", "")).endswith("-quick"))
     return ranked[0]
+
+
+def machine_probe(record: dict[str, Any], bench_folder: str | Path) -> tuple[dict[str, Any], str] | None:
+    """The mode probe behind a Part IV record: its own (``mode_probe``), else, for a run whose
+    mode was named on the command line, the probe of an engine benchmark record
+    (``engine-modes*.json`` in ``bench_folder``) made on a machine of the same name with the
+    same thread count. Returns ``(summary, source)`` (:func:`specdec.modes.probe_summary`'s
+    form; source ``"this run"`` or the benchmark's file name), or None."""
+    from specdec.modes import probe_summary
+
+    if record.get("mode_probe"):
+        return record["mode_probe"], "this run"
+    env = record["environment"]
+    for path in sorted(Path(bench_folder).glob("engine-modes*.json")):
+        bench = json.loads(path.read_text(encoding="utf-8"))
+        probe = bench.get("chosen_mode")
+        same = bench.get("environment", {}).get("device_name") == env["device_name"]
+        if probe and same and probe.get("machine", {}).get("threads") == env["threads"]:
+            return probe_summary(probe), path.name
+    return None
 
 
 # -- the counterexample: a more accurate draft that is slower -------------------------------------

@@ -210,7 +210,7 @@ def test_main_record_prefers_the_full_run_then_the_newest(tmp_path):
     write("cpu-int4-1t", "2026-11-30T20:00:00Z")
     (tmp_path / "old.json").write_text(json.dumps({"kind": "real-decoding", "tag": "old"}))  # format 1
     assert main_record(tmp_path)["tag"] == "cpu-int4-1t"  # the full run, though older
-    write("cpu-q4_1-1t", "2026-12-01T02:47:00Z")  # sorts after int4 by name, but newer
+    write("cpu-q4_1-1t", "2026-12-01T02:47:00Z")  # sorts after int4 by name, but is newer
     assert main_record(tmp_path)["tag"] == "cpu-q4_1-1t"
     write("cpu-a-1t", "2026-12-01T02:47:00Z")  # the same start: the file name decides
     assert main_record(tmp_path)["tag"] == "cpu-a-1t"
@@ -220,3 +220,30 @@ def test_main_record_prefers_the_full_run_then_the_newest(tmp_path):
     (tmp_path / "cpu-int4-1t-quick.json").unlink()
     with pytest.raises(ValueError, match="no real-decoding record"):
         main_record(tmp_path)
+
+
+def test_machine_probe_reads_the_runs_own_probe_else_the_same_machines_benchmark(tmp_path):
+    import json
+
+    from specdec.realrun import machine_probe
+
+    own = {"rule": "r", "chosen": "int4", "step_ms": {"int4": 16.0}}
+    record = {"mode_probe": own, "environment": {"device_name": "AMD EPYC", "threads": 1}}
+    assert machine_probe(record, tmp_path) == (own, "this run")
+    record["mode_probe"] = None
+    assert machine_probe(record, tmp_path) is None  # no benchmark record
+    probe = {
+        "rule": "lowest median T(1)",
+        "mode": "q4_1",
+        "machine": {"cpu": "AMD EPYC", "threads": 1},
+        "modes": {"q4_1": {"step_s": 0.012}, "float32": {"step_s": 0.037}},
+    }
+    bench = {"kind": "engine-modes", "chosen_mode": probe, "environment": {"device_name": "AMD EPYC"}}
+    (tmp_path / "engine-modes-amd-epyc-1t.json").write_text(json.dumps(bench))
+    summary, source = machine_probe(record, tmp_path)
+    assert source == "engine-modes-amd-epyc-1t.json" and summary["chosen"] == "q4_1"
+    assert summary["step_ms"] == pytest.approx({"q4_1": 12.0, "float32": 37.0})
+    record["environment"]["threads"] = 2  # another thread count: not the same probe
+    assert machine_probe(record, tmp_path) is None
+    record["environment"] = {"device_name": "Intel Xeon", "threads": 1}
+    assert machine_probe(record, tmp_path) is None
