@@ -131,26 +131,28 @@ def resolve_engines(
         if unknown or not wanted:
             raise ValueError(f"unknown engines {unknown}; choose from {', '.join((*ALL_ENGINES, *VARIANTS))}")
     strict = strict and engines is not None
-    if "llama.cpp" in wanted and not llamacpp.available():
+    # (engines, whether this machine runs them, why not): each checked only when asked for
+    needs = (
+        (
+            ("llama.cpp",),
+            llamacpp.available,
+            lambda: "llama_cpp is not importable (pip install llama-cpp-python)",
+        ),
+        (
+            ("lean-q4_1",),
+            native.available,
+            lambda: f"the C forward cannot be built: {native.unavailable_reason()}",
+        ),
+        (("lean-int4", *VARIANTS), int4_supported, lambda: "this torch lacks the CPU int4 kernels"),
+    )
+    for names, runs, why in needs:
+        asked = [e for e in wanted if e in names]
+        if not asked or runs():
+            continue
         if strict:
-            raise ValueError(
-                "llama.cpp requested but llama_cpp is not importable (pip install llama-cpp-python)"
-            )
-        log("llama_cpp is not importable: llama.cpp is left out (pip install llama-cpp-python)")
-        wanted = tuple(e for e in wanted if e != "llama.cpp")
-    if "lean-q4_1" in wanted and not native.available():
-        if strict:
-            reason = native.unavailable_reason()
-            raise ValueError(f"lean-q4_1 requested but the C forward cannot be built: {reason}")
-        log(f"the C forward cannot be built, lean-q4_1 is left out: {native.unavailable_reason()}")
-        wanted = tuple(e for e in wanted if e != "lean-q4_1")
-    if not int4_supported():
-        int4 = [e for e in wanted if e == "lean-int4" or e in VARIANTS]
-        if int4 and strict:
-            raise ValueError(f"{', '.join(int4)} requested but this torch lacks the CPU int4 kernels")
-        if int4:
-            log(f"this torch lacks the CPU int4 kernels: {', '.join(int4)} left out")
-        wanted = tuple(e for e in wanted if e not in int4)
+            raise ValueError(f"{', '.join(asked)} requested but {why()}")
+        log(f"{', '.join(asked)} left out: {why()}")
+        wanted = tuple(e for e in wanted if e not in asked)
     return wanted
 
 
