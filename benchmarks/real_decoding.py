@@ -322,26 +322,15 @@ def build_drafters(engine: dict[str, Any], names: list[str], corpus: list[list[i
 
 def verify_curve(engine: dict[str, Any], prefix: int, kmax: int, repeats: int) -> dict[str, Any]:
     """T(k)/T(1), k = 1..kmax, of the target as it decodes (interleaved, repeated medians)."""
+    from specdec.measure import verify_cost_curve
+
     ks = list(range(1, kmax + 1))
-    if engine["mode"] in HF_MODES:
-        from specdec.measure import verify_cost_curve
-
-        vc = verify_cost_curve(engine["target"], prefix, ks, repeats=repeats)
-        return {
-            "prefix_len": prefix,
-            "ks": ks,
-            "ratios": list(vc.ratios),
-            "step_ms": 1e3 * vc.timings[0].median_s,
-        }
-    from specdec.modes import probe_modes
-
-    probe = probe_modes(engine["base"], [engine["mode"]], ks=ks, context=prefix, repeats=repeats)
-    m = probe["modes"][engine["mode"]]
+    vc = verify_cost_curve(engine["target"], prefix, ks, repeats=repeats)  # any engine: the one T(k) loop
     return {
         "prefix_len": prefix,
         "ks": ks,
-        "ratios": [m["curve"][str(k)] for k in ks],
-        "step_ms": 1e3 * m["step_s"],
+        "ratios": list(vc.ratios),
+        "step_ms": 1e3 * vc.timings[0].median_s,
     }
 
 

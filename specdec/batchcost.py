@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from specdec.gpurecord import _forward_kwargs, _new_cache, _summary
 from specdec.hardware import best_gamma_on_curve
 from specdec.intervals import geomean, ratio_ci
+from specdec.measure import TensorSession, summarize_times, sync_hook, time_forwards
 from specdec.theory import walltime_speedup_measured
 
 __all__ = [
@@ -153,48 +153,28 @@ def _prefill(model: Any, context: int, gen: Any) -> Any:
     """A KV cache of ``context`` random tokens (one sequence) for ``model``."""
     import torch
 
-    cache_arg, keep_arg = _forward_kwargs(model)
-    device = next(model.parameters()).device
-    cache = _new_cache(model.config)
-    ids = torch.randint(0, int(model.config.vocab_size), (1, context), generator=gen).to(device)
-    with torch.inference_mode():
-        model(input_ids=ids, use_cache=True, **{cache_arg: cache}, **({keep_arg: 1} if keep_arg else {}))
-    return cache
+    ids = torch.randint(0, int(model.config.vocab_size), (1, context), generator=gen)
+    return TensorSession(model, ids).cache
 
 
 def _time_block(
     model: Any, base: Any, b: int, ks: list[int], context: int, seed: list[int]
 ) -> dict[int, float]:
     """One block: ``base`` copied to b rows, a warm-up call at the largest k, then one timed call per
-    k in a seeded random order, the cache cropped back (and checked) after every call."""
+    k in a seeded random order (:func:`specdec.measure.time_forwards`), the cache cropped back (and
+    checked) after every call."""
     import torch
 
-    cache_arg, _ = _forward_kwargs(model)
-    device = next(model.parameters()).device
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     cache = copy.deepcopy(base)
     cache.batch_repeat_interleave(b)
+    session = TensorSession(model, cache=cache, context=context)
     gen = torch.Generator().manual_seed(int(np.random.default_rng(seed).integers(2**31)))
-    new = torch.randint(0, int(model.config.vocab_size), (b, max(ks)), generator=gen).to(device)
-    positions = torch.arange(context, context + max(ks), device=device).unsqueeze(0).expand(b, -1)
-
-    def call(k: int) -> float:
-        with torch.inference_mode():
-            sync()
-            t0 = time.perf_counter()
-            model(input_ids=new[:, :k], position_ids=positions[:, :k], use_cache=True, **{cache_arg: cache})
-            sync()
-            elapsed = time.perf_counter() - t0
-            cache.crop(-k)  # a negative argument removes k tokens (transformers 4.x and 5.x)
-        if cache.get_seq_length() != context:
-            raise RuntimeError(
-                f"after cropping, the cache holds {cache.get_seq_length()} tokens, not {context}"
-            )
-        return elapsed
-
-    call(max(ks))  # warm-up: allocations at the block's largest shape
-    order = np.random.default_rng(seed).permutation(len(ks))
-    return {ks[i]: call(ks[i]) for i in order}
+    new = torch.randint(0, int(model.config.vocab_size), (b, max(ks)), generator=gen).to(session.device)
+    sync = sync_hook(device=session.device)
+    run = {"block": session}, {"block": new}
+    time_forwards(*run, [max(ks)], repeats=1, synchronize=sync)  # warm-up: the block's largest shape
+    times = time_forwards(*run, ks, repeats=1, rng=np.random.default_rng(seed), synchronize=sync)["block"]
+    return {k: t[0] for k, t in times.items()}
 
 
 def _times(blocks: Sequence[Mapping[str, Any]], model: str) -> dict[tuple[int, int], dict[int, float]]:
@@ -216,7 +196,8 @@ def surface(blocks: Sequence[Mapping[str, Any]], model: str) -> dict[tuple[int, 
 
 
 def surface_cells(blocks: Sequence[Mapping[str, Any]], model: str) -> list[dict[str, Any]]:
-    """Per cell: b, k, the time's median / quartiles / samples (``_summary``, as the GPU record),
+    """Per cell: b, k, the time's median / quartiles / samples (:meth:`specdec.measure.Timing.to_dict`,
+    as the GPU record),
     ``per_token_s`` (median / (b k)), ``ratio_to_k1`` (median T(b, k) over median T(b, 1)) and
     ``ratio_ci``: the geometric mean over passes of T(b, k) / T(b, 1) within a pass, with its 95 %
     bootstrap interval over passes (None with a single pass)."""
@@ -225,7 +206,7 @@ def surface_cells(blocks: Sequence[Mapping[str, Any]], model: str) -> list[dict[
     for (b, k), by_pass in sorted(times.items()):
         one = times.get((b, 1), {})
         common = sorted(set(by_pass) & set(one))
-        cell = {"b": b, "k": k, **_summary(list(by_pass.values()))}
+        cell = {"b": b, "k": k, **summarize_times(list(by_pass.values())).to_dict()}
         cell["per_token_s"] = cell["median_s"] / (b * k)
         cell["ratio_to_k1"] = cell["median_s"] / float(np.median(list(one.values()))) if one else None
         if k == 1 or len(common) < 2:

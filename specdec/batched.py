@@ -84,7 +84,7 @@ from transformers import DynamicCache
 
 from specdec.decoding import _cut_at_eos, _finish, _is_int, _start
 from specdec.drafters import BigramDrafter, PromptLookupDrafter, Proposal, UnigramDrafter, WarpFn
-from specdec.lm import _cache_argument, common_prefix_len, vocab_size
+from specdec.lm import cache_argument, common_prefix_len, vocab_size
 from specdec.sampling import sample, verify, warp
 from specdec.stats import Stats, add_elapsed
 
@@ -151,7 +151,7 @@ class BatchedLM:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.vocab_size = vocab_size(model)
-        self._cache_arg = _cache_argument(type(model))
+        self._cache_arg = cache_argument(model)
         self.calls = 0
         self.cache = DynamicCache(config=model.config)
         self.mask = np.zeros((int(batch), 0), dtype=bool)  # numpy: edited in place, outside inference mode

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import inspect
 import json
 import math
 import os
@@ -45,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from specdec.measure import TensorSession, cpu_name, summarize_times, sync_hook, time_forwards, time_once
 
 __all__ = [
     "B1_EXTRA_KS",
@@ -238,8 +239,6 @@ def device_info(device: str) -> dict[str, Any]:
     import torch
     import transformers
 
-    from specdec.measure import _cpu_name
-
     info: dict[str, Any] = {
         "device": device,
         "torch": torch.__version__,
@@ -260,20 +259,11 @@ def device_info(device: str) -> dict[str, Any]:
             tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
             flash_sdp=bool(torch.backends.cuda.flash_sdp_enabled()),
             mem_efficient_sdp=bool(torch.backends.cuda.mem_efficient_sdp_enabled()),
-            cpu_name=_cpu_name(),
+            cpu_name=cpu_name(),
         )
     else:
-        info.update(name=_cpu_name(), threads=torch.get_num_threads())
+        info.update(name=cpu_name(), threads=torch.get_num_threads())
     return info
-
-
-def _sync(device: Any) -> Callable[[], None]:
-    import torch
-
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return partial(torch.cuda.synchronize, dev)
-    return lambda: None
 
 
 def free_memory(device: str) -> dict[str, float] | None:
@@ -311,39 +301,27 @@ def device_roofline(
     """
     import torch
 
-    sync = _sync(device)
+    sync = sync_hook(device=device)
     x = torch.empty(copy_mib * 2**20, dtype=torch.uint8, device=device).random_(0, 255)
     y = torch.empty_like(x)
-    times = []
-    for i in range(repeats + 1):
-        sync()
-        t0 = time.perf_counter()
-        y.copy_(x)
-        sync()
-        if i:
-            times.append(time.perf_counter() - t0)
+    times = [time_once(partial(y.copy_, x), sync) for _ in range(repeats + 1)][1:]
     moved = 2 * x.numel()
     bandwidth = moved / float(np.median(times))
     del x, y
     out: dict[str, Any] = {
         "copy_bytes_moved": moved,
-        "copy": _summary(times),
+        "copy": summarize_times(times).to_dict(),
         "bandwidth_gb_s": bandwidth / 1e9,
         "matmul": [],
     }
     for n in matmul_n:
         a = torch.randn(n, n, device=device, dtype=dtype)
         b = torch.randn(n, n, device=device, dtype=dtype)
-        times = []
-        for i in range(repeats + 1):
-            sync()
-            t0 = time.perf_counter()
-            a @ b
-            sync()
-            if i:
-                times.append(time.perf_counter() - t0)
+        times = [time_once(partial(torch.matmul, a, b), sync) for _ in range(repeats + 1)][1:]
         flops = 2.0 * n**3
-        out["matmul"].append({"n": n, **_summary(times), "tflop_s": flops / float(np.median(times)) / 1e12})
+        out["matmul"].append(
+            {"n": n, **summarize_times(times).to_dict(), "tflop_s": flops / float(np.median(times)) / 1e12}
+        )
         del a, b
     best = max(m["tflop_s"] for m in out["matmul"])
     out["peak_tflop_s"] = best
@@ -623,36 +601,6 @@ def random_llama(shape: dict[str, Any], device: str, dtype: Any, seed: int = 0) 
     return model
 
 
-def _new_cache(config: Any) -> Any:
-    """An empty DynamicCache (transformers >= 4.56 takes the config; older versions do not)."""
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=config)
-    except TypeError:
-        return DynamicCache()
-
-
-def _forward_kwargs(model: Any) -> tuple[str, str | None]:
-    """(the name of the cache argument, the name of the keep-last-logits argument or None)."""
-    params = inspect.signature(model.forward).parameters
-    cache_arg = "cache" if "cache" in params else "past_key_values"
-    keep_arg = next((a for a in ("logits_to_keep", "num_logits_to_keep") if a in params), None)
-    return cache_arg, keep_arg
-
-
-def _summary(times: Sequence[float]) -> dict[str, Any]:
-    q1, med, q3 = np.percentile(np.asarray(times, float), [25, 50, 75])
-    return {
-        "median_s": float(med),
-        "q1_s": float(q1),
-        "q3_s": float(q3),
-        "iqr_s": float(q3 - q1),
-        "n": len(times),
-        "times_s": [float(t) for t in times],
-    }
-
-
 def cost_surface(
     model: Any,
     *,
@@ -686,8 +634,7 @@ def cost_surface(
     if not batches or not ks or 1 not in ks:
         raise ValueError(f"batches must be non-empty and ks must hold 1; got {batches}, {ks}")
     device = next(model.parameters()).device
-    sync = _sync(device)
-    cache_arg, keep_arg = _forward_kwargs(model)
+    sync = sync_hook(device=device)
     vocab = int(model.config.vocab_size)
     gen = torch.Generator().manual_seed(seed)
     order = np.random.default_rng(seed)
@@ -709,51 +656,29 @@ def cost_surface(
             result["skipped"] += [{"b": b, "k": k} for k in cell_ks]
             continue
         block_start = time.monotonic()
-        cache = _new_cache(model.config)
         prefix = torch.randint(0, vocab, (b, context), generator=gen).to(device)
         new = torch.randint(0, vocab, (b, max(cell_ks)), generator=gen).to(device)
-        positions = torch.arange(context + max(cell_ks), device=device).unsqueeze(0).expand(b, -1)
-        with torch.inference_mode():
-            keep = {keep_arg: 1} if keep_arg else {}
-            out = model(
-                input_ids=prefix,
-                position_ids=positions[:, :context],
-                use_cache=True,
-                **{cache_arg: cache},
-                **keep,
-            )
-            result["finite_logits"] &= bool(torch.isfinite(out.logits).all())
-            del out
-        times: dict[int, list[float]] = {k: [] for k in cell_ks}
-        for rep in range(warmup + repeats):
-            for i in order.permutation(len(cell_ks)):
-                k = cell_ks[i]
-                with torch.inference_mode():
-                    sync()
-                    t0 = time.perf_counter()
-                    out = model(
-                        input_ids=new[:, :k],
-                        position_ids=positions[:, context : context + k],
-                        use_cache=True,
-                        **{cache_arg: cache},
-                    )
-                    sync()
-                    elapsed = time.perf_counter() - t0
-                    del out
-                    cache.crop(-k)  # a negative argument removes k tokens (transformers 4.x and 5.x)
-                length = int(cache.get_seq_length())
-                if length != context:
-                    raise RuntimeError(f"after cropping, the cache holds {length} tokens, not {context}")
-                if rep >= warmup:
-                    times[k].append(elapsed)
+        session = TensorSession(model, prefix)
+        result["finite_logits"] &= bool(torch.isfinite(session.prefill_logits).all())
+        session.prefill_logits = None
+        times = time_forwards(
+            {"model": session},
+            {"model": new},
+            cell_ks,
+            repeats=repeats,
+            warmup=warmup,
+            order="pairs",
+            rng=order,
+            synchronize=sync,
+        )["model"]
         one = float(np.median(times[1]))
         for k in cell_ks:
-            cell = {"b": b, "k": k, **_summary(times[k])}
+            cell = {"b": b, "k": k, **summarize_times(times[k]).to_dict()}
             cell["per_token_s"] = cell["median_s"] / (b * k)
             cell["ratio_to_k1"] = cell["median_s"] / one
-            cell["cache_len_after"] = int(cache.get_seq_length())
+            cell["cache_len_after"] = int(session.cache.get_seq_length())
             result["cells"].append(cell)
-        del cache, prefix, new
+        del session, prefix, new
         if log is not None:
             line = " ".join(f"k={k}:{1e3 * np.median(times[k]):.2f}" for k in cell_ks)
             log(f"  b={b:<3} ({time.monotonic() - block_start:.1f} s) ms  {line}")
@@ -793,10 +718,12 @@ def kernel_time_surface(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from specdec.lm import forward_kwargs, new_cache
+
     device = next(model.parameters()).device
     if device.type != "cuda":
         raise ValueError(f"kernel_time_surface needs a model on a CUDA device; got {device}")
-    cache_arg, keep_arg = _forward_kwargs(model)
+    cache_arg, keep_arg = forward_kwargs(model)
     vocab = int(model.config.vocab_size)
     gen = torch.Generator().manual_seed(seed)
     batches, ks, extra = tuple(batches), tuple(ks), tuple(b1_extra_ks)
@@ -822,7 +749,7 @@ def kernel_time_surface(
         if deadline is not None and not deadline.allows():
             result["skipped"] += [{"b": b, "k": k} for k in cell_ks]
             continue
-        cache = _new_cache(model.config)
+        cache = new_cache(model.config)
         prefix = torch.randint(0, vocab, (b, context), generator=gen).to(device)
         new = torch.randint(0, vocab, (b, max(cell_ks)), generator=gen).to(device)
         positions = torch.arange(context + max(cell_ks), device=device).unsqueeze(0).expand(b, -1)
@@ -866,21 +793,18 @@ def engine_forward_times(
     from specdec.lm import CachedLM
 
     lm = CachedLM(model)
-    sync = _sync(lm.device)
     gen = torch.Generator().manual_seed(1)
     ks = tuple(ks)
     ids = torch.randint(0, lm.vocab_size, (context + max(ks),), generator=gen).tolist()
     lm.forward(ids[:context], keep=1)
-    times: dict[int, list[float]] = {k: [] for k in ks}
-    for rep in range(warmup + repeats):
-        for k in ks:
-            sync()
-            t0 = time.perf_counter()
-            lm.forward(ids[context : context + k])
-            sync()
-            elapsed = time.perf_counter() - t0
-            lm.crop(context)
-            if rep >= warmup:
-                times[k].append(elapsed)
-    cells = [{"k": k, **_summary(times[k])} for k in ks]
+    times = time_forwards(
+        {"lm": lm},
+        {"lm": ids[context:]},
+        ks,
+        repeats=repeats,
+        warmup=warmup,
+        order="fixed",
+        synchronize=sync_hook(device=lm.device),
+    )["lm"]
+    cells = [{"k": k, **summarize_times(times[k]).to_dict()} for k in ks]
     return {"context": context, "path": "specdec.lm.CachedLM.forward", "cells": cells}

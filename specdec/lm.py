@@ -19,7 +19,16 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-__all__ = ["CachedLM", "Session", "common_prefix_len", "open_lm", "vocab_size"]
+__all__ = [
+    "CachedLM",
+    "Session",
+    "cache_argument",
+    "common_prefix_len",
+    "forward_kwargs",
+    "new_cache",
+    "open_lm",
+    "vocab_size",
+]
 
 
 def vocab_size(model: torch.nn.Module) -> int:
@@ -52,10 +61,32 @@ def open_lm(model: object) -> Session:
 
 
 @functools.cache
-def _cache_argument(model_class: type) -> str:
-    """transformers 5.x names the forward's cache argument ``cache``; 4.x ``past_key_values``."""
+def _forward_params(model_class: type) -> tuple[str, str | None]:
     params = inspect.signature(model_class.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+    cache_arg = "cache" if "cache" in params else "past_key_values"
+    keep_arg = next((a for a in ("logits_to_keep", "num_logits_to_keep") if a in params), None)
+    return cache_arg, keep_arg
+
+
+def forward_kwargs(model: object) -> tuple[str, str | None]:
+    """The names of a transformers model's forward arguments that moved between versions:
+    ``(cache argument, keep-last-logits argument or None)``. transformers 5.x names the cache
+    argument ``cache``, 4.x ``past_key_values``; the logits argument is ``logits_to_keep``
+    (``num_logits_to_keep`` before 4.50). The one place that asks."""
+    return _forward_params(model if isinstance(model, type) else type(model))
+
+
+def cache_argument(model: object) -> str:
+    """The name of the forward's cache argument (:func:`forward_kwargs`)."""
+    return forward_kwargs(model)[0]
+
+
+def new_cache(config: object) -> DynamicCache:
+    """An empty DynamicCache (transformers >= 4.56 takes the config; older versions do not)."""
+    try:
+        return DynamicCache(config=config)
+    except TypeError:
+        return DynamicCache()
 
 
 class Session:
@@ -122,13 +153,13 @@ class CachedLM(Session):
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.vocab_size = vocab_size(model)
-        self._cache_arg = _cache_argument(type(model))
+        self._cache_arg = cache_argument(model)
         self.calls = 0
         self.reset()
 
     def reset(self) -> None:
         """Forget every cached token."""
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache(self.model.config)
         self.ids: list[int] = []
 
     @torch.inference_mode()

@@ -24,10 +24,8 @@ Speed thresholds belong in benchmarks, never in tests: these functions only meas
 from __future__ import annotations
 
 import datetime as _dt
-import inspect
 import json
 import math
-import numbers
 import os
 import platform
 import subprocess
@@ -35,20 +33,29 @@ import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from specdec.checks import check_int
+
 __all__ = [
+    "TensorSession",
     "Timing",
     "VerifyCost",
+    "cpu_name",
     "engine_verify_curves",
     "environment",
     "forward_times",
+    "open_timing_session",
     "summarize_times",
+    "sync_hook",
     "time_calls",
+    "time_forwards",
+    "time_once",
     "verify_cost_curve",
     "write_result",
 ]
@@ -88,19 +95,23 @@ def summarize_times(times: Iterable[float]) -> Timing:
     return Timing(float(med), float(q1), float(q3), int(values.size), tuple(float(v) for v in values))
 
 
-def _check_count(name: str, value: int, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    return int(value)
-
-
 def _cuda_ready() -> bool:
     torch = sys.modules.get("torch")
     return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())
 
 
-def _resolve_sync(sync: bool | None) -> Callable[[], None] | None:
-    """``None``: synchronise iff CUDA is in use; ``True``: synchronise (CUDA required); ``False``: never."""
+def sync_hook(sync: bool | None = None, *, device: Any = None) -> Callable[[], None] | None:
+    """The one rule for synchronising a device around a timed call; None when there is nothing to wait for.
+
+    With ``device``: that device's CUDA synchronise for a CUDA device, None for any other.
+    Without: ``sync=None`` synchronises iff CUDA is in use (initialised); ``True`` synchronises
+    (CUDA required); ``False`` never.
+    """
+    if device is not None:
+        import torch
+
+        dev = torch.device(device)
+        return partial(torch.cuda.synchronize, dev) if dev.type == "cuda" else None
     if sync is None:
         sync = _cuda_ready()
     elif sync and not _cuda_ready():
@@ -112,79 +123,204 @@ def _resolve_sync(sync: bool | None) -> Callable[[], None] | None:
     return torch.cuda.synchronize
 
 
+def time_once(fn: Callable[[], object], synchronize: Callable[[], None] | None = None) -> float:
+    """The one timer: the wall-clock seconds (:func:`time.perf_counter`) of one call ``fn()``,
+    between two calls of ``synchronize`` when given (so the time covers the GPU kernels ``fn``
+    launched). Every timed call of the package goes through here."""
+    if synchronize is not None:
+        synchronize()
+    start = time.perf_counter()
+    fn()
+    if synchronize is not None:
+        synchronize()
+    return time.perf_counter() - start
+
+
 def time_calls(
     fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, sync: bool | None = None
 ) -> Timing:
-    """Call ``fn()`` ``warmup`` times untimed, then time ``repeats`` calls one by one.
+    """Call ``fn()`` ``warmup`` times untimed, then time ``repeats`` calls one by one (:func:`time_once`).
 
     With ``sync`` (by default: whenever CUDA is in use) the GPU is synchronised before the
     clock starts and before it stops, so each time covers the kernels ``fn`` launched.
     """
     if not callable(fn):
         raise ValueError(f"fn must be callable; got {type(fn).__name__}")
-    _check_count("warmup", warmup, 0)
-    _check_count("repeats", repeats, 1)
-    synchronize = _resolve_sync(sync)
+    check_int("warmup", warmup, low=0)
+    check_int("repeats", repeats, low=1)
+    synchronize = sync_hook(sync)
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        if synchronize is not None:
-            synchronize()
-        start = time.perf_counter()
-        fn()
-        if synchronize is not None:
-            synchronize()
-        times.append(time.perf_counter() - start)
-    return summarize_times(times)
+    return summarize_times(time_once(fn, synchronize) for _ in range(repeats))
 
 
 # --------------------------------------------------------------------------- forwards on a cache
-class _CachedForward:
-    """One model with a KV cache of ``prefix_len`` tokens; :meth:`__call__` feeds ``k`` more.
+class TensorSession:
+    """A transformers model and its KV cache over b sequences, fed id tensors: a :class:`specdec.lm.Session`
+    (``forward``, ``crop``, ``len``) for timing the bare forward, batched or not.
 
-    After each call the cache is cropped back to ``prefix_len`` (as a speculative decoder
-    crops after a rejection), so every call sees the same cache length.
+    Unlike :class:`specdec.lm.CachedLM` it builds no tensor and copies no logits inside the
+    call: :meth:`forward` takes a (b, k) id tensor on the model's device and returns the
+    model's logits for every position (a verify pass needs every row). ``prefix`` (b, n) is
+    fed at construction unless ``cache`` already holds it; ``prefill_logits`` keeps the last
+    row's logits of that feed (to check they are finite).
     """
 
-    def __init__(self, model: Any, prefix: Any, new: Any) -> None:
+    def __init__(
+        self, model: Any, prefix: Any = None, *, cache: Any = None, context: int | None = None
+    ) -> None:
         import torch
-        from transformers import DynamicCache
+
+        from specdec.lm import forward_kwargs, new_cache
 
         self.model = model
-        device = next(model.parameters()).device
-        self.prefix_len = int(prefix.shape[1])
-        self.new = new.to(device)
-        self.cache = DynamicCache(config=model.config)
-        if not getattr(self.cache, "is_croppable", True):
-            raise ValueError("the model's KV cache cannot be cropped (sliding-window layers?)")
-        # transformers 5.x calls the cache argument `cache` (`past_key_values` is deprecated).
-        params = inspect.signature(model.forward).parameters
-        self.cache_arg = "cache" if "cache" in params else "past_key_values"
-        with torch.inference_mode():
-            model(input_ids=prefix.to(device), use_cache=True, **{self.cache_arg: self.cache})
-        self._check_length()
+        self.device = next(model.parameters()).device
+        self.cache_arg, keep_arg = forward_kwargs(model)
+        self.prefill_logits = None
+        if cache is None:
+            self.cache = new_cache(model.config)
+            if not getattr(self.cache, "is_croppable", True):
+                raise ValueError("the model's KV cache cannot be cropped (sliding-window layers?)")
+            prefix = prefix.to(self.device)
+            positions = torch.arange(prefix.shape[1], device=self.device).expand(prefix.shape[0], -1)
+            keep = {keep_arg: 1} if keep_arg else {}
+            with torch.inference_mode():
+                out = self.model(
+                    input_ids=prefix,
+                    position_ids=positions,
+                    use_cache=True,
+                    **{self.cache_arg: self.cache},
+                    **keep,
+                )
+            self.prefill_logits = out.logits[:, -1]
+        else:
+            self.cache = cache
+        self._len = int(self.cache.get_seq_length())
+        if context is not None and self._len != context:
+            raise RuntimeError(f"the KV cache holds {self._len} tokens, expected {context}")
 
-    def _check_length(self) -> None:
-        if self.cache.get_seq_length() != self.prefix_len:
-            raise RuntimeError(
-                f"the KV cache holds {self.cache.get_seq_length()} tokens, expected {self.prefix_len}"
-            )
+    def __len__(self) -> int:
+        return self._len
 
-    def __call__(self, k: int) -> Any:
-        """One forward over the first ``k`` new tokens; returns its logits (k rows)."""
+    def forward(self, new_ids: Any, keep: int | None = None) -> Any:
+        """One forward over the (b, k) ids ``new_ids`` after the cached tokens; every row's logits."""
         import torch
 
+        k = int(new_ids.shape[1])
+        positions = torch.arange(self._len, self._len + k, device=self.device).expand(new_ids.shape[0], -1)
         with torch.inference_mode():
-            out = self.model(input_ids=self.new[:, :k], use_cache=True, **{self.cache_arg: self.cache})
+            out = self.model(
+                input_ids=new_ids,
+                position_ids=positions,
+                use_cache=True,
+                **{self.cache_arg: self.cache},
+            )
+        self._len += k
         return out.logits
 
-    def reset(self) -> None:
-        # crop(-n) removes n tokens, in transformers 4.x and 5.x alike.
-        extra = self.cache.get_seq_length() - self.prefix_len
-        if extra > 0:
-            self.cache.crop(-extra)
-        self._check_length()
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` cached positions (a negative argument to ``DynamicCache.crop`` removes
+        that many, in transformers 4.x and 5.x alike), and check the cache's own length."""
+        import torch
+
+        drop = self._len - n
+        if drop > 0:
+            with torch.inference_mode():
+                self.cache.crop(-drop)
+        self._len = n
+        held = int(self.cache.get_seq_length())
+        if held != n:
+            raise RuntimeError(f"after cropping, the cache holds {held} tokens, not {n}")
+
+
+def open_timing_session(model: Any, prefix_ids: Any) -> Any:
+    """A session at ``prefix_ids`` for timing: a :class:`TensorSession` for a transformers model (fed a
+    (1, n) tensor), the engine's own session (:func:`specdec.lm.open_lm`) for any other (the lean
+    engine, llama.cpp), fed the ids as a list."""
+    import torch
+
+    from specdec.lm import open_lm
+
+    if callable(getattr(model, "session", None)):
+        s = open_lm(model)
+        s.forward([int(t) for t in torch.as_tensor(prefix_ids).reshape(-1)], keep=1)
+        return s
+    return TensorSession(model, torch.as_tensor(prefix_ids).reshape(1, -1))
+
+
+def _head(ids: Any, k: int) -> Any:
+    """The first k new ids: columns of a (b, n) tensor, items of a list."""
+    return ids[:, :k] if getattr(ids, "ndim", 1) == 2 else ids[:k]
+
+
+def time_forwards(
+    sessions: Mapping[str, Any],
+    new_ids: Mapping[str, Any],
+    ks: Sequence[int],
+    *,
+    repeats: int,
+    warmup: int = 0,
+    order: str = "pairs",
+    rng: np.random.Generator | None = None,
+    synchronize: Callable[[], None] | None = None,
+    reopen: Mapping[str, Callable[[], Any]] | None = None,
+) -> dict[str, dict[int, list[float]]]:
+    """The one T(k) loop: times of ONE forward over k new tokens on a cache cut back afterwards.
+
+    ``sessions`` maps a name to anything with the :class:`specdec.lm.Session` interface
+    (``forward(new_ids)``, ``crop(n)``, ``len``): :class:`specdec.lm.CachedLM`, the lean and
+    llama.cpp sessions, a :class:`TensorSession` (batched too). Each session's cached length
+    when the loop starts is its context; after every call it is cropped back to it, outside
+    the clock, and its length checked. ``new_ids[name]`` holds at least ``max(ks)`` ids (a
+    list, or a (b, n) tensor for a :class:`TensorSession`); the call at k feeds the first k.
+
+    ``warmup + repeats`` passes; each pass times every (name, k) once, in an order drawn from
+    ``rng`` (default: ``np.random.default_rng(0)``) so that drift affects every setting alike:
+    ``"pairs"``, one permutation of all (name, k) pairs; ``"nested"``, the names permuted and
+    each name's ks permuted; ``"names"``, the names permuted, the ks in the given order;
+    ``"fixed"``, everything in the given order. ``reopen[name]`` (with ``"nested"`` or
+    ``"names"``) makes a fresh session at the start of that name's turn in each pass (one
+    llama.cpp context per model). The timer is :func:`time_once` with ``synchronize``. The
+    first ``warmup`` passes are discarded. Returns ``{name: {k: [seconds per kept pass]}}``.
+    """
+    if order not in ("pairs", "nested", "names", "fixed"):
+        raise ValueError(f"order must be 'pairs', 'nested', 'names' or 'fixed'; got {order!r}")
+    if reopen and order not in ("nested", "names"):
+        raise ValueError("reopen needs order='nested' or 'names' (a session is reopened once per turn)")
+    check_int("repeats", repeats, low=0)
+    check_int("warmup", warmup, low=0)
+    ks = [check_int("each k in ks", k, low=1) for k in ks]
+    sessions = dict(sessions)
+    names = list(sessions)
+    context = {name: len(s) for name, s in sessions.items()}
+    rng = np.random.default_rng(0) if rng is None else rng
+    times: dict[str, dict[int, list[float]]] = {n: {k: [] for k in ks} for n in names}
+
+    def one(name: str, k: int, keep: bool) -> None:
+        s, ids = sessions[name], _head(new_ids[name], k)
+        elapsed = time_once(lambda: s.forward(ids), synchronize)
+        s.crop(context[name])
+        if len(s) != context[name]:
+            raise RuntimeError(f"after cropping, {name!r} holds {len(s)} tokens, not {context[name]}")
+        if keep:
+            times[name][k].append(elapsed)
+
+    for rep in range(warmup + repeats):
+        keep = rep >= warmup
+        if order == "pairs":
+            pairs = [(n, k) for n in names for k in ks]
+            for i in rng.permutation(len(pairs)):
+                one(*pairs[i], keep)
+            continue
+        turn = rng.permutation(len(names)) if order != "fixed" else range(len(names))
+        for i in turn:
+            name = names[i]
+            if reopen and name in reopen:
+                sessions[name] = reopen[name]()
+                context[name] = len(sessions[name])
+            for j in rng.permutation(len(ks)) if order == "nested" else range(len(ks)):
+                one(name, ks[j], keep)
+    return times
 
 
 def forward_times(
@@ -199,55 +335,55 @@ def forward_times(
 ) -> dict[tuple[str, int], Timing]:
     """Time one forward over ``k`` new tokens with a KV cache of ``prefix_len`` tokens.
 
-    For every model in ``models`` (name -> transformers causal LM) and every ``k`` in ``ks``.
-    The prefix and the new tokens are random ids (seeded; the same for every model, which
-    must share the vocabulary size), because the cost of a dense forward does not depend on
-    which tokens it sees. The timed call is the forward alone, logits for all ``k``
-    positions included (a verify pass needs every row); cropping the cache back happens
-    outside the clock. Each repetition runs every (model, k) pair once, in a fresh seeded
-    random order, after ``warmup`` untimed passes over all pairs. Returns a :class:`Timing`
-    per ``(name, k)``.
+    For every model in ``models`` (name -> transformers causal LM, or any model
+    :func:`specdec.lm.open_lm` opens) and every ``k`` in ``ks``. The prefix and the new tokens
+    are random ids (seeded; the same for every model, which must share the vocabulary size),
+    because the cost of a dense forward does not depend on which tokens it sees. The timed
+    call is the forward alone, logits for all ``k`` positions included (a verify pass needs
+    every row); cropping the cache back happens outside the clock. Each repetition runs every
+    (model, k) pair once, in a fresh seeded random order, after ``warmup`` untimed passes over
+    all pairs (:func:`time_forwards`, ``order="pairs"``). Returns a :class:`Timing` per
+    ``(name, k)``.
     """
     import torch
 
-    _check_count("prefix_len", prefix_len, 1)
-    _check_count("repeats", repeats, 1)
-    _check_count("warmup", warmup, 0)
-    ks = tuple(_check_count("each k in ks", k, 1) for k in ks)
+    from specdec.lm import vocab_size
+
+    check_int("prefix_len", prefix_len, low=1)
+    check_int("repeats", repeats, low=1)
+    check_int("warmup", warmup, low=0)
+    ks = tuple(check_int("each k in ks", k, low=1) for k in ks)
     if not ks:
         raise ValueError("ks must hold at least one k")
     if len(set(ks)) != len(ks):
         raise ValueError(f"ks must not repeat a value; got {ks}")
     if not models:
         raise ValueError("models must hold at least one model")
-    vocab = {int(m.config.vocab_size) for m in models.values()}
+    vocab = {vocab_size(m) for m in models.values()}
     if len(vocab) != 1:
         raise ValueError(f"the models must share one vocabulary size; got {sorted(vocab)}")
-    synchronize = _resolve_sync(sync)
+    synchronize = sync_hook(sync)
 
     gen = torch.Generator().manual_seed(seed)
     size = vocab.pop()
     prefix = torch.randint(0, size, (1, prefix_len), generator=gen)
     new = torch.randint(0, size, (1, max(ks)), generator=gen)
-    runners = {name: _CachedForward(model, prefix, new) for name, model in models.items()}
-    pairs = [(name, k) for name in runners for k in ks]
-    order = np.random.default_rng(seed)
-    times: dict[tuple[str, int], list[float]] = {pair: [] for pair in pairs}
-    for rep in range(warmup + repeats):
-        for i in order.permutation(len(pairs)):
-            name, k = pairs[i]
-            run = runners[name]
-            if synchronize is not None:
-                synchronize()
-            start = time.perf_counter()
-            run(k)
-            if synchronize is not None:
-                synchronize()
-            elapsed = time.perf_counter() - start
-            run.reset()
-            if rep >= warmup:
-                times[(name, k)].append(elapsed)
-    return {pair: summarize_times(values) for pair, values in times.items()}
+    sessions = {name: open_timing_session(model, prefix) for name, model in models.items()}
+    feeds = {
+        name: new.to(s.device) if isinstance(s, TensorSession) else new[0].tolist()
+        for name, s in sessions.items()
+    }
+    times = time_forwards(
+        sessions,
+        feeds,
+        ks,
+        repeats=repeats,
+        warmup=warmup,
+        order="pairs",
+        rng=np.random.default_rng(seed),
+        synchronize=synchronize,
+    )
+    return {(name, k): summarize_times(times[name][k]) for name in models for k in ks}
 
 
 @dataclass(frozen=True)
@@ -315,7 +451,8 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
@@ -360,7 +497,7 @@ def environment(*, model: Any = None, dtype: str | None = None, device: str | No
     if device.startswith("cuda") and torch is not None and torch.cuda.is_available():
         device_name = torch.cuda.get_device_name(torch.device(device))
     else:
-        device_name = _cpu_name()
+        device_name = cpu_name()
     commit = _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {
@@ -448,45 +585,36 @@ def engine_verify_curves(
     from specdec.intervals import ratio_ci
     from specdec.lm import open_lm, vocab_size
 
-    _check_count("repeats", repeats, 1)
-    ks = [_check_count("each k in ks", k, 1) for k in ks]
+    check_int("repeats", repeats, low=1)
+    ks = [check_int("each k in ks", k, low=1) for k in ks]
     if not ks or 1 not in ks or len(set(ks)) != len(ks):
         raise ValueError(f"ks must hold distinct integers >= 1, 1 among them (T(1) divides); got {ks}")
     if not engines:
         raise ValueError("engines must hold at least one engine")
     if len(prompt_ids) < 1:
         raise ValueError("prompt_ids must hold at least one token id")
-    synchronize = _resolve_sync(None)
-    rng = np.random.default_rng(0)
-    names = list(engines)
-    sessions = {}
-    for name, model in engines.items():
+
+    def opened(model: Any) -> Any:
         s = open_lm(model)
         s.forward(list(prompt_ids), keep=1)
-        sessions[name] = s
+        return s
+
+    sessions = {name: opened(model) for name, model in engines.items()}
     vocab = min(vocab_size(m) for m in engines.values())
     new = [(1000 + i) % vocab for i in range(max(ks))]  # any ids do: a forward's cost ignores them
-    times: dict[str, dict[int, list[float]]] = {n: {k: [] for k in ks} for n in engines}
     context = len(prompt_ids)
-    for rep in range(repeats + 1):  # the first pass warms up
-        for i in rng.permutation(len(names)):
-            name = names[i]
-            s = sessions[name]
-            if name in reopen:  # one context per model: re-feed the prompt after others ran
-                s = sessions[name] = open_lm(engines[name])
-                s.forward(list(prompt_ids), keep=1)
-            for j in rng.permutation(len(ks)):
-                k = ks[j]
-                if synchronize is not None:
-                    synchronize()
-                t0 = time.perf_counter()
-                s.forward(new[:k])
-                if synchronize is not None:
-                    synchronize()
-                dt = time.perf_counter() - t0
-                s.crop(context)
-                if rep:
-                    times[name][k].append(dt)
+    times = time_forwards(
+        sessions,
+        dict.fromkeys(engines, new),
+        ks,
+        repeats=repeats,
+        warmup=1,
+        order="nested",
+        rng=np.random.default_rng(0),
+        synchronize=sync_hook(None),
+        # one context per model: re-feed the prompt after others ran
+        reopen={name: partial(opened, engines[name]) for name in engines if name in reopen},
+    )
     out = {}
     for name in engines:
         one = np.asarray(times[name][1])

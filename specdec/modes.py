@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from specdec.checks import check_int
 from specdec.lean import MODES, LeanLlama, int4_supported
+from specdec.measure import cpu_name, time_forwards
 
 __all__ = [
     "DRAFT_MODES",
@@ -53,12 +54,11 @@ def available_modes() -> tuple[str, ...]:
 
 def machine_identity() -> dict[str, Any]:
     """What makes timings comparable: CPU name and flags digest, SIMD dispatch, torch version, threads."""
-    from specdec.measure import _cpu_name
     from specdec.roofline import cpu_flags, numpy_simd
 
     flags = " ".join(sorted(cpu_flags()))
     return {
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cpu_flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16],
         "torch_capability": str(torch.backends.cpu.get_cpu_capability()),
         "numpy_simd": numpy_simd()["dispatch"],
@@ -117,8 +117,7 @@ def probe_modes(
         ("repeats", repeats, 1),
         ("warmup", warmup, 0),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+        check_int(name, value, low=low)
     sizes = sorted({1, k, *(int(n) for n in ks)})
     if sizes[0] < 1:
         raise ValueError(f"ks must hold integers >= 1; got {list(ks)!r}")
@@ -133,17 +132,15 @@ def probe_modes(
         s = lean.session()
         s.forward(ids[:context], keep=1)
         sessions[mode] = s
-    times: dict[str, dict[int, list[float]]] = {m: {n: [] for n in sizes} for m in modes}
-    for rep in range(warmup + repeats):
-        for i in gen.permutation(len(modes)):
-            s = sessions[modes[i]]
-            for n in sizes:
-                t0 = time.perf_counter()
-                s.forward(ids[context : context + n])
-                elapsed = time.perf_counter() - t0
-                s.crop(context)
-                if rep >= warmup:
-                    times[modes[i]][n].append(elapsed)
+    times = time_forwards(
+        sessions,
+        dict.fromkeys(modes, ids[context:]),
+        sizes,
+        repeats=repeats,
+        warmup=warmup,
+        order="names",
+        rng=gen,
+    )
     result = {}
     for mode in modes:
         med = {n: float(np.median(times[mode][n])) for n in sizes}

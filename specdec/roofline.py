@@ -50,15 +50,15 @@ import contextlib
 import math
 import numbers
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specdec.measure import _cpu_name, environment, summarize_times
+from specdec.measure import cpu_name, environment, summarize_times, time_once
 
 __all__ = [
     "BUCKETS",
@@ -146,18 +146,11 @@ def _time(fn: Callable[[], object], repeats: int, budget_s: float) -> dict[str, 
     call slower than the budget costs about twice its time. Returns the median and quartiles
     in seconds and the number of timed calls (``timed_calls``).
     """
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
+    first = time_once(fn)
     n = repeats
     if first > 0 and math.isfinite(budget_s):
         n = max(1, min(repeats, int(budget_s / first) - 1))
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    t = summarize_times(times)
+    t = summarize_times(time_once(fn) for _ in range(n))
     return {"median_s": t.median_s, "iqr_s": t.iqr_s, "timed_calls": t.n, "warmup_s": first}
 
 
@@ -234,7 +227,7 @@ def cpu_identity() -> dict[str, Any]:
     flags = cpu_flags()
     bf16 = sorted(flags & {"avx512_bf16", "amx_bf16", "bf16"})
     return {
-        "name": _cpu_name(),
+        "name": cpu_name(),
         "cpu_count": os.cpu_count(),
         "available_cpus": _available_cpus(),
         "caches_bytes": _cache_sizes(),
@@ -969,9 +962,7 @@ def timed_call(
     :mod:`specdec.native`."""
 
     def call() -> float:
-        start = time.perf_counter()
-        forward_fn(k)
-        elapsed = time.perf_counter() - start
+        elapsed = time_once(partial(forward_fn, k))
         if reset is not None:
             reset()
         return elapsed
@@ -1038,9 +1029,7 @@ def profile_step(
     labelled = False
     for _ in range(repeats):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            start = time.perf_counter()
-            forward_fn(k)
-            walls.append(time.perf_counter() - start)
+            walls.append(time_once(partial(forward_fn, k)))
         if reset is not None:
             reset()
         for event in prof.events():

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from specdec.measure import _check_count, engine_verify_curves, environment
+from specdec.checks import check_int
+from specdec.measure import engine_verify_curves, environment
 
 __all__ = [
     "ENGINES",
@@ -235,7 +236,7 @@ def measure_drafter(
         ("repeats", repeats, 1),
         ("verify_repeats", verify_repeats, 1),
     ):
-        _check_count(name, value, low)
+        check_int(name, value, low=low)
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
     prompts = [[int(t) for t in p] for p in prompts]
@@ -525,7 +526,7 @@ def measure_setup(
         ("verify_repeats", verify_repeats, 1),
         ("threads", threads, 1),
     ):
-        _check_count(name, value, low)
+        check_int(name, value, low=low)
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
     if dtype not in ENGINES:

@@ -5,6 +5,7 @@ Shapes and bookkeeping only: no test here asserts a speed (speed belongs in benc
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -75,13 +76,13 @@ def test_cached_forward_crops_back_to_the_prefix():
     gen = torch.Generator().manual_seed(1)
     prefix = torch.randint(0, 101, (1, 12), generator=gen)
     new = torch.randint(0, 101, (1, 4), generator=gen)
-    run = measure._CachedForward(model, prefix, new)
-    first = run(3)
-    assert run.cache.get_seq_length() == 15
-    run.reset()
+    run = measure.TensorSession(model, prefix)
+    first = run.forward(new[:, :3])
+    assert run.cache.get_seq_length() == 15 and len(run) == 15
+    run.crop(12)
     assert run.cache.get_seq_length() == 12
-    second = run(3)
-    run.reset()
+    second = run.forward(new[:, :3])
+    run.crop(12)
     assert torch.equal(first, second) and first.shape == (1, 3, 101)
     with torch.inference_mode():
         full = model(input_ids=torch.cat([prefix, new[:, :3]], dim=1)).logits[:, -3:]
@@ -109,6 +110,99 @@ def test_forward_times_interleaves_models_and_ks():
     )
     assert set(times) == {("eager", 1), ("eager", 3), ("sdpa", 1), ("sdpa", 3)}
     assert all(t.n == 2 for t in times.values())
+
+
+class _Recorder:
+    """A fake session: records each call (name, k) and its cached length; ``crop`` cuts back."""
+
+    def __init__(self, name: str, log: list, context: int = 5) -> None:
+        self.name, self.log, self.ids = name, log, list(range(context))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def forward(self, new_ids, keep=None):
+        self.log.append((self.name, len(new_ids), len(self.ids)))
+        self.ids += list(new_ids)
+
+    def crop(self, n: int) -> None:
+        del self.ids[n:]
+
+
+@pytest.mark.parametrize("order", ["pairs", "nested", "names", "fixed"])
+def test_time_forwards_interleaves_every_pair_once_per_pass(order):
+    """Each pass times every (name, k) exactly once, on the same cached length; "pairs" mixes the
+    names within a pass, "nested" and "names" keep a name's ks together, and the orders change
+    from pass to pass (a loop that ran the pairs in one fixed order, or skipped the crop, fails)."""
+    log: list = []
+    sessions = {n: _Recorder(n, log) for n in ("a", "b", "c")}
+    ks = [1, 2, 3, 4]
+    times = measure.time_forwards(
+        sessions, dict.fromkeys(sessions, list(range(10, 20))), ks, repeats=6, warmup=2, order=order
+    )
+    assert {n: {k: len(v) for k, v in t.items()} for n, t in times.items()} == {
+        n: dict.fromkeys(ks, 6) for n in sessions
+    }
+    assert all(context == 5 for _, _, context in log)  # cropped back after every call
+    passes = [log[i : i + 12] for i in range(0, len(log), 12)]
+    assert len(passes) == 8
+    for p in passes:
+        assert sorted((n, k) for n, k, _ in p) == sorted((n, k) for n in sessions for k in ks)
+    names_of = [tuple(dict.fromkeys(n for n, _, _ in p)) for p in passes]
+    ks_of = [tuple(k for n, k, _ in p if n == "a") for p in passes]
+    if order == "fixed":
+        assert set(names_of) == {("a", "b", "c")} and set(ks_of) == {(1, 2, 3, 4)}
+        return
+    assert len(set(names_of)) > 1  # the names' order changes between passes
+    if order == "pairs":  # the names are mixed within a pass
+        assert any(len([n for n, _ in itertools.groupby(x for x, _, _ in p)]) > 3 for p in passes)
+    else:  # each name's ks run back to back
+        assert all(len([n for n, _ in itertools.groupby(x for x, _, _ in p)]) == 3 for p in passes)
+    assert (len(set(ks_of)) > 1) == (order != "names")
+
+
+def test_time_forwards_reopens_and_checks_the_crop():
+    log: list = []
+    opened = []
+
+    def reopen():
+        opened.append(1)
+        return _Recorder("a", log, context=7)
+
+    times = measure.time_forwards(
+        {"a": _Recorder("a", log)},
+        {"a": [1, 2, 3]},
+        [1, 3],
+        repeats=2,
+        warmup=1,
+        order="nested",
+        reopen={"a": reopen},
+    )
+    assert len(opened) == 3 and all(c == 7 for _, _, c in log) and len(times["a"][3]) == 2
+
+    class Leaky(_Recorder):
+        def crop(self, n):  # forgets to cut back
+            pass
+
+    with pytest.raises(RuntimeError, match="after cropping"):
+        measure.time_forwards({"x": Leaky("x", [])}, {"x": [1, 2]}, [2], repeats=1)
+    with pytest.raises(ValueError, match="reopen needs"):
+        measure.time_forwards({"a": _Recorder("a", [])}, {"a": [1]}, [1], repeats=1, reopen={"a": reopen})
+
+
+def test_verify_cost_curve_ratios_are_the_stored_medians(monkeypatch):
+    """T(k)/T(1) recomputed from the stored timings (a curve whose ratios drifted from its timings fails)."""
+    fake = {1: [2.0, 2.2, 1.8], 2: [3.0, 3.3, 2.7], 4: [5.0, 4.0, 6.0]}
+
+    def fake_forward_times(models, prefix_len, ks, **kw):
+        return {("target", k): summarize_times(fake[k]) for k in ks}
+
+    monkeypatch.setattr(measure, "forward_times", fake_forward_times)
+    curve = verify_cost_curve(object(), 4, ks=(4, 2), repeats=3)
+    assert curve.ks == (1, 2, 4)
+    assert curve.ratios == pytest.approx((1.0, 1.5, 2.5))
+    for k, t, r in zip(curve.ks, curve.timings, curve.ratios, strict=True):
+        assert t.times_s == tuple(fake[k]) and r == pytest.approx(t.median_s / curve.timings[0].median_s)
 
 
 def test_forward_times_validates():

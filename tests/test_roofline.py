@@ -416,17 +416,18 @@ def test_profile_step_by_labels_on_a_llama(torch_threads):
     pytest.importorskip("transformers")
     import tiny_models
 
-    from specdec.measure import _CachedForward
+    from specdec.measure import TensorSession
 
     torch.set_num_threads(1)
     model = tiny_models.tiny_llama(0)
     gen = torch.Generator().manual_seed(0)
-    run = _CachedForward(
-        model, torch.randint(0, 97, (1, 8), generator=gen), torch.randint(0, 97, (1, 4), generator=gen)
-    )
+    session = TensorSession(model, torch.randint(0, 97, (1, 8), generator=gen))
+    new = torch.randint(0, 97, (1, 4), generator=gen)
     with roofline.label_modules(model) as labelled:
         assert "lm_head" in labelled and "model.layers.0.self_attn" in labelled and "model.norm" in labelled
-        prof = roofline.profile_step(run, k=4, repeats=2, reset=run.reset)
+        prof = roofline.profile_step(
+            lambda k: session.forward(new[:, :k]), k=4, repeats=2, reset=lambda: session.crop(8)
+        )
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())  # removed
     assert prof["bucketing"] == "labels"
     assert set(prof["buckets_ms"]) == {*roofline.LABELS, "other ops", "framework overhead"}
