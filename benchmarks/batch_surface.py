@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -200,10 +199,8 @@ def save(path: Path, record: dict[str, Any], started: float) -> None:
 
     record["status"]["elapsed_s"] = record["status"].get("elapsed_before_s", 0.0) + time.monotonic() - started
     env = record.pop("environment")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        write_result(tmp, record, env=env)
-        os.replace(tmp, path)
+        write_result(path, record, env=env)  # atomic (specdec.measure.write_record)
     finally:
         record["environment"] = env
 

@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import statistics
 import sys
 import time
@@ -74,7 +73,7 @@ from specdec.drafters import (  # noqa: E402
 )
 from specdec.intervals import geomean, per_unit_medians, ratio_ci, verdict  # noqa: E402
 from specdec.lean import MODES  # noqa: E402
-from specdec.measure import environment, write_result  # noqa: E402
+from specdec.measure import environment, write_record, write_result  # noqa: E402
 from specdec.models import load_target, pick_device, set_threads  # noqa: E402
 from specdec.realrun import (  # noqa: E402
     RECORD_FORMAT,
@@ -425,10 +424,8 @@ def finish_cell(
 
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
-    """Write the state atomically (a temporary file, then a rename)."""
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(finite(state)) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Write the state atomically (:func:`specdec.measure.write_record`: NaN -> null)."""
+    write_record(path, state, indent=None, sort_keys=False)
 
 
 def resume_state(path: Path, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -898,23 +895,6 @@ def estimate_full_minutes(state: dict[str, Any], full: dict[str, Any]) -> dict[s
 # -- 7. writing ---------------------------------------------------------------------------------------
 
 
-def finite(obj):
-    """NaN and infinity -> None, recursively (JSON cannot store them)."""
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    if isinstance(obj, (float, np.floating)) and not np.isfinite(obj):
-        return None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
-        return finite(obj.tolist())
-    return obj
-
-
 def jsonable(value):
     return value if isinstance(value, (str, int, float, bool, type(None), list)) else str(value)
 
@@ -929,7 +909,7 @@ def relative(value):
 
 
 def write_outputs(out: Path, tag: str, record: dict[str, Any], env: dict[str, Any]) -> Path:
-    path = write_result(out / f"{tag}.json", finite(record), env=env)
+    path = write_result(out / f"{tag}.json", record, env=env)
     table = record["table"]
     cols = [k for k in table[0] if k not in ("pooled", "per_prompt")]
     with (out / f"{tag}-table.csv").open("w", newline="") as f:
@@ -1084,8 +1064,11 @@ def main(argv: list[str] | None = None) -> int:
         record["native_build"] = native.build_info()  # the compiler and flags of the C forward
     if args.quick:
         record["full_run_estimate"] = estimate_full_minutes(state, full_settings())
-    (out / record["generations_file"]).write_text(
-        json.dumps({"kind": "generations", "seed": args.seed, "generations": state["generations"]}) + "\n"
+    write_record(
+        out / record["generations_file"],
+        {"kind": "generations", "seed": args.seed, "generations": state["generations"]},
+        indent=None,
+        sort_keys=False,
     )
     env = environment(dtype=engine["mode"], device=engine["device"])
     env.update(threads_info=threads)

@@ -384,7 +384,9 @@ def _progress(items: Any, desc: str) -> Any:
 
 
 def _json_out(record: Any) -> str:
-    return json.dumps(record, indent=1, allow_nan=False)
+    from specdec.measure import jsonable
+
+    return json.dumps(jsonable(record), indent=1, allow_nan=False)  # the records' rule: NaN -> null
 
 
 def _fmt(value: Any, spec: str = ".4f", missing: str = "n/a") -> str:

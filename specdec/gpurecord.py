@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import json
 import math
-import os
 import re
 import sys
 import time
@@ -45,7 +43,15 @@ from typing import Any
 
 import numpy as np
 
-from specdec.measure import TensorSession, cpu_name, summarize_times, sync_hook, time_forwards, time_once
+from specdec.measure import (
+    TensorSession,
+    cpu_name,
+    summarize_times,
+    sync_hook,
+    time_forwards,
+    time_once,
+    write_record,
+)
 
 __all__ = [
     "B1_EXTRA_KS",
@@ -150,23 +156,6 @@ class Deadline:
         return self.left() > max(need_s, 0.0)
 
 
-def _to_json(obj: Any) -> Any:
-    """Plain JSON values: numpy scalars and arrays to Python, NaN and infinity to None."""
-    if isinstance(obj, dict):
-        return {str(k): _to_json(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_to_json(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _to_json(obj.tolist())
-    if isinstance(obj, np.generic):
-        return _to_json(obj.item())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, Path):
-        return obj.as_posix()
-    return obj
-
-
 class Recorder:
     """The JSON record of one run, written (atomically) to ``path`` after every change worth keeping.
 
@@ -189,12 +178,7 @@ class Recorder:
 
     def save(self) -> Path:
         self.data["status"]["elapsed_s"] = round(time.monotonic() - self.started, 3)
-        text = json.dumps(_to_json(self.data), indent=2, sort_keys=True, allow_nan=False)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text + "\n", encoding="utf-8")
-        os.replace(tmp, self.path)
-        return self.path
+        return write_record(self.path, self.data)  # atomic; NaN and infinity -> null
 
     def skip(self, name: str, reason: str) -> None:
         self.data["status"]["skipped"].append({"section": name, "reason": reason})

@@ -15,6 +15,8 @@
   curve of the engine benchmark (:mod:`specdec.enginebench`) and of ``specdec measure``.
 * :func:`environment` and :func:`write_result` stamp every results file with the versions,
   the device, the dtype, the threads and the git commit it came from (no hostname, no user).
+  :func:`write_record` is the one writer of JSON records (atomic; NaN and infinity -> null,
+  :func:`jsonable`).
 * ``specdec measure`` (a drafter against a target on your prompts) lives in
   :mod:`specdec.usermeasure`, on top of these.
 
@@ -56,7 +58,9 @@ __all__ = [
     "time_calls",
     "time_forwards",
     "time_once",
+    "jsonable",
     "verify_cost_curve",
+    "write_record",
     "write_result",
 ]
 
@@ -519,39 +523,65 @@ def environment(*, model: Any = None, dtype: str | None = None, device: str | No
     }
 
 
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
+def jsonable(obj: Any) -> Any:
+    """``obj`` as plain JSON values, with THE NaN rule of every record the package writes.
+
+    The rule: NaN and infinity become ``None`` (``null`` in the file): a quantity that is
+    undefined (alpha when nothing was drafted) or was not measured reads null, never a number
+    and never the non-standard ``NaN`` token that strict JSON readers refuse. Readers map null
+    back to NaN where they compute. Besides: numpy scalars and arrays become Python numbers
+    and lists, tuples lists, dict keys strings, paths POSIX strings, dataclasses their
+    ``to_dict()`` (or fields); anything else is refused (TypeError).
+    """
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
     if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return jsonable(obj.item())
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, str | bool | int):
+        return obj
     if isinstance(obj, Path):
         return obj.as_posix()
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return jsonable(obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj))
     raise TypeError(f"cannot write a {type(obj).__name__} to JSON")
+
+
+def write_record(path: str | Path, record: Any, *, indent: int | None = 2, sort_keys: bool = True) -> Path:
+    """THE record writer: ``record`` through :func:`jsonable` (NaN and infinity -> null), as JSON, written
+    atomically (a temporary file in the same folder, then :func:`os.replace`: a crash or a timeout
+    never leaves half a file, and a reader sees the old record or the new one). Creates the folder."""
+    text = json.dumps(jsonable(record), indent=indent, sort_keys=sort_keys, allow_nan=False)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
 
 
 def write_result(
     path: str | Path, record: Mapping[str, Any], *, env: Mapping[str, Any] | None = None
 ) -> Path:
-    """Write ``record`` as JSON (sorted keys, indent 2) with the environment under ``"environment"``.
+    """Write ``record`` (:func:`write_record`: sorted keys, indent 2, atomic, NaN -> null) with the
+    environment under ``"environment"``.
 
-    ``env`` defaults to :func:`environment` (called now). NaN and infinity are refused
-    (they are not JSON), and so is a record that already has an ``"environment"`` key.
+    ``env`` defaults to :func:`environment` (called now). A record that already has an
+    ``"environment"`` key is refused.
     """
     if not isinstance(record, Mapping):
         raise ValueError(f"record must be a mapping; got {type(record).__name__}")
     if "environment" in record:
         raise ValueError("record must not hold an 'environment' key; pass env= instead")
-    payload = {**record, "environment": dict(env) if env is not None else environment()}
-    try:
-        text = json.dumps(payload, sort_keys=True, indent=2, allow_nan=False, default=_json_default)
-    except ValueError as exc:
-        raise ValueError(f"record holds NaN or infinity, which JSON cannot store: {exc}") from exc
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n", encoding="utf-8")
-    return out
+    return write_record(path, {**record, "environment": dict(env) if env is not None else environment()})
 
 
 # --------------------------------------------------------------------------- verify curves of any engine

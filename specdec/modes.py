@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import torch
 
 from specdec.checks import check_int
 from specdec.lean import MODES, LeanLlama, int4_supported
-from specdec.measure import cpu_name, time_forwards
+from specdec.measure import cpu_name, time_forwards, write_record
 
 __all__ = [
     "DRAFT_MODES",
@@ -238,10 +237,7 @@ def choose_mode(
     entry = {**probe, "mode": best, "rule": "lowest median T(1); ties to the more precise mode"}
     store[key] = entry
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.part")  # one per writer; the rename is atomic
-        tmp.write_text(json.dumps(store, indent=1), encoding="utf-8")
-        tmp.replace(path)
+        write_record(path, store, indent=1, sort_keys=False)  # one temporary file per writer; atomic
     except OSError:
         pass  # an unwritable cache only costs a new probe next time
     return {**entry, "cached": False}

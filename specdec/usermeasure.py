@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from specdec.checks import check_int
-from specdec.measure import engine_verify_curves, environment
+from specdec.measure import engine_verify_curves, environment, jsonable
 
 __all__ = [
     "ENGINES",
@@ -341,7 +341,7 @@ def measure_drafter(
         g, s = best_gamma_on_curve(alpha_all, c, curve)
         best_curve = {"gamma": g, "speedup": s, "max_gamma": max(ks) - 1}
     alpha_obs = pooled["alpha_accept_rate"]
-    return _finite(
+    return jsonable(  # NaN -> None: the record writers' rule
         {
             "gamma": gamma,
             "new_tokens": new_tokens,
@@ -388,17 +388,6 @@ def measure_drafter(
             "c_per_call": c_runs,
         }
     )
-
-
-def _finite(obj: Any) -> Any:
-    """NaN and infinity -> None, recursively (JSON has no NaN): an undefined quantity reads null."""
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    return obj
 
 
 def _depth(engine: Any) -> int:

@@ -274,9 +274,21 @@ def test_write_result(tmp_path):
     }
 
 
+def test_write_record_writes_nan_as_null_atomically(tmp_path, monkeypatch):
+    """The one NaN rule: NaN and infinity -> null, in every record (numpy included); a failed
+    write leaves the old record whole and no temporary file behind."""
+    rec = {"x": float("nan"), "y": [np.float32("inf"), -math.inf, 1.5], "z": np.arange(2), (1, 2): "k"}
+    path = measure.write_record(tmp_path / "a" / "r.json", rec)
+    assert json.loads(path.read_text()) == {"x": None, "y": [None, None, 1.5], "z": [0, 1], "(1, 2)": "k"}
+    assert "NaN" not in path.read_text() and "Infinity" not in path.read_text()
+    assert json.loads(write_result(tmp_path / "r.json", {"x": math.nan}, env={}).read_text())["x"] is None
+    with pytest.raises(TypeError):
+        measure.write_record(path, {"x": object()})
+    assert json.loads(path.read_text())["x"] is None  # the old record is untouched
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]
+
+
 def test_write_result_refuses_bad_records(tmp_path):
-    with pytest.raises(ValueError, match="NaN"):
-        write_result(tmp_path / "r.json", {"x": float("nan")}, env={})
     with pytest.raises(ValueError, match="environment"):
         write_result(tmp_path / "r.json", {"environment": 1}, env={})
     with pytest.raises(ValueError, match="mapping"):
