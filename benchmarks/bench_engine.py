@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from specdec.checks import check_int, check_ints
 from specdec.decoding import autoregressive, speculative
 from specdec.drafters import EarlyExitDrafter, PromptLookupDrafter
 from specdec.measure import VerifyCost, environment, forward_times, write_result
@@ -169,12 +170,8 @@ class Settings:
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "repeats", "ee_layers", "ee_gamma", "max_ngram", "min_ngram", "kmax"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-        if not self.gammas or any(
-            isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in self.gammas
-        ):
-            raise ValueError(f"gammas must be integers >= 1; got {self.gammas!r}")
+            check_int(name, value, low=1)
+        check_ints("gammas", self.gammas, low=1)
         if max(*self.gammas, self.ee_gamma) + 1 > self.kmax:
             raise ValueError(f"kmax must be >= gamma + 1 for every gamma; got kmax = {self.kmax}")
         if self.min_ngram > self.max_ngram:

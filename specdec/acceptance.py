@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specdec.checks import check_int
 from specdec.drafters import Drafter, WarpFn
 from specdec.lm import open_lm
 
@@ -35,8 +36,7 @@ __all__ = ["TeacherForced", "beta_rows", "target_p_rows", "teacher_forced"]
 
 def _check_ids(ids: Sequence[int], prompt_len: int) -> list[int]:
     out = [int(t) for t in ids]
-    if isinstance(prompt_len, bool) or not isinstance(prompt_len, (int, np.integer)):
-        raise ValueError(f"prompt_len must be an integer; got {prompt_len!r}")
+    check_int("prompt_len", prompt_len)
     if not 1 <= prompt_len < len(out):
         raise ValueError(
             f"prompt_len must lie in [1, {len(out) - 1}] (at least one prompt and one response token); "

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from specdec.checks import check_int, check_ints
 from specdec.hardware import best_gamma_on_curve
 from specdec.intervals import geomean, ratio_ci
 from specdec.measure import TensorSession, summarize_times, sync_hook, time_forwards
@@ -63,15 +64,6 @@ Progress = Callable[[Iterable[Any], str], Iterable[Any]]
 
 def _no_progress(items: Iterable[Any], desc: str) -> Iterable[Any]:
     return items
-
-
-def _check_ints(name: str, values: Iterable[int], low: int) -> tuple[int, ...]:
-    out = tuple(values)
-    if not out or any(isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low for v in out):
-        raise ValueError(f"{name} must be a non-empty list of integers >= {low}; got {out!r}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"{name} must not repeat a value; got {out!r}")
-    return tuple(int(v) for v in out)
 
 
 # --------------------------------------------------------------------------- measuring T(b, k)
@@ -114,17 +106,15 @@ def measure_surface(
     """
     import torch
 
-    batches = _check_ints("batches", batches, 1)
+    batches = check_ints("batches", batches, low=1, distinct=True)
     names = list(models)
     if not names or set(ks) != set(names):
         raise ValueError(f"ks must name the same models as models; got {sorted(ks)} and {names}")
     for name in names:
-        if 1 not in _check_ints(f"ks[{name!r}]", ks[name], 1):
+        if 1 not in check_ints(f"ks[{name!r}]", ks[name], low=1, distinct=True):
             raise ValueError(f"ks[{name!r}] must hold 1 (the step every ratio divides by)")
-    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
-        raise ValueError(f"passes must be an integer >= 1; got {passes!r}")
-    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-        raise ValueError(f"context must be an integer >= 1; got {context!r}")
+    check_int("passes", passes, low=1)
+    check_int("context", context, low=1)
     progress = progress or _no_progress
     finished = {(int(d["pass"]), str(d["model"]), int(d["b"])) for d in done}
     todo = [blk for blk in block_plan(names, batches, passes, seed) if blk not in finished]
@@ -357,7 +347,7 @@ def decode_units(
     """
     from specdec.batched import batched_autoregressive, batched_speculative
 
-    batches = _check_ints("batches", batches, 1)
+    batches = check_ints("batches", batches, low=1, distinct=True)
     if max(batches) > len(pool):
         raise ValueError(f"batches must not exceed the prompt pool ({len(pool)}); got {max(batches)}")
     progress = progress or _no_progress

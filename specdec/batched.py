@@ -82,6 +82,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from specdec.checks import check_int
 from specdec.decoding import _cut_at_eos, _finish, _is_int, _start
 from specdec.drafters import BigramDrafter, PromptLookupDrafter, Proposal, UnigramDrafter, WarpFn
 from specdec.lm import cache_argument, common_prefix_len, vocab_size
@@ -145,8 +146,7 @@ class BatchedLM:
 
     def __init__(self, model: torch.nn.Module, batch: int) -> None:
         _check_hf_model(model, "model")
-        if not _is_int(batch) or batch < 1:
-            raise ValueError(f"batch must be an integer >= 1; got {batch!r}")
+        check_int("batch", batch, low=1)
         self.model = model.eval() if model.training else model
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -379,8 +379,7 @@ def batched_speculative(
     if cut not in CUTS:
         raise ValueError(f"cut must be one of {CUTS}; got {cut!r}")
     rows_prompts = _start_batch(target, prompts, max_new_tokens, temperature, top_k, top_p, eos_token_id)
-    if not _is_int(gamma) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1; got {gamma!r}")
+    check_int("gamma", gamma, low=1)
     batch_drafter = _batch_drafter(drafter, target)
     b = len(rows_prompts)
     lm = BatchedLM(target, b)

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from specdec.checks import check_int
+
 __all__ = ["SIGNIFICANT", "keep", "portable"]
 
 #: Significant digits of every float glued or printed by a notebook.
@@ -31,8 +33,7 @@ def portable(value: Any, sig: int = SIGNIFICANT) -> Any:
     booleans become ``int``/``bool``; strings and other objects pass unchanged. Non-finite
     floats stay as they are.
     """
-    if isinstance(sig, bool) or not isinstance(sig, int) or not 1 <= sig <= 15:
-        raise ValueError(f"sig must be an integer in [1, 15]; got {sig!r}")
+    check_int("sig", sig, low=1, high=15)
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (int, np.integer)):

@@ -18,7 +18,7 @@ __all__ = ["check_float", "check_int", "check_ints", "check_probability"]
 
 def _range(low: float | None, high: float | None, *, open_low: bool = False) -> str:
     if low is not None and high is not None:
-        return f"in ({low}, {high}]" if open_low else f"in {low}..{high}"
+        return f"in ({low}, {high}]" if open_low else f"in [{low}, {high}]"
     if low is not None:
         return f"> {low}" if open_low else f">= {low}"
     if high is not None:
@@ -26,14 +26,22 @@ def _range(low: float | None, high: float | None, *, open_low: bool = False) -> 
     return ""
 
 
-def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None) -> int:
-    """``value`` as an ``int`` when it is an integer (numpy's included, bool not) in ``low..high``;
-    otherwise ValueError ``"<name> must be an integer >= <low>; got <value>"`` (or ``in low..high``)."""
+def _fail(name: str, kind: str, where: str, note: str | None, value: object) -> ValueError:
+    return ValueError(
+        f"{name} must be {kind}{' ' + where if where else ''}{f' ({note})' if note else ''}; got {value!r}"
+    )
+
+
+def check_int(
+    name: str, value: object, *, low: int | None = None, high: int | None = None, note: str | None = None
+) -> int:
+    """``value`` as an ``int`` when it is an integer (numpy's included, bool not) in ``[low, high]``;
+    otherwise ValueError ``"<name> must be an integer >= <low>; got <value>"`` (``in [low, high]``
+    with both bounds; ``note``, e.g. what the bound is, in parentheses before ``; got``)."""
     ok = not isinstance(value, bool) and isinstance(value, numbers.Integral)
     if ok and (low is None or value >= low) and (high is None or value <= high):
         return int(value)
-    where = _range(low, high)
-    raise ValueError(f"{name} must be an integer{' ' + where if where else ''}; got {value!r}")
+    raise _fail(name, "an integer", _range(low, high), note, value)
 
 
 def check_ints(
@@ -61,6 +69,7 @@ def check_float(
     low: float | None = None,
     high: float | None = None,
     open_low: bool = False,
+    note: str | None = None,
 ) -> float:
     """``value`` as a finite ``float`` in ``[low, high]`` (``(low, high]`` with ``open_low``);
     otherwise ValueError ``"<name> must be a finite number ...; got <value>"``."""
@@ -70,8 +79,7 @@ def check_float(
         above = low is None or (v > low if open_low else v >= low)
         if above and (high is None or v <= high):
             return v
-    where = _range(low, high, open_low=open_low)
-    raise ValueError(f"{name} must be a finite number{' ' + where if where else ''}; got {value!r}")
+    raise _fail(name, "a finite number", _range(low, high, open_low=open_low), note, value)
 
 
 def check_probability(name: str, value: object) -> float:

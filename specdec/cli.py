@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from specdec.checks import check_int
+
 __all__ = ["main"]
 
 #: Exit status of every usage error (argparse's convention).
@@ -89,8 +91,11 @@ def _c(value: float) -> float:
 
 
 def _at_least(name: str, value: int | None, low: int, what: str) -> None:
-    if value is not None and value < low:
-        raise UsageError(f"{name} must be an integer >= {low} ({what}); got {value!r}")
+    if value is not None:
+        try:
+            check_int(name, value, low=low, note=what)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def _verify_cost(value: float) -> float:

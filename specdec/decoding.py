@@ -31,6 +31,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from specdec.checks import check_int
 from specdec.drafters import Drafter, Proposal
 from specdec.lm import CachedLM, open_lm
 from specdec.policies import DraftPolicy, as_policy
@@ -219,8 +220,7 @@ def _start(
     prompt = list(prompt_ids)
     if not prompt:
         raise ValueError("prompt_ids must hold at least one token id; got an empty prompt")
-    if not _is_int(max_new_tokens) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1; got {max_new_tokens!r}")
+    check_int("max_new_tokens", max_new_tokens, low=1)
     context = getattr(getattr(target, "config", None), "max_position_embeddings", None)
     if _is_int(context) and len(prompt) + max_new_tokens > context:
         raise ValueError(
@@ -229,8 +229,8 @@ def _start(
         )
     if isinstance(temperature, bool) or not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
-    if top_k is not None and (not _is_int(top_k) or top_k < 1):
-        raise ValueError(f"top_k must be an integer >= 1 or None; got {top_k!r}")
+    if top_k is not None:
+        check_int("top_k", top_k, low=1, note="or None")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must lie in (0, 1] or be None; got {top_p!r}")
     lm = open_lm(target)
@@ -243,8 +243,7 @@ def _start(
 
 
 def _check_speculative(lm: CachedLM, drafter: Drafter, gamma: int, lenience: float) -> None:
-    if not _is_int(gamma) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1; got {gamma!r}")
+    check_int("gamma", gamma, low=1)
     if isinstance(lenience, bool) or not 0.0 < lenience <= 1.0:
         raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
     v_draft = getattr(drafter, "vocab_size", None)

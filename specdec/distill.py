@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from specdec.checks import check_int
 from specdec.shards import load_shards, response_tokens, shard_paths, write_shard
 
 __all__ = ["TOP_K", "generate_data", "load_shards", "main"]
@@ -153,10 +154,8 @@ def generate_data(
 
     checks = {"tokens": tokens, "batch_size": batch_size, "top_k": top_k, "sort_window": sort_window}
     for name, value in checks.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1; got {max_new_tokens!r}")
+        check_int(name, value, low=1)
+    check_int("max_new_tokens", max_new_tokens, low=1)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     shards = shard_paths(out)

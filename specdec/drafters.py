@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specdec.checks import check_int
 from specdec.lm import CachedLM, open_lm, vocab_size
 from specdec.sampling import sample
 
@@ -211,8 +212,7 @@ def early_exit_model(model: torch.nn.Module, n_layers: int) -> torch.nn.Module:
         return early_exit(n_layers)
     base = getattr(model, model.base_model_prefix)
     total = len(base.layers)
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= total:
-        raise ValueError(f"n_layers must be an integer in [1, {total}] (the target's depth); got {n_layers}")
+    check_int("n_layers", n_layers, low=1, high=total, note="the target's depth")
     config = copy.deepcopy(model.config)
     config.num_hidden_layers = n_layers
     if isinstance(getattr(config, "layer_types", None), list):
@@ -247,14 +247,8 @@ class EarlyExitDrafter(ModelDrafter):
 # -- deterministic and table drafters --------------------------------------------------------------
 
 
-def _check_int(value: object, name: str, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-
-
 def _check_keep(ids: Sequence[int], keep: int) -> None:
-    if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or not 1 <= keep <= len(ids):
-        raise ValueError(f"keep must be an integer in [1, {len(ids)}] (len(ids)); got {keep!r}")
+    check_int("keep", keep, low=1, high=len(ids), note="len(ids)")
 
 
 class PromptLookupDrafter(Drafter):
@@ -268,8 +262,8 @@ class PromptLookupDrafter(Drafter):
     """
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
-        _check_int(min_ngram, "min_ngram", 1)
-        _check_int(max_ngram, "max_ngram", 1)
+        check_int("min_ngram", min_ngram, low=1)
+        check_int("max_ngram", max_ngram, low=1)
         if max_ngram < min_ngram:
             raise ValueError(f"max_ngram must be >= min_ngram = {min_ngram}; got {max_ngram!r}")
         self.max_ngram, self.min_ngram = int(max_ngram), int(min_ngram)
@@ -305,7 +299,7 @@ def _check_smoothing(smoothing: float) -> None:
 
 
 def _check_sequences(seqs: Iterable[Sequence[int]], vocab: int) -> list[np.ndarray]:
-    _check_int(vocab, "vocab_size", 1)
+    check_int("vocab_size", vocab, low=1)
     arrays = [np.asarray(s, dtype=np.int64).ravel() for s in seqs]
     if not any(a.size for a in arrays):
         raise ValueError("seqs must hold at least one token id")
@@ -362,7 +356,7 @@ class BigramDrafter(Drafter):
         self, pairs: dict[int, tuple[np.ndarray, np.ndarray]], vocab_size: int, smoothing: float = 1.0
     ) -> None:
         _check_smoothing(smoothing)
-        _check_int(vocab_size, "vocab_size", 1)
+        check_int("vocab_size", vocab_size, low=1)
         self.pairs, self.vocab_size, self.smoothing = pairs, int(vocab_size), float(smoothing)
 
     @classmethod

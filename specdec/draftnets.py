@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from specdec.checks import check_int
 from specdec.shards import load_shards, sequences
 
 __all__ = [
@@ -96,10 +97,7 @@ def init_layers(k: int, depth: int) -> list[int]:
     layers [0, 10, 20, 29] 13.5; [0, 15] 20.0; [0, 1, 28, 29] 18.6; [0, 29] 64.0 (a top layer
     fed the bottom of the residual stream is far off).
     """
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= depth:
-        raise ValueError(
-            f"k (draft layers) must be an integer in [1, {depth}] (the target's depth); got {k!r}"
-        )
+    check_int("k (draft layers)", k, low=1, high=depth, note="the target's depth")
     return list(range(k))
 
 
@@ -272,8 +270,7 @@ def kept_vocabulary(
 ) -> torch.Tensor:
     """The ``size`` most frequent ids among the sampled response tokens and the target's top-1
     labels (ties: smaller id first), plus the ids in ``always`` (e.g. EOS); sorted."""
-    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= vocab_size:
-        raise ValueError(f"size (kept vocabulary) must be an integer in [1, {vocab_size}]; got {size!r}")
+    check_int("size (kept vocabulary)", size, low=1, high=vocab_size)
     counts = np.zeros(vocab_size, dtype=np.int64)
     for seq in sequences(shards):
         np.add.at(counts, seq.response, 1)
@@ -422,8 +419,8 @@ def train_draft(
     """
     if (minutes is None) == (steps is None):
         raise ValueError("give exactly one of minutes and steps")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"steps must be an integer >= 1; got {steps!r}")
+    if steps is not None:
+        check_int("steps", steps, low=1, note="or None")
     if minutes is not None and not minutes > 0:
         raise ValueError(f"minutes must be > 0; got {minutes!r}")
     if not 0 < holdout < 1:

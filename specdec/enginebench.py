@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from specdec.checks import check_int
+
 __all__ = [
     "ALL_ENGINES",
     "VARIANTS",
@@ -94,8 +96,7 @@ class BenchSettings:
     def __post_init__(self) -> None:
         for name in ("threads", "prompts_per_task", "new_tokens", "gamma", "repeats", "verify_repeats"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+            check_int(name, value, low=1)
         ks = sorted({int(k) for k in self.ks})
         if not ks or ks[0] != 1:
             raise ValueError(

@@ -15,15 +15,10 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import brentq
 
+from specdec.checks import check_int
 from specdec.theory import expected_tokens
 
 __all__ = ["alpha_from_mean_tokens", "simulate_accepted"]
-
-
-def _check_int(value: object, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    return int(value)
 
 
 def simulate_accepted(alpha: float, gamma: int, n_rounds: int, rng: np.random.Generator) -> NDArray[np.int64]:
@@ -37,8 +32,8 @@ def simulate_accepted(alpha: float, gamma: int, n_rounds: int, rng: np.random.Ge
     """
     if isinstance(alpha, bool) or not np.isscalar(alpha) or not np.isfinite(alpha) or not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be a number in [0, 1]; got {alpha!r}")
-    g = _check_int(gamma, "gamma", 0)
-    n = _check_int(n_rounds, "n_rounds", 1)
+    g = check_int("gamma", gamma, low=0)
+    n = check_int("n_rounds", n_rounds, low=1)
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
     if g == 0:
@@ -55,7 +50,7 @@ def alpha_from_mean_tokens(mean_tokens: float, gamma: int) -> float:
     included), so it must lie in [1, gamma + 1]; a mean of accepted drafts A must have 1 added
     first. E[T] is strictly increasing in alpha for gamma >= 1, so the root is unique.
     """
-    g = _check_int(gamma, "gamma", 1)
+    g = check_int("gamma", gamma, low=1)
     m = float(mean_tokens)
     if not np.isfinite(m) or not 1.0 <= m <= g + 1.0:
         raise ValueError(

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from specdec.checks import check_int
+
 __all__ = ["bootstrap_ci", "geomean", "per_unit_medians", "ratio_ci", "verdict"]
 
 
@@ -42,8 +44,7 @@ def bootstrap_ci(
         raise ValueError(f"values must be a 1-D sequence of at least 2 numbers; got shape {arr.shape}")
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1); got {level!r}")
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
-        raise ValueError(f"n_boot must be an integer >= 100; got {n_boot!r}")
+    check_int("n_boot", n_boot, low=100)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
     boots = np.asarray(stat(arr[idx], axis=1), dtype=float)

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from specdec.checks import check_int
 from specdec.lm import Session
 
 __all__ = ["LlamaCppModel", "available"]
@@ -48,8 +49,7 @@ class LlamaCppModel:
             raise ImportError(
                 "LlamaCppModel needs llama-cpp-python: pip install llama-cpp-python (a C++ build)"
             ) from exc
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be an integer >= 1; got {threads!r}")
+        check_int("threads", threads, low=1)
         self.llm = Llama(
             model_path=str(gguf),
             n_ctx=n_ctx,

@@ -47,6 +47,8 @@ from typing import Any
 
 import torch
 
+from specdec.checks import check_int
+
 __all__ = [
     "ATTN_IMPLEMENTATIONS",
     "DEFAULT_ATTN",
@@ -175,11 +177,9 @@ def set_threads(n: int, *, interop: int | None = None) -> dict[str, int | bool]:
     that the call leaves it unchanged and reports ``interop_set = False`` rather than failing.
     Returns the counts now in force.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (threads) must be an integer >= 1; got {n!r}")
+    check_int("n (threads)", n, low=1)
     interop = n if interop is None else interop
-    if isinstance(interop, bool) or not isinstance(interop, int) or interop < 1:
-        raise ValueError(f"interop (threads) must be an integer >= 1; got {interop!r}")
+    check_int("interop (threads)", interop, low=1)
     torch.set_num_threads(n)
     interop_set = torch.get_num_interop_threads() == interop
     if not interop_set:

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from specdec.checks import check_int
+
 __all__ = [
     "draft_runs",
     "iid_fixed_best",
@@ -41,12 +43,6 @@ __all__ = [
     "summarize_record",
     "verify_cost_at",
 ]
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    return int(value)
 
 
 def draft_runs(
@@ -62,7 +58,7 @@ def draft_runs(
 
     from specdec.sampling import warp
 
-    max_gamma = _check_int("max_gamma", max_gamma, 1)
+    max_gamma = check_int("max_gamma", max_gamma, low=1)
     if len(prompt_ids) < 1:
         raise ValueError("prompt_ids must hold at least one token")
     if len(tokens) < 1:
@@ -90,7 +86,7 @@ def verify_cost_at(curve: Mapping[int, float], k: int) -> float:
 
     Raises ValueError for k outside the measured range.
     """
-    k = _check_int("k", k, 1)
+    k = check_int("k", k, low=1)
     points = {int(n): float(v) for n, v in curve.items()} | {1: 1.0}
     if k in points:
         return points[k]
@@ -129,7 +125,7 @@ def replay(
         raise ValueError("every run must lie in [0, its draft's length]")
     policy = rule if isinstance(rule, DraftPolicy) else None
     if policy is None and rule != "oracle":
-        rule = _check_int("rule (a fixed gamma, 'oracle' or a DraftPolicy)", rule, 1)
+        rule = check_int("rule (a fixed gamma, 'oracle' or a DraftPolicy)", rule, low=1)
     if not c >= 0.0:
         raise ValueError(f"c must be >= 0; got {c!r}")
     if policy is not None:
@@ -173,7 +169,7 @@ def iid_oracle_on_curve(alpha: float, c: float, curve: Mapping[int, float], max_
     the speedup is E[R + 1] / E[R c + v(R + 1)]. With ``v = 1`` and no cap this is
     :func:`specdec.theory.oracle_speedup`.
     """
-    g = _check_int("max_gamma", max_gamma, 1)
+    g = check_int("max_gamma", max_gamma, low=1)
     if not 0.0 <= alpha < 1.0:
         raise ValueError(f"alpha must lie in [0, 1); got {alpha!r}")
     if not c >= 0.0:
@@ -190,7 +186,7 @@ def iid_fixed_best(alpha: float, c: float, curve: Mapping[int, float], max_gamma
     :func:`specdec.hardware.best_gamma_on_curve` on the curve read at every k (:func:`verify_cost_at`)."""
     from specdec.hardware import best_gamma_on_curve
 
-    g = _check_int("max_gamma", max_gamma, 1)
+    g = check_int("max_gamma", max_gamma, low=1)
     return best_gamma_on_curve(alpha, c, {k: verify_cost_at(curve, k) for k in range(2, g + 2)})
 
 
@@ -263,10 +259,9 @@ def summarize_record(
     """
     from specdec.policies import HeuristicGamma
 
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
-        raise ValueError(f"n_boot must be an integer >= 1; got {n_boot!r}")
+    check_int("n_boot", n_boot, low=1)
     curve = {int(k): float(v) for k, v in record["curve"].items()}
-    max_gamma = _check_int("max_gamma", record["settings"]["max_gamma"], 1)
+    max_gamma = check_int("max_gamma", record["settings"]["max_gamma"], low=1)
     flat = dict.fromkeys(range(1, max_gamma + 2), 1.0)
     rows = record["rows"]
     n = len(rows)

@@ -19,13 +19,9 @@ threshold``), depends on the draft's samples within the round, so it lives in th
 
 from __future__ import annotations
 
+from specdec.checks import check_int
+
 __all__ = ["DraftPolicy", "FixedGamma", "HeuristicGamma", "as_policy"]
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    return value
 
 
 class DraftPolicy:
@@ -51,7 +47,7 @@ class FixedGamma(DraftPolicy):
     """gamma drafts every round (the paper's Algorithm 1)."""
 
     def __init__(self, gamma: int) -> None:
-        self.max_gamma = _check_int("gamma", gamma, 1)
+        self.max_gamma = check_int("gamma", gamma, low=1)
 
     def next(self) -> int:
         return self.max_gamma
@@ -68,12 +64,12 @@ class HeuristicGamma(DraftPolicy):
     """
 
     def __init__(self, start: int = 5, *, up: int = 2, down: int = 1, max_gamma: int = 16) -> None:
-        self.max_gamma = _check_int("max_gamma", max_gamma, 1)
-        self.start = _check_int("start", start, 1)
+        self.max_gamma = check_int("max_gamma", max_gamma, low=1)
+        self.start = check_int("start", start, low=1)
         if start > max_gamma:
             raise ValueError(f"start must lie in [1, max_gamma = {max_gamma}]; got {start!r}")
-        self.up = _check_int("up", up, 0)
-        self.down = _check_int("down", down, 0)
+        self.up = check_int("up", up, low=0)
+        self.down = check_int("down", down, low=0)
         self.reset()
 
     def reset(self) -> None:

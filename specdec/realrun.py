@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from specdec.checks import check_int
 from specdec.stats import Stats
 from specdec.theory import (
     accepted_pmf,
@@ -209,12 +210,10 @@ def unit_bootstrap(
     is left out of the percentiles. Returns (estimate, low, high); NaN bounds if every
     resample is undefined.
     """
-    if isinstance(n_units, bool) or not isinstance(n_units, int) or n_units < 2:
-        raise ValueError(f"n_units must be an integer >= 2; got {n_units!r}")
+    check_int("n_units", n_units, low=2)
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1); got {level!r}")
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
-        raise ValueError(f"n_boot must be an integer >= 100; got {n_boot!r}")
+    check_int("n_boot", n_boot, low=100)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n_units, size=(n_boot, n_units))
     boots = np.array([statistic(row) for row in idx], dtype=float)

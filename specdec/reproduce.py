@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from specdec.audit import agrees, parse_printed, verdict
+from specdec.checks import check_int
 from specdec.published import load_table, statement, value
 from specdec.theory import (
     expected_tokens,
@@ -108,8 +109,7 @@ def cost_for_best_gamma(alpha: float, speedup: float, max_gamma: int = MAX_GAMMA
     gamma that attains it. A negative c means no gamma reaches the factor even with a free
     draft.
     """
-    if isinstance(max_gamma, bool) or not isinstance(max_gamma, (int, np.integer)) or max_gamma < 1:
-        raise ValueError(f"max_gamma must be an integer >= 1; got {max_gamma!r}")
+    check_int("max_gamma", max_gamma, low=1)
     gammas = np.arange(1, max_gamma + 1)
     costs = np.asarray(implied_cost(alpha, gammas, speedup))
     best = int(np.argmax(costs))
@@ -134,8 +134,7 @@ def speedup_range(alpha: str, gamma: int, c: str) -> tuple[float, float]:
 
 def agreeing_gammas(alpha: float, c: float, printed: str, max_gamma: int = MAX_GAMMA) -> list[int]:
     """Every gamma in [0, max_gamma] whose Theorem 3.8 factor agrees with ``printed``."""
-    if isinstance(max_gamma, bool) or not isinstance(max_gamma, (int, np.integer)) or max_gamma < 0:
-        raise ValueError(f"max_gamma must be a non-negative integer; got {max_gamma!r}")
+    check_int("max_gamma", max_gamma, low=0)
     speedups = np.asarray(walltime_speedup(alpha, np.arange(max_gamma + 1), c))
     return [g for g in range(max_gamma + 1) if verdict(printed, float(speedups[g])) == "agrees"]
 

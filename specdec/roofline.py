@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from specdec.checks import check_int
 from specdec.measure import cpu_name, environment, summarize_times, time_once
 
 __all__ = [
@@ -87,14 +88,6 @@ MATMUL_DTYPES = ("float32", "bfloat16", "float16")
 
 
 # --------------------------------------------------------------------------- arguments
-def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Integral)
-    if ok and value >= low and (high is None or value <= high):
-        return int(value)
-    where = f">= {low}" if high is None else f"in {low}..{high}"
-    raise ValueError(f"{name} must be an integer {where}; got {value!r}")
-
-
 def _check_positive(name: str, value: Any) -> float:
     ok = not isinstance(value, bool) and isinstance(value, numbers.Real)
     if ok and math.isfinite(value) and value > 0:
@@ -116,7 +109,7 @@ def _check_threads(threads: Any) -> int:
         import torch
 
         return torch.get_num_threads()
-    return _check_int("threads", threads, 1, max(_available_cpus(), 1))
+    return check_int("threads", threads, low=1, high=max(_available_cpus(), 1))
 
 
 def _check_dtype(dtype: Any) -> str:
@@ -259,8 +252,8 @@ def measure_bandwidth(threads: int | None = None, size_mib: int = 256, repeats: 
     import torch
 
     n_threads = _check_threads(threads)
-    size_mib = _check_int("size_mib", size_mib, 1)
-    repeats = _check_int("repeats", repeats, 1)
+    size_mib = check_int("size_mib", size_mib, low=1)
+    repeats = check_int("repeats", repeats, low=1)
     numel = size_mib * MIB // 4
     nbytes = numel * 4
     llc = _last_level_cache()
@@ -325,9 +318,9 @@ def measure_matmul(
 
     name = _check_dtype(dtype)
     n_threads = _check_threads(threads)
-    repeats = _check_int("repeats", repeats, 1)
-    sizes = tuple(_check_int("each size in sizes", n, 1) for n in sizes)
-    rows = tuple(_check_int("each M in gemv_rows", m, 1) for m in gemv_rows)
+    repeats = check_int("repeats", repeats, low=1)
+    sizes = tuple(check_int("each size in sizes", n, low=1) for n in sizes)
+    rows = tuple(check_int("each M in gemv_rows", m, low=1) for m in gemv_rows)
     if not sizes:
         raise ValueError("sizes must hold at least one matrix size n >= 1")
     budget_s = _check_positive("budget_s", budget_s)
@@ -335,7 +328,7 @@ def measure_matmul(
     if gemv_mib is None:
         gemv_bytes = max(4 * llc, 64 * MIB) if llc else 256 * MIB
     else:
-        gemv_bytes = _check_int("gemv_mib", gemv_mib, 1) * MIB
+        gemv_bytes = check_int("gemv_mib", gemv_mib, low=1) * MIB
     tdtype = getattr(torch, name)
     share = budget_s / (len(sizes) + len(rows))
     gen = torch.Generator().manual_seed(0)
@@ -586,11 +579,11 @@ def _shapes(config: Any) -> dict[str, Any]:
         value = get(key)
         if value is None:
             raise ValueError(f"config must give {key} (an integer >= 1)")
-        out[key] = _check_int(f"config {key}", value, 1)
+        out[key] = check_int(f"config {key}", value, low=1)
     heads = out["num_attention_heads"]
     kv = get("num_key_value_heads")
     out["num_key_value_heads"] = (
-        heads if kv is None else _check_int("config num_key_value_heads", kv, 1, heads)
+        heads if kv is None else check_int("config num_key_value_heads", kv, low=1, high=heads)
     )
     if heads % out["num_key_value_heads"]:
         raise ValueError(
@@ -605,7 +598,7 @@ def _shapes(config: Any) -> dict[str, Any]:
                 f"({heads}) when head_dim is not given"
             )
         head_dim = out["hidden_size"] // heads
-    out["head_dim"] = _check_int("config head_dim", head_dim, 1)
+    out["head_dim"] = check_int("config head_dim", head_dim, low=1)
     out["tie_word_embeddings"] = bool(get("tie_word_embeddings", False))
     return out
 
@@ -663,9 +656,9 @@ def step_cost(
     matrix once, as a model's ``num_parameters()`` counts them).
     """
     s = _shapes(config)
-    k = _check_int("k", k, 1)
-    context = _check_int("context", context, 0)
-    batch = _check_int("batch", batch, 1)
+    k = check_int("k", k, low=1)
+    context = check_int("context", context, low=0)
+    batch = check_int("batch", batch, low=1)
     formats = _formats(weight_format)
     if s["tie_word_embeddings"]:
         formats["embedding"] = formats["lm_head"]
@@ -830,7 +823,7 @@ def predict_verify_curve(
     activation and KV bytes; past the ridge it grows like k. ``knee_k`` is the first k
     predicted compute-bound (None if none is).
     """
-    ks = tuple(_check_int("each k in ks", k, 1) for k in ks)
+    ks = tuple(check_int("each k in ks", k, low=1) for k in ks)
     if not ks:
         raise ValueError("ks must hold at least one k >= 1")
     fmt = dtype if weight_format is None else weight_format
@@ -1012,10 +1005,10 @@ def profile_step(
 
     if not callable(forward_fn):
         raise ValueError(f"forward_fn must be callable; got {type(forward_fn).__name__}")
-    k = _check_int("k", k, 1)
-    repeats = _check_int("repeats", repeats, 1)
-    warmup = _check_int("warmup", warmup, 0)
-    top = _check_int("top", top, 0)
+    k = check_int("k", k, low=1)
+    repeats = check_int("repeats", repeats, low=1)
+    warmup = check_int("warmup", warmup, low=0)
+    top = check_int("top", top, low=0)
     if reset is not None and not callable(reset):
         raise ValueError(f"reset must be callable or None; got {type(reset).__name__}")
     call = timed_call(forward_fn, k, reset)

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from specdec.checks import check_int
+
 __all__ = ["residual", "sample", "verify", "verify_argmax", "warp"]
 
 Array = Any  # numpy.ndarray or torch.Tensor
@@ -188,8 +190,8 @@ def warp(
     """
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0; got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be an integer >= 1 or None; got {top_k!r}")
+    if top_k is not None:
+        check_int("top_k", top_k, low=1, note="or None")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must lie in (0, 1] or be None; got {top_p!r}")
     if _is_torch(logits):

@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from specdec.checks import check_int
+
 __all__ = ["Stats", "cost_coefficient"]
 
 
@@ -239,6 +241,5 @@ def cost_coefficient(draft_s: float, rounds: int, gamma: int, step_s: float) -> 
     if not step_s > 0:
         raise ValueError(f"step_s must be > 0 (a measured target step); got {step_s!r}")
     for name, value in (("rounds", rounds), ("gamma", gamma)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+        check_int(name, value, low=1)
     return draft_s / rounds / gamma / step_s

@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from specdec.checks import check_int
+
 __all__ = [
     "acceptance_rate",
     "accepted_pmf",
@@ -200,8 +202,7 @@ def optimal_gamma(alpha: ArrayLike, c: ArrayLike, max_gamma: int = 64) -> NDArra
     smaller gamma. When c = 0 and 0 < alpha the speedup grows without bound in gamma
     (up to rounding), so the answer is then limited by ``max_gamma``.
     """
-    if isinstance(max_gamma, bool) or not isinstance(max_gamma, (int, np.integer)) or max_gamma < 0:
-        raise ValueError(f"max_gamma must be a non-negative integer; got {max_gamma!r}")
+    check_int("max_gamma", max_gamma, low=0)
     a, cc = np.broadcast_arrays(_check_alpha(alpha), _check_cost(c, "c"))
     grid = np.arange(max_gamma + 1).reshape((-1,) + (1,) * a.ndim)
     speedups = walltime_speedup(a[None, ...], grid, cc[None, ...])

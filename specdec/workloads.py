@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specdec.checks import check_int
+
 __all__ = [
     "TASKS",
     "WORKLOAD_DIR",
@@ -85,8 +87,7 @@ def chat_prompt_ids(tokenizer: Any, text: str, system: str | None = None) -> lis
 def evaluation_prompts(tokenizer: Any, per_task: int) -> list[dict[str, Any]]:
     """The first ``per_task`` prompts of every task, ready to decode: dicts with ``id``,
     ``task`` and ``ids`` (:func:`chat_prompt_ids`), tasks in :data:`TASKS` order."""
-    if isinstance(per_task, bool) or not isinstance(per_task, int) or per_task < 1:
-        raise ValueError(f"per_task must be an integer >= 1; got {per_task!r}")
+    check_int("per_task", per_task, low=1)
     return [
         {"id": p.id, "task": task, "ids": chat_prompt_ids(tokenizer, p.prompt)}
         for task in TASKS
@@ -285,8 +286,7 @@ def training_prompts(n: int, seed: int = 0) -> list[Prompt]:
     passages, 25% code tasks (edits of template functions, or writing a function); the same
     (n, seed) always gives the same prompts. They are disjoint from the evaluation workloads.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1; got {n!r}")
+    check_int("n", n, low=1)
     rng = random.Random(seed)
     out = []
     for i in range(n):

@@ -178,7 +178,7 @@ def test_step_cost_rejects_bad_arguments(kwargs, match):
 def test_step_cost_rejects_bad_configs():
     with pytest.raises(ValueError, match="config must give vocab_size"):
         step_cost({k: v for k, v in SMOLLM2.items() if k != "vocab_size"}, context=0)
-    with pytest.raises(ValueError, match=r"num_key_value_heads must be an integer in 1\.\.9"):
+    with pytest.raises(ValueError, match=r"num_key_value_heads must be an integer in \[1, 9\]"):
         step_cost({**SMOLLM2, "num_key_value_heads": 10}, context=0)
     with pytest.raises(ValueError, match="num_key_value_heads must divide"):
         step_cost({**SMOLLM2, "num_key_value_heads": 2}, context=0)
@@ -304,9 +304,9 @@ def test_measure_matmul_shape_and_threads(torch_threads):
 def test_measurements_reject_bad_arguments(torch_threads):
     import os
 
-    with pytest.raises(ValueError, match=r"threads must be an integer in 1\.\."):
+    with pytest.raises(ValueError, match=r"threads must be an integer in \[1, "):
         roofline.measure_bandwidth(threads=0, size_mib=1)
-    with pytest.raises(ValueError, match=r"threads must be an integer in 1\.\."):
+    with pytest.raises(ValueError, match=r"threads must be an integer in \[1, "):
         roofline.measure_bandwidth(threads=(os.cpu_count() or 1) + 1, size_mib=1)
     with pytest.raises(ValueError, match="size_mib must be an integer >= 1"):
         roofline.measure_bandwidth(threads=1, size_mib=0)

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from specdec import published
 from specdec.article import load_article_claims, printed_values
 from specdec.audit import agrees, parse_printed
+from specdec.checks import check_int
 from specdec.hardware import (
     adaptive_vs_fixed,
     batch_gains,
@@ -202,8 +203,7 @@ def verify_step_verdicts(
         if cpu is None:
             raise ValueError("gamma must be given when there is no CPU record")
         gamma = int(cpu["settings"]["gamma"])
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1; got {gamma!r}")
+    check_int("gamma", gamma, low=1)
     k = gamma + 1
     rows = []
     if cpu is None:

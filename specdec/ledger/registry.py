@@ -27,6 +27,7 @@ import numpy as np
 
 from specdec.article import ArticleClaim, Comparison, compare_printed, printed_values
 from specdec.audit import AGREES, DIFFERS
+from specdec.checks import check_int
 
 __all__ = [
     "IMPRECISE",
@@ -90,8 +91,7 @@ class Context:
     """
 
     def __init__(self, claims: Sequence[ArticleClaim], seed: int = SEED) -> None:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise ValueError(f"seed must be an integer; got {seed!r}")
+        check_int("seed", seed)
         self.claims: dict[str, ArticleClaim] = {c.id: c for c in claims}
         self.rng = np.random.default_rng(int(seed))
         self.pairs: list[tuple[np.ndarray, np.ndarray]] = []
