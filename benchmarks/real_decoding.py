@@ -158,7 +158,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--mode",
         default="auto",
-        help="auto (the probe), float32, q4_1, bfloat16, int4 (lean), hf-float32, hf-bfloat16",
+        help="auto (the probe), float32, q4_1, q4q8, bfloat16, int4 (lean), hf-float32, hf-bfloat16",
     )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
@@ -264,7 +264,7 @@ def load_engine(args: argparse.Namespace, saved_mode: str | None = None) -> dict
     from specdec.modes import lean_model, probe_summary
 
     loaded = load_target("float32", device="cpu", quiet=True)
-    target, probe = lean_model(loaded.model, mode)
+    target, probe = lean_model(loaded.model, mode, threads=args.threads)  # the C forward's threads too
     return {
         "target": target,
         "base": loaded.model,
@@ -1058,10 +1058,12 @@ def main(argv: list[str] | None = None) -> int:
         "runtime_min": (state["elapsed_s"] + state["setup_s"]) / 60,
         "threads_info": threads,
     }
-    if "q4_1" in (engine["mode"], *engine.get("draft_modes", {}).values()):
+    used = (engine["mode"], *engine.get("draft_modes", {}).values())
+    if "q4_1" in used or "q4q8" in used:
         from specdec import native
 
-        record["native_build"] = native.build_info()  # the compiler and flags of the C forward
+        kind = "q4q8" if "q4q8" in used else "q4_1"
+        record["native_build"] = native.build_info(kind)  # the compiler and flags of the C forward
     if args.quick:
         record["full_run_estimate"] = estimate_full_minutes(state, full_settings())
     write_record(

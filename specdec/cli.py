@@ -282,10 +282,10 @@ def _load_target(threads: int) -> Any:
     return load_target("float32", quiet=True)
 
 
-def _choose_mode(model: Any, refresh: bool) -> dict[str, Any]:
+def _choose_mode(model: Any, refresh: bool, threads: int = 1) -> dict[str, Any]:
     from specdec.modes import choose_mode
 
-    return choose_mode(model, refresh=refresh)
+    return choose_mode(model, refresh=refresh, threads=threads)  # q4q8's C forward on as many
 
 
 def _cmd_modes(args: argparse.Namespace) -> int:
@@ -313,7 +313,7 @@ def _cmd_modes(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    probe = _choose_mode(target.model, args.refresh)
+    probe = _choose_mode(target.model, args.refresh, threads)
     draft = None
     if alpha is not None:
         from specdec.modes import draft_length
@@ -750,7 +750,7 @@ def _parser() -> _Parser:
         "modes",
         help="the fastest lean mode on this machine, its verify cost, and gamma for your alpha",
         description=_para(
-            "Time the lean engine's modes (float32, q4_1, bfloat16, int4) on this machine with "
+            "Time the lean engine's modes (float32, q4_1, q4q8, bfloat16, int4) on this machine with "
             "the default target, SmolLM2-135M-Instruct: each mode's single-step time T(1) and verify "
             "cost T(4)/T(1), and the mode with the lowest T(1). The probe takes about a minute and is "
             "cached per machine and thread count. Given --alpha (and --c), it picks the draft length "
@@ -768,7 +768,8 @@ def _parser() -> _Parser:
         type=int,
         default=None,
         metavar="N",
-        help="torch threads, >= 1 (default 1, as in the book's records; the probe is cached per count)",
+        help="torch threads and q4q8's C threads, >= 1 (default 1, as in the book's records; the probe is "
+        "cached per count)",
     )
     m.add_argument("--refresh", action="store_true", help="re-measure even if this machine's probe is cached")
     m.add_argument(
@@ -831,7 +832,8 @@ def _parser() -> _Parser:
         default="auto",
         choices=ENGINES,
         help="the engine: auto (default: the lean engine's mode with the fastest step on this machine, "
-        "measured once and cached, as 'specdec modes'), a lean mode (float32, q4_1, bfloat16, int4: CPU, "
+        "measured once and cached, as 'specdec modes'), a lean mode (float32, q4_1, q4q8, bfloat16, int4: "
+        "CPU, "
         "Llama-style models), or transformers' own forward (hf-float32, hf-bfloat16: any model, CPU or GPU)",
     )
     e.add_argument(
@@ -866,7 +868,13 @@ def _parser() -> _Parser:
         metavar="N",
         help="timed passes of the verify cost curve, >= 1 (default 5)",
     )
-    e.add_argument("--threads", type=int, default=1, metavar="N", help="torch threads, >= 1 (default 1)")
+    e.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch threads and q4q8's C threads, >= 1 (default 1)",
+    )
     e.add_argument(
         "--seed", type=int, default=0, help="seed of the sampling and of the run order (default 0)"
     )
@@ -889,7 +897,8 @@ def _parser() -> _Parser:
         help="the engine benchmark: every engine's step, verify cost and decoding speed side by side",
         description=_para(
             "Run the book's engine benchmark on this machine: transformers' forward (hf-float32, "
-            "hf-bfloat16), the lean engine's modes (lean-float32, lean-bfloat16, lean-int4, lean-q4_1) and "
+            "hf-bfloat16), the lean engine's modes (lean-float32, lean-bfloat16, lean-int4, lean-q4_1, "
+            "lean-q4q8) and "
             "llama.cpp (when llama-cpp-python is installed), all with the default target and "
             "specdec's own decoding loops. Per engine: T(1), one decode step; T(k)/T(1), what "
             "verifying k - 1 drafts in one call costs in steps; plain greedy decoding's tokens per "
@@ -911,11 +920,18 @@ def _parser() -> _Parser:
         default=None,
         metavar="LIST",
         help="comma list from hf-float32, hf-bfloat16, lean-float32, lean-bfloat16, lean-int4, lean-q4_1, "
+        "lean-q4q8, "
         "llama.cpp "
         "(quick: hf-float32 and the lean modes; --full: every available engine), or a lean-int4 "
         "variant run only when named (specdec.enginebench.VARIANTS)",
     )
-    b.add_argument("--threads", type=int, default=1, metavar="N", help="torch threads, >= 1 (default 1)")
+    b.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch threads and q4q8's C threads, >= 1 (default 1)",
+    )
     b.add_argument(
         "--prompts-per-task",
         type=int,

@@ -55,6 +55,7 @@ ALL_ENGINES = (
     "lean-bfloat16",
     "lean-int4",
     "lean-q4_1",
+    "lean-q4q8",
     "llama.cpp",
 )
 #: Variants of lean-int4 that undo one of its choices, run only when named: what each choice
@@ -144,6 +145,11 @@ def resolve_engines(
             native.available,
             lambda: f"the C forward cannot be built: {native.unavailable_reason()}",
         ),
+        (
+            ("lean-q4q8",),
+            lambda: native.available("q4q8"),
+            lambda: f"the q4q8 C forward cannot be built: {native.unavailable_reason('q4q8')}",
+        ),
         (("lean-int4", *VARIANTS), int4_supported, lambda: "this torch lacks the CPU int4 kernels"),
     )
     for names, runs, why in needs:
@@ -172,9 +178,9 @@ def build_engines(names: Sequence[str], threads: int) -> tuple[dict[str, Any], A
             engines[name] = load_target("bfloat16", quiet=True).model
         elif name in VARIANTS:
             mode, options = VARIANTS[name]
-            engines[name] = LeanLlama(base.model, mode, **options)
+            engines[name] = LeanLlama(base.model, mode, threads=threads, **options)
         elif name.startswith("lean-"):
-            engines[name] = LeanLlama(base.model, name.removeprefix("lean-"))
+            engines[name] = LeanLlama(base.model, name.removeprefix("lean-"), threads=threads)
         elif name == "llama.cpp":
             engines[name] = llamacpp.LlamaCppModel(smollm2_gguf_path(), threads=threads)
     return engines, base
@@ -248,8 +254,15 @@ def profile(
         context = len(prompt_ids)
         out[name] = {}
         for k in ks:
-            step = native.profile_step if getattr(model, "mode", None) == "q4_1" else profile_step
-            prof = step(partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context))
+            mode = getattr(model, "mode", None)
+            if mode == "q4q8":
+                prof = native.profile_step(
+                    partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context),
+                    clocks=model.q8_forward(), threads=model.threads,
+                )  # fmt: skip
+            else:
+                step = native.profile_step if mode == "q4_1" else profile_step
+                prof = step(partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context))
             out[name][str(k)] = {
                 key: prof[key] for key in ("buckets_ms", "wall_ms", "wall_ms_unprofiled", "top_ops")
             }
@@ -339,7 +352,7 @@ def run_bench(
     set_threads(settings.threads)
     engines, base = build_engines(settings.engine_names, settings.threads)
     log(f"engines: {', '.join(engines)}; threads {settings.threads}")
-    probe = choose_mode(base.model, refresh=refresh_probe)
+    probe = choose_mode(base.model, refresh=refresh_probe, threads=settings.threads)
     log(f"choose_mode: {probe['mode']} ({probe['rule']})")
     plist = evaluation_prompts(base.tokenizer, settings.prompts_per_task)
     env = environment(dtype="mixed", device="cpu")  # at the start: the commit and tree that ran

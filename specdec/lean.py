@@ -11,6 +11,12 @@ preallocated, position-indexed KV cache (gpt-fast's design). Its weight **modes*
 * ``"q4_1"``     the GGUF's own codes (Q4_1 decoder layers, Q8_0 LM head) with float32
   activations, run by specdec's C forward (:mod:`specdec.native`, compiled on the running
   machine, single-threaded): one call per forward instead of ~750 small torch operations;
+* ``"q4q8"``     the same codes, repacked at load so that each block is decoded once for every
+  row of a call, times activations quantized per block of 32 to int8 (llama.cpp's Q8_1 scheme)
+  by integer dot products (AVX512-VNNI, AVX-VNNI, AVX2 or portable C, ``csrc/leanq8.c``), on
+  ``threads`` threads; exact across rows, threads and instruction sets by construction. Its
+  logits differ from float32's by the activations' 8-bit rounding (measure it on your model:
+  ``tests/test_native_q8.py`` and the engine benchmark's record report it);
 * ``"int4"``     the decoder layers' weights as 4-bit integers in groups of 32 along the input
   dimension with a scale and a zero per group (torch's CPU int4 weight-only kernel,
   ``aten._weight_int4pack_mm_for_cpu``), bfloat16 activations; the LM head as an 8-bit
@@ -64,12 +70,15 @@ import torch.nn.functional as F
 
 from specdec.lm import Session
 
-__all__ = ["GROUP_SIZE", "MODES", "LeanLlama", "LeanSession", "int4_supported"]
+__all__ = ["GROUP_SIZE", "MODES", "NATIVE_MODES", "LeanLlama", "LeanSession", "int4_supported"]
 
 #: The weight modes, most precise first (the order that breaks ties between equally fast modes):
 #: ``"q4_1"`` computes in float32 on the GGUF's own 4-bit values, so its logits equal float32's
-#: up to summation order; ``"bfloat16"`` and ``"int4"`` round activations to bfloat16.
-MODES = ("float32", "q4_1", "bfloat16", "int4")
+#: up to summation order; ``"q4q8"`` rounds the linear layers' inputs to 8 bits per block of 32;
+#: ``"bfloat16"`` and ``"int4"`` round activations to bfloat16.
+MODES = ("float32", "q4_1", "q4q8", "bfloat16", "int4")
+#: The modes run by specdec's C forwards (:mod:`specdec.native`), not by torch.
+NATIVE_MODES = ("q4_1", "q4q8")
 #: Group size of the int4 code along a weight's input dimension (the GGUF's Q4_1 block).
 GROUP_SIZE = 32
 
@@ -278,28 +287,40 @@ class LeanLlama:
     """
 
     def __init__(
-        self, model: Any, mode: str = "float32", *, int8_head: bool | None = None, exact_verify: bool = True
+        self,
+        model: Any,
+        mode: str = "float32",
+        *,
+        int8_head: bool | None = None,
+        exact_verify: bool = True,
+        threads: int | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+        native_mode = mode in NATIVE_MODES
         if int8_head is None:
-            int8_head = mode in ("int4", "q4_1")
+            int8_head = mode == "int4" or native_mode
         if not isinstance(int8_head, bool):
             raise ValueError(f"int8_head must be True, False or None; got {int8_head!r}")
-        if int8_head and mode not in ("int4", "q4_1"):
-            raise ValueError(f"int8_head=True needs mode 'int4' or 'q4_1'; got mode {mode!r}")
-        if mode == "q4_1" and not int8_head:
-            raise ValueError("mode 'q4_1' always runs the LM head as Q8_0; int8_head=False is not available")
+        if int8_head and mode != "int4" and not native_mode:
+            raise ValueError(f"int8_head=True needs mode 'int4', 'q4_1' or 'q4q8'; got mode {mode!r}")
+        if native_mode and not int8_head:
+            raise ValueError(
+                f"mode {mode!r} always runs the LM head as Q8_0; int8_head=False is not available"
+            )
         if not isinstance(exact_verify, bool):
             raise ValueError(f"exact_verify must be True or False; got {exact_verify!r}")
-        if mode == "q4_1" and not exact_verify:
-            raise ValueError("mode 'q4_1' is exact by construction; exact_verify=False is not available")
-        if mode == "q4_1":
-            from specdec import native
+        if native_mode and not exact_verify:
+            raise ValueError(f"mode {mode!r} is exact by construction; exact_verify=False is not available")
+        from specdec import native
 
-            reason = native.unavailable_reason()
+        #: threads of the ``"q4q8"`` C forward (default: the cores this process may use); the
+        #: other modes run on torch's threads (``torch.set_num_threads``) and q4_1 on one
+        self.threads = native.check_threads(threads)
+        if native_mode:
+            reason = native.unavailable_reason(mode)
             if reason is not None:
-                raise ValueError(f"mode 'q4_1' needs specdec's C forward, which cannot be built: {reason}")
+                raise ValueError(f"mode {mode!r} needs specdec's C forward, which cannot be built: {reason}")
         #: attention row by row with a step's shapes (True), or one masked call over the block
         #: (False: cheaper for long blocks, but a block's rows then differ from steps' in the
         #: last bits; kept to measure what exactness costs)
@@ -313,7 +334,7 @@ class LeanLlama:
             raise ValueError("LeanLlama runs on the CPU; move the model to the CPU first")
         self.config = config
         self.mode = mode
-        self.dtype = torch.float32 if mode in ("float32", "q4_1") else torch.bfloat16
+        self.dtype = torch.float32 if mode in ("float32", *NATIVE_MODES) else torch.bfloat16
         self.device = torch.device("cpu")
         self.hidden = int(config.hidden_size)
         self.heads = int(config.num_attention_heads)
@@ -340,7 +361,7 @@ class LeanLlama:
                     "norm_mlp": layer.post_attention_layernorm.weight.detach().to(self.dtype).clone(),
                 }
                 for name, w in mats.items():
-                    if mode == "q4_1":
+                    if native_mode:
                         entry[name], err = _q41(w)
                         self.quantization_error = max(self.quantization_error, err)
                     elif dense:
@@ -360,7 +381,7 @@ class LeanLlama:
             self.kept = getattr(out_emb, "kept", None)
             head = (out_emb.kept_weight if self.kept is not None else out_emb.weight).detach()
             tied = head.data_ptr() == base.embed_tokens.weight.data_ptr()
-            if mode == "q4_1":  # the head in Q8_0 (SmolLM2's GGUF stores it so)
+            if native_mode:  # the head in Q8_0 (SmolLM2's GGUF stores it so)
                 self.head, err = _q80(head)
                 self.quantization_error = max(self.quantization_error, err)
             elif self.int8_head:  # the head as an 8-bit code in two int4 halves (SmolLM2's Q8_0)
@@ -372,7 +393,7 @@ class LeanLlama:
                 )
             if mode == "float32":  # one-row steps take the GEMV layout (see _Linear)
                 self.head.weight_t = self.head.weight.t().contiguous()
-            elif not self.int8_head and mode != "q4_1":  # a dense bf16 head: one kernel for every row count
+            elif not self.int8_head and not native_mode:  # a dense bf16 head: one kernel for every row count
                 self.head.pad_single = True
             self.norm = base.norm.weight.detach().to(self.dtype).clone()
         self.vocab_size = int(out_emb.vocab_size if self.kept is not None else self.head.out_features)
@@ -380,6 +401,9 @@ class LeanLlama:
         self._inv_freq = inv
         self._cos = self._sin = torch.empty(0)
         self._native: Any = None  # the C forward's model structure ("q4_1"), built on first use
+        # the "q4q8" forward's repacked model (native.Q8Forward), built on first use and shared
+        # with early-exit views (which run its first layers)
+        self._q8: dict[str, Any] = {}
 
     # -- views ------------------------------------------------------------------------------------
 
@@ -397,6 +421,7 @@ class LeanLlama:
             raise ValueError(f"n_layers must be an integer in [1, {self.num_layers}]; got {n_layers!r}")
         view = object.__new__(LeanLlama)
         view.__dict__.update(self.__dict__)
+        self._q8.setdefault("all_layers", self.layers)  # the shared q4q8 forward holds every layer
         view.layers = self.layers[:n_layers]
         view._native = None
         return view
@@ -510,7 +535,7 @@ class LeanLlama:
         values of positions ``0 .. start-1``; this call writes those of the new tokens.
         Returns (len(ids), V), or the last ``keep`` rows.
         """
-        if self.mode == "q4_1":
+        if self.mode in NATIVE_MODES:
             return self._full_logits(self._native_forward(ids, start, cache, keep))
         k = int(ids.shape[0])
         end = start + k
@@ -569,6 +594,33 @@ class LeanLlama:
             self._native_keep = (layers, cos, sin)
         return self._native
 
+    def q8_forward(self) -> Any:
+        """The ``"q4q8"`` C forward's repacked model (:class:`specdec.native.Q8Forward`), built on
+        first use over the whole model (an early-exit view shares it and runs its first layers)."""
+        from specdec import native
+
+        if self.mode != "q4q8":
+            raise ValueError(f"q8_forward needs mode 'q4q8'; this model's mode is {self.mode!r}")
+        if "forward" not in self._q8:
+            layers = self._q8.get("all_layers", self.layers)
+            cos, sin = self._rotary(self.max_positions)
+            table = (native.Layer * len(layers))()
+            for i, entry in enumerate(layers):
+                table[i] = native.Layer(
+                    entry["norm_attn"].data_ptr(),
+                    entry["norm_mlp"].data_ptr(),
+                    *(entry[name].struct() for name in ("qkv", "o", "gate_up", "down")),
+                )
+            inter = layers[0]["down"].qs.shape[1] * 2
+            desc = native.ModelQ8(
+                len(layers), self.hidden, self.heads, self.kv_heads, self.head_dim, inter,
+                self.max_positions, self.eps, self.embed.data_ptr(), table, self.norm.data_ptr(),
+                self.head.struct(), cos.data_ptr(), sin.data_ptr(), int(self.embed.shape[0]),
+            )  # fmt: skip
+            self._q8["forward"] = native.Q8Forward(desc)
+            self._q8["keep"] = (cos, sin)  # read in place by the C forward
+        return self._q8["forward"]
+
     def _native_forward(
         self, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None
     ) -> torch.Tensor:
@@ -595,6 +647,12 @@ class LeanLlama:
         if int(ids.min()) < 0 or int(ids.max()) >= self.embed.shape[0]:
             raise ValueError(f"token ids must lie in [0, {self.embed.shape[0]}); got {ids.tolist()!r}")
         logits = torch.empty(rows, self.head.out_features, dtype=torch.float32)
+        if self.mode == "q4q8":
+            self.q8_forward().forward(
+                ids.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]), logits.data_ptr(), rows,
+                self.num_layers, self.threads,
+            )  # fmt: skip
+            return logits
         status = native.library().specdec_q4_forward(
             ctypes.byref(self._native_structure()), ids.data_ptr(), k, start, cache.data_ptr(),
             int(cache.shape[3]), logits.data_ptr(), rows,

@@ -44,10 +44,11 @@ PROBE_VERSION = 5
 
 
 def available_modes() -> tuple[str, ...]:
-    """The lean modes this machine can run (int4 needs torch's CPU int4 kernels, q4_1 a C compiler)."""
+    """The lean modes this machine can run (int4 needs torch's CPU int4 kernels, q4_1 and q4q8 a C
+    compiler)."""
     from specdec import native
 
-    runs = {"int4": int4_supported(), "q4_1": native.available()}
+    runs = {"int4": int4_supported(), "q4_1": native.available("q4_1"), "q4q8": native.available("q4q8")}
     return tuple(m for m in MODES if runs.get(m, True))
 
 
@@ -94,6 +95,7 @@ def probe_modes(
     context: int = 128,
     repeats: int = 5,
     warmup: int = 1,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Time the calls T(k) of each mode on this machine, for every k in ``ks``.
 
@@ -104,8 +106,12 @@ def probe_modes(
     (k = 1) and ``verify_s`` (k = ``k``), ``verify_cost`` = their ratio, the whole curve
     ``curve`` ({k: median T(k) / median T(1)}), ``exact`` (whether a verify call's rows equal
     single steps bit for bit on this machine, :meth:`LeanLlama.verify_matches_steps`) and the
-    samples, plus the machine's identity.
+    samples, plus the machine's identity. ``threads``: the C forward's threads in ``"q4q8"``
+    (default: the cores this process may use; torch's modes run on torch's threads).
     """
+    from specdec import native
+
+    threads = native.check_threads(threads)
     modes = tuple(modes) if modes is not None else available_modes()
     unknown = [m for m in modes if m not in MODES]
     if not modes or unknown:
@@ -126,7 +132,7 @@ def probe_modes(
     sessions = {}
     exact = {}
     for mode in modes:
-        lean = LeanLlama(model, mode)
+        lean = LeanLlama(model, mode, threads=threads)
         exact[mode] = lean.verify_matches_steps(k=max(sizes))  # the longest verify call probed
         s = lean.session()
         s.forward(ids[:context], keep=1)
@@ -157,6 +163,7 @@ def probe_modes(
         "ks": sizes,
         "context": context,
         "repeats": repeats,
+        "native_threads": threads,
         "machine": machine_identity(),
         "model": _model_key(model),
         "modes": result,
@@ -196,13 +203,22 @@ def _cache_file(root: Path | None) -> Path:
     return (root if root is not None else cache_root()) / "mode-probes.json"
 
 
-def _probe_key(model: Any) -> str:
+def _probe_key(model: Any, threads: int | None = None) -> str:
+    from specdec import native
+
     key = {"probe_version": PROBE_VERSION, "machine": machine_identity(), "model": _model_key(model)}
+    if threads is not None and threads != native.default_threads():  # the C forward's own threads
+        key["native_threads"] = threads
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
 
 
 def choose_mode(
-    model: Any, *, refresh: bool = False, cache: Path | None = None, modes: Sequence[str] | None = None
+    model: Any,
+    *,
+    refresh: bool = False,
+    cache: Path | None = None,
+    modes: Sequence[str] | None = None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """The fastest lean mode for ``model`` on this machine, from a probe (cached per machine).
 
@@ -210,11 +226,15 @@ def choose_mode(
     baseline of every speedup; ties (equal medians) go to the more precise mode, in the order
     of :data:`specdec.lean.MODES`. Returns the probe with ``"mode"`` (the choice), ``"rule"``
     and ``"cached"`` (True when read from the cache). ``refresh`` re-measures; ``cache`` is
-    the folder of the cache file (default: :func:`specdec.models.cache_root`). An unreadable
-    cache file is ignored and rewritten.
+    the folder of the cache file (default: :func:`specdec.models.cache_root`); ``threads`` the C
+    forward's threads in ``"q4q8"`` (default: the usable cores). An unreadable cache file is
+    ignored and rewritten.
     """
+    from specdec import native
+
+    threads = native.check_threads(threads)
     path = _cache_file(cache)
-    key = _probe_key(model)
+    key = _probe_key(model, threads)
     store: dict[str, Any] = {}
     try:
         store = json.loads(path.read_text(encoding="utf-8"))
@@ -231,7 +251,7 @@ def choose_mode(
         and "mode" in entry
     ):
         return {**entry, "cached": True}
-    probe = probe_modes(model, wanted)
+    probe = probe_modes(model, wanted, threads=threads)
     order = {m: i for i, m in enumerate(MODES)}
     best = min(wanted, key=lambda m: (probe["modes"][m]["step_s"], order[m]))
     entry = {**probe, "mode": best, "rule": "lowest median T(1); ties to the more precise mode"}
@@ -255,17 +275,23 @@ def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def lean_model(model: Any, mode: str = "auto", **choose: Any) -> tuple[LeanLlama, dict[str, Any] | None]:
+def lean_model(
+    model: Any, mode: str = "auto", *, threads: int | None = None, **choose: Any
+) -> tuple[LeanLlama, dict[str, Any] | None]:
     """``model`` as a :class:`~specdec.lean.LeanLlama` in ``mode``; ``"auto"`` measures first.
 
+    ``threads``: the C forward's threads (``"q4q8"``; default: the cores this process may use).
     Returns the lean model and the probe behind an ``"auto"`` choice (None for a named mode).
     """
+    from specdec import native
+
+    threads = native.check_threads(threads)
     if mode == "auto":
-        probe = choose_mode(model, **choose)
-        return LeanLlama(model, probe["mode"]), probe
+        probe = choose_mode(model, threads=threads, **choose)
+        return LeanLlama(model, probe["mode"], threads=threads), probe
     if mode not in MODES:
         raise ValueError(f"mode must be 'auto' or one of {MODES}; got {mode!r}")
-    return LeanLlama(model, mode), None
+    return LeanLlama(model, mode, threads=threads), None
 
 
 #: The lean modes that keep a draft's trained weights as they are (int4 would re-quantize them).

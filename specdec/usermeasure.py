@@ -43,7 +43,7 @@ SIMPLE_DRAFTS = ("lookup", "bigram", "early-exit")
 #: transformers model as loaded (CPU or GPU).
 #: (Spelled out so that importing this module does not import torch; a test checks that the
 #: lean modes are :data:`specdec.lean.MODES`.)
-ENGINES = ("auto", "float32", "q4_1", "bfloat16", "int4", "hf-float32", "hf-bfloat16")
+ENGINES = ("auto", "float32", "q4_1", "q4q8", "bfloat16", "int4", "hf-float32", "hf-bfloat16")
 
 #: Training prompts (and their seed) whose temperature-1 generations make the bigram table:
 #: disjoint from the evaluation prompts, as in Part IV's fallback corpus.
@@ -458,7 +458,7 @@ def _build_drafter(
         from specdec.lean import LeanLlama
 
         try:
-            model, how = LeanLlama(dl.model, mode), f"lean {mode}"
+            model, how = LeanLlama(dl.model, mode, threads=getattr(engine, "threads", None)), f"lean {mode}"
         except ValueError as exc:
             how = f"transformers {loaded.dtype} (the lean engine refused it: {exc})"
     about = f"the model in {dl.name} ({_depth(dl.model)} layers), {how}"
@@ -552,7 +552,7 @@ def measure_setup(
         if dtype == "auto":
             log("choosing the lean mode: timing this machine takes about a minute, once (cached)...")
         try:
-            engine, probe = lean_model(loaded.model, dtype)
+            engine, probe = lean_model(loaded.model, dtype, threads=threads)
         except ValueError as exc:
             raise ValueError(f"{exc} (--dtype hf-float32 runs any transformers model)") from exc
         engine_name = f"lean-{engine.mode}"

@@ -226,7 +226,7 @@ def test_modes_reports_the_probe_and_draft_length(capsys, monkeypatch):
     from specdec.modes import draft_length
 
     monkeypatch.setattr(cli, "_load_target", lambda threads: type("T", (), {"model": None})())
-    monkeypatch.setattr(cli, "_choose_mode", lambda model, refresh: FAKE_PROBE)
+    monkeypatch.setattr(cli, "_choose_mode", lambda model, refresh, threads=1: FAKE_PROBE)
     code, out, err = run(capsys, "modes", "--alpha", "0.4", "--c", "0.01", "--json")
     assert code == 0, err
     assert "timing the modes on this machine" in err
@@ -450,7 +450,7 @@ def tiny_bench(monkeypatch):
     ]
     monkeypatch.setattr(enginebench, "build_engines", build)
     monkeypatch.setattr(specdec.workloads, "evaluation_prompts", lambda tokenizer, per_task: prompts)
-    monkeypatch.setattr(specdec.modes, "choose_mode", lambda model, refresh: FAKE_PROBE)
+    monkeypatch.setattr(specdec.modes, "choose_mode", lambda model, refresh, threads=None: FAKE_PROBE)
     return [
         "--engines",
         "hf-float32,lean-float32",

@@ -16,13 +16,15 @@ from tiny_models import VOCAB, perturbed_copy, tiny_llama
 from specdec import native
 from specdec.decoding import autoregressive, speculative
 from specdec.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
-from specdec.lean import GROUP_SIZE, MODES, LeanLlama, LeanSession, int4_supported
+from specdec.lean import GROUP_SIZE, MODES, NATIVE_MODES, LeanLlama, LeanSession, int4_supported
 from specdec.lm import CachedLM, open_lm
 from specdec.sampling import warp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SHIPPED = [m for m in MODES if (m != "int4" or int4_supported()) and (m != "q4_1" or native.available())]
+SHIPPED = [
+    m for m in MODES if (m != "int4" or int4_supported()) and (m not in NATIVE_MODES or native.available(m))
+]
 
 
 @pytest.fixture(scope="module")

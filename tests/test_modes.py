@@ -53,9 +53,10 @@ def test_draft_length_follows_the_measured_curve():
 
 def test_choice_is_the_fastest_step_and_is_cached(model, tmp_path, monkeypatch):
     calls = []
-    fake = {"float32": 3.0, "q4_1": 2.0, "bfloat16": 1.0, "int4": 1.0}  # a tie: bfloat16 is the more precise
+    # a tie: bfloat16 is the more precise
+    fake = {"float32": 3.0, "q4_1": 2.0, "q4q8": 2.0, "bfloat16": 1.0, "int4": 1.0}
 
-    def fake_probe(model, wanted):
+    def fake_probe(model, wanted, threads=None):
         calls.append(wanted)
         return {"modes": {m: {"step_s": fake[m], "verify_s": 2 * fake[m]} for m in wanted}, "machine": {}}
 

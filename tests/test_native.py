@@ -45,7 +45,10 @@ def test_a_missing_compiler_is_a_clear_refusal(monkeypatch, fresh_load):
     monkeypatch.setenv("CC", "no-such-compiler-xyz")
     assert not native.available()
     assert "no C compiler found" in native.unavailable_reason()
-    assert "q4_1" not in available_modes()
+    assert "q4_1" not in available_modes() and "q4q8" not in available_modes()
+    assert "no C compiler found" in native.unavailable_reason("q4q8")
+    with pytest.raises(ValueError, match="mode 'q4q8' needs specdec's C forward"):
+        LeanLlama(tiny_llama(0), "q4q8")
     with pytest.raises(OSError, match="C forward is unavailable"):
         native.library()
     with pytest.raises(ValueError, match="mode 'q4_1' needs specdec's C forward"):

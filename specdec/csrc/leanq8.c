@@ -1,0 +1,706 @@
+/* The lean Llama forward of specdec's "q4q8" mode, in C (see specdec/native.py).
+ *
+ * Weights: the GGUF's Q4_1 decoder layers (w = d q + m, q in 0..15, groups of 32 along the
+ * input) and its Q8_0 LM head (w = d q, q in -127..127), repacked at load (specdec_q8_new) into
+ * tiles of 16 output columns: for each tile and block of 32 inputs, the codes of the 16 columns
+ * laid out one column per 32-bit lane, 4 consecutive inputs per lane, so that one load (and, for
+ * 4-bit codes, one and/shift) gives the unsigned-byte operand of an integer dot product for all 16
+ * columns at once, and the block is decoded once for every row of a call.
+ *
+ * Activations: each row quantized per block of 32 to int8 with a float scale (llama.cpp's Q8_1:
+ * dx = amax / 127, q = round(x / dx), and s = dx * sum(q)). A Q4_1 block then contributes
+ * (d dx) isum + m s, a Q8_0 block (d dx) isum, with isum the block's exact int32 dot product.
+ *
+ * Integer dot products by the instruction set the compiler targets (chosen at compile time from
+ * its macros): AVX512-VNNI (vpdpbusd, 16 lanes), AVX-VNNI (vpdpbusd on 8 lanes, twice), AVX2
+ * (vpmaddubsw + vpmaddwd; the Q8_0 head by the sign trick, since vpmaddubsw saturates), else
+ * portable C loops over int32. Integer sums are exact, so every path gives the same isum; the
+ * float epilogue is one piece of code for all paths, compiled with -ffp-contract=off (no fused
+ * multiply-adds), its operations in a fixed order. Hence:
+ *
+ * Exactness by construction: each row's arithmetic is the same whatever the number of rows in
+ * the call, the number of threads (threads split whole tiles of output columns; each tile is
+ * computed by one thread in the same block order) and the instruction set, so verify rows equal
+ * single steps bit for bit, and builds for other CPU levels give the same logits (on a given
+ * libm). Activations between layers, the KV cache and attention are float32.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__AVX512VNNI__) || defined(__AVXVNNI__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define SPECDEC_Q8_ABI 2
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define ISA "avx512vnni"
+#define ISA_AVX512VNNI 1
+#elif defined(__AVXVNNI__)
+#define ISA "avxvnni"
+#define ISA_AVXVNNI 1
+#elif defined(__AVX2__)
+#define ISA "avx2"
+#define ISA_AVX2 1
+#else
+#define ISA "portable"
+#endif
+
+/* Error codes of the exported functions (specdec/native.py turns them into exceptions). */
+enum { OK = 0, ERR_MEMORY = -1, ERR_ARGUMENT = -2 };
+
+/* The model as described by Python (the same layout as leanq4.c's, plus the embedding's rows). */
+typedef struct {
+    const uint8_t *qs; /* (n, k / 2): per group of 32, low nibbles elements 0..15, high 16..31 */
+    const float *d;    /* (n, k / 32) */
+    const float *m;    /* (n, k / 32) */
+    int32_t n, k;
+} q41_t;
+
+typedef struct {
+    const uint8_t *qs; /* (n, k): the int8 codes' bytes */
+    const float *d;    /* (n, k / 32) */
+    int32_t n, k;
+} q80_t;
+
+typedef struct {
+    const float *norm_attn, *norm_mlp;
+    q41_t qkv, o, gate_up, down;
+} layer_t;
+
+typedef struct {
+    int32_t n_layers, hidden, heads, kv_heads, head_dim, inter, positions;
+    float eps;
+    const float *embed; /* (vocab, hidden) */
+    const layer_t *layers;
+    const float *norm;
+    q80_t head;
+    const float *cos, *sin; /* (positions, head_dim); sin with rotate_half's sign folded in */
+    int32_t vocab;          /* rows of embed */
+} model_t;
+
+/* Sizes of the structures, for the ctypes check at load; returns the ABI version. */
+int32_t specdec_q8_abi(int64_t *sizes, int32_t n) {
+    const int64_t s[4] = {sizeof(q41_t), sizeof(q80_t), sizeof(layer_t), sizeof(model_t)};
+    for (int i = 0; i < n && i < 4; i++) sizes[i] = s[i];
+    return SPECDEC_Q8_ABI;
+}
+
+/* The integer path this library was compiled with. */
+const char *specdec_q8_isa(void) { return ISA; }
+
+/* Whether the library was built with OpenMP (threads > 1 then run in parallel). */
+int32_t specdec_q8_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* --- repacked weights ----------------------------------------------------------------------- */
+
+#define TILE 16
+/* A Q4_1 (tile, block): 256 bytes of nibbles, then d[16] and m[16] as float32. Byte
+ * 64 g + 4 j + e (g in 0..3, lane j, e in 0..3) holds element 4 g + e of column j in its low
+ * nibble and element 16 + 4 g + e in its high nibble. */
+#define Q4_CHUNK (256 + 2 * 64)
+/* A Q8_0 (tile, block): 512 bytes of int8 (byte 64 g + 4 j + e: element 4 g + e of column j,
+ * g in 0..7), then d[16] as float32. */
+#define Q8_CHUNK (512 + 64)
+
+typedef struct {
+    uint8_t *data;
+    int32_t n, k, tiles, blocks;
+} pq_t;
+
+typedef struct {
+    const float *norm_attn, *norm_mlp;
+    pq_t qkv, o, gate_up, down;
+} player_t;
+
+enum { PH_LINEAR, PH_HEAD, PH_ATTENTION, PH_OTHER, PHASES };
+
+typedef struct {
+    int32_t n_layers, hidden, heads, kv_heads, head_dim, inter, positions, vocab;
+    float eps;
+    const float *embed, *norm, *cos, *sin;
+    player_t *layers;
+    pq_t head;
+    /* per-model phase clocks (specdec_q8_profile): not shared with any other model */
+    int profiling;
+    double phase_s[PHASES];
+} handle_t;
+
+static void *alloc64(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    memset(p, 0, bytes ? bytes : 64);
+    return p;
+}
+
+static int pack_q41(const q41_t *w, pq_t *out) {
+    if (!w->qs || !w->d || !w->m || w->n < 1 || w->k < 32 || w->k % 32) return ERR_ARGUMENT;
+    out->n = w->n, out->k = w->k, out->blocks = w->k / 32, out->tiles = (w->n + TILE - 1) / TILE;
+    out->data = alloc64((size_t)out->tiles * out->blocks * Q4_CHUNK);
+    if (!out->data) return ERR_MEMORY;
+    for (int t = 0; t < out->tiles; t++)
+        for (int b = 0; b < out->blocks; b++) {
+            uint8_t *c = out->data + ((size_t)t * out->blocks + b) * Q4_CHUNK;
+            float *d = (float *)(c + 256), *m = d + TILE;
+            for (int j = 0; j < TILE; j++) {
+                const int n = t * TILE + j;
+                if (n >= w->n) continue; /* padding columns: zero codes, scales and minimums */
+                const uint8_t *src = w->qs + (size_t)n * (w->k / 2) + 16 * b;
+                uint8_t q[32];
+                for (int i = 0; i < 16; i++) q[i] = src[i] & 15, q[16 + i] = src[i] >> 4;
+                for (int g = 0; g < 4; g++)
+                    for (int e = 0; e < 4; e++)
+                        c[64 * g + 4 * j + e] = (uint8_t)(q[4 * g + e] | (q[16 + 4 * g + e] << 4));
+                d[j] = w->d[(size_t)n * out->blocks + b];
+                m[j] = w->m[(size_t)n * out->blocks + b];
+            }
+        }
+    return OK;
+}
+
+static int pack_q80(const q80_t *w, pq_t *out) {
+    if (!w->qs || !w->d || w->n < 1 || w->k < 32 || w->k % 32) return ERR_ARGUMENT;
+    out->n = w->n, out->k = w->k, out->blocks = w->k / 32, out->tiles = (w->n + TILE - 1) / TILE;
+    out->data = alloc64((size_t)out->tiles * out->blocks * Q8_CHUNK);
+    if (!out->data) return ERR_MEMORY;
+    for (int t = 0; t < out->tiles; t++)
+        for (int b = 0; b < out->blocks; b++) {
+            uint8_t *c = out->data + ((size_t)t * out->blocks + b) * Q8_CHUNK;
+            float *d = (float *)(c + 512);
+            for (int j = 0; j < TILE; j++) {
+                const int n = t * TILE + j;
+                if (n >= w->n) continue;
+                const uint8_t *src = w->qs + (size_t)n * w->k + 32 * b;
+                for (int g = 0; g < 8; g++)
+                    for (int e = 0; e < 4; e++) c[64 * g + 4 * j + e] = src[4 * g + e];
+                d[j] = w->d[(size_t)n * out->blocks + b];
+            }
+        }
+    return OK;
+}
+
+void specdec_q8_free(handle_t *h) {
+    if (!h) return;
+    if (h->layers) {
+        for (int l = 0; l < h->n_layers; l++) {
+            free(h->layers[l].qkv.data);
+            free(h->layers[l].o.data);
+            free(h->layers[l].gate_up.data);
+            free(h->layers[l].down.data);
+        }
+        free(h->layers);
+    }
+    free(h->head.data);
+    free(h);
+}
+
+/* Repack a model; *status = 0, or an error code (and NULL) for a bad description or no memory.
+ * The handle keeps pointers to the embedding, norms and rotary tables (owned by the caller). */
+handle_t *specdec_q8_new(const model_t *m, int32_t *status) {
+    int st = ERR_ARGUMENT;
+    handle_t *h = NULL;
+    if (!m || !status) goto fail;
+    if (m->n_layers < 1 || m->hidden < 32 || m->hidden % 32 || m->heads < 1 || m->kv_heads < 1 ||
+        m->heads % m->kv_heads || m->head_dim < 2 || m->head_dim % 2 || m->inter < 32 || m->inter % 32 ||
+        m->positions < 1 || m->vocab < 1 || !m->embed || !m->layers || !m->norm || !m->cos || !m->sin)
+        goto fail;
+    if ((m->heads * m->head_dim) % 32 || m->head.k != m->hidden) goto fail;
+    st = ERR_MEMORY;
+    h = calloc(1, sizeof *h);
+    if (!h) goto fail;
+    h->n_layers = m->n_layers, h->hidden = m->hidden, h->heads = m->heads, h->kv_heads = m->kv_heads;
+    h->head_dim = m->head_dim, h->inter = m->inter, h->positions = m->positions, h->vocab = m->vocab;
+    h->eps = m->eps, h->embed = m->embed, h->norm = m->norm, h->cos = m->cos, h->sin = m->sin;
+    h->layers = calloc((size_t)m->n_layers, sizeof *h->layers);
+    if (!h->layers) goto fail;
+    const int qkv_n = (m->heads + 2 * m->kv_heads) * m->head_dim, AD = m->heads * m->head_dim;
+    for (int l = 0; l < m->n_layers; l++) {
+        const layer_t *L = m->layers + l;
+        player_t *P = h->layers + l;
+        st = ERR_ARGUMENT;
+        if (!L->norm_attn || !L->norm_mlp) goto fail;
+        if (L->qkv.n != qkv_n || L->qkv.k != m->hidden || L->o.n != m->hidden || L->o.k != AD ||
+            L->gate_up.n != 2 * m->inter || L->gate_up.k != m->hidden || L->down.n != m->hidden ||
+            L->down.k != m->inter)
+            goto fail;
+        P->norm_attn = L->norm_attn, P->norm_mlp = L->norm_mlp;
+        if ((st = pack_q41(&L->qkv, &P->qkv)) || (st = pack_q41(&L->o, &P->o)) ||
+            (st = pack_q41(&L->gate_up, &P->gate_up)) || (st = pack_q41(&L->down, &P->down)))
+            goto fail;
+    }
+    if ((st = pack_q80(&m->head, &h->head))) goto fail;
+    *status = OK;
+    return h;
+fail:
+    specdec_q8_free(h);
+    if (status) *status = st;
+    return NULL;
+}
+
+/* --- activations ---------------------------------------------------------------------------- */
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+static inline v16f loadf(const float *p) {
+    v16f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void storef(float *p, v16f v) { memcpy(p, &v, sizeof v); }
+
+/* A row's activations quantized per block of 32 (Q8_1): q, dx, s = dx * sum(q), and sum(q). */
+typedef struct {
+    int8_t *q;
+    float *dx, *s;
+    int32_t *sum;
+    int k, blocks;
+} qx_t;
+
+static void quantize_row(const float *x, int k, int8_t *q, float *dx, float *s, int32_t *sum) {
+    for (int b = 0; b < k / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) {
+            const float a = fabsf(xb[i]);
+            amax = a > amax ? a : amax;
+        }
+        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        int32_t total = 0;
+        for (int i = 0; i < 32; i++) {
+            const int v = (int)roundf(xb[i] * id);
+            const int c = v > 127 ? 127 : (v < -127 ? -127 : v);
+            q[32 * b + i] = (int8_t)c;
+            total += c;
+        }
+        dx[b] = d, sum[b] = total, s[b] = d * (float)total;
+    }
+}
+
+/* --- integer dot products: one block of 32 inputs, 16 output columns, one row --------------- */
+
+/* The decoded weights of one (tile, block), in the form each path wants. */
+typedef struct {
+#if defined(ISA_AVX512VNNI)
+    __m512i w[8];
+#elif defined(ISA_AVXVNNI) || defined(ISA_AVX2)
+    __m256i w[8][2]; /* lanes 0..7 and 8..15 */
+    __m256i a[8][2]; /* AVX2 head: |w| */
+#else
+    int8_t w[TILE][32]; /* w[j][e]: element e of column j */
+#endif
+} tilew_t;
+
+static inline __attribute__((always_inline)) void decode_q4(const uint8_t *c, tilew_t *t) {
+#if defined(ISA_AVX512VNNI)
+    const __m512i mask = _mm512_set1_epi8(15);
+    for (int g = 0; g < 4; g++) {
+        const __m512i v = _mm512_loadu_si512((const void *)(c + 64 * g));
+        t->w[g] = _mm512_and_si512(v, mask);
+        t->w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+    }
+#elif defined(ISA_AVXVNNI) || defined(ISA_AVX2)
+    const __m256i mask = _mm256_set1_epi8(15);
+    for (int g = 0; g < 4; g++)
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(c + 64 * g + 32 * h));
+            t->w[g][h] = _mm256_and_si256(v, mask);
+            t->w[g + 4][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+        }
+#else
+    for (int g = 0; g < 4; g++)
+        for (int j = 0; j < TILE; j++)
+            for (int e = 0; e < 4; e++) {
+                const uint8_t byte = c[64 * g + 4 * j + e];
+                t->w[j][4 * g + e] = (int8_t)(byte & 15);
+                t->w[j][16 + 4 * g + e] = (int8_t)(byte >> 4);
+            }
+#endif
+}
+
+static inline __attribute__((always_inline)) void decode_q8(const uint8_t *c, tilew_t *t) {
+#if defined(ISA_AVX512VNNI)
+    const __m512i flip = _mm512_set1_epi8((char)0x80); /* u8 = w + 128 */
+    for (int g = 0; g < 8; g++) t->w[g] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(c + 64 * g)), flip);
+#elif defined(ISA_AVXVNNI)
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int g = 0; g < 8; g++)
+        for (int h = 0; h < 2; h++)
+            t->w[g][h] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(c + 64 * g + 32 * h)), flip);
+#elif defined(ISA_AVX2)
+    for (int g = 0; g < 8; g++)
+        for (int h = 0; h < 2; h++) {
+            t->w[g][h] = _mm256_loadu_si256((const __m256i *)(c + 64 * g + 32 * h)); /* signed w */
+            t->a[g][h] = _mm256_abs_epi8(t->w[g][h]);
+        }
+#else
+    for (int g = 0; g < 8; g++)
+        for (int j = 0; j < TILE; j++)
+            for (int e = 0; e < 4; e++) t->w[j][4 * g + e] = (int8_t)c[64 * g + 4 * j + e];
+#endif
+}
+
+static inline int32_t load4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* isum[j] = sum_e w[j][e] xq[e] for the 4-bit codes (0..15). */
+static inline __attribute__((always_inline)) v16i dot_q4(const tilew_t *t, const int8_t *xq) {
+    v16i out;
+#if defined(ISA_AVX512VNNI)
+    __m512i acc = _mm512_setzero_si512();
+    for (int g = 0; g < 8; g++) acc = _mm512_dpbusd_epi32(acc, t->w[g], _mm512_set1_epi32(load4(xq + 4 * g)));
+    memcpy(&out, &acc, sizeof out);
+#elif defined(ISA_AVXVNNI)
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int g = 0; g < 8; g++) {
+        const __m256i x = _mm256_set1_epi32(load4(xq + 4 * g));
+        for (int h = 0; h < 2; h++) acc[h] = _mm256_dpbusd_avx_epi32(acc[h], t->w[g][h], x);
+    }
+    memcpy(&out, acc, sizeof out);
+#elif defined(ISA_AVX2)
+    /* vpmaddubsw pairs: |q0 x0 + q1 x1| <= 2 * 15 * 127 = 3810, and 8 such sums <= 30480 fit int16 */
+    __m256i acc[2];
+    for (int h = 0; h < 2; h++) {
+        __m256i s16 = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++)
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(t->w[g][h], _mm256_set1_epi32(load4(xq + 4 * g))));
+        acc[h] = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+    }
+    memcpy(&out, acc, sizeof out);
+#else
+    for (int j = 0; j < TILE; j++) {
+        int32_t s = 0;
+        for (int e = 0; e < 32; e++) s += (int32_t)t->w[j][e] * (int32_t)xq[e];
+        out[j] = s;
+    }
+#endif
+    return out;
+}
+
+/* isum[j] = sum_e w[j][e] xq[e] for the 8-bit codes (-127..127); xsum = sum_e xq[e]. */
+static inline __attribute__((always_inline)) v16i dot_q8(const tilew_t *t, const int8_t *xq, int32_t xsum) {
+    v16i out;
+#if defined(ISA_AVX512VNNI)
+    __m512i acc = _mm512_setzero_si512();
+    for (int g = 0; g < 8; g++) acc = _mm512_dpbusd_epi32(acc, t->w[g], _mm512_set1_epi32(load4(xq + 4 * g)));
+    acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(128 * xsum)); /* (w + 128) x - 128 x */
+    memcpy(&out, &acc, sizeof out);
+#elif defined(ISA_AVXVNNI)
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int g = 0; g < 8; g++) {
+        const __m256i x = _mm256_set1_epi32(load4(xq + 4 * g));
+        for (int h = 0; h < 2; h++) acc[h] = _mm256_dpbusd_avx_epi32(acc[h], t->w[g][h], x);
+    }
+    for (int h = 0; h < 2; h++) acc[h] = _mm256_sub_epi32(acc[h], _mm256_set1_epi32(128 * xsum));
+    memcpy(&out, acc, sizeof out);
+#elif defined(ISA_AVX2)
+    /* the sign trick: |w| * (x with w's sign); pairs <= 2 * 127 * 127 = 32258, no saturation */
+    (void)xsum;
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    const __m256i one = _mm256_set1_epi16(1);
+    for (int g = 0; g < 8; g++) {
+        const __m256i x = _mm256_set1_epi32(load4(xq + 4 * g));
+        for (int h = 0; h < 2; h++)
+            acc[h] = _mm256_add_epi32(
+                acc[h], _mm256_madd_epi16(_mm256_maddubs_epi16(t->a[g][h], _mm256_sign_epi8(x, t->w[g][h])), one));
+    }
+    memcpy(&out, acc, sizeof out);
+#else
+    (void)xsum;
+    for (int j = 0; j < TILE; j++) {
+        int32_t s = 0;
+        for (int e = 0; e < 32; e++) s += (int32_t)t->w[j][e] * (int32_t)xq[e];
+        out[j] = s;
+    }
+#endif
+    return out;
+}
+
+/* --- the matrix products: the float epilogue is the same code on every path ------------------ */
+
+#define RCHUNK 8
+
+/* Rows r0 .. r0+R-1 of one tile: y[r][n] (+)= sum over blocks, in block order, of
+ * ((d dx) isum + m s) (Q4_1) or (d dx) isum (Q8_0). */
+static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, int q4, int tile, const qx_t *x,
+                                                            int r0, int R, float *y, int ldy, int add) {
+    v16f acc[RCHUNK];
+    for (int r = 0; r < R; r++) acc[r] = (v16f){0};
+    const size_t chunk = q4 ? Q4_CHUNK : Q8_CHUNK;
+    for (int b = 0; b < w->blocks; b++) {
+        const uint8_t *c = w->data + ((size_t)tile * w->blocks + b) * chunk;
+        tilew_t t;
+        if (q4) decode_q4(c, &t);
+        else decode_q8(c, &t);
+        const v16f d = loadf((const float *)(c + (q4 ? 256 : 512)));
+        const v16f m = q4 ? loadf((const float *)(c + 256 + 64)) : (v16f){0};
+        for (int r = 0; r < R; r++) {
+            const size_t i = (size_t)(r0 + r) * x->blocks + b;
+            const int8_t *xq = x->q + i * 32;
+            const v16i isum = q4 ? dot_q4(&t, xq) : dot_q8(&t, xq, x->sum[i]);
+            const v16f scale = d * x->dx[i];
+            acc[r] = acc[r] + scale * __builtin_convertvector(isum, v16f);
+            if (q4) acc[r] = acc[r] + m * x->s[i];
+        }
+    }
+    const int n0 = tile * TILE, nn = w->n - n0 < TILE ? w->n - n0 : TILE;
+    for (int r = 0; r < R; r++) {
+        float *yr = y + (size_t)(r0 + r) * ldy + n0;
+        float v[TILE];
+        storef(v, acc[r]);
+        if (add)
+            for (int j = 0; j < nn; j++) yr[j] = yr[j] + v[j];
+        else
+            memcpy(yr, v, sizeof(float) * nn);
+    }
+}
+
+#define TILE_CASES(Q4)                                                                                 \
+    switch (R) {                                                                                       \
+    case 1: tile_rows(w, Q4, tile, x, r0, 1, y, ldy, add); break;                                      \
+    case 2: tile_rows(w, Q4, tile, x, r0, 2, y, ldy, add); break;                                      \
+    case 3: tile_rows(w, Q4, tile, x, r0, 3, y, ldy, add); break;                                      \
+    case 4: tile_rows(w, Q4, tile, x, r0, 4, y, ldy, add); break;                                      \
+    case 5: tile_rows(w, Q4, tile, x, r0, 5, y, ldy, add); break;                                      \
+    case 6: tile_rows(w, Q4, tile, x, r0, 6, y, ldy, add); break;                                      \
+    case 7: tile_rows(w, Q4, tile, x, r0, 7, y, ldy, add); break;                                      \
+    default: tile_rows(w, Q4, tile, x, r0, 8, y, ldy, add); break;                                     \
+    }
+
+static void tile_q4(const pq_t *w, int tile, const qx_t *x, int rows, float *y, int ldy, int add) {
+    for (int r0 = 0; r0 < rows; r0 += RCHUNK) {
+        const int R = rows - r0 < RCHUNK ? rows - r0 : RCHUNK;
+        TILE_CASES(1)
+    }
+}
+
+static void tile_q8(const pq_t *w, int tile, const qx_t *x, int rows, float *y, int ldy, int add) {
+    for (int r0 = 0; r0 < rows; r0 += RCHUNK) {
+        const int R = rows - r0 < RCHUNK ? rows - r0 : RCHUNK;
+        TILE_CASES(0)
+    }
+}
+
+/* y (rows x n, leading dimension ldy) (+)= x W^T, whole tiles split between threads. */
+static void matmul(const pq_t *w, int q4, const qx_t *x, int rows, float *y, int ldy, int add, int threads) {
+    const int tiles = w->tiles;
+    (void)threads;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int t = 0; t < tiles; t++) {
+        if (q4) tile_q4(w, t, x, rows, y, ldy, add);
+        else tile_q8(w, t, x, rows, y, ldy, add);
+    }
+}
+
+static void quantize(const float *x, int rows, int k, qx_t *out) {
+    out->k = k, out->blocks = k / 32;
+    for (int r = 0; r < rows; r++)
+        quantize_row(x + (size_t)r * k, k, out->q + (size_t)r * k, out->dx + (size_t)r * out->blocks,
+                     out->s + (size_t)r * out->blocks, out->sum + (size_t)r * out->blocks);
+}
+
+/* --- the rest of the forward (float32, as in leanq4.c) --------------------------------------- */
+
+static inline float hsum(v16f v) {
+    float t[16];
+    storef(t, v);
+    float a = (t[0] + t[8]) + (t[4] + t[12]);
+    float b = (t[2] + t[10]) + (t[6] + t[14]);
+    float c = (t[1] + t[9]) + (t[5] + t[13]);
+    float e = (t[3] + t[11]) + (t[7] + t[15]);
+    return (a + b) + (c + e);
+}
+
+static void rms(const float *x, const float *w, int n, float eps, float *out) {
+    const int nv = n - n % 16;
+    v16f acc = {0};
+    for (int i = 0; i < nv; i += 16) {
+        const v16f v = loadf(x + i);
+        acc = acc + v * v;
+    }
+    float s = hsum(acc);
+    for (int i = nv; i < n; i++) s = s + x[i] * x[i];
+    const float inv = 1.0f / sqrtf(s / (float)n + eps);
+    for (int i = 0; i < nv; i += 16) storef(out + i, loadf(w + i) * (loadf(x + i) * inv));
+    for (int i = nv; i < n; i++) out[i] = w[i] * (x[i] * inv);
+}
+
+static void rotate(float *x, const float *cos, const float *sin, int hd) {
+    float t[hd];
+    const int half = hd / 2;
+    for (int i = 0; i < hd; i++) t[i] = x[i] * cos[i] + x[(i + half) % hd] * sin[i];
+    memcpy(x, t, sizeof(float) * hd);
+}
+
+static inline float dot(const float *a, const float *b, int n) {
+    const int nv = n - n % 16;
+    v16f acc = {0};
+    for (int i = 0; i < nv; i += 16) acc = acc + loadf(a + i) * loadf(b + i);
+    float s = hsum(acc);
+    for (int i = nv; i < n; i++) s = s + a[i] * b[i];
+    return s;
+}
+
+static void attend(const float *q, const float *keys, const float *values, int end, int hd, float *scores,
+                   float *out) {
+    const float scale = 1.0f / sqrtf((float)hd);
+    float top = -INFINITY;
+    for (int t = 0; t < end; t++) {
+        const float s = dot(q, keys + (size_t)t * hd, hd) * scale;
+        scores[t] = s;
+        if (s > top) top = s;
+    }
+    float total = 0.0f;
+    for (int t = 0; t < end; t++) {
+        scores[t] = expf(scores[t] - top);
+        total = total + scores[t];
+    }
+    const float inv = 1.0f / total;
+    const int nv = hd - hd % 16;
+    for (int i = 0; i < nv; i += 16) {
+        v16f acc = {0};
+        for (int t = 0; t < end; t++) acc = acc + scores[t] * loadf(values + (size_t)t * hd + i);
+        storef(out + i, acc * inv);
+    }
+    for (int i = nv; i < hd; i++) {
+        float acc = 0.0f;
+        for (int t = 0; t < end; t++) acc = acc + scores[t] * values[(size_t)t * hd + i];
+        out[i] = acc * inv;
+    }
+}
+
+/* Rotary embedding and cache writes for the k new rows, then attention: row r attends to
+ * positions 0 .. start + r, exactly as a one-token step there; each (row, head) pair is
+ * computed whole by one thread. */
+static void attention(const handle_t *h, float *qkv, int k, int start, float *kc, float *vc, int capacity,
+                      float *scores, float *att, int threads) {
+    const int hd = h->head_dim, nh = h->heads, kv = h->kv_heads, group = nh / kv;
+    const int qkv_n = (nh + 2 * kv) * hd, AD = nh * hd, end_max = start + k;
+    for (int r = 0; r < k; r++) {
+        const int pos = start + r;
+        float *row = qkv + (size_t)r * qkv_n;
+        for (int j = 0; j < nh + kv; j++)
+            rotate(row + (size_t)j * hd, h->cos + (size_t)pos * hd, h->sin + (size_t)pos * hd, hd);
+        for (int j = 0; j < kv; j++) {
+            memcpy(kc + ((size_t)j * capacity + pos) * hd, row + (size_t)(nh + j) * hd, sizeof(float) * hd);
+            memcpy(vc + ((size_t)j * capacity + pos) * hd, row + (size_t)(nh + kv + j) * hd, sizeof(float) * hd);
+        }
+    }
+    const int pairs = k * nh;
+    (void)threads;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && pairs > 1)
+    for (int p = 0; p < pairs; p++) {
+        const int r = p / nh, j = p % nh, kvh = j / group;
+        const float *row = qkv + (size_t)r * qkv_n;
+        attend(row + (size_t)j * hd, kc + (size_t)kvh * capacity * hd, vc + (size_t)kvh * capacity * hd,
+               start + r + 1, hd, scores + (size_t)p * end_max, att + (size_t)r * AD + (size_t)j * hd);
+    }
+}
+
+static inline double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+#define PHASE(which, ...)                                                                             \
+    do {                                                                                              \
+        const double t0_ = h->profiling ? now() : 0.0;                                                \
+        __VA_ARGS__;                                                                                  \
+        if (h->profiling) h->phase_s[which] += now() - t0_;                                           \
+    } while (0)
+
+/* Turn this model's phase clocks on (1) or off (0); reading them (specdec_q8_profile) resets them. */
+int32_t specdec_q8_set_profiling(handle_t *h, int32_t on) {
+    if (!h || (on != 0 && on != 1)) return ERR_ARGUMENT;
+    h->profiling = on;
+    return OK;
+}
+
+int32_t specdec_q8_profile(handle_t *h, double *out, int32_t n) {
+    if (!h || !out || n != PHASES) return ERR_ARGUMENT;
+    for (int i = 0; i < PHASES; i++) out[i] = h->phase_s[i], h->phase_s[i] = 0.0;
+    return OK;
+}
+
+/* Logits of the k tokens ids placed at positions start .. start+k-1 through the first n_layers
+ * layers, for the last `keep` rows (logits: keep x head.n). cache: (n_layers, 2, kv_heads,
+ * capacity, head_dim), holding positions 0 .. start-1; the new tokens' keys and values are
+ * written. Returns 0, ERR_ARGUMENT for arguments out of range (nothing written), ERR_MEMORY. */
+int32_t specdec_q8_forward(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
+                           int32_t capacity, float *logits, int32_t keep, int32_t n_layers, int32_t threads) {
+    if (!h || !ids || !cache || !logits) return ERR_ARGUMENT;
+    if (k < 1 || keep < 1 || keep > k || start < 0 || capacity < 1 || capacity > h->positions ||
+        start > capacity - k || n_layers < 1 || n_layers > h->n_layers || threads < 1 || threads > 1024)
+        return ERR_ARGUMENT;
+    for (int r = 0; r < k; r++)
+        if (ids[r] < 0 || ids[r] >= h->vocab) return ERR_ARGUMENT;
+    const int H = h->hidden, hd = h->head_dim, nh = h->heads, kv = h->kv_heads, I = h->inter;
+    const int qkv_n = (nh + 2 * kv) * hd, AD = nh * hd;
+    const int KMAX = I > AD ? (I > H ? I : H) : (AD > H ? AD : H);
+    const int end_max = start + k;
+    const size_t nf = (size_t)k * (2 * H + qkv_n + AD + 3 * I) + (size_t)k * nh * end_max + 16;
+    float *buf = (float *)malloc(sizeof(float) * nf);
+    int8_t *xq = (int8_t *)malloc((size_t)k * KMAX + 64);
+    float *xf = (float *)malloc(sizeof(float) * 2 * (size_t)k * (KMAX / 32) + 64);
+    int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)k * (KMAX / 32) + 64);
+    if (!buf || !xq || !xf || !xs) {
+        free(buf), free(xq), free(xf), free(xs);
+        return ERR_MEMORY;
+    }
+    qx_t qx = {xq, xf, xf + (size_t)k * (KMAX / 32), xs, 0, 0};
+    float *x = buf, *hb = x + (size_t)k * H, *qkv = hb + (size_t)k * H, *att = qkv + (size_t)k * qkv_n;
+    float *gu = att + (size_t)k * AD, *act = gu + (size_t)k * 2 * I, *scores = act + (size_t)k * I;
+    PHASE(PH_OTHER, for (int r = 0; r < k; r++) memcpy(x + (size_t)r * H, h->embed + (size_t)ids[r] * H,
+                                                      sizeof(float) * H));
+    const size_t plane = (size_t)kv * capacity * hd;
+    for (int l = 0; l < n_layers; l++) {
+        const player_t *L = h->layers + l;
+        float *kc = cache + (size_t)l * 2 * plane, *vc = kc + plane;
+        PHASE(PH_OTHER, {
+            for (int r = 0; r < k; r++) rms(x + (size_t)r * H, L->norm_attn, H, h->eps, hb + (size_t)r * H);
+            quantize(hb, k, H, &qx);
+        });
+        PHASE(PH_LINEAR, matmul(&L->qkv, 1, &qx, k, qkv, qkv_n, 0, threads));
+        PHASE(PH_ATTENTION, attention(h, qkv, k, start, kc, vc, capacity, scores, att, threads));
+        PHASE(PH_OTHER, quantize(att, k, AD, &qx));
+        PHASE(PH_LINEAR, matmul(&L->o, 1, &qx, k, x, H, 1, threads));
+        PHASE(PH_OTHER, {
+            for (int r = 0; r < k; r++) rms(x + (size_t)r * H, L->norm_mlp, H, h->eps, hb + (size_t)r * H);
+            quantize(hb, k, H, &qx);
+        });
+        PHASE(PH_LINEAR, matmul(&L->gate_up, 1, &qx, k, gu, 2 * I, 0, threads));
+        PHASE(PH_OTHER, {
+            for (int r = 0; r < k; r++) {
+                const float *g = gu + (size_t)r * 2 * I, *u = g + I;
+                float *a = act + (size_t)r * I;
+                for (int i = 0; i < I; i++) a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            }
+            quantize(act, k, I, &qx);
+        });
+        PHASE(PH_LINEAR, matmul(&L->down, 1, &qx, k, x, H, 1, threads));
+    }
+    const int first = k - keep;
+    PHASE(PH_OTHER, {
+        for (int r = first; r < k; r++) rms(x + (size_t)r * H, h->norm, H, h->eps, hb + (size_t)(r - first) * H);
+        quantize(hb, keep, H, &qx);
+    });
+    PHASE(PH_HEAD, matmul(&h->head, 0, &qx, keep, logits, h->head.n, 0, threads));
+    free(buf), free(xq), free(xf), free(xs);
+    return OK;
+}
