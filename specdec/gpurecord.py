@@ -52,6 +52,7 @@ from specdec.measure import (
     time_once,
     write_record,
 )
+from specdec.tokens import first_divergence
 
 __all__ = [
     "B1_EXTRA_KS",
@@ -336,13 +337,6 @@ def tiny_models() -> Any:
 PROMPTS = ([7], [3, 14, 15, 92, 65], [11, 22, 33, 44, 11, 22, 33, 55, 66, 11, 22, 33])
 
 
-def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def greedy_equality(
     device: str,
     *,
@@ -384,7 +378,7 @@ def greedy_equality(
             sp = speculative(target, drafter, list(prompt), gamma=gamma, max_new_tokens=max_new_tokens)
             row["drafters"][name] = {
                 "equal": sp.tokens == ar.tokens,
-                "first_difference": _first_difference(sp.tokens, ar.tokens),
+                "first_difference": first_divergence(sp.tokens, ar.tokens),
                 "new_tokens": len(sp.tokens),
                 "rounds": sp.stats.rounds,
                 "accepted_hist": sp.stats.accepted_hist,
