@@ -222,12 +222,11 @@ def measure_drafter(
     ``progress(items, description)`` wraps the loops (e.g. a tqdm bar). Returns a JSON-ready dict
     (NaN where a quantity is undefined, e.g. alpha when nothing was drafted).
     """
-    from specdec.hardware import best_gamma_on_curve
     from specdec.intervals import bootstrap_ci, geomean
     from specdec.pairedrun import paired_block
     from specdec.realrun import pool_rounds, speedup_gap
     from specdec.stats import cost_coefficient
-    from specdec.theory import expected_tokens, optimal_gamma, walltime_speedup
+    from specdec.theory import best_gamma_on_curve, expected_tokens, optimal_gamma, walltime_speedup
 
     for name, value, low in (
         ("gamma", gamma, 1),
