@@ -49,12 +49,13 @@ import torch
 from tqdm import tqdm
 
 from specdec.checks import check_int, check_ints
-from specdec.decoding import autoregressive, speculative
 from specdec.drafters import EarlyExitDrafter, PromptLookupDrafter
-from specdec.measure import VerifyCost, environment, forward_times, write_result
+from specdec.measure import VerifyCost, environment, forward_times, jsonable, write_result
 from specdec.models import DEFAULT_THREADS, load_target, set_threads
-from specdec.realrun import first_divergence, speedup_gap
+from specdec.pairedrun import timed_generation
+from specdec.realrun import speedup_gap
 from specdec.stats import cost_coefficient
+from specdec.tokens import first_divergence
 
 BENCHMARK = "bench_engine"
 #: The predicted speedups of each theorem row (models of specdec.realrun.speedup_gap).
@@ -254,16 +255,12 @@ def ours_generate(
     drafter: Any = None,
     gamma: int = 0,
 ) -> dict[str, Any]:
-    """Our autoregressive loop (``drafter`` None) or speculative loop, greedy, timed as a whole."""
-    start = time.perf_counter()
-    if drafter is None:
-        gen = autoregressive(model, prompt_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
-    else:
-        gen = speculative(
-            model, drafter, prompt_ids, gamma=gamma, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id
-        )
-    wall = time.perf_counter() - start
-    return {"tokens": list(gen.tokens), "wall_s": wall, "stats": gen.stats}
+    """Our autoregressive loop (``drafter`` None) or speculative loop, greedy, timed as a whole
+    (:func:`specdec.pairedrun.timed_generation`)."""
+    tokens, stats, wall = timed_generation(
+        model, drafter, prompt_ids, gamma=gamma, new_tokens=max_new_tokens, eos_token_id=eos_token_id
+    )
+    return {"tokens": tokens, "wall_s": wall, "stats": stats}
 
 
 @dataclass(frozen=True)
@@ -407,11 +404,6 @@ def _decode_tps(row: Mapping[str, Any]) -> float:
     return row["new_tokens"] / (row["wall_s"] - row["prefill_s"])
 
 
-def _finite_or_none(value: Any) -> Any:
-    """NaN (an undefined rate, e.g. alpha with nothing examined) becomes None: JSON has no NaN."""
-    return None if isinstance(value, float) and not np.isfinite(value) else value
-
-
 def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
@@ -441,11 +433,13 @@ def summarise_prompt(
         if "stats" in slot:
             st = slot["stats"]
             row["decode_tokens_per_s_median"] = _median([_decode_tps(t) for t in slot["times"]])
-            row["stats"] = {
-                k: _finite_or_none(v)
-                for k, v in st.summary().items()
-                if k not in ("prefill_s", "draft_s", "target_s", "verify_s")
-            }
+            row["stats"] = jsonable(  # NaN (an undefined rate) -> None: the records' rule
+                {
+                    k: v
+                    for k, v in st.summary().items()
+                    if k not in ("prefill_s", "draft_s", "target_s", "verify_s")
+                }
+            )
         if "hf_rounds" in slot:
             drafted = [k for k, _ in slot["hf_rounds"]]
             accepted = [a for _, a in slot["hf_rounds"]]

@@ -30,7 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specdec.decoding import autoregressive, speculative  # noqa: E402
 from specdec.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
 from specdec.draftnets import load_draft, require_drafts  # noqa: E402
 from specdec.gpurecord import device_slug  # noqa: E402
@@ -38,6 +37,7 @@ from specdec.intervals import bootstrap_ci, geomean  # noqa: E402
 from specdec.measure import environment, write_result  # noqa: E402
 from specdec.models import load_target, set_threads  # noqa: E402
 from specdec.modes import lean_model  # noqa: E402
+from specdec.pairedrun import timed_generation  # noqa: E402
 from specdec.policies import HeuristicGamma  # noqa: E402
 from specdec.workloads import evaluation_prompts  # noqa: E402
 
@@ -100,16 +100,11 @@ def run(args: argparse.Namespace, target: Any, configs: dict, prompts: list[dict
         for p in prompts:
             for i in rng.permutation(len(names)):
                 name = names[i]
-                t0 = time.perf_counter()
-                if name == "plain":
-                    gen = autoregressive(target, p["ids"], max_new_tokens=args.new_tokens)
-                else:
-                    make_drafter, make_gamma = configs[name]
-                    gen = speculative(
-                        target, make_drafter(), p["ids"], gamma=make_gamma(), max_new_tokens=args.new_tokens
-                    )
-                dt = time.perf_counter() - t0 - gen.stats.prefill_s
-                s = gen.stats
+                make_drafter, make_gamma = configs.get(name, (lambda: None, lambda: 0))
+                tokens, s, total = timed_generation(
+                    target, make_drafter(), p["ids"], gamma=make_gamma(), new_tokens=args.new_tokens
+                )
+                dt = total - s.prefill_s
                 rows.append(
                     {
                         "config": name,
@@ -117,7 +112,7 @@ def run(args: argparse.Namespace, target: Any, configs: dict, prompts: list[dict
                         "task": p["task"],
                         "repeat": rep,
                         "decode_s": dt,
-                        "tokens": len(gen.tokens),
+                        "tokens": len(tokens),
                         "rounds": s.rounds,
                         "mean_drafted": float(np.mean(s.drafted)) if s.drafted else 0.0,
                         "tokens_per_round": s.mean_tokens_per_round,

@@ -39,10 +39,9 @@ from typing import Any
 import numpy as np
 
 from specdec.checks import check_int, check_ints
-from specdec.hardware import best_gamma_on_curve
 from specdec.intervals import geomean, ratio_ci
 from specdec.measure import TensorSession, summarize_times, sync_hook, time_forwards
-from specdec.theory import walltime_speedup_measured
+from specdec.theory import best_gamma_on_curve, walltime_speedup_measured
 
 __all__ = [
     "block_plan",

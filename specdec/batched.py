@@ -82,8 +82,8 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from specdec.checks import check_int
-from specdec.decoding import _cut_at_eos, _finish, _is_int, _start
+from specdec.checks import check_int, is_int
+from specdec.decoding import cut_at_eos, finish_generation, start_generation
 from specdec.drafters import BigramDrafter, PromptLookupDrafter, Proposal, UnigramDrafter, WarpFn
 from specdec.lm import cache_argument, common_prefix_len, vocab_size
 from specdec.sampling import sample, verify, warp
@@ -217,7 +217,7 @@ class BatchedLM:
         if len(lengths) != self.batch:
             raise ValueError(f"lengths must hold one length per row ({self.batch}); got {len(lengths)}")
         for i, n in enumerate(lengths):
-            if not _is_int(n) or not 0 <= n <= len(self.ids[i]):
+            if not is_int(n) or not 0 <= n <= len(self.ids[i]):
                 cached = len(self.ids[i])
                 raise ValueError(f"lengths[{i}] must lie in [0, {cached}] (row {i}'s cached length)")
             if n < len(self.ids[i]):
@@ -399,7 +399,7 @@ def batched_speculative(
         limits = [min(int(gamma), budget - 1) for budget in budgets]
         with _timer(out, "draft_s", lm.device):
             proposals = batch_drafter.propose(active, [tokens[i] for i in active], limits, warp_fn, rng)
-            proposals = [_cut_at_eos(p, lim, eos_token_id) for p, lim in zip(proposals, limits, strict=True)]
+            proposals = [cut_at_eos(p, lim, eos_token_id) for p, lim in zip(proposals, limits, strict=True)]
         with _timer(out, "target_s", lm.device):  # one call scores every row's k + 1 positions
             logits = lm.feed([[tokens[i][-1], *p.tokens] for i, p in zip(active, proposals, strict=True)])
         with _timer(out, "verify_s", lm.device):
@@ -427,7 +427,7 @@ def batched_speculative(
                 lm.select(kept)
     out.decode_s = time.perf_counter() - start
     for i in range(b):
-        out.tokens.append(_finish(tokens[i][len(rows_prompts[i]) :], stats[i], eos_token_id).tokens)
+        out.tokens.append(finish_generation(tokens[i][len(rows_prompts[i]) :], stats[i], eos_token_id).tokens)
     return out
 
 
@@ -480,7 +480,7 @@ def batched_autoregressive(
                 lm.select(kept)
     out.decode_s = time.perf_counter() - start
     for i in range(b):
-        out.tokens.append(_finish(tokens[i][len(rows_prompts[i]) :], stats[i], eos_token_id).tokens)
+        out.tokens.append(finish_generation(tokens[i][len(rows_prompts[i]) :], stats[i], eos_token_id).tokens)
     return out
 
 
@@ -530,12 +530,12 @@ def _start_batch(
         raise ValueError(f"prompts must be a list of prompts (lists of token ids); got {kind}")
     if len(prompts) == 0:
         raise ValueError("prompts must hold at least one prompt; got an empty batch")
-    if any(_is_int(p) for p in prompts):
+    if any(is_int(p) for p in prompts):
         raise ValueError("prompts must be a list of prompts (lists of token ids); got a flat list of ints")
     out = []
     for i, prompt in enumerate(prompts):
         try:
-            _, ids = _start(target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id)
+            _, ids = start_generation(target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id)
         except ValueError as exc:
             raise ValueError(f"prompts[{i}]: {exc}") from exc
         out.append(ids)

@@ -13,7 +13,12 @@ import math
 import numbers
 from collections.abc import Iterable
 
-__all__ = ["check_float", "check_int", "check_ints", "check_probability"]
+__all__ = ["check_float", "check_int", "check_ints", "check_probability", "is_int"]
+
+
+def is_int(value: object) -> bool:
+    """True for an integer (Python's or numpy's), False for anything else, bool included."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral)
 
 
 def _range(low: float | None, high: float | None, *, open_low: bool = False) -> str:
@@ -38,8 +43,7 @@ def check_int(
     """``value`` as an ``int`` when it is an integer (numpy's included, bool not) in ``[low, high]``;
     otherwise ValueError ``"<name> must be an integer >= <low>; got <value>"`` (``in [low, high]``
     with both bounds; ``note``, e.g. what the bound is, in parentheses before ``; got``)."""
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Integral)
-    if ok and (low is None or value >= low) and (high is None or value <= high):
+    if is_int(value) and (low is None or value >= low) and (high is None or value <= high):
         return int(value)
     raise _fail(name, "an integer", _range(low, high), note, value)
 
@@ -49,9 +53,7 @@ def check_ints(
 ) -> tuple[int, ...]:
     """A non-empty list of integers >= ``low`` (and without repeats when ``distinct``) as a tuple."""
     out = tuple(values)
-    ok = not isinstance(out, str) and all(
-        not isinstance(v, bool) and isinstance(v, numbers.Integral) and (low is None or v >= low) for v in out
-    )
+    ok = not isinstance(out, str) and all(is_int(v) and (low is None or v >= low) for v in out)
     if not out or not ok:
         where = _range(low, None)
         raise ValueError(

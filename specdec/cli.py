@@ -147,8 +147,8 @@ def plan(
     curve or with ``verify_cost`` for every gamma, and 0 (plain decoding, speedup 1) when no
     gamma beats 1. Without ``gamma`` the report is for the optimal gamma.
     """
-    from specdec.hardware import best_gamma_on_curve
     from specdec.theory import (
+        best_gamma_on_curve,
         expected_tokens,
         optimal_gamma,
         speedup_ceiling,

@@ -31,7 +31,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from specdec.checks import check_int
+from specdec.checks import check_int, is_int
 from specdec.drafters import Drafter, Proposal
 from specdec.lm import CachedLM, open_lm
 from specdec.policies import DraftPolicy, as_policy
@@ -84,7 +84,7 @@ def speculative(
     p at temperature 1; the round's token is the argmax); top-k/top-p do not enter it.
     Returns the new tokens (prompt excluded) and the :class:`~specdec.stats.Stats` of the call.
     """
-    lm, prompt = _start(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
+    lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     dynamic = isinstance(gamma, DraftPolicy)
     _check_speculative(lm, drafter, gamma.max_gamma if dynamic else gamma, lenience)
     policy = as_policy(gamma if dynamic else int(gamma))
@@ -99,7 +99,7 @@ def speculative(
     while (budget := max_new_tokens - (len(tokens) - len(prompt))) > 0:
         with stats.timer("draft_s", lm.device):  # a round emits k + 1 tokens at most
             limit = min(_next_length(policy), budget - 1)
-            proposal = _cut_at_eos(drafter.propose(tokens, limit, warp_fn, rng), limit, eos_token_id)
+            proposal = cut_at_eos(drafter.propose(tokens, limit, warp_fn, rng), limit, eos_token_id)
         draft, q = proposal.tokens, proposal.q
         with stats.timer("target_s", lm.device):  # one call scores k + 1 positions
             logits = lm.forward([tokens[-1], *draft])
@@ -117,7 +117,7 @@ def speculative(
         lm.crop(len(tokens) - 1)  # the cache must not hold the round's own token yet
         if eos_token_id in new:
             break
-    return _finish(tokens[len(prompt) :], stats, eos_token_id)
+    return finish_generation(tokens[len(prompt) :], stats, eos_token_id)
 
 
 def autoregressive(
@@ -136,7 +136,7 @@ def autoregressive(
     The baseline of every speedup. It draws exactly the uniforms that :func:`speculative`
     draws when the drafter proposes nothing, so the two agree token for token then.
     """
-    lm, prompt = _start(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
+    lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     rng = np.random.default_rng(seed)
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
     stats, tokens = Stats(gamma=0), list(prompt)
@@ -151,7 +151,7 @@ def autoregressive(
         stats.record_round(p, None, 0, 0, 0)
         if tokens[-1] == eos_token_id:
             break
-    return _finish(tokens[len(prompt) :], stats, eos_token_id)
+    return finish_generation(tokens[len(prompt) :], stats, eos_token_id)
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ def autoregressive(
 
 def _next_length(policy: DraftPolicy) -> int:
     n = policy.next()
-    if not _is_int(n) or not 1 <= n <= policy.max_gamma:
+    if not is_int(n) or not 1 <= n <= policy.max_gamma:
         raise ValueError(f"{policy.describe()} asked for {n!r} drafts; it must give 1..{policy.max_gamma}")
     return int(n)
 
@@ -169,7 +169,7 @@ def _prefill(lm: CachedLM, prompt: list[int]) -> None:
         lm.forward(prompt[:-1], keep=1)
 
 
-def _cut_at_eos(proposal: Proposal, limit: int, eos_token_id: int | None) -> Proposal:
+def cut_at_eos(proposal: Proposal, limit: int, eos_token_id: int | None) -> Proposal:
     """Keep the drafts up to and including the first EOS: nothing can follow it.
 
     Also refuses a proposal longer than asked for, which could overrun ``max_new_tokens``.
@@ -183,7 +183,7 @@ def _cut_at_eos(proposal: Proposal, limit: int, eos_token_id: int | None) -> Pro
     return Proposal(proposal.tokens[:k], q, proposal.calls)
 
 
-def _finish(new: list[int], stats: Stats, eos_token_id: int | None) -> Generation:
+def finish_generation(new: list[int], stats: Stats, eos_token_id: int | None) -> Generation:
     """Cut the new tokens after the first EOS (kept), e.g. the bonus token after an accepted EOS."""
     if eos_token_id is not None and eos_token_id in new:
         end = new.index(eos_token_id) + 1
@@ -193,11 +193,7 @@ def _finish(new: list[int], stats: Stats, eos_token_id: int | None) -> Generatio
     return Generation(new, stats)
 
 
-def _is_int(x: object) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def _start(
+def start_generation(
     target: torch.nn.Module,
     prompt_ids: Sequence[int],
     max_new_tokens: int,
@@ -222,7 +218,7 @@ def _start(
         raise ValueError("prompt_ids must hold at least one token id; got an empty prompt")
     check_int("max_new_tokens", max_new_tokens, low=1)
     context = getattr(getattr(target, "config", None), "max_position_embeddings", None)
-    if _is_int(context) and len(prompt) + max_new_tokens > context:
+    if is_int(context) and len(prompt) + max_new_tokens > context:
         raise ValueError(
             f"len(prompt_ids) + max_new_tokens must be <= {context} (the target's max_position_embeddings); "
             f"got {len(prompt)} + {max_new_tokens} = {len(prompt) + max_new_tokens}"
@@ -234,9 +230,9 @@ def _start(
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must lie in (0, 1] or be None; got {top_p!r}")
     lm = open_lm(target)
-    if not all(_is_int(t) and 0 <= t < lm.vocab_size for t in prompt):
+    if not all(is_int(t) and 0 <= t < lm.vocab_size for t in prompt):
         raise ValueError(f"prompt_ids must be integers in [0, {lm.vocab_size}) (the target's vocabulary)")
-    if eos_token_id is not None and (not _is_int(eos_token_id) or not 0 <= eos_token_id < lm.vocab_size):
+    if eos_token_id is not None and (not is_int(eos_token_id) or not 0 <= eos_token_id < lm.vocab_size):
         v = lm.vocab_size
         raise ValueError(f"eos_token_id must be None or an integer in [0, {v}); got {eos_token_id!r}")
     return lm, [int(t) for t in prompt]

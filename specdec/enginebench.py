@@ -195,9 +195,10 @@ def decode(
     *,
     log: Log = _print,
 ) -> dict:
-    """Plain and prompt-lookup greedy decoding per prompt and engine, interleaved, EOS suppressed."""
-    from specdec.decoding import autoregressive, speculative
+    """Plain and prompt-lookup greedy decoding per prompt and engine, interleaved, EOS suppressed
+    (:func:`specdec.pairedrun.timed_generation`)."""
     from specdec.drafters import PromptLookupDrafter
+    from specdec.pairedrun import timed_generation
 
     rng = np.random.default_rng(1)
     rows = []
@@ -209,21 +210,17 @@ def decode(
                 order = ("plain", "lookup") if (rep + i) % 2 == 0 else ("lookup", "plain")
                 row: dict[str, Any] = {"engine": name, "prompt": p["id"], "task": p["task"], "repeat": rep}
                 for kind in order:
-                    t0 = time.perf_counter()
-                    if kind == "plain":
-                        gen = autoregressive(model, p["ids"], max_new_tokens=new_tokens)
-                    else:
-                        gen = speculative(
-                            model, PromptLookupDrafter(), p["ids"], gamma=gamma, max_new_tokens=new_tokens
-                        )
-                    dt = time.perf_counter() - t0
-                    decode_s = dt - gen.stats.prefill_s  # the prompt's prefill is not decoding
+                    drafter = PromptLookupDrafter() if kind == "lookup" else None
+                    tokens, stats, dt = timed_generation(
+                        model, drafter, p["ids"], gamma=gamma, new_tokens=new_tokens
+                    )
+                    decode_s = dt - stats.prefill_s  # the prompt's prefill is not decoding
                     row[f"{kind}_s"] = dt
-                    row[f"{kind}_prefill_s"] = gen.stats.prefill_s
-                    row[f"{kind}_tokens"] = list(gen.tokens)
-                    row[f"{kind}_tok_s"] = len(gen.tokens) / decode_s
+                    row[f"{kind}_prefill_s"] = stats.prefill_s
+                    row[f"{kind}_tokens"] = tokens
+                    row[f"{kind}_tok_s"] = len(tokens) / decode_s
                     if kind == "lookup":
-                        row["lookup_tokens_per_round"] = gen.stats.mean_tokens_per_round
+                        row["lookup_tokens_per_round"] = stats.mean_tokens_per_round
                 row["greedy_exact"] = row["plain_tokens"] == row["lookup_tokens"]
                 rows.append(row)
         log(f"  decode pass {rep + 1}/{repeats} done")

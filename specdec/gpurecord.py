@@ -6,7 +6,7 @@ no package install (``PYTHONPATH=.``). It needs only torch, transformers and num
 used when present (:func:`chi2_sf` replaces it otherwise). Issue #12, item 4.
 
 * :func:`greedy_equality` -- greedy speculative decoding equals greedy autoregressive decoding
-  on the device, with the test suite's tiny random Llama models (``tests/tiny_models.py``), a
+  on the device, with the test suite's tiny random Llama models (:mod:`specdec.tinymodels`), a
   model drafter and a prompt-lookup drafter, float32.
 * :func:`first_two_token_test` -- losslessness at temperature 1 on the device: Pearson's
   chi-square of the joint law of the first two tokens of N speculative runs against the
@@ -29,7 +29,6 @@ compilation: the engine the book's chapters use.
 from __future__ import annotations
 
 import gc
-import importlib.util
 import math
 import re
 import sys
@@ -52,6 +51,7 @@ from specdec.measure import (
     time_once,
     write_record,
 )
+from specdec.tokens import first_divergence
 
 __all__ = [
     "B1_EXTRA_KS",
@@ -75,7 +75,6 @@ __all__ = [
     "tiny_models",
 ]
 
-_ROOT = Path(__file__).resolve().parents[1]
 
 #: Batch sizes b and tokens per sequence k of the cost surface T(b, k).
 GRID_BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -315,32 +314,15 @@ def device_roofline(
 
 # --------------------------------------------------------------------------- correctness
 def tiny_models() -> Any:
-    """The test suite's ``tests/tiny_models.py`` (loaded by path: no ``tests`` package needed)."""
-    path = _ROOT / "tests" / "tiny_models.py"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: the correctness checks need the repository's tests/")
-    name = "_specdec_tiny_models"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]  # no half-initialised module for the next caller
-            raise
-    return sys.modules[name]
+    """The tiny random Llama models of the correctness checks: :mod:`specdec.tinymodels` (the test
+    suite's ``tests/tiny_models.py`` re-exports it)."""
+    from specdec import tinymodels
+
+    return tinymodels
 
 
 #: The prompts of tests/test_decoding.py (the last one repeats an n-gram: prompt lookup drafts).
 PROMPTS = ([7], [3, 14, 15, 92, 65], [11, 22, 33, 44, 11, 22, 33, 55, 66, 11, 22, 33])
-
-
-def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def greedy_equality(
@@ -384,7 +366,7 @@ def greedy_equality(
             sp = speculative(target, drafter, list(prompt), gamma=gamma, max_new_tokens=max_new_tokens)
             row["drafters"][name] = {
                 "equal": sp.tokens == ar.tokens,
-                "first_difference": _first_difference(sp.tokens, ar.tokens),
+                "first_difference": first_divergence(sp.tokens, ar.tokens),
                 "new_tokens": len(sp.tokens),
                 "rounds": sp.stats.rounds,
                 "accepted_hist": sp.stats.accepted_hist,

@@ -18,10 +18,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from specdec.intervals import per_unit_medians, ratio_ci, verdict
-from specdec.theory import walltime_speedup_measured
+from specdec.theory import (  # Theorem 3.8 on a curve lives in theory; re-exported here
+    best_gamma_on_curve,
+    break_even_alpha,
+)
 
 __all__ = [
     "adaptive_vs_fixed",
@@ -61,47 +62,6 @@ def verify_intervals(record: Mapping[str, Any]) -> dict[str, dict[int, tuple[flo
         name: {int(c["k"]): (float(c["ratio_to_k1"]), *map(float, c["ratio_ci"])) for c in cells}
         for name, cells in record["verify"]["engines"].items()
     }
-
-
-def best_gamma_on_curve(alpha: float, c: float, curve: Mapping[int, float]) -> tuple[int, float]:
-    """The gamma >= 1 with the highest ``E[T] / (gamma c + v(gamma + 1))`` among those whose
-    verify cost ``v(gamma + 1) = curve[gamma + 1]`` was measured; returns (gamma, speedup).
-
-    Ties go to the smaller gamma. Raises ValueError when the curve has no k >= 2.
-    """
-    gammas = sorted(k - 1 for k in curve if k >= 2)
-    if not gammas:
-        raise ValueError("curve must hold T(k)/T(1) for at least one k >= 2")
-    speedups = [float(walltime_speedup_measured(alpha, g, c, curve[g + 1])) for g in gammas]
-    i = int(np.argmax(speedups))
-    return gammas[i], speedups[i]
-
-
-def break_even_alpha(c: float, curve: Mapping[int, float], tol: float = 1e-9) -> float:
-    """The smallest alpha at which some measured gamma gives a speedup above 1.
-
-    With a free verify (``v(k) = 1`` for every k) this is ``c``: the converse of Corollary
-    3.9. A verify premium raises it: at gamma = 1 the speedup ``(1 + alpha) / (c + v(2))``
-    exceeds 1 only when ``alpha > c + v(2) - 1``. Found by bisection on :func:`best_gamma_on_curve`
-    (whose best speedup rises with alpha); returns 1.0 when no alpha below 1 suffices.
-    """
-    if not c >= 0.0:
-        raise ValueError(f"c must be >= 0; got {c!r}")
-    if not 0.0 < tol < 0.5:
-        raise ValueError(f"tol must lie in (0, 0.5); got {tol!r}")
-
-    def wins(alpha: float) -> bool:
-        return best_gamma_on_curve(alpha, c, curve)[1] > 1.0
-
-    low, high = 0.0, 1.0 - 1e-12
-    if wins(low):
-        return 0.0
-    if not wins(high):
-        return 1.0
-    while high - low > tol:
-        mid = 0.5 * (low + high)
-        low, high = (low, mid) if wins(mid) else (mid, high)
-    return high
 
 
 def gpu_shapes(record: Mapping[str, Any]) -> list[str]:

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from specdec.tokens import common_prefix_len
+
 __all__ = [
     "CachedLM",
     "Session",
@@ -39,16 +41,6 @@ def vocab_size(model: torch.nn.Module) -> int:
     if head is not None and getattr(head, "weight", None) is not None:
         return int(head.weight.shape[0])
     return int(model.config.vocab_size)
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token-id sequences."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def open_lm(model: object) -> Session:

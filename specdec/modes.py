@@ -181,7 +181,7 @@ def draft_length(
     drafted token in target steps (about 0 for prompt lookup). Returns ``gamma``, the
     predicted ``speedup`` and the ``mode``. It replaces a fixed default measured elsewhere.
     """
-    from specdec.hardware import best_gamma_on_curve
+    from specdec.theory import best_gamma_on_curve
 
     mode = mode or probe.get("mode")
     if mode not in probe.get("modes", {}):

@@ -184,7 +184,7 @@ def iid_oracle_on_curve(alpha: float, c: float, curve: Mapping[int, float], max_
 def iid_fixed_best(alpha: float, c: float, curve: Mapping[int, float], max_gamma: int) -> tuple[int, float]:
     """The best fixed gamma in 1..``max_gamma`` under the i.i.d. model with the verify curve:
     :func:`specdec.hardware.best_gamma_on_curve` on the curve read at every k (:func:`verify_cost_at`)."""
-    from specdec.hardware import best_gamma_on_curve
+    from specdec.theory import best_gamma_on_curve
 
     g = check_int("max_gamma", max_gamma, low=1)
     return best_gamma_on_curve(alpha, c, {k: verify_cost_at(curve, k) for k in range(2, g + 2)})

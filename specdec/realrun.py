@@ -48,6 +48,7 @@ from specdec.theory import (
     walltime_speedup_measured,
     walltime_speedup_rounds,
 )
+from specdec.tokens import first_divergence  # re-exported: Part IV's readers use it here
 
 __all__ = [
     "RECORD_FORMAT",
@@ -75,19 +76,6 @@ RECORD_FORMAT = 2
 
 #: Columns a table row must have for the pair search.
 PAIR_COLUMNS = ("temperature", "task", "drafter", "alpha", "c", "measured")
-
-
-def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """The first position where two generations differ; ``None`` when they are identical.
-
-    A generation that is a strict prefix of the other diverges where it ends.
-    """
-    from specdec.lm import common_prefix_len  # here: specdec.lm imports transformers
-
-    a, b = [int(x) for x in a], [int(x) for x in b]
-    if a == b:
-        return None
-    return common_prefix_len(a, b)
 
 
 def _counts(s: Stats | Mapping[str, Any]) -> tuple[int, list[int], list[int], int]:

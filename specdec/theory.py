@@ -10,13 +10,17 @@ sums over the rounds of one run and returns a scalar). Names follow the paper:
 * ``c``     -- the cost coefficient: time of one draft step over one target step (Definition 3.7),
 * ``c_hat`` -- arithmetic operations per token of the draft over those of the target (Thm 3.11),
 * ``verify_cost`` -- T(gamma+1)/T(1), a target forward over gamma + 1 new tokens over one single-token
-  step; the theorem assumes 1, a measurement replaces it (:func:`walltime_speedup_measured`).
+  step; the theorem assumes 1, a measurement replaces it (:func:`walltime_speedup_measured`);
+  on a measured curve ``{k: T(k)/T(1)}``, :func:`best_gamma_on_curve` and
+  :func:`break_even_alpha` maximise it over the measured gammas.
 
 Invalid input raises :class:`ValueError` naming the argument and its valid range; nothing is
 clamped.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -26,6 +30,8 @@ from specdec.checks import check_int
 __all__ = [
     "acceptance_rate",
     "accepted_pmf",
+    "best_gamma_on_curve",
+    "break_even_alpha",
     "expected_tokens",
     "ops_factor",
     "optimal_gamma",
@@ -259,3 +265,45 @@ def acceptance_rate(p: ArrayLike, q: ArrayLike, lenience: float = 1.0) -> NDArra
     if not 0.0 < lenience <= 1.0:
         raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
     return _scalar_or_array(np.asarray(np.minimum(qq, pp / lenience).sum(axis=-1)))
+
+
+# --------------------------------------------------------------------------- Theorem 3.8 on a measured curve
+def best_gamma_on_curve(alpha: float, c: float, curve: Mapping[int, float]) -> tuple[int, float]:
+    """The gamma >= 1 with the highest ``E[T] / (gamma c + v(gamma + 1))`` among those whose
+    verify cost ``v(gamma + 1) = curve[gamma + 1]`` was measured; returns (gamma, speedup).
+
+    Ties go to the smaller gamma. Raises ValueError when the curve has no k >= 2.
+    """
+    gammas = sorted(k - 1 for k in curve if k >= 2)
+    if not gammas:
+        raise ValueError("curve must hold T(k)/T(1) for at least one k >= 2")
+    speedups = [float(walltime_speedup_measured(alpha, g, c, curve[g + 1])) for g in gammas]
+    i = int(np.argmax(speedups))
+    return gammas[i], speedups[i]
+
+
+def break_even_alpha(c: float, curve: Mapping[int, float], tol: float = 1e-9) -> float:
+    """The smallest alpha at which some measured gamma gives a speedup above 1.
+
+    With a free verify (``v(k) = 1`` for every k) this is ``c``: the converse of Corollary
+    3.9. A verify premium raises it: at gamma = 1 the speedup ``(1 + alpha) / (c + v(2))``
+    exceeds 1 only when ``alpha > c + v(2) - 1``. Found by bisection on :func:`best_gamma_on_curve`
+    (whose best speedup rises with alpha); returns 1.0 when no alpha below 1 suffices.
+    """
+    if not c >= 0.0:
+        raise ValueError(f"c must be >= 0; got {c!r}")
+    if not 0.0 < tol < 0.5:
+        raise ValueError(f"tol must lie in (0, 0.5); got {tol!r}")
+
+    def wins(alpha: float) -> bool:
+        return best_gamma_on_curve(alpha, c, curve)[1] > 1.0
+
+    low, high = 0.0, 1.0 - 1e-12
+    if wins(low):
+        return 0.0
+    if not wins(high):
+        return 1.0
+    while high - low > tol:
+        mid = 0.5 * (low + high)
+        low, high = (low, mid) if wins(mid) else (mid, high)
+    return high

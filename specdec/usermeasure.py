@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -223,12 +222,11 @@ def measure_drafter(
     ``progress(items, description)`` wraps the loops (e.g. a tqdm bar). Returns a JSON-ready dict
     (NaN where a quantity is undefined, e.g. alpha when nothing was drafted).
     """
-    from specdec.decoding import autoregressive, speculative
-    from specdec.hardware import best_gamma_on_curve
     from specdec.intervals import bootstrap_ci, geomean
+    from specdec.pairedrun import paired_block
     from specdec.realrun import pool_rounds, speedup_gap
     from specdec.stats import cost_coefficient
-    from specdec.theory import expected_tokens, optimal_gamma, walltime_speedup
+    from specdec.theory import best_gamma_on_curve, expected_tokens, optimal_gamma, walltime_speedup
 
     for name, value, low in (
         ("gamma", gamma, 1),
@@ -252,32 +250,27 @@ def measure_drafter(
     order = np.random.default_rng(seed)
     runs: list[dict[str, Any]] = []
     cells = [(rep, i) for rep in range(repeats) for i in range(len(prompts))]
+    spec = [{"drafter": "speculative", "object": drafter, "gamma": gamma, "lenience": 1.0}]
     for rep, i in progress(cells, "decoding"):
         pair: dict[str, Any] = {"repeat": rep, "prompt": i}
-        for kind in ("plain", "speculative") if order.random() < 0.5 else ("speculative", "plain"):
-            t0 = time.perf_counter()
-            if kind == "plain":
-                gen = autoregressive(
-                    engine,
-                    prompts[i],
-                    max_new_tokens=new_tokens,
-                    temperature=temperature,
-                    seed=seed + i,
-                    eos_token_id=eos_token_id,
-                )
-            else:
-                gen = speculative(
-                    engine,
-                    drafter,
-                    prompts[i],
-                    gamma=gamma,
-                    max_new_tokens=new_tokens,
-                    temperature=temperature,
-                    seed=seed + i,
-                    eos_token_id=eos_token_id,
-                )
-            decode_s = time.perf_counter() - t0 - gen.stats.prefill_s
-            pair[kind] = {"tokens": gen.tokens, "decode_s": decode_s, "stats": gen.stats}
+        for row in paired_block(
+            engine,
+            spec,
+            prompts[i],
+            temperature=temperature,
+            new_tokens=new_tokens,
+            seed=seed + i,
+            rep=rep,
+            rng=order,
+            plain_at="random",
+            eos_token_id=eos_token_id,
+            exact_length=False,
+        ):
+            pair[row["drafter"]] = {
+                "tokens": row["_tokens"],
+                "decode_s": row["decode_s"],
+                "stats": row["_stats"],
+            }
         runs.append(pair)
 
     # 2. alpha, both definitions

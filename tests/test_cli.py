@@ -563,23 +563,50 @@ def test_parse_draft_and_read_prompts(tmp_path):
         read_prompts(tmp_path / "none.txt")
 
 
-def test_engine_verify_curves_format_and_checks(one_thread):
+def test_engine_verify_curves_format_and_checks(one_thread, monkeypatch):
     pytest.importorskip("torch")
+    import numpy as np
     from tiny_models import tiny_llama
 
+    import specdec.lm
     from specdec.lean import LeanLlama
     from specdec.measure import engine_verify_curves
 
     model = tiny_llama(0)
     engines = {"hf": model, "lean": LeanLlama(model, "float32")}
+    calls = []  # (engine, cached length before the call, tokens fed) of every forward
+    real_open = specdec.lm.open_lm
+
+    def spying_open(m):
+        s = real_open(m)
+        name = next(n for n, e in engines.items() if e is m)
+        forward = s.forward
+
+        def spy(new_ids, keep=None):
+            calls.append((name, len(s), len(new_ids)))
+            return forward(new_ids, keep)
+
+        s.forward = spy
+        return s
+
+    monkeypatch.setattr(specdec.lm, "open_lm", spying_open)
     lines = []
     out = engine_verify_curves(engines, [5, 6, 7, 8], [1, 2, 4], 3, log=lines.append)
     assert (out["context"], out["ks"], out["repeats"]) == (4, [1, 2, 4], 3)
     for name in engines:
+        # the prompt once, then 1 + 3 passes of one call per k, each on the 4 cached prompt tokens
+        mine = [(n, k) for e, n, k in calls if e == name]
+        assert mine[0] == (0, 4) and sorted(mine[1:]) == sorted([(4, 1), (4, 2), (4, 4)] * 4)
+        passes = [sorted(k for _, k in mine[1 + 3 * i : 4 + 3 * i]) for i in range(4)]
+        assert passes == [[1, 2, 4]] * 4  # every k once per pass
         cells = out["engines"][name]
         assert [c["k"] for c in cells] == [1, 2, 4]
         assert all(len(c["samples_s"]) == 3 for c in cells)  # the warm-up pass is not kept
-        assert cells[0]["ratio_to_k1"] == pytest.approx(1.0)
+        one = np.asarray(cells[0]["samples_s"])
+        for c in cells:  # recomputed from the stored samples: median, and the paired geometric mean
+            t = np.asarray(c["samples_s"])
+            assert c["median_s"] == pytest.approx(float(np.median(t)), rel=1e-12)
+            assert c["ratio_to_k1"] == pytest.approx(float(np.exp(np.mean(np.log(t / one)))), rel=1e-9)
         lo, hi = cells[2]["ratio_ci"]
         assert lo <= cells[2]["ratio_to_k1"] <= hi
     assert len(lines) == 2

@@ -8,13 +8,46 @@ from specdec.enginebench import ALL_ENGINES, VARIANTS, resolve_engines
 from specdec.lean import int4_supported
 
 
-def test_variants_run_only_when_named():
+def machine(monkeypatch, *, llama: bool = True, c: bool = True, int4: bool = True) -> None:
+    """Pretend the machine runs (or lacks) llama.cpp, the C forward and torch's int4 kernels, so that
+    each test checks exact lists whatever this machine has."""
+    import specdec.lean
+    from specdec import llamacpp, native
+
+    monkeypatch.setattr(llamacpp, "available", lambda: llama)
+    monkeypatch.setattr(native, "available", lambda: c)
+    monkeypatch.setattr(native, "unavailable_reason", lambda: "no C compiler (test)")
+    monkeypatch.setattr(specdec.lean, "int4_supported", lambda: int4)
+
+
+def test_variants_run_only_when_named(monkeypatch):
+    machine(monkeypatch)
+    said = []
+    assert resolve_engines(None, log=said.append) == ALL_ENGINES and not said  # every engine, no variant
+    named = resolve_engines("lean-int4,lean-int4-bf16head,lean-int4-blockattn")
+    assert named == ("lean-int4", "lean-int4-bf16head", "lean-int4-blockattn")
+    assert resolve_engines(["llama.cpp", "hf-float32"]) == ("llama.cpp", "hf-float32")  # the order asked
+
+
+def test_the_default_list_on_a_machine_without_the_optional_engines(monkeypatch):
+    machine(monkeypatch, llama=False, c=False, int4=False)
+    said = []
+    assert resolve_engines(None, log=said.append) == (
+        "hf-float32",
+        "hf-bfloat16",
+        "lean-float32",
+        "lean-bfloat16",
+    )
+    assert len(said) == 3 and all("left out" in line for line in said)
+
+
+def test_this_machines_default_list_is_what_it_runs():
+    from specdec import llamacpp, native
+
+    runs = {"llama.cpp": llamacpp.available(), "lean-q4_1": native.available(), "lean-int4": int4_supported()}
     default = resolve_engines(None, log=lambda line: None)
+    assert default == tuple(e for e in ALL_ENGINES if runs.get(e, True))
     assert not set(default) & set(VARIANTS)
-    assert set(default) <= set(ALL_ENGINES)
-    if int4_supported():
-        named = resolve_engines("lean-int4,lean-int4-bf16head,lean-int4-blockattn")
-        assert named == ("lean-int4", "lean-int4-bf16head", "lean-int4-blockattn")
 
 
 def test_unknown_engines_are_refused_with_the_valid_names():

@@ -82,7 +82,9 @@ def test_quick_run_covers_the_grid_on_a_fixed_context(quick_record):
     want |= {(b, k) for b in settings["batches"] for k in settings["ks"]}
     cells = {(c["b"], c["k"]): c for c in surface["cells"]}
     assert set(cells) == want and len(cells) == len(surface["cells"]) and not surface["skipped"]
-    for c in cells.values():
+    for (
+        c
+    ) in cells.values():  # the call-by-call check is test_cost_surface_times_k_tokens_per_row_on_the_context
         assert c["cache_len_after"] == surface["context"] == settings["context"]
         assert c["n"] == len(c["times_s"]) == settings["repeats"]
         assert 0 < c["q1_s"] <= c["median_s"] <= c["q3_s"]
@@ -120,6 +122,35 @@ def test_a_spent_budget_skips_the_remaining_batches(tiny):
     )
     assert {(c["b"], c["k"]) for c in out["cells"]} == {(1, 1), (1, 2)}
     assert out["skipped"] == [{"b": 2, "k": 1}, {"b": 2, "k": 2}, {"b": 4, "k": 1}, {"b": 4, "k": 2}]
+
+
+def test_cost_surface_times_k_tokens_per_row_on_the_context(tiny):
+    """What each forward saw, from the model's side (a pre-hook): the prefill of b rows of the
+    context, then warmup + repeats calls per k, each feeding b rows of k tokens at positions
+    context .. context + k - 1 on a cache of exactly ``context`` tokens; and the cells' times are
+    the kept calls' (not checked by the code itself: a loop that fed the wrong k, skipped the
+    crop, or kept a warm-up call would pass the record's own bookkeeping)."""
+    seen = []
+
+    def hook(module, args, kwargs):
+        cache = kwargs.get("past_key_values", kwargs.get("cache"))
+        ids, pos = kwargs["input_ids"], kwargs["position_ids"]
+        seen.append((tuple(ids.shape), int(cache.get_seq_length()), pos[0].tolist()))
+
+    handle = tiny.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        out = gr.cost_surface(
+            tiny, batches=(1, 3), ks=(1, 2), b1_extra_ks=(4,), context=8, repeats=2, warmup=1
+        )
+    finally:
+        handle.remove()
+    want = []
+    for b, ks in ((1, (1, 2, 4)), (3, (1, 2))):
+        want.append(((b, 8), 0, list(range(8))))
+        want += sorted([((b, k), 8, list(range(8, 8 + k))) for k in ks] * 3)
+    got = [seen[0], *sorted(seen[1:10]), seen[10], *sorted(seen[11:])]
+    assert got == want
+    assert all(c["n"] == 2 for c in out["cells"])  # the warm-up pass is not kept
 
 
 def test_cost_surface_refuses_a_cache_that_is_not_cropped(tiny, monkeypatch):

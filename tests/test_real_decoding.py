@@ -1,6 +1,7 @@
-"""benchmarks/real_decoding.py's summaries on synthetic runs: every derived number recomputed by
-hand (medians over repetitions, the speedup's geometric mean, c, alpha over drafted and all
-positions, Theorem 3.8), the drafter-name parser, resumption's settings check, the estimate."""
+"""Part IV's summaries (:mod:`specdec.realtables`, which benchmarks/real_decoding.py calls) on
+synthetic runs: every derived number recomputed by hand (medians over repetitions, the speedup's
+geometric mean, c, alpha over drafted and all positions, Theorem 3.8), the estimate; and the
+script's own parts: the drafter-name parser and resumption's settings check."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from specdec import realtables
 from specdec.intervals import ratio_ci
 from specdec.theory import walltime_speedup
 
@@ -96,7 +98,7 @@ def synthetic_runs():
 def test_table_row_by_hand(rd):
     rows, tf = synthetic_runs()
     curve = {1: 1.0, 2: 1.2, 3: 1.5}
-    row = rd.table_row(rows, tf, "d", GAMMA, curve)
+    row = realtables.table_row(rows, tf, "d", GAMMA, curve)
 
     def med(name, p, key):
         return statistics.median(r[key] for r in rows if r["drafter"] == name and r["prompt"] == p)
@@ -175,7 +177,7 @@ def test_estimate_scales_this_runs_costs(rd):
     rows, _ = synthetic_runs()
     state = {"runs": rows, "sweep_drafters": [], "elapsed_s": 100.0, "setup_s": 30.0, "done": ["a", "b"]}
     full = {"prompts": 8, "new_tokens": 20, "repeats": 3, "timed": ["d"], "sweep": [1, 2], "lenience": [1.0]}
-    est = rd.estimate_full_minutes(state, full)
+    est = realtables.estimate_full_minutes(state, full)
     plain = 0.1 + 20 * statistics.median(r["decode_s"] / 10 for r in rows if r["drafter"] == "plain")
     spec = 0.1 + 20 * statistics.median(r["decode_s"] / 10 for r in rows if r["drafter"] == "d")
     assert est["main_min"] == pytest.approx(8 * 3 * 2 * 3 * (plain + spec) / 60)

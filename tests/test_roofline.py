@@ -276,11 +276,31 @@ def test_measure_bandwidth_shape_and_threads(torch_threads):
         assert _positive(bw[key]), key
     assert bw["bandwidth_gbps"] == bw["read_gbps"]
     assert bw["read"]["bytes_moved"] == bw["bytes"] and bw["copy"]["bytes_moved"] == 2 * bw["bytes"]
-    assert bw["read_gbps"] == pytest.approx(bw["bytes"] / bw["read"]["median_s"] / 1e9)
-    assert bw["copy_gbps"] == pytest.approx(2 * bw["bytes"] / bw["copy"]["median_s"] / 1e9)
     assert bw["read"]["timed_calls"] == 2 and "method" in bw
     if bw["llc_bytes"]:
         assert bw["exceeds_llc"] is False  # 2 MiB is no DRAM measurement, and it says so
+
+
+def test_bandwidth_and_gflops_on_a_scripted_clock(torch_threads, monkeypatch):
+    """The rates against hand-computed values: each timed call's duration is scripted (the warm-up
+    call 9 s, then the repeats), so a rate from the wrong median, a kept warm-up call or a wrong
+    byte or FLOP count gives another number."""
+    script = iter([9.0, 0.001, 0.003, 0.002, 9.0, 0.008, 0.001, 0.016] + [9.0, 0.002, 0.002, 0.004] * 8)
+
+    def fake_time_once(fn, synchronize=None):
+        fn()
+        return next(script)
+
+    monkeypatch.setattr(roofline, "time_once", fake_time_once)
+    bw = roofline.measure_bandwidth(threads=1, size_mib=2, repeats=3)
+    assert bw["read"]["median_s"] == 0.002 and bw["copy"]["median_s"] == 0.008
+    assert bw["read_gbps"] == pytest.approx(1.048576, rel=1e-12)  # 2 MiB read in 2 ms
+    assert bw["copy_gbps"] == pytest.approx(0.524288, rel=1e-12)  # 2 x 2 MiB moved in 8 ms
+    mm = roofline.measure_matmul(
+        "float32", threads=1, sizes=(16,), repeats=3, gemv_mib=1, gemv_rows=(1,), budget_s=100.0
+    )
+    assert mm["square"][0]["timed_calls"] == 3
+    assert mm["square"][0]["gflops"] == pytest.approx(0.004096, rel=1e-12)  # 2 * 16**3 FLOPs in 2 ms
 
 
 def test_measure_matmul_shape_and_threads(torch_threads):

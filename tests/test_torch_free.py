@@ -1,8 +1,10 @@
 """The theory half of the package needs numpy and scipy only: importing it does not import torch,
 and it works where torch is not installed (simulated in a fresh interpreter by blocking it).
 
-The modules are the package docstring's "Theory and data (numpy only)" list, plus the package
-root, whose engine names load lazily.
+The modules are not a hand-kept list: they are those that ``tests/test_layers.py``'s import
+walk finds torch-free at import (no module-level torch or transformers import, directly or
+through a specdec module) -- every theory module among them, and the package root, whose
+engine names load lazily.
 """
 
 from __future__ import annotations
@@ -11,22 +13,9 @@ import os
 import subprocess
 import sys
 
-TORCH_FREE = [
-    "specdec",
-    "specdec.theory",
-    "specdec.iid",
-    "specdec.sampling",
-    "specdec.audit",
-    "specdec.published",
-    "specdec.reproduce",
-    "specdec.article",
-    "specdec.book",
-    "specdec.intervals",
-    "specdec.policies",
-    "specdec.hardware",
-    "specdec.cli",
-    "specdec.roofline",
-]
+from test_layers import light_modules
+
+TORCH_FREE = light_modules()
 
 
 def run(root, tmp_path, code: str, *args: str) -> subprocess.CompletedProcess:

@@ -1,0 +1,127 @@
+"""specdec.pairedrun: the one paired plain-vs-speculative driver (order, rows, slimming), on a fake timer
+and, once, on a tiny model (greedy speculative decoding equals plain decoding)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec.pairedrun import finish_cell, paired_block, timing_row
+from specdec.tokens import common_prefix_len, first_divergence
+
+
+class FakeStats:
+    prefill_s, draft_s, target_s, verify_s, rounds, target_calls, new_tokens = 0.5, 0.1, 1.0, 0.2, 3, 4, 5
+
+    def summary(self):
+        return {"rounds": 3, "draft_s": 0.1}
+
+
+def fake_timer(calls):
+    def timer(target, drafter, ids, **kw):
+        calls.append(drafter)
+        return [1, 2, 3] if drafter is None else [1, 2, 4], FakeStats(), 2.0
+
+    return timer
+
+
+def configs(*names):
+    return [{"drafter": n, "object": n, "gamma": 2, "lenience": 1.0} for n in names]
+
+
+def test_paired_block_alternates_plain_and_shuffles_the_configs():
+    calls: list = []
+    rng = np.random.default_rng(0)
+    orders = []
+    for rep in range(6):
+        calls.clear()
+        rows = paired_block(
+            None,
+            configs("a", "b", "c"),
+            [0],
+            temperature=0.0,
+            new_tokens=3,
+            seed=0,
+            rep=rep,
+            rng=rng,
+            timer=fake_timer(calls),
+        )
+        assert sorted(map(str, calls)) == ["None", "a", "b", "c"]  # each once
+        assert (calls[0] is None) == (rep % 2 == 0) and (calls[-1] is None) == (rep % 2 == 1)
+        assert [r["drafter"] for r in rows] == ["plain" if c is None else c for c in calls]
+        assert all(r["rep"] == rep and r["decode_s"] == 1.5 for r in rows)  # total - prefill
+        orders.append(tuple(c for c in calls if c is not None))
+    assert len(set(orders)) > 1
+
+
+def test_paired_block_random_puts_plain_first_about_half_the_time():
+    calls: list = []
+    rng = np.random.default_rng(1)
+    firsts = []
+    for rep in range(200):
+        calls.clear()
+        paired_block(
+            None,
+            configs("s"),
+            [0],
+            temperature=0.0,
+            new_tokens=3,
+            seed=0,
+            rep=rep,
+            rng=rng,
+            plain_at="random",
+            timer=fake_timer(calls),
+        )
+        firsts.append(calls[0] is None)
+    assert 70 < sum(firsts) < 130
+    with pytest.raises(ValueError, match="plain_at"):
+        paired_block(None, [], [0], temperature=0, new_tokens=1, seed=0, rep=0, rng=rng, plain_at="x")
+
+
+def test_finish_cell_and_timing_row():
+    rows = paired_block(
+        None,
+        configs("a"),
+        [0],
+        temperature=0.0,
+        new_tokens=3,
+        seed=0,
+        rep=0,
+        rng=np.random.default_rng(0),
+        timer=fake_timer([]),
+    )
+    slim = finish_cell(rows, {"task": "t"}, keep_tokens=lambda r: r["drafter"] == "a")
+    by = {r["drafter"]: r for r in slim}
+    assert by["a"]["first_divergence_from_plain"] == 2 and by["plain"]["first_divergence_from_plain"] is None
+    assert by["a"]["tokens"] == [1, 2, 4] and "tokens" not in by["plain"]
+    assert all(r["task"] == "t" and r["same_as_rep0"] and not any(k.startswith("_") for k in r) for r in slim)
+    assert timing_row(FakeStats(), 2.0)["decode_s"] == 1.5
+
+
+def test_token_comparisons():
+    assert common_prefix_len([1, 2, 3], [1, 2, 4]) == 2 and common_prefix_len([], [1]) == 0
+    assert first_divergence([1, 2], [1, 2]) is None and first_divergence([1, 2], [1, 2, 3]) == 2
+    assert first_divergence(np.array([5, 6]), (5, 7)) == 1
+
+
+def test_paired_block_on_a_tiny_model_greedy_is_exact():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import tiny_models
+
+    from specdec.drafters import PromptLookupDrafter
+
+    model = tiny_models.tiny_llama(0)
+    rows = paired_block(
+        model,
+        [{"drafter": "pld", "object": PromptLookupDrafter(), "gamma": 3, "lenience": 1.0}],
+        [5, 6, 7, 5, 6],
+        temperature=0.0,
+        new_tokens=8,
+        seed=0,
+        rep=0,
+        rng=np.random.default_rng(0),
+    )
+    by = {r["drafter"]: r for r in rows}
+    assert by["pld"]["_tokens"] == by["plain"]["_tokens"] and len(by["plain"]["_tokens"]) == 8
+    assert by["pld"]["rounds"] >= 1 and by["plain"]["decode_s"] > 0
