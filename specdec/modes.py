@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec.checks import check_int
+from specdec.checks import check_float, check_int
 from specdec.lean import MODES, LeanLlama, int4_supported
 from specdec.measure import cpu_name, time_forwards, write_record
 
@@ -190,8 +190,7 @@ def draft_length(
         )
     if not 0.0 <= alpha < 1.0:
         raise ValueError(f"alpha must lie in [0, 1); got {alpha!r}")
-    if not c >= 0.0:
-        raise ValueError(f"c must be >= 0; got {c!r}")
+    c = check_float("c", c, low=0.0)
     curve = {int(n): float(v) for n, v in probe["modes"][mode]["curve"].items()}
     gamma, speedup = best_gamma_on_curve(alpha, c, curve)
     return {"gamma": gamma, "speedup": speedup, "mode": mode}

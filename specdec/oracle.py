@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.checks import check_int
+from specdec.checks import check_float, check_int
 
 __all__ = [
     "draft_runs",
@@ -126,8 +126,7 @@ def replay(
     policy = rule if isinstance(rule, DraftPolicy) else None
     if policy is None and rule != "oracle":
         rule = check_int("rule (a fixed gamma, 'oracle' or a DraftPolicy)", rule, low=1)
-    if not c >= 0.0:
-        raise ValueError(f"c must be >= 0; got {c!r}")
+    c = check_float("c", c, low=0.0)
     if policy is not None:
         policy.reset()
     n = len(runs)
@@ -172,8 +171,7 @@ def iid_oracle_on_curve(alpha: float, c: float, curve: Mapping[int, float], max_
     g = check_int("max_gamma", max_gamma, low=1)
     if not 0.0 <= alpha < 1.0:
         raise ValueError(f"alpha must lie in [0, 1); got {alpha!r}")
-    if not c >= 0.0:
-        raise ValueError(f"c must be >= 0; got {c!r}")
+    c = check_float("c", c, low=0.0)
     r = np.arange(g + 1)
     prob = alpha**r * (1 - alpha)
     prob[-1] = alpha**g
@@ -225,8 +223,7 @@ def replay_record(
     ``rows`` are the record's rows (one per prompt, with ``drafters[drafter]["runs"]`` and
     ``["lengths"]``); returns, per rule, the speedup of each prompt in row order.
     """
-    if not c >= 0.0:
-        raise ValueError(f"c must be >= 0; got {c!r}")
+    c = check_float("c", c, low=0.0)
     return {rule: _speed(_parts(rows, drafter, rule, curve), c) for rule in rules}
 
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from specdec.checks import check_int
+from specdec.checks import check_float, check_int
 
 __all__ = [
     "acceptance_rate",
@@ -290,8 +290,7 @@ def break_even_alpha(c: float, curve: Mapping[int, float], tol: float = 1e-9) ->
     exceeds 1 only when ``alpha > c + v(2) - 1``. Found by bisection on :func:`best_gamma_on_curve`
     (whose best speedup rises with alpha); returns 1.0 when no alpha below 1 suffices.
     """
-    if not c >= 0.0:
-        raise ValueError(f"c must be >= 0; got {c!r}")
+    c = check_float("c", c, low=0.0)
     if not 0.0 < tol < 0.5:
         raise ValueError(f"tol must lie in (0, 0.5); got {tol!r}")
 
