@@ -387,7 +387,8 @@ def batched_speculative(
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
     tokens = [list(p) for p in rows_prompts]
-    stats = [Stats(gamma=int(gamma)) for _ in range(b)]
+    cap = min(int(gamma), max(max_new_tokens - 1, 1))  # a round drafts budget - 1 tokens at most
+    stats = [Stats(gamma=int(gamma), max_drafts=cap) for _ in range(b)]
     out = BatchGeneration(tokens=[], stats=stats, emitted=[[] for _ in range(b)])
     with _timer(out, "prefill_s", lm.device):
         if any(len(p) > 1 for p in rows_prompts):

@@ -141,6 +141,11 @@ def plan(
     the verify-priced speedup (:func:`~specdec.hardware.best_gamma_on_curve`), on the given
     curve or with ``verify_cost`` for every gamma, and 0 (plain decoding, speedup 1) when no
     gamma beats 1. Without ``gamma`` the report is for the optimal gamma.
+
+    The search costs the same for any ``max_gamma`` (:func:`_best_gamma`): with c = 0 and
+    alpha > 0 the speedup rises with gamma, so the optimum is ``max_gamma`` exactly (not a
+    floating-point tie below it); with c > 0 no gamma with gamma c + V > 1 / (1 - alpha) beats
+    plain decoding, which bounds the gammas searched.
     """
     from specdec.hardware import best_gamma_on_curve
     from specdec.theory import (
@@ -159,8 +164,9 @@ def plan(
                 f"--verify-curve holds no k = gamma + 1 <= --max-gamma + 1 = {max_gamma + 1}; "
                 f"its k are {sorted(verify_curve)}"
             )
-    elif verify_cost is not None:
-        curve = {g + 1: verify_cost for g in range(1, max_gamma + 1)}
+    elif verify_cost is not None:  # beyond gamma c + V > 1/(1-alpha) the speedup is below 1
+        reach = max_gamma if c == 0 else min(max_gamma, max(1, int((1 / (1 - alpha) - verify_cost) / c) + 1))
+        curve = {g + 1: verify_cost for g in range(1, min(reach, _SCAN) + 1)}
     else:
         curve = {}
 
@@ -179,7 +185,18 @@ def plan(
             )
         return verify_curve[g + 1]
 
-    if priced:
+    if verify_cost is not None and (reach > _SCAN or (c == 0 and alpha > 0)):
+        if c == 0 and alpha > 0:  # E[T] / V rises with gamma: the limit, exactly
+            best_g = reach
+        else:
+            best_g = _best_gamma(
+                lambda g: float(walltime_speedup_measured(alpha, g, c, verify_cost)), 1, reach
+            )
+        best_s = float(walltime_speedup_measured(alpha, best_g, c, verify_cost))
+        if best_s <= 1.0:
+            best_g, best_s = 0, float(walltime_speedup(alpha, 0, c))
+        rule = f"verify-priced speedup, assuming V = {verify_cost:g} for every gamma"
+    elif priced:
         best_g, best_s = best_gamma_on_curve(alpha, c, curve)
         if best_s <= 1.0:  # no gamma >= 1 gains: plain decoding (gamma = 0) is the optimum
             best_g, best_s = 0, float(walltime_speedup(alpha, 0, c))
@@ -188,8 +205,14 @@ def plan(
             if verify_curve is not None
             else f"verify-priced speedup, assuming V = {verify_cost:g} for every gamma"
         )
-    else:
-        best_g = int(optimal_gamma(alpha, c, max_gamma))
+    else:  # beyond gamma c + 1 > 1/(1-alpha) the speedup is below gamma = 0's
+        reach = max_gamma if c == 0 else min(max_gamma, int(alpha / ((1 - alpha) * c)))
+        if c == 0 and alpha > 0:  # E[T] rises with gamma: the limit, exactly (not a floating tie)
+            best_g = reach
+        elif reach <= _SCAN:
+            best_g = int(optimal_gamma(alpha, c, reach))
+        else:
+            best_g = _best_gamma(lambda g: float(walltime_speedup(alpha, g, c)), 0, reach)
         best_s = float(walltime_speedup(alpha, best_g, c))
         rule = "Theorem 3.8"
     g = best_g if gamma is None else gamma
@@ -215,6 +238,26 @@ def plan(
     }
 
 
+#: Up to this many gammas the optimum is found by scanning them all; beyond, by bisection.
+_SCAN = 4096
+
+
+def _best_gamma(speedup: Any, low: int, high: int) -> int:
+    """The gamma in low..high with the highest ``speedup(gamma)``, in O(log(high - low)) calls.
+
+    E[T] is concave in gamma and the round's price gamma c + V is affine, so the speedup is
+    quasi-concave: it rises (strictly, for alpha > 0) and then falls. The optimum is the first
+    gamma whose successor is no faster (high if none): found by bisection on that condition.
+    """
+    while low < high:
+        mid = (low + high) // 2
+        if speedup(mid + 1) > speedup(mid):
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
 def _print_plan(r: dict[str, Any]) -> None:
     a, c, g = r["alpha"], r["c"], r["gamma"]
     print(f"alpha = {a:g} (acceptance rate, Corollary 3.6), c = {c:g} (draft step / target step, Def. 3.7)")
@@ -232,6 +275,8 @@ def _print_plan(r: dict[str, Any]) -> None:
     line = f"optimal gamma = {best}: {r['optimal_speedup']:.4f}x ({rule})"
     if best == 0:
         line += " -- no gamma gains: decode without speculation"
+    elif r["optimal_at_max_gamma"] and c == 0:
+        line += " -- the limit: with c = 0 every extra draft gains, up to the ceiling below"
     elif r["optimal_at_max_gamma"]:
         line += " -- at the limit: raise --max-gamma"
     print(line)
@@ -468,6 +513,17 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     else:
         for name in ("gamma", "new_tokens", "repeats", "verify_repeats", "threads"):
             _at_least("--" + name.replace("_", "-"), getattr(args, name), 1, _COUNTS[name])
+        if args.new_tokens < 2:  # one draft and the target's own token: the smallest round
+            raise UsageError(
+                f"--new-tokens must be >= 2 to measure speculation (a round drafts at most "
+                f"new tokens - 1); got {args.new_tokens}"
+            )
+        if args.gamma > args.new_tokens - 1:
+            raise UsageError(
+                f"--gamma must lie in 1 .. --new-tokens - 1 = {args.new_tokens - 1} (a round drafts at "
+                f"most the tokens still to generate, less the target's own); got {args.gamma}: "
+                "lower --gamma or raise --new-tokens"
+            )
         if not (math.isfinite(args.temperature) and args.temperature >= 0):
             raise UsageError(
                 f"--temperature must be a finite number >= 0 (0: greedy); got {args.temperature!r}"

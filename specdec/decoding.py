@@ -91,7 +91,9 @@ def speculative(
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
     argmax_lenient = temperature == 0 and lenience < 1.0
-    stats, tokens = Stats(gamma=policy.max_gamma), list(prompt)
+    # a round drafts at most max_new_tokens - 1 tokens: the histograms need no more positions
+    stats = Stats(gamma=policy.max_gamma, max_drafts=min(policy.max_gamma, max(max_new_tokens - 1, 1)))
+    tokens = list(prompt)
     with stats.timer("prefill_s", lm.device):
         _prefill(lm, prompt)
         drafter.start(prompt)

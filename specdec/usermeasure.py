@@ -231,11 +231,12 @@ def measure_drafter(
 
     for name, value, low in (
         ("gamma", gamma, 1),
-        ("new_tokens", new_tokens, 1),
+        ("new_tokens", new_tokens, 2),
         ("repeats", repeats, 1),
         ("verify_repeats", verify_repeats, 1),
     ):
         _check_count(name, value, low)
+    _check_gamma_fits(gamma, new_tokens)
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
     prompts = [[int(t) for t in p] for p in prompts]
@@ -488,6 +489,17 @@ def _load_draft_folder(folder: Path, loaded: Any, log: Callable[[str], None]) ->
     return dl
 
 
+def _check_gamma_fits(gamma: int, new_tokens: int) -> None:
+    """A round emits its drafts plus one token of its own, so it drafts new_tokens - 1 at most:
+    a larger gamma would measure nothing more (and its verify curve would grow with gamma)."""
+    if gamma > new_tokens - 1:
+        raise ValueError(
+            f"gamma must lie in 1 .. new_tokens - 1 = {new_tokens - 1} (a round drafts at most the "
+            f"tokens still to generate, less the target's own); got gamma = {gamma}, new_tokens = "
+            f"{new_tokens}: lower gamma or raise new_tokens"
+        )
+
+
 def measure_setup(
     target: str = "default",
     draft: str = "lookup",
@@ -520,12 +532,13 @@ def measure_setup(
     progress = progress or _no_progress
     for name, value, low in (
         ("gamma", gamma, 1),
-        ("new_tokens", new_tokens, 1),
+        ("new_tokens", new_tokens, 2),
         ("repeats", repeats, 1),
         ("verify_repeats", verify_repeats, 1),
         ("threads", threads, 1),
     ):
         _check_count(name, value, low)
+    _check_gamma_fits(gamma, new_tokens)
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
     if dtype not in ENGINES:
