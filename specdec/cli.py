@@ -244,6 +244,8 @@ def plan(
     }
 
 
+#: The largest --gamma / --max-gamma ``plan`` takes (any larger one is refused in one line).
+MAX_GAMMA = 10**15
 #: Up to this many gammas the optimum is found by scanning them all; beyond, by bisection.
 _SCAN = 4096
 
@@ -304,6 +306,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     c = _c(args.c)
     _at_least("--gamma", args.gamma, 1, "drafted tokens per round")
     _at_least("--max-gamma", args.max_gamma, 1, "the largest gamma the optimum may take")
+    for name, value in (("--gamma", args.gamma), ("--max-gamma", args.max_gamma)):
+        if value is not None and value > MAX_GAMMA:
+            raise UsageError(
+                f"{name} must lie in 1 .. {MAX_GAMMA} (10**15: beyond it gamma + 1 loses digits in "
+                f"the formulas); got {value}"
+            )
     verify_cost = None if args.verify_cost is None else _verify_cost(args.verify_cost)
     verify_curve = None if args.verify_curve is None else _verify_curve(args.verify_curve)
     r = plan(
@@ -812,8 +820,8 @@ def _parser() -> _Parser:
         type=int,
         default=64,
         metavar="N",
-        help="the largest gamma the optimum may take, >= 1 (default 64; with c = 0 the speedup "
-        "grows with gamma, so the optimum sits at this limit)",
+        help="the largest gamma the optimum may take, 1 .. 10**15 (default 64; with c = 0 the speedup "
+        "grows with gamma, so the optimum sits at this limit; the search costs the same for any N)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
     p.set_defaults(run=_cmd_plan)

@@ -409,3 +409,18 @@ def test_the_stored_quick_record_command_is_accepted(rd):
     assert args.mode == "hf-bfloat16" and args.quick
     with pytest.raises(SystemExit):
         rd.parse_args(["--no-trained", "--dtype", "bfloat16", "--mode", "int4"])
+
+
+def test_plan_refuses_a_gamma_beyond_its_documented_maximum(capsys):
+    """2**63 - 1 overflowed int64 to a speedup of -inf; now one line naming the range."""
+    from specdec import cli
+
+    for option in ("--gamma", "--max-gamma"):
+        assert cli.main(["plan", "--alpha", "0.5", "--c", "0", option, str(2**63 - 1)]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"specdec plan: error: {option} must lie in 1 .. {cli.MAX_GAMMA} (10**15: beyond it gamma + 1 "
+            f"loses digits in the formulas); got {2**63 - 1}\n"
+        )
+    assert cli.main(["plan", "--alpha", "0.5", "--c", "0", "--max-gamma", str(cli.MAX_GAMMA), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["optimal_gamma"] == cli.MAX_GAMMA
