@@ -37,7 +37,7 @@ def test_the_readme_examples_run_as_written(capsys, one_thread):
     printed = capsys.readouterr().out.splitlines()
     out, ids, t = space["out"], space["ids"], space["t"]
     eos = t.tokenizer.eos_token_id
-    asked = re.search(r'chat_prompt_ids\(t\.tokenizer, "(.*)"\)', first).group(1)
+    asked = space["request"]
     reply = t.tokenizer.decode(out.tokens, skip_special_tokens=True).strip()
     assert reply != asked and out.tokens[: len(ids)] != ids  # a reply, not the prompt echoed
     assert out.tokens[-1] == eos and out.tokens.count(eos) == 1  # it stops at <|im_end|>
