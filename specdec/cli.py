@@ -171,7 +171,7 @@ def plan(
                 f"its k are {sorted(verify_curve)}"
             )
     elif verify_cost is not None:  # beyond gamma c + V > 1/(1-alpha) the speedup is below 1
-        reach = max_gamma if c == 0 else min(max_gamma, max(1, int((1 / (1 - alpha) - verify_cost) / c) + 1))
+        reach = max_gamma if c == 0 else max(1, int(min(max_gamma, (1 / (1 - alpha) - verify_cost) / c + 1)))
         curve = {g + 1: verify_cost for g in range(1, min(reach, _SCAN) + 1)}
     else:
         curve = {}
@@ -212,7 +212,7 @@ def plan(
             else f"verify-priced speedup, assuming V = {verify_cost:g} for every gamma"
         )
     else:  # beyond gamma c + 1 > 1/(1-alpha) the speedup is below gamma = 0's
-        reach = max_gamma if c == 0 else min(max_gamma, int(alpha / ((1 - alpha) * c)))
+        reach = max_gamma if c == 0 else int(min(max_gamma, alpha / (1 - alpha) / c))
         if c == 0 and alpha > 0:  # E[T] rises with gamma: the limit, exactly (not a floating tie)
             best_g = reach
         elif reach <= _SCAN:

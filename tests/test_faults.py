@@ -115,6 +115,9 @@ def test_plan_search_costs_the_same_for_any_max_gamma(monkeypatch):
         assert sum(calls) < 200, f"{sum(calls)} speedups evaluated for max_gamma = {max_gamma}"
         assert r["optimal_gamma"] == 6912  # by bisection; a scan of every gamma agrees:
     assert int(specdec.theory.optimal_gamma(0.999, 1e-6, 20000)) == 6912
+    for verify in (None, 1.3):  # a subnormal c: the bound is inf, not a ZeroDivisionError
+        r = plan(0.9, 5e-324, verify_cost=verify, max_gamma=10**9)
+        assert 1 <= r["optimal_gamma"] < 10**9 and r["optimal_speedup"] > 1
 
 
 @pytest.mark.parametrize(("alpha", "verify"), [(0.5, None), (0.8, None), (0.5, 1.3)])
