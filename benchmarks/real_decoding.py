@@ -16,7 +16,9 @@ How it measures (issue 11):
   this machine can run, :func:`specdec.modes.available_modes`, the one with the lowest
   single-step time T(1); the probe is recorded), or the mode ``--mode`` names (a lean mode, or
   ``hf-float32``/``hf-bfloat16``: transformers, e.g. on a GPU). Early exits are views of the
-  target; the distilled drafts run through transformers in float32.
+  target; a distilled draft runs in the lean engine when the target does
+  (:func:`specdec.modes.lean_draft`: the faster of :data:`specdec.modes.DRAFT_MODES`), else
+  through transformers beside it.
 * **Equal lengths.** Every generation, plain or speculative, has exactly ``--new-tokens`` new
   tokens: decoding does not stop at EOS (the target writes on past its end-of-turn token), so
   the tokens/s of plain and speculative decoding compare the same amount of work.

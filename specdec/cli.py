@@ -993,7 +993,7 @@ def _parser() -> _Parser:
         "--engines",
         default=None,
         metavar="LIST",
-        help="comma list from hf-float32, hf-bfloat16, lean-float32, lean-bfloat16, lean-int4, lean-q4_1, "
+        help=f"comma list from hf-float32, hf-bfloat16, {', '.join('lean-' + m for m in lean)}, "
         "llama.cpp "
         "(quick: hf-float32 and the lean modes; --full: every available engine), or a lean-int4 "
         "variant run only when named (specdec.enginebench.VARIANTS)",
