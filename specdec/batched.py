@@ -76,13 +76,14 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
-from specdec.decoding import _cut_at_eos, _finish, _is_int, _start
+from specdec.decoding import _check_draft_context, _cut_at_eos, _finish, _is_int, _start
 from specdec.drafters import BigramDrafter, PromptLookupDrafter, Proposal, UnigramDrafter, WarpFn
 from specdec.lm import _cache_argument, common_prefix_len, vocab_size
 from specdec.sampling import sample, verify, warp
@@ -381,6 +382,9 @@ def batched_speculative(
     rows_prompts = _start_batch(target, prompts, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     if not _is_int(gamma) or gamma < 1:
         raise ValueError(f"gamma must be an integer >= 1; got {gamma!r}")
+    if isinstance(drafter, torch.nn.Module):  # a draft model: its context must hold the longest row
+        context = getattr(getattr(drafter, "config", None), "max_position_embeddings", None)
+        _check_draft_context(SimpleNamespace(context=context), max(map(len, rows_prompts)), max_new_tokens)
     batch_drafter = _batch_drafter(drafter, target)
     b = len(rows_prompts)
     lm = BatchedLM(target, b)

@@ -427,3 +427,16 @@ def test_plan_refuses_a_gamma_beyond_its_documented_maximum(capsys):
         )
     assert cli.main(["plan", "--alpha", "0.5", "--c", "0", "--max-gamma", str(cli.MAX_GAMMA), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["optimal_gamma"] == cli.MAX_GAMMA
+
+
+def test_batched_speculative_refuses_a_draft_with_a_shorter_context():
+    from tiny_models import tiny_llama
+
+    from specdec.batched import batched_speculative
+
+    target, draft = tiny_llama(0), tiny_llama(1)
+    draft.config.max_position_embeddings = 64
+    prompts = [[1, 2, 3], [1 + i % 90 for i in range(60)]]
+    with pytest.raises(ValueError, match=r"the draft's context window \(64 positions.*60 \+ 8 = 68"):
+        batched_speculative(target, draft, prompts, gamma=3, max_new_tokens=8)
+    assert len(batched_speculative(target, draft, prompts, gamma=3, max_new_tokens=4).tokens) == 2
