@@ -222,7 +222,7 @@ def measure_drafter(
     ``progress(items, description)`` wraps the loops (e.g. a tqdm bar). Returns a JSON-ready dict
     (NaN where a quantity is undefined, e.g. alpha when nothing was drafted).
     """
-    from specdec.decoding import autoregressive, speculative
+    from specdec.decoding import _check_draft_context, autoregressive, speculative
     from specdec.hardware import best_gamma_on_curve
     from specdec.intervals import bootstrap_ci, geomean
     from specdec.realrun import pool_rounds, speedup_gap
@@ -242,6 +242,7 @@ def measure_drafter(
     prompts = [[int(t) for t in p] for p in prompts]
     if not prompts or any(not p for p in prompts):
         raise ValueError("prompts must hold at least one non-empty list of token ids")
+    _check_draft_context(drafter, max(map(len, prompts)), new_tokens)  # before any decoding
     ks = sorted({*range(1, gamma + 2), 6, 8, 12, 16} if verify_ks is None else {1, *map(int, verify_ks)})
     missing = [k for k in range(1, gamma + 2) if k not in ks]
     if missing:
