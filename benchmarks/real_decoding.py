@@ -12,10 +12,13 @@ cell (the state is saved after every cell in ``<tag>.partial.json``; ``--fresh``
 How it measures (issue 11):
 
 * **Engine.** The target runs in the lean mode chosen by measuring this machine
-  (:func:`specdec.modes.lean_model` with ``"auto"``: float32, bfloat16 or int4, whichever has
-  the lowest single-step time T(1); the probe is recorded), or the mode ``--mode`` names
-  (``hf-float32``/``hf-bfloat16``: transformers, e.g. on a GPU). Early exits are views of the
-  target; the distilled drafts run through transformers in float32.
+  (:func:`specdec.modes.lean_model` with ``"auto"``: of the modes :data:`specdec.lean.MODES`
+  this machine can run, :func:`specdec.modes.available_modes`, the one with the lowest
+  single-step time T(1); the probe is recorded), or the mode ``--mode`` names (a lean mode, or
+  ``hf-float32``/``hf-bfloat16``: transformers, e.g. on a GPU). Early exits are views of the
+  target; a distilled draft runs in the lean engine when the target does
+  (:func:`specdec.modes.lean_draft`: the faster of :data:`specdec.modes.DRAFT_MODES`), else
+  through transformers beside it.
 * **Equal lengths.** Every generation, plain or speculative, has exactly ``--new-tokens`` new
   tokens: decoding does not stop at EOS (the target writes on past its end-of-turn token), so
   the tokens/s of plain and speculative decoding compare the same amount of work.
@@ -90,7 +93,15 @@ from specdec.shards import load_shards, sequences, shard_paths  # noqa: E402
 from specdec.workloads import chat_prompt_ids, evaluation_prompts, training_prompts  # noqa: E402
 
 HF_MODES = ("hf-float32", "hf-bfloat16")
-#: What --quick changes: a CI-sized run.
+#: The full run's values of the settings --quick changes.
+FULL = {
+    "prompts": 8,
+    "new_tokens": 48,
+    "sweep": "1,2,4,6,8",
+    "lenience": "1,0.5,0.3,0.1",
+    "verify_repeats": 15,
+}
+#: What --quick changes: a CI-sized run (a value given on the command line wins).
 QUICK = {
     "prompts": 3,
     "new_tokens": 32,
@@ -126,13 +137,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's settings, checked before anything is loaded (a missing draft is an error here)."""
     from specdec.workloads import TASKS
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help=f"a CI-sized run: {QUICK}")
-    ap.add_argument("--prompts", type=int, default=8, help="evaluation prompts per task (default 8)")
-    ap.add_argument("--new-tokens", type=int, default=48, help="new tokens of every generation")
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0]
+        + " An interrupted run resumes: run the same command again (the state is saved after every "
+        "cell in <out>/<mode>-<threads>t[-quick].partial.json; --fresh discards it).",
+        epilog="python benchmarks/real_decoding.py --quick  (the CI-sized record, minutes); without "
+        "--quick: the full record. The lean modes are specdec.lean.MODES.",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a CI-sized run: {QUICK}; a value given on the command line wins over these",
+    )
+    ap.add_argument(
+        "--prompts", type=int, default=None, help="evaluation prompts per task (default 8; quick 3)"
+    )
+    ap.add_argument(
+        "--new-tokens", type=int, default=None, help="new tokens of every generation (default 48; quick 32)"
+    )
     ap.add_argument("--repeats", type=int, default=3, help="timed repetitions per cell (default 3)")
     ap.add_argument("--gamma", type=int, default=4, help="fixed gamma of the tables (default 4)")
-    ap.add_argument("--sweep", default="1,2,4,6,8", help="gammas of the sweep")
+    ap.add_argument("--sweep", default=None, help="gammas of the sweep (default 1,2,4,6,8; quick 1,2,4,6)")
     ap.add_argument(
         "--sweep-drafters",
         default="auto",
@@ -140,7 +165,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "with the highest measured speedup on the sweep task at temperature 0",
     )
     ap.add_argument("--sweep-task", default="code", choices=TASKS)
-    ap.add_argument("--lenience", default="1,0.5,0.3,0.1", help="argmax lenience values (A.5); empty: skip")
+    ap.add_argument(
+        "--lenience",
+        default=None,
+        help="argmax lenience values (A.5; default 1,0.5,0.3,0.1; quick 1,0.3); empty: skip",
+    )
     ap.add_argument(
         "--timed",
         default="lookup,bigram,drafts",
@@ -157,11 +186,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--mode",
         default="auto",
-        help="auto (the probe), float32, q4_1, q4q8, bfloat16, int4 (lean), hf-float32, hf-bfloat16",
+        help=f"auto (the mode probe: the lean mode with the fastest step here), a lean mode "
+        f"({', '.join(MODES)}), or transformers' {', '.join(HF_MODES)}",
     )
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--verify-repeats", type=int, default=15, help="repetitions of the verify-cost curve")
+    ap.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="the option of records made before --mode existed (results/real/cpu-bfloat16-1t-quick.json): "
+        "--dtype D runs as --mode hf-D, transformers in D, as those runs did; the method has changed "
+        "since (commit 238e00e), so the numbers are comparable with today's records, not with that one",
+    )
+    ap.add_argument("--threads", type=int, default=1, help="torch threads, >= 1 (default 1, as the records)")
+    ap.add_argument(
+        "--seed", type=int, default=0, help="the seed of sampling and of the run order (default 0)"
+    )
+    ap.add_argument(
+        "--verify-repeats",
+        type=int,
+        default=None,
+        help="repetitions of the verify-cost curve (default 15; quick 5)",
+    )
     ap.add_argument(
         "--ngram-data",
         nargs="+",
@@ -169,11 +214,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="gen-data folders for the n-gram tables (default: every data/distill* folder)",
     )
     ap.add_argument("--fresh", action="store_true", help="discard a partial run instead of resuming it")
-    ap.add_argument("--out", default=str(ROOT / "results" / "real"))
+    ap.add_argument(
+        "--out",
+        default=str(ROOT / "results" / "real"),
+        help="folder of the record, its CSVs and the partial state (default results/real)",
+    )
     args = ap.parse_args(argv)
-    if args.quick:
-        for key, value in QUICK.items():
+    for key, value in (QUICK if args.quick else FULL).items():
+        given = getattr(args, key)
+        if given is None:
             setattr(args, key, value)
+        elif args.quick and given != value:
+            flag = "--" + key.replace("_", "-")
+            print(
+                f"--quick with {flag} {given}: the value given wins (quick would use {value})",
+                file=sys.stderr,
+            )
+    if args.dtype is not None:
+        if args.mode != "auto":
+            ap.error(f"--dtype (the old name) and --mode exclude each other; give --mode hf-{args.dtype}")
+        args.mode = f"hf-{args.dtype}"
     for name in ("prompts", "new_tokens", "repeats", "gamma", "threads", "verify_repeats"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be an integer >= 1; got {getattr(args, name)}")
@@ -347,7 +407,15 @@ def resume_state(path: Path, args: argparse.Namespace) -> dict[str, Any] | None:
     """The saved state of an interrupted run with the same settings; None when there is none."""
     if args.fresh or not path.exists():
         return None
-    state = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(state, dict):
+            raise ValueError(f"a JSON {type(state).__name__}, not the state object")
+    except (OSError, ValueError) as exc:
+        raise SystemExit(
+            f"{path} is damaged and cannot be resumed ({' '.join(str(exc).split())}): pass --fresh to "
+            "discard it and start the run again"
+        ) from None
     mine = {k: jsonable(getattr(args, k)) for k in RESUME_KEYS}
     if state.get("settings_key") != mine:
         diff = sorted(k for k in mine if state.get("settings_key", {}).get(k) != mine[k])

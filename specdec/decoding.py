@@ -87,12 +87,15 @@ def speculative(
     lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     dynamic = isinstance(gamma, DraftPolicy)
     _check_speculative(lm, drafter, gamma.max_gamma if dynamic else gamma, lenience)
+    check_draft_context(drafter, len(prompt), max_new_tokens)
     policy = as_policy(gamma if dynamic else int(gamma))
     policy.reset()
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
     argmax_lenient = temperature == 0 and lenience < 1.0
-    stats, tokens = Stats(gamma=policy.max_gamma), list(prompt)
+    # a round drafts at most max_new_tokens - 1 tokens: the histograms need no more positions
+    stats = Stats(gamma=policy.max_gamma, max_drafts=min(policy.max_gamma, max(max_new_tokens - 1, 1)))
+    tokens = list(prompt)
     with stats.timer("prefill_s", lm.device):
         _prefill(lm, prompt)
         drafter.start(prompt)
@@ -236,6 +239,19 @@ def start_generation(
         v = lm.vocab_size
         raise ValueError(f"eos_token_id must be None or an integer in [0, {v}); got {eos_token_id!r}")
     return lm, [int(t) for t in prompt]
+
+
+def check_draft_context(drafter: Drafter, n_prompt: int, max_new_tokens: int) -> None:
+    """Refuse a draft whose context window cannot hold the generation (it would read positions
+    it was never trained on, silently): the same rule as the target's, on ``drafter.context``."""
+    context = getattr(drafter, "context", None)
+    if is_int(context) and n_prompt + max_new_tokens > context:
+        raise ValueError(
+            f"the draft's context window ({context} positions, its max_position_embeddings) is shorter "
+            f"than len(prompt_ids) + max_new_tokens = {n_prompt} + {max_new_tokens} = "
+            f"{n_prompt + max_new_tokens}: use a draft with a longer context, or a shorter prompt or "
+            "fewer new tokens"
+        )
 
 
 def _check_speculative(lm: CachedLM, drafter: Drafter, gamma: int, lenience: float) -> None:

@@ -76,6 +76,8 @@ class Drafter:
     """Base class of drafters. ``vocab_size`` is V for drafters that produce q rows, else None."""
 
     vocab_size: int | None = None
+    #: The positions the drafter's model can attend to (its max_position_embeddings); None: no limit.
+    context: int | None = None
 
     def start(self, prompt_ids: Sequence[int]) -> None:  # noqa: B027 (optional hook)
         """Called once per decoding call before the first round (timed as prefill)."""
@@ -159,6 +161,8 @@ class ModelDrafter(Drafter):
             check_same_tokenizer(target_tokenizer, tokenizer)
         self.lm = open_lm(model)
         self.vocab_size = self.lm.vocab_size
+        context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        self.context = context if isinstance(context, int) and not isinstance(context, bool) else None
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.lm.reset()

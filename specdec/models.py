@@ -226,6 +226,20 @@ def _quiet(enabled: bool) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+@contextlib.contextmanager
+def _quiet_bars() -> Iterator[None]:
+    """Turn off transformers' progress bars (e.g. "Loading weights") for the block."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 # --------------------------------------------------------------------------- the tokenizer
 def restore_digit_split(tokenizer: Any) -> None:
     """Give SmolLM2's GGUF tokenizer back the pre-tokenizer of the original (in place).
@@ -378,7 +392,13 @@ def cache_root() -> Path:
     """Where dequantized weights are cached: ``$SPECDEC_CACHE``, else ``~/.cache/specdec``."""
     env = os.environ.get("SPECDEC_CACHE")
     if env:
-        return Path(env).expanduser()
+        root = Path(env).expanduser()
+        if root.exists() and not root.is_dir():
+            raise ValueError(
+                f"SPECDEC_CACHE={env!r} is a file, not a folder: point SPECDEC_CACHE at a folder "
+                "(created when missing) or unset it to use ~/.cache/specdec"
+            )
+        return root
     base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
     return Path(base).expanduser() / "specdec"
 
@@ -489,6 +509,9 @@ def _save_cache(model: Any, tokenizer: Any, folder: Path, key: dict[str, Any]) -
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        for path in tmp.rglob("*"):  # safetensors writes its file 0600; the cache is 0666 & ~umask
+            if path.is_file():
+                os.chmod(path, 0o666 & ~umask)
         (tmp / _FILES_FILE).write_text(json.dumps(_file_sums(tmp), indent=2, sort_keys=True) + "\n")
         (tmp / _KEY_FILE).write_text(json.dumps(key, indent=2, sort_keys=True) + "\n")
         if folder.exists():
@@ -554,7 +577,8 @@ def load_target(
         if cache and _read_key(folder) == key:
             try:
                 _verify_cache(folder)
-                model, tokenizer = _from_folder(folder, torch_dtype, attn)
+                with _quiet_bars():  # a bar belongs to converting, not to reading the cache back
+                    model, tokenizer = _from_folder(folder, torch_dtype, attn)
                 source = "cache"
             except Exception as exc:  # the cache is disposable: whatever fails to read, rebuild it
                 model = tokenizer = None
@@ -565,7 +589,10 @@ def load_target(
                 try:
                     _save_cache(model, tokenizer, folder, key)
                 except OSError as exc:  # the model is loaded; a cache that cannot be written is no error
-                    notes.append(f"could not write the model cache {folder}: {exc}")
+                    notes.append(
+                        f"could not write the model cache {folder}: {exc}; the weights are converted again "
+                        "on every load until SPECDEC_CACHE names a writable folder"
+                    )
         _ready(model, tokenizer, dev)
     for note in notes:
         warnings.warn(note, stacklevel=2)

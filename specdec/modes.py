@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import sys
+import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +54,24 @@ def available_modes() -> tuple[str, ...]:
 
     runs = {"int4": int4_supported(), "q4_1": native.available("q4_1"), "q4q8": native.available("q4q8")}
     return tuple(m for m in MODES if runs.get(m, True))
+
+
+def left_out_modes() -> dict[str, str]:
+    """The lean modes of :data:`specdec.lean.MODES` this machine cannot run, each with why (empty if none)."""
+    from specdec import native
+
+    runs = available_modes()
+    missing = [m for m in MODES if m not in runs]
+    if not missing:
+        return {}
+    why = native.unavailable_reason() or "no reason given"
+    own = {"int4": "torch has no CPU int4 kernels here (torch.ops.aten._weight_int4pack_mm_for_cpu)"}
+    return {m: own.get(m, f"the C forward cannot be built or loaded: {why}") for m in missing}
+
+
+def _say(line: str) -> None:
+    """One line for the user (a UserWarning; the ``specdec`` command prints it as one line)."""
+    warnings.warn(line, UserWarning, stacklevel=3)
 
 
 def machine_identity() -> dict[str, Any]:
@@ -131,12 +153,17 @@ def probe_modes(
     ids = gen.integers(0, vocab, context + sizes[-1]).tolist()
     sessions = {}
     exact = {}
+    bar = _progress_bar(len(modes) + warmup + repeats, f"timing the lean modes ({', '.join(modes)})")
     for mode in modes:
+        bar.set_postfix_str(f"preparing {mode}", refresh=True)
         lean = LeanLlama(model, mode, threads=threads)
         exact[mode] = lean.verify_matches_steps(k=max(sizes))  # the longest verify call probed
         s = lean.session()
         s.forward(ids[:context], keep=1)
         sessions[mode] = s
+        bar.update()
+    bar.set_postfix_str("timing", refresh=True)
+    counters, start = _cpu_counters(), time.perf_counter()
     times = time_forwards(
         sessions,
         dict.fromkeys(modes, ids[context:]),
@@ -146,6 +173,11 @@ def probe_modes(
         order="names",
         rng=gen,
     )
+    load = _load_during(
+        counters, _cpu_counters(), time.perf_counter() - start, max(threads, torch.get_num_threads())
+    )
+    bar.update(warmup + repeats)
+    bar.close()
     result = {}
     for mode in modes:
         med = {n: float(np.median(times[mode][n])) for n in sizes}
@@ -167,7 +199,59 @@ def probe_modes(
         "machine": machine_identity(),
         "model": _model_key(model),
         "modes": result,
+        "load": load,
     }
+
+
+def _progress_bar(total: int, desc: str) -> Any:
+    """A tqdm bar on stderr (off when stderr is not a terminal, as the command line's bars)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, disable=None)
+
+
+def _cpu_counters() -> dict[str, float]:
+    """CPU seconds so far: this process's (``own_s``, all its threads) and, where /proc/stat
+    exists, the busy time of every CPU of the machine (``busy_s``, steal included) and ``cpus``."""
+    out = {"own_s": time.process_time()}
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            lines = handle.read().splitlines()
+        ticks = [int(x) for x in lines[0].split()[1:9]]  # user nice system idle iowait irq softirq steal
+        out["busy_s"] = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+        out["cpus"] = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+#: A probe is *loaded* (not cached) when other processes left fewer free CPUs than its threads
+#: need, less this margin: its timings then measure the contention, not the modes.
+LOAD_MARGIN = 0.25
+
+
+def _load_during(before: dict[str, float], after: dict[str, float], wall_s: float, threads: int) -> dict:
+    """How busy the machine was while the probe timed: this process's CPU time, its share of its
+    threads' worth (``cpu_share``), and from /proc/stat the CPUs kept busy by other processes
+    (``others_busy_cpus``, steal included); ``loaded`` when the free CPUs fell below ``threads``
+    (less :data:`LOAD_MARGIN`). Without /proc/stat, the 1-minute load average against the CPUs."""
+    own = after["own_s"] - before["own_s"]
+    wall_s = max(wall_s, 1e-9)
+    load: dict[str, Any] = {
+        "wall_s": wall_s,
+        "cpu_s": own,
+        "threads": threads,
+        "cpu_share": own / wall_s / threads,
+    }
+    if "busy_s" in before and "busy_s" in after:
+        others = max(0.0, after["busy_s"] - before["busy_s"] - own) / wall_s
+        load |= {"cpus": int(after["cpus"]), "others_busy_cpus": others}
+        load["loaded"] = after["cpus"] - others < threads - LOAD_MARGIN
+    else:
+        average = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        load |= {"cpus": os.cpu_count() or 1, "load_average_1min": average}
+        load["loaded"] = average > load["cpus"] + LOAD_MARGIN
+    return load
 
 
 def draft_length(
@@ -227,13 +311,23 @@ def choose_mode(
     and ``"cached"`` (True when read from the cache). ``refresh`` re-measures; ``cache`` is
     the folder of the cache file (default: :func:`specdec.models.cache_root`); ``threads`` the C
     forward's threads in ``"q4q8"`` (default: the usable cores). An unreadable cache file is
-    ignored and rewritten.
+    ignored and rewritten. Each of these is said in one line (a UserWarning): modes this machine
+    cannot run (:func:`left_out_modes`, when ``modes`` is not given); a cache that cannot be
+    written (the probe is then kept in memory for this process); a probe timed while other
+    processes kept the CPUs busy (its ``load``, :func:`_load_during`): it is used for this call
+    but not cached, so the next call measures again.
     """
     from specdec import native
 
     threads = native.check_threads(threads)
     path = _cache_file(cache)
     key = _probe_key(model, threads)
+    if modes is None and (missing := left_out_modes()):
+        reasons = "; ".join(f"{m}: {why}" for m, why in missing.items())
+        _say_once(f"lean modes left out on this machine ({reasons}); the mode is chosen among the others")
+    asked = None if modes is None else tuple(modes)
+    if not refresh and (path, key, asked) in _IN_MEMORY:
+        return {**_IN_MEMORY[path, key, asked], "cached": True}
     store: dict[str, Any] = {}
     try:
         store = json.loads(path.read_text(encoding="utf-8"))
@@ -254,12 +348,35 @@ def choose_mode(
     order = {m: i for i, m in enumerate(MODES)}
     best = min(wanted, key=lambda m: (probe["modes"][m]["step_s"], order[m]))
     entry = {**probe, "mode": best, "rule": "lowest median T(1); ties to the more precise mode"}
+    load = probe.get("load") or {}
+    if load.get("loaded"):
+        _say(
+            f"mode probe not cached: other processes kept {load.get('others_busy_cpus', 0):.1f} of "
+            f"{load.get('cpus')} CPUs busy while it timed {load.get('threads')} thread(s), so its "
+            "timings may not hold; used for this call only, measured again next time (on a quieter machine)"
+        )
+        return {**entry, "cached": False}
     store[key] = entry
     try:
         write_record(path, store, indent=1, sort_keys=False)  # one temporary file per writer; atomic
-    except OSError:
-        pass  # an unwritable cache only costs a new probe next time
+    except OSError as exc:  # an unwritable cache: keep the probe for this process
+        _IN_MEMORY[path, key, asked] = entry
+        _say(
+            f"mode probe kept for this process only: cannot write {path} ({exc.strerror or exc}); "
+            "set SPECDEC_CACHE to a writable folder to keep it"
+        )
     return {**entry, "cached": False}
+
+
+#: Probes whose cache file could not be written, by (file, key, modes asked): kept for the process.
+_IN_MEMORY: dict[tuple[Path, str, Any], dict[str, Any]] = {}
+_SAID: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    if line not in _SAID:
+        _SAID.add(line)
+        _say(line)
 
 
 def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:

@@ -60,6 +60,12 @@ class Stats:
     * ``new_tokens`` -- tokens returned. It equals sum(T) = sum(A + 1) over rounds, except
       when the generation ends on an accepted drafted EOS: the round's own token after the
       EOS is then dropped (``dropped_after_eos`` is 1).
+    * ``max_drafts`` -- the most drafts a round of the call can propose: gamma, or fewer when
+      the call cannot use them (:func:`specdec.decoding.speculative` passes
+      min(gamma, max_new_tokens - 1): a round emits its drafts plus one token of its own).
+      ``examined_at`` / ``accepted_at`` hold one count per position 0..max_drafts - 1 and
+      ``accepted_hist`` max_drafts + 1 counts, so memory follows the work, not gamma; the
+      positions left out are ones no round could reach (their counts would be 0).
     """
 
     gamma: int
@@ -77,11 +83,16 @@ class Stats:
     draft_s: float = 0.0  #: time in drafter.propose
     target_s: float = 0.0  #: time in target forward calls of the rounds
     verify_s: float = 0.0  #: time in warp + accept/reject + sampling of the round's token
+    max_drafts: int | None = None  #: the most drafts a round can propose (default: gamma)
 
     def __post_init__(self) -> None:
+        if self.max_drafts is None:
+            self.max_drafts = self.gamma
+        if not 0 <= self.max_drafts <= self.gamma:
+            raise ValueError(f"max_drafts must lie in [0, gamma = {self.gamma}]; got {self.max_drafts!r}")
         if not self.examined_at:
-            self.examined_at = [0] * self.gamma
-            self.accepted_at = [0] * self.gamma
+            self.examined_at = [0] * self.max_drafts
+            self.accepted_at = [0] * self.max_drafts
 
     # -- recording -----------------------------------------------------------------------
     def record_round(
@@ -99,9 +110,9 @@ class Stats:
         argmax lenience, the one-hot greedy rows: ``alpha_tv`` then measures agreement with the
         target's argmax, and only the acceptance counts feel the lenience).
         """
-        if not 0 <= accepted <= drafted <= self.gamma:
-            got = (accepted, drafted, self.gamma)
-            raise ValueError(f"need 0 <= accepted <= drafted <= gamma; got {got}")
+        if not 0 <= accepted <= drafted <= self.max_drafts:
+            got = (accepted, drafted, self.max_drafts)
+            raise ValueError(f"need 0 <= accepted <= drafted <= max_drafts (gamma or less); got {got}")
         self.drafted.append(drafted)
         self.accepted.append(accepted)
         self.target_calls += 1
@@ -134,8 +145,9 @@ class Stats:
 
     @property
     def accepted_hist(self) -> list[int]:
-        """Index k: the number of rounds with A = k accepted drafts (length gamma + 1)."""
-        hist = [0] * (self.gamma + 1)
+        """Index k: the number of rounds with A = k accepted drafts (length max_drafts + 1,
+        gamma + 1 unless the call could not draft gamma tokens in a round)."""
+        hist = [0] * (self.max_drafts + 1)
         for a in self.accepted:
             hist[a] += 1
         return hist

@@ -222,6 +222,7 @@ def measure_drafter(
     ``progress(items, description)`` wraps the loops (e.g. a tqdm bar). Returns a JSON-ready dict
     (NaN where a quantity is undefined, e.g. alpha when nothing was drafted).
     """
+    from specdec.decoding import check_draft_context
     from specdec.intervals import bootstrap_ci, geomean
     from specdec.pairedrun import paired_block
     from specdec.realrun import pool_rounds, speedup_gap
@@ -230,16 +231,18 @@ def measure_drafter(
 
     for name, value, low in (
         ("gamma", gamma, 1),
-        ("new_tokens", new_tokens, 1),
+        ("new_tokens", new_tokens, 2),
         ("repeats", repeats, 1),
         ("verify_repeats", verify_repeats, 1),
     ):
         check_int(name, value, low=low)
+    _check_gamma_fits(gamma, new_tokens)
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
     prompts = [[int(t) for t in p] for p in prompts]
     if not prompts or any(not p for p in prompts):
         raise ValueError("prompts must hold at least one non-empty list of token ids")
+    check_draft_context(drafter, max(map(len, prompts)), new_tokens)  # before any decoding
     ks = sorted({*range(1, gamma + 2), 6, 8, 12, 16} if verify_ks is None else {1, *map(int, verify_ks)})
     missing = [k for k in range(1, gamma + 2) if k not in ks]
     if missing:
@@ -471,6 +474,17 @@ def _load_draft_folder(folder: Path, loaded: Any, log: Callable[[str], None]) ->
     return dl
 
 
+def _check_gamma_fits(gamma: int, new_tokens: int) -> None:
+    """A round emits its drafts plus one token of its own, so it drafts new_tokens - 1 at most:
+    a larger gamma would measure nothing more (and its verify curve would grow with gamma)."""
+    if gamma > new_tokens - 1:
+        raise ValueError(
+            f"gamma must lie in 1 .. new_tokens - 1 = {new_tokens - 1} (a round drafts at most the "
+            f"tokens still to generate, less the target's own); got gamma = {gamma}, new_tokens = "
+            f"{new_tokens}: lower gamma or raise new_tokens"
+        )
+
+
 def measure_setup(
     target: str = "default",
     draft: str = "lookup",
@@ -503,12 +517,13 @@ def measure_setup(
     progress = progress or _no_progress
     for name, value, low in (
         ("gamma", gamma, 1),
-        ("new_tokens", new_tokens, 1),
+        ("new_tokens", new_tokens, 2),
         ("repeats", repeats, 1),
         ("verify_repeats", verify_repeats, 1),
         ("threads", threads, 1),
     ):
         check_int(name, value, low=low)
+    _check_gamma_fits(gamma, new_tokens)
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
     if dtype not in ENGINES:

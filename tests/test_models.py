@@ -362,3 +362,30 @@ def test_pick_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA device"):
             pick_device("cuda")
+
+
+# --------------------------------------------------------------------------- issue 20, item 3 and 5
+def test_cached_files_share_one_mode(fake_gguf):
+    """model.safetensors was written 0600 beside 0644 files."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder = load_target(quiet=True).cache_dir
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir() if p.is_file()} == {
+        p.name: oct(0o666 & ~umask) for p in folder.iterdir() if p.is_file()
+    }
+
+
+def test_a_cached_load_shows_no_loading_bar(fake_gguf, capfd):
+    """Reading the cache back drew transformers' "Loading weights" bar; nothing is converted."""
+    load_target(quiet=True)
+    capfd.readouterr()
+    assert load_target().source == "cache"
+    assert "Loading weights" not in capfd.readouterr().err
+
+
+def test_specdec_cache_naming_a_file_is_one_clear_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SPECDEC_CACHE", str(blocker))
+    with pytest.raises(ValueError, match=r"SPECDEC_CACHE='.*a-file' is a file, not a folder"):
+        models.cache_root()

@@ -1,0 +1,442 @@
+"""Issue #20: faults and first contact. Cost follows the work, never an argument's size;
+quiet degradations say why; slow first calls show progress; every failure ends in one line.
+
+No test here has a wall-clock threshold: work is bounded by counting (list lengths, traced
+Python allocations, evaluated gammas) instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# --------------------------------------------------------------------------- item 2: memory and time
+def test_huge_gamma_allocates_for_the_work_not_for_gamma():
+    """gamma = 10**7 with 8 new tokens: the Stats histograms span the 7 positions a round can
+    reach, and the call allocates a few MB at most (two lists of gamma ints were 160 MB)."""
+    from tiny_models import tiny_llama
+
+    from specdec.decoding import speculative
+    from specdec.drafters import PromptLookupDrafter
+
+    target = tiny_llama(0)
+    tracemalloc.start()
+    try:
+        gen = speculative(target, PromptLookupDrafter(), [5, 6, 7, 5, 6], gamma=10**7, max_new_tokens=8)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    s = gen.stats
+    assert peak < 16 * 2**20, f"traced peak {peak / 2**20:.0f} MiB for 8 tokens"
+    assert len(gen.tokens) == 8 and s.gamma == 10**7
+    assert s.max_drafts == 7 and len(s.examined_at) == len(s.accepted_at) == 7
+    assert len(s.accepted_hist) == 8 and sum(s.accepted_hist) == s.rounds
+
+
+def test_stats_refuses_drafts_beyond_its_positions():
+    from specdec.stats import Stats
+
+    s = Stats(gamma=10**9, max_drafts=3)
+    assert s.accepted_hist == [0, 0, 0, 0]
+    with pytest.raises(ValueError, match="max_drafts"):
+        s.record_round(None, None, drafted=4, accepted=0, draft_calls=4)
+    with pytest.raises(ValueError, match="max_drafts must lie in"):
+        Stats(gamma=2, max_drafts=3)
+
+
+def _limited(args: list[str], limit_bytes: int = 1 << 30) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` (default ``-m specdec ...``) with its address space capped at ``limit_bytes``."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, *(args if args[0] == "-c" else ["-m", "specdec", *args])],
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=cap,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--alpha", "0.9", "--c", "0.01"],
+        ["--alpha", "0.5", "--c", "0"],
+        ["--alpha", "0.9", "--c", "0.01", "--verify-cost", "1.3"],
+        ["--alpha", "0.9", "--c", "0", "--verify-cost", "1.3"],
+    ],
+)
+def test_plan_huge_max_gamma_under_a_memory_limit(extra):
+    """--max-gamma 10**9 under a 1 GiB address space: an answer, not a numpy MemoryError."""
+    done = _limited(["plan", *extra, "--max-gamma", "1000000000", "--json"])
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout)
+    if extra[3] == "0":  # c = 0: the speedup rises with gamma, the optimum is the limit itself
+        assert r["optimal_gamma"] == 10**9 and r["optimal_at_max_gamma"]
+    else:
+        assert 1 <= r["optimal_gamma"] < 100
+
+
+def test_plan_search_costs_the_same_for_any_max_gamma(monkeypatch):
+    """The optimum takes O(log max_gamma) speedup evaluations and no array of max_gamma values."""
+    import specdec.theory
+    from specdec.cli import plan
+
+    calls = []
+    real = specdec.theory.walltime_speedup
+
+    def counted(alpha, gamma, c):
+        calls.append(np.size(gamma))
+        return real(alpha, gamma, c)
+
+    monkeypatch.setattr(specdec.theory, "walltime_speedup", counted)
+    for max_gamma in (10**4, 10**7):
+        calls.clear()
+        r = plan(0.999, 1e-6, max_gamma=max_gamma)
+        assert sum(calls) < 200, f"{sum(calls)} speedups evaluated for max_gamma = {max_gamma}"
+        assert r["optimal_gamma"] == 6912  # by bisection; a scan of every gamma agrees:
+    assert int(specdec.theory.optimal_gamma(0.999, 1e-6, 20000)) == 6912
+    for verify in (None, 1.3):  # a subnormal c: the bound is inf, not a ZeroDivisionError
+        r = plan(0.9, 5e-324, verify_cost=verify, max_gamma=10**9)
+        assert 1 <= r["optimal_gamma"] < 10**9 and r["optimal_speedup"] > 1
+
+
+@pytest.mark.parametrize(("alpha", "verify"), [(0.5, None), (0.8, None), (0.5, 1.3)])
+def test_plan_c_zero_reports_the_limit_not_a_floating_tie(alpha, verify):
+    """With c = 0 and alpha > 0, E[T] rises with every gamma: --help promises the limit."""
+    from specdec.cli import plan
+
+    for max_gamma in (64, 200):
+        r = plan(alpha, 0.0, verify_cost=verify, max_gamma=max_gamma)
+        assert r["optimal_gamma"] == max_gamma and r["optimal_at_max_gamma"]
+    assert plan(0.0, 0.0)["optimal_gamma"] == 0  # alpha = 0: nothing gains, plain decoding
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["--gamma", "1000000000"], ["--gamma must lie in 1 .. --new-tokens - 1 = 63", "1000000000"]),
+        (["--new-tokens", "1"], ["--new-tokens must be >= 2", "got 1"]),
+        (["--gamma", "8", "--new-tokens", "8"], ["--gamma must lie in 1 .. --new-tokens - 1 = 7"]),
+    ],
+)
+def test_measure_refuses_gamma_beyond_the_work_in_one_line(argv, names):
+    """Under a 1 GiB cap: one line and status 2 before anything loads (it was a MemoryError at
+    range(1, gamma + 2), and --new-tokens 1 reported alpha = 0 from no speculation at all)."""
+    done = _limited(["measure", *argv])
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr[-2000:]
+    assert done.stderr.startswith("specdec measure: error: ")
+    for name in names:
+        assert name in done.stderr
+
+
+def test_measure_drafter_refuses_gamma_beyond_the_work_under_a_memory_limit():
+    code = (
+        "from specdec.usermeasure import measure_drafter\n"
+        "try:\n"
+        "    measure_drafter(None, None, [[1, 2]], gamma=10**9, new_tokens=64)\n"
+        "except ValueError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = _limited(["-c", code])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "gamma must lie in 1 .. new_tokens - 1 = 63" in done.stdout
+
+
+# --------------------------------------------------------------------------- item 3: quiet degradations
+def test_a_draft_with_a_shorter_context_than_the_prompt_is_refused():
+    """A draft of 64 positions under a prompt of 100 tokens was accepted silently."""
+    from tiny_models import tiny_llama
+
+    from specdec.decoding import speculative
+    from specdec.drafters import ModelDrafter
+
+    target, draft = tiny_llama(0), tiny_llama(1)
+    draft.config.max_position_embeddings = 64
+    drafter = ModelDrafter(draft)
+    assert drafter.context == 64
+    with pytest.raises(ValueError, match=r"the draft's context window \(64 positions.*100 \+ 8 = 108"):
+        speculative(target, drafter, [1 + i % 90 for i in range(100)], gamma=3, max_new_tokens=8)
+    speculative(target, drafter, list(range(1, 51)), gamma=3, max_new_tokens=8)  # 58 <= 64: fine
+
+
+@pytest.fixture
+def no_compiler(monkeypatch, tmp_path):
+    """No working C compiler (CC names nothing) and a fresh SPECDEC_CACHE: q4_1 cannot be built."""
+    from specdec import modes, native
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(modes, "_SAID", set())
+    clear = getattr(native._load, "cache_clear", lambda: None)
+    clear()
+    yield tmp_path / "cache"
+    clear()
+
+
+def test_lean_model_auto_says_which_modes_are_left_out_and_why(no_compiler):
+    from tiny_models import tiny_llama
+
+    from specdec import modes
+
+    assert "q4_1" in modes.left_out_modes() and "no-such-cc" in modes.left_out_modes()["q4_1"]
+    with pytest.warns(UserWarning, match=r"lean modes left out on this machine \(q4_1: .*no-such-cc"):
+        lean, probe = modes.lean_model(tiny_llama(0), "auto")
+    assert "q4_1" not in probe["modes"] and lean.mode in probe["modes"]
+
+
+def test_specdec_modes_lists_the_left_out_modes(capsys, monkeypatch):
+    pytest.importorskip("torch")
+    from specdec import cli, modes
+
+    probe = {
+        "mode": "float32",
+        "rule": "lowest median T(1); ties to the more precise mode",
+        "cached": True,
+        "k": 4,
+        "machine": {"cpu": "Test CPU", "threads": 1},
+        "modes": {
+            m: {"step_s": 0.01, "verify_cost": 1.2, "curve": {"1": 1.0, "4": 1.2}}
+            for m in ("float32", "bfloat16", "int4")
+        },
+    }
+    monkeypatch.setattr(cli, "_load_target", lambda threads: type("T", (), {"model": None})())
+    monkeypatch.setattr(cli, "_choose_mode", lambda model, refresh: probe)
+    monkeypatch.setattr(modes, "left_out_modes", lambda: {"q4_1": "no C compiler found (set $CC)"})
+    assert cli.main(["modes"]) == 0
+    assert "q4_1      left out: no C compiler found (set $CC)" in capsys.readouterr().out
+    assert cli.main(["modes", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["left_out"] == {"q4_1": "no C compiler found (set $CC)"}
+
+
+class _Config:
+    hidden_size, intermediate_size, num_hidden_layers = 32, 64, 2
+    num_attention_heads, num_key_value_heads, vocab_size = 4, 2, 97
+
+
+TINY = type("Tiny", (), {"config": _Config()})()  # what choose_mode keys a probe by; never run
+
+
+def _fake_probe(calls, load=None):
+    def probe_modes(model, wanted):
+        calls.append(wanted)
+        out = {"modes": {m: {"step_s": 1.0, "verify_s": 2.0} for m in wanted}, "machine": {}}
+        return out if load is None else {**out, "load": load}
+
+    return probe_modes
+
+
+def test_a_read_only_cache_keeps_the_probe_for_the_process(monkeypatch, tmp_path):
+    """It re-ran the probe on every call; now one line says so, and the probe is kept in memory."""
+    from specdec import modes
+
+    calls = []
+    monkeypatch.setattr(modes, "probe_modes", _fake_probe(calls))
+    monkeypatch.setattr(modes, "_IN_MEMORY", {})
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a cache folder under a file cannot be created: like a read-only one
+    with pytest.warns(
+        UserWarning, match=r"mode probe kept for this process only: cannot write .*SPECDEC_CACHE"
+    ):
+        first = modes.choose_mode(TINY, cache=blocker / "cache", modes=("float32",))
+    again = modes.choose_mode(TINY, cache=blocker / "cache", modes=("float32",))
+    assert first["cached"] is False and again["cached"] is True and len(calls) == 1
+
+
+def test_a_probe_timed_on_a_busy_machine_is_not_cached(monkeypatch, tmp_path):
+    """The load check mocked: other processes kept every CPU busy while the probe timed."""
+    from specdec import modes
+
+    busy = iter([{"own_s": 0.0, "busy_s": 100.0, "cpus": 2}, {"own_s": 1.0, "busy_s": 104.0, "cpus": 2}])
+    monkeypatch.setattr(modes, "_cpu_counters", lambda: next(busy))
+    load = modes._load_during(*[modes._cpu_counters() for _ in range(2)], wall_s=2.0, threads=1)
+    assert load["others_busy_cpus"] == pytest.approx(1.5) and load["loaded"] is True
+    assert load["cpu_share"] == pytest.approx(0.5)
+    quiet = modes._load_during(
+        {"own_s": 0.0, "busy_s": 0.0, "cpus": 2}, {"own_s": 2.0, "busy_s": 2.2, "cpus": 2}, 2.0, 1
+    )
+    assert quiet["loaded"] is False
+
+    calls = []
+    monkeypatch.setattr(modes, "probe_modes", _fake_probe(calls, load))
+    with pytest.warns(UserWarning, match=r"mode probe not cached: other processes kept 1\.5 of 2 CPUs busy"):
+        first = modes.choose_mode(TINY, cache=tmp_path, modes=("float32",))
+    assert first["cached"] is False and first["load"]["loaded"] is True
+    assert not (tmp_path / "mode-probes.json").exists()
+    with pytest.warns(UserWarning, match="mode probe not cached"):
+        assert modes.choose_mode(TINY, cache=tmp_path, modes=("float32",))["cached"] is False
+    assert len(calls) == 2  # measured again: a busy machine's probe is not reused
+    monkeypatch.setattr(modes, "probe_modes", _fake_probe(calls, quiet))
+    modes.choose_mode(TINY, cache=tmp_path, modes=("float32",))
+    assert modes.choose_mode(TINY, cache=tmp_path, modes=("float32",))["cached"] is True
+
+
+def test_the_probe_records_its_load_and_shows_progress(monkeypatch):
+    """A real (tiny) probe: its record holds the load measure; the tqdm bar counts the steps."""
+    from tiny_models import tiny_llama
+
+    from specdec import modes
+
+    bars = []
+    real = modes._progress_bar
+
+    def spy(total, desc):
+        bar = real(total, desc)
+        bars.append((total, desc))
+        return bar
+
+    monkeypatch.setattr(modes, "_progress_bar", spy)
+    probe = modes.probe_modes(tiny_llama(0), ("float32",), ks=(1, 2), k=2, context=4, repeats=2, warmup=1)
+    assert bars == [(1 + 1 + 2, "timing the lean modes (float32)")]
+    load = probe["load"]
+    assert load["threads"] == 1 and load["wall_s"] > 0 and load["cpu_s"] >= 0 and "loaded" in load
+
+
+def test_specdec_cache_naming_a_file_is_one_line_in_the_cli(capsys, monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    from specdec import cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SPECDEC_CACHE", str(blocker))
+    assert cli.main(["modes"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("specdec modes: error: SPECDEC_CACHE=") and "is a file, not a folder" in err[-1]
+
+
+def test_the_cli_prints_a_library_warning_as_one_line(capsys, monkeypatch):
+    import warnings
+
+    from specdec import cli
+
+    def warn(args):
+        warnings.warn("could not write the model cache /x: read-only", UserWarning, stacklevel=1)
+        return 0
+
+    monkeypatch.setattr(cli, "_cmd_plan", warn)
+    monkeypatch.setattr(cli, "plan", None)
+    parser = cli._parser()
+    cli._subparser(parser, "plan").set_defaults(run=warn)
+    monkeypatch.setattr(cli, "_parser", lambda: parser)
+    assert cli.main(["plan", "--alpha", "0.5", "--c", "0"]) == 0
+    assert capsys.readouterr().err == "specdec plan: warning: could not write the model cache /x: read-only\n"
+
+
+# --------------------------------------------------------------------------- item 6: CLI details
+def test_an_unknown_option_under_a_command_is_reported_by_that_command(capsys):
+    from specdec import cli
+
+    assert cli.main(["plan", "--alpha", "0.5", "--c", "0", "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("specdec plan: error: unrecognized arguments: --bogus") and len(err.splitlines()) == 1
+    )
+
+
+def test_bench_help_counts_the_engines_it_runs(capsys):
+    from specdec import cli
+
+    assert cli.main(["bench", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    quick = cli._BENCH_QUICK["engines"].split(",")
+    assert f"{len(quick)} engines ({', '.join(quick)}" in out and "four engines" not in out
+
+
+@pytest.fixture(scope="module")
+def rd():
+    import importlib.util
+
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("real_decoding", ROOT / "benchmarks" / "real_decoding.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_real_decoding_quick_lets_explicit_values_win_and_says_so(rd, capsys):
+    args = rd.parse_args(["--no-trained", "--quick", "--prompts", "5", "--new-tokens", "40"])
+    assert (args.prompts, args.new_tokens, args.verify_repeats) == (5, 40, rd.QUICK["verify_repeats"])
+    err = capsys.readouterr().err
+    assert "--quick with --prompts 5: the value given wins (quick would use 3)" in err
+    assert "--new-tokens 40" in err
+    full = rd.parse_args(["--no-trained"])
+    assert (full.prompts, full.new_tokens, full.sweep, full.verify_repeats) == (8, 48, "1,2,4,6,8", 15)
+
+
+def test_real_decoding_help_names_resuming_and_every_option(rd, capsys):
+    with pytest.raises(SystemExit):
+        rd.parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "resumes" in out and "--fresh discards it" in out
+    for option in ("--out", "--threads", "--seed"):
+        after = out.split(option, 2)[-1]  # the option's own entry in the options list
+        assert len(after.split("--")[0].split()) > 3, option  # a help text, not the bare option
+
+
+def test_a_damaged_partial_state_is_one_line_naming_the_file(rd, tmp_path):
+    args = rd.parse_args(["--no-trained", "--quick", "--out", str(tmp_path)])
+    path = tmp_path / "auto-1t-quick.partial.json"
+    path.write_text('{"settings_key": {"quick": tr')  # killed mid-write by another tool
+    with pytest.raises(SystemExit) as caught:
+        rd.resume_state(path, args)
+    message = str(caught.value)
+    assert str(path) in message and "--fresh" in message and "\n" not in message
+
+
+def test_the_stored_quick_record_command_is_accepted(rd):
+    """results/real/cpu-bfloat16-1t-quick.json was made before --dtype became --mode (238e00e)."""
+    record = json.loads((ROOT / "results" / "real" / "cpu-bfloat16-1t-quick.json").read_text())
+    argv = record["command"].split()[2:]
+    assert argv == ["--quick", "--dtype", "bfloat16"]
+    args = rd.parse_args(["--no-trained", *argv])
+    assert args.mode == "hf-bfloat16" and args.quick
+    with pytest.raises(SystemExit):
+        rd.parse_args(["--no-trained", "--dtype", "bfloat16", "--mode", "int4"])
+
+
+def test_plan_refuses_a_gamma_beyond_its_documented_maximum(capsys):
+    """2**63 - 1 overflowed int64 to a speedup of -inf; now one line naming the range."""
+    from specdec import cli
+
+    for option in ("--gamma", "--max-gamma"):
+        assert cli.main(["plan", "--alpha", "0.5", "--c", "0", option, str(2**63 - 1)]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"specdec plan: error: {option} must lie in 1 .. {cli.MAX_GAMMA} (10**15: beyond it gamma + 1 "
+            f"loses digits in the formulas); got {2**63 - 1}\n"
+        )
+    assert cli.main(["plan", "--alpha", "0.5", "--c", "0", "--max-gamma", str(cli.MAX_GAMMA), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["optimal_gamma"] == cli.MAX_GAMMA
+
+
+def test_batched_speculative_refuses_a_draft_with_a_shorter_context():
+    from tiny_models import tiny_llama
+
+    from specdec.batched import batched_speculative
+
+    target, draft = tiny_llama(0), tiny_llama(1)
+    draft.config.max_position_embeddings = 64
+    prompts = [[1, 2, 3], [1 + i % 90 for i in range(60)]]
+    with pytest.raises(ValueError, match=r"the draft's context window \(64 positions.*60 \+ 8 = 68"):
+        batched_speculative(target, draft, prompts, gamma=3, max_new_tokens=8)
+    assert len(batched_speculative(target, draft, prompts, gamma=3, max_new_tokens=4).tokens) == 2
