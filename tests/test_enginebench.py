@@ -15,8 +15,8 @@ def machine(monkeypatch, *, llama: bool = True, c: bool = True, int4: bool = Tru
     from specdec import llamacpp, native
 
     monkeypatch.setattr(llamacpp, "available", lambda: llama)
-    monkeypatch.setattr(native, "available", lambda: c)
-    monkeypatch.setattr(native, "unavailable_reason", lambda: "no C compiler (test)")
+    monkeypatch.setattr(native, "available", lambda *_: c)
+    monkeypatch.setattr(native, "unavailable_reason", lambda *_: "no C compiler (test)")
     monkeypatch.setattr(specdec.lean, "int4_supported", lambda: int4)
 
 
@@ -71,7 +71,7 @@ def test_a_default_list_leaves_out_what_cannot_run(monkeypatch):
     from specdec import llamacpp, native
 
     monkeypatch.setattr(native, "available", lambda: False)
-    monkeypatch.setattr(native, "unavailable_reason", lambda: "no C compiler (test)")
+    monkeypatch.setattr(native, "unavailable_reason", lambda *_: "no C compiler (test)")
     monkeypatch.setattr(llamacpp, "available", lambda: False)
     with pytest.raises(ValueError, match="no C compiler"):
         resolve_engines("lean-float32,lean-q4_1")
