@@ -219,9 +219,15 @@ class _Q41:
         return native.Q41(self.qs.data_ptr(), self.d.data_ptr(), self.m.data_ptr(), n, 2 * half)
 
 
-def _q41(weight: torch.Tensor) -> tuple[_Q41, float]:
+def _q41(weight: torch.Tensor, half_scales: bool = False) -> tuple[_Q41, float]:
+    """The Q4_1 code of ``weight``; ``half_scales`` rounds the scales and minimums to IEEE half
+    precision (the GGUF's own, which ``"q4q8"`` stores) and reports the error after that rounding."""
     q, step, low, error = _affine_code(weight)
     n, k = weight.shape
+    if half_scales:
+        step, low = step.half().float(), low.half().float()
+        groups = weight.detach().float().view(n, k // GROUP_SIZE, GROUP_SIZE)
+        error = float((q * step[..., None] + low[..., None] - groups).abs().max())
     code = q.to(torch.uint8)
     qs = (code[..., :16] | (code[..., 16:] << 4)).contiguous().view(n, k // 2)
     return _Q41(qs, step.contiguous(), low.contiguous(), n), error
@@ -242,9 +248,13 @@ class _Q80:
         return native.Q80(self.qs.data_ptr(), self.d.data_ptr(), n, k)
 
 
-def _q80(weight: torch.Tensor) -> tuple[_Q80, float]:
+def _q80(weight: torch.Tensor, half_scales: bool = False) -> tuple[_Q80, float]:
     q, d, error = _symmetric_code(weight)
     n, k = weight.shape
+    if half_scales:  # as _q41
+        d = d.half().float()
+        groups = weight.detach().float().view(n, k // GROUP_SIZE, GROUP_SIZE)
+        error = float((q * d[..., None] - groups).abs().max())
     return _Q80(q.to(torch.int8).view(n, k).contiguous(), d.contiguous(), n), error
 
 
@@ -362,7 +372,7 @@ class LeanLlama:
                 }
                 for name, w in mats.items():
                     if native_mode:
-                        entry[name], err = _q41(w)
+                        entry[name], err = _q41(w, half_scales=mode == "q4q8")
                         self.quantization_error = max(self.quantization_error, err)
                     elif dense:
                         entry[name] = _Linear(w.detach().to(self.dtype).contiguous().clone(), w.shape[0])
@@ -382,7 +392,7 @@ class LeanLlama:
             head = (out_emb.kept_weight if self.kept is not None else out_emb.weight).detach()
             tied = head.data_ptr() == base.embed_tokens.weight.data_ptr()
             if native_mode:  # the head in Q8_0 (SmolLM2's GGUF stores it so)
-                self.head, err = _q80(head)
+                self.head, err = _q80(head, half_scales=mode == "q4q8")
                 self.quantization_error = max(self.quantization_error, err)
             elif self.int8_head:  # the head as an 8-bit code in two int4 halves (SmolLM2's Q8_0)
                 self.head, err = _int8_split(head, self.dtype)
