@@ -667,6 +667,8 @@ class LeanLlama:
             ctypes.byref(self._native_structure()), ids.data_ptr(), k, start, cache.data_ptr(),
             int(cache.shape[3]), logits.data_ptr(), rows,
         )  # fmt: skip
+        if status == -2:
+            raise ValueError(f"the C forward refused its arguments: k={k}, start={start}, keep={rows}")
         if status != 0:
             raise MemoryError("the C forward could not allocate its work buffers")
         return logits
