@@ -630,7 +630,7 @@ static inline __attribute__((always_inline)) v16i dot_q8(const tilew_t *t, const
 /* --- the matrix products: the float epilogue is the same code on every path ------------------ */
 
 /* rows per pass over a tile: 5 keeps the accumulators and decoded weights in registers (at 6 and
- * more GCC spilled them on AVX-512: a call over 6 rows took 1.7x one over 5, measured) */
+ * more GCC spilled them on AVX-512, and a call over 6 rows cost far more than one over 5) */
 #define RCHUNK 5
 
 /* Rows r0 .. r0+R-1 of one tile: y[r][n] (+)= sum over blocks, in block order, of
