@@ -201,6 +201,7 @@ def decode(
     """Plain and prompt-lookup greedy decoding per prompt and engine, interleaved, EOS suppressed."""
     from specdec.decoding import autoregressive, speculative
     from specdec.drafters import PromptLookupDrafter
+    from specdec.lean import torch_threads_for
 
     rng = np.random.default_rng(1)
     rows = []
@@ -212,14 +213,15 @@ def decode(
                 order = ("plain", "lookup") if (rep + i) % 2 == 0 else ("lookup", "plain")
                 row: dict[str, Any] = {"engine": name, "prompt": p["id"], "task": p["task"], "repeat": rep}
                 for kind in order:
-                    t0 = time.perf_counter()
-                    if kind == "plain":
-                        gen = autoregressive(model, p["ids"], max_new_tokens=new_tokens)
-                    else:
-                        gen = speculative(
-                            model, PromptLookupDrafter(), p["ids"], gamma=gamma, max_new_tokens=new_tokens
-                        )
-                    dt = time.perf_counter() - t0
+                    with torch_threads_for(model):  # q4q8: its C threads, torch on one
+                        t0 = time.perf_counter()
+                        if kind == "plain":
+                            gen = autoregressive(model, p["ids"], max_new_tokens=new_tokens)
+                        else:
+                            gen = speculative(
+                                model, PromptLookupDrafter(), p["ids"], gamma=gamma, max_new_tokens=new_tokens
+                            )
+                        dt = time.perf_counter() - t0
                     decode_s = dt - gen.stats.prefill_s  # the prompt's prefill is not decoding
                     row[f"{kind}_s"] = dt
                     row[f"{kind}_prefill_s"] = gen.stats.prefill_s

@@ -446,6 +446,7 @@ def engine_verify_curves(
     one line per engine (None: silent).
     """
     from specdec.intervals import ratio_ci
+    from specdec.lean import torch_threads_for
     from specdec.lm import open_lm, vocab_size
 
     _check_count("repeats", repeats, 1)
@@ -475,18 +476,19 @@ def engine_verify_curves(
             if name in reopen:  # one context per model: re-feed the prompt after others ran
                 s = sessions[name] = open_lm(engines[name])
                 s.forward(list(prompt_ids), keep=1)
-            for j in rng.permutation(len(ks)):
-                k = ks[j]
-                if synchronize is not None:
-                    synchronize()
-                t0 = time.perf_counter()
-                s.forward(new[:k])
-                if synchronize is not None:
-                    synchronize()
-                dt = time.perf_counter() - t0
-                s.crop(context)
-                if rep:
-                    times[name][k].append(dt)
+            with torch_threads_for(engines[name]):  # a q4q8 model: its C threads, torch on one
+                for j in rng.permutation(len(ks)):
+                    k = ks[j]
+                    if synchronize is not None:
+                        synchronize()
+                    t0 = time.perf_counter()
+                    s.forward(new[:k])
+                    if synchronize is not None:
+                        synchronize()
+                    dt = time.perf_counter() - t0
+                    s.crop(context)
+                    if rep:
+                        times[name][k].append(dt)
     out = {}
     for name in engines:
         one = np.asarray(times[name][1])

@@ -284,3 +284,19 @@ def test_a_library_without_its_check_record_is_rebuilt(tmp_path):
     again = _load_in_subprocess(tmp_path)
     assert again.returncode == 0 and again.stderr.count("rebuilding damaged library") == 2
     assert "no valid size and checksum record" in again.stderr
+
+
+def test_torch_runs_on_one_thread_while_a_q4q8_model_decodes():
+    from specdec.lean import torch_threads_for
+
+    needs_q8()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch_threads_for(LeanLlama(wide_model(), "q4q8", threads=2)):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with torch_threads_for(LeanLlama(wide_model(), "float32")):
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
