@@ -12,6 +12,7 @@ minutes with the defaults on 1 thread.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +36,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ks", default="1,2,3,4,5,6,8,12,16")
     ap.add_argument("--verify-repeats", type=int, default=9)
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--cached-probe",
+        action="store_true",
+        help="read this machine's cached mode probe instead of re-timing",
+    )
     args = ap.parse_args(argv)
     for name in ("threads", "prompts_per_task", "new_tokens", "gamma", "repeats", "verify_repeats"):
         if getattr(args, name) < 1:
@@ -49,11 +55,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _cpu_times() -> list[int] | None:
+    """The machine's aggregate CPU counters (/proc/stat, clock ticks), None where unreadable."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            return [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def _load_between(
+    a: list[int] | None, b: list[int] | None, own0: os.times_result, own1: os.times_result
+) -> dict:
+    """Whether other processes shared the machine during the run: the machine's busy and stolen
+    CPU-seconds over the run, this process's own CPU-seconds, and the difference (others')."""
+    if a is None or b is None:
+        return {"measured": False}
+    tick = os.sysconf("SC_CLK_TCK")
+    d = [(y - x) / tick for x, y in zip(a, b, strict=False)]
+    idle = d[3] + (d[4] if len(d) > 4 else 0.0)
+    steal = d[7] if len(d) > 7 else 0.0
+    busy = sum(d[:8]) - idle - steal
+    own = (own1.user - own0.user) + (own1.system - own0.system)
+    cores = os.cpu_count() or 1
+    wall = sum(d[:8]) / cores
+    return {
+        "measured": True,
+        "wall_s": wall,
+        "cores": cores,
+        "busy_cpu_s": busy,
+        "steal_cpu_s": steal,
+        "own_cpu_s": own,
+        "others_cpu_s": max(0.0, busy - own),
+        "others_mean_cores": max(0.0, busy - own) / wall if wall > 0 else None,
+    }
+
+
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
     command = "python benchmarks/engine_modes.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    settings = BenchSettings(**{k: v for k, v in vars(args).items() if k != "out"})
-    record, env = run_bench(settings, command=command)
+    settings = BenchSettings(**{k: v for k, v in vars(args).items() if k not in ("out", "cached_probe")})
+    before, own0 = _cpu_times(), os.times()
+    record, env = run_bench(settings, command=command, refresh_probe=not args.cached_probe)
+    record["machine_load"] = _load_between(before, _cpu_times(), own0, os.times())
     slug = device_slug(env["device_name"])
     out = (
         Path(args.out)

@@ -57,6 +57,7 @@ ALL_ENGINES = (
     "lean-q4_1",
     "lean-q4q8",
     "llama.cpp",
+    "llama.cpp-q4_0",
 )
 #: Variants of lean-int4 that undo one of its choices, run only when named: what each choice
 #: costs or saves, measured in the same interleaved run (``lean-int4-bf16head``: the LM head
@@ -136,7 +137,7 @@ def resolve_engines(
     # (engines, whether this machine runs them, why not): each checked only when asked for
     needs = (
         (
-            ("llama.cpp",),
+            ("llama.cpp", "llama.cpp-q4_0"),
             llamacpp.available,
             lambda: "llama_cpp is not importable (pip install llama-cpp-python)",
         ),
@@ -183,6 +184,9 @@ def build_engines(names: Sequence[str], threads: int) -> tuple[dict[str, Any], A
             engines[name] = LeanLlama(base.model, name.removeprefix("lean-"), threads=threads)
         elif name == "llama.cpp":
             engines[name] = llamacpp.LlamaCppModel(smollm2_gguf_path(), threads=threads)
+        elif name == "llama.cpp-q4_0":  # llama.cpp's best CPU format here; not the same weights
+            gguf = llamacpp.requantized(smollm2_gguf_path(), "q4_0", threads=threads)
+            engines[name] = llamacpp.LlamaCppModel(gguf, threads=threads)
     return engines, base
 
 
@@ -198,6 +202,7 @@ def decode(
     """Plain and prompt-lookup greedy decoding per prompt and engine, interleaved, EOS suppressed
     (:func:`specdec.pairedrun.timed_generation`)."""
     from specdec.drafters import PromptLookupDrafter
+    from specdec.lean import torch_threads_for
     from specdec.pairedrun import timed_generation
 
     rng = np.random.default_rng(1)
@@ -211,9 +216,10 @@ def decode(
                 row: dict[str, Any] = {"engine": name, "prompt": p["id"], "task": p["task"], "repeat": rep}
                 for kind in order:
                     drafter = PromptLookupDrafter() if kind == "lookup" else None
-                    tokens, stats, dt = timed_generation(
-                        model, drafter, p["ids"], gamma=gamma, new_tokens=new_tokens
-                    )
+                    with torch_threads_for(model):  # q4q8: its C threads, torch on one
+                        tokens, stats, dt = timed_generation(
+                            model, drafter, p["ids"], gamma=gamma, new_tokens=new_tokens
+                        )
                     decode_s = dt - stats.prefill_s  # the prompt's prefill is not decoding
                     row[f"{kind}_s"] = dt
                     row[f"{kind}_prefill_s"] = stats.prefill_s
@@ -244,7 +250,7 @@ def profile(
     out: dict[str, Any] = {}
     new = list(range(1000, 1000 + max(ks)))
     for name, model in engines.items():
-        if name == "llama.cpp":
+        if name.startswith("llama.cpp"):
             continue  # not a torch forward: the profiler sees one opaque call
         s = open_lm(model)
         s.forward(prompt_ids, keep=1)
@@ -309,7 +315,7 @@ def summarize(verify: dict, dec: dict, engines: list[str], *, log: Log = _print)
         for k in (4, 8):
             if k in cells:
                 entry[f"T{k}_over_T1"] = [cells[k]["ratio_to_k1"], *cells[k]["ratio_ci"]]
-        for ref in ("llama.cpp", "hf-float32"):
+        for ref in ("llama.cpp", "llama.cpp-q4_0", "hf-float32"):
             if ref in plain and ref != e:
                 entry[f"plain_over_{ref}"] = ratio_ci(plain[e], plain[ref])
         out["engines"][e] = entry
@@ -355,7 +361,10 @@ def run_bench(
     env = environment(dtype="mixed", device="cpu")  # at the start: the commit and tree that ran
     t0 = time.time()
     roof = roofline(settings.threads, base.model.config) if with_roofline else None
-    verify = engine_verify_curves(engines, plist[0]["ids"], settings.ks, settings.verify_repeats, log=log)
+    verify = engine_verify_curves(
+        engines, plist[0]["ids"], settings.ks, settings.verify_repeats, log=log,
+        reopen=tuple(e for e in engines if e.startswith("llama.cpp")),
+    )  # fmt: skip
     prof = profile(engines, plist[0]["ids"], log=log) if with_profile else None
     dec = decode(engines, plist, settings.new_tokens, settings.gamma, settings.repeats, log=log)
     summary = summarize(verify, dec, list(engines), log=log)
@@ -371,10 +380,17 @@ def run_bench(
         "summary": summary,
         "wall_s": time.time() - t0,
     }
-    if "lean-q4_1" in engines:
+    if "lean-q4_1" in engines or "lean-q4q8" in engines:
         from specdec import native
 
         record["native_build"] = native.build_info()
+        if "lean-q4q8" in engines:
+            record["native_build_q4q8"] = native.build_info("q4q8")
+    if "llama.cpp-q4_0" in engines:
+        record["llama.cpp-q4_0"] = (
+            "the shipped Q4_1 GGUF requantized to Q4_0 by llama_model_quantize (allow_requantize): "
+            "llama.cpp's fastest CPU format for this model, but NOT the same weights as the other engines"
+        )
     skipped = [name for name, done in (("roofline", with_roofline), ("profile", with_profile)) if not done]
     if skipped:
         record["skipped"] = skipped

@@ -23,7 +23,36 @@ import torch
 from specdec.checks import check_int
 from specdec.lm import Session
 
-__all__ = ["LlamaCppModel", "available"]
+__all__ = ["LlamaCppModel", "available", "requantized"]
+
+
+def requantized(gguf: str | Path, ftype: str = "q4_0", *, threads: int = 1) -> Path:
+    """``gguf`` requantized by llama.cpp (``llama_model_quantize`` with ``allow_requantize``) to
+    ``ftype`` (``"q4_0"``: the format with llama.cpp's repacked CPU kernels), cached beside the
+    package's other files. The result is NOT the same weights: a Q4_1 code re-encoded as Q4_0
+    (no minimum per block) rounds every weight again."""
+    import llama_cpp
+
+    from specdec.models import cache_root
+
+    codes = {"q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0}
+    if ftype not in codes:
+        raise ValueError(f"ftype must be one of {sorted(codes)}; got {ftype!r}")
+    src = Path(gguf)
+    out = cache_root() / "llamacpp" / f"{src.stem}-requantized-{ftype}.gguf"
+    if out.exists() and out.stat().st_size > 0:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".part")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = codes[ftype]
+    params.allow_requantize = True
+    params.nthread = threads
+    status = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params)
+    if status != 0 or not tmp.exists():
+        raise OSError(f"llama_model_quantize failed ({status}) requantizing {src} to {ftype}")
+    tmp.replace(out)
+    return out
 
 
 def available() -> bool:

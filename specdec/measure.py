@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, is_dataclass
 from functools import partial
 from importlib import metadata
@@ -268,6 +269,7 @@ def time_forwards(
     rng: np.random.Generator | None = None,
     synchronize: Callable[[], None] | None = None,
     reopen: Mapping[str, Callable[[], Any]] | None = None,
+    around: Mapping[str, Callable[[], Any]] | None = None,
 ) -> dict[str, dict[int, list[float]]]:
     """The one T(k) loop: times of ONE forward over k new tokens on a cache cut back afterwards.
 
@@ -285,7 +287,9 @@ def time_forwards(
     ``"fixed"``, everything in the given order. ``reopen[name]`` (with ``"nested"`` or
     ``"names"``) makes a fresh session at the start of that name's turn in each pass (one
     llama.cpp context per model). The timer is :func:`time_once` with ``synchronize``. The
-    first ``warmup`` passes are discarded. Returns ``{name: {k: [seconds per kept pass]}}``.
+    first ``warmup`` passes are discarded. ``around[name]()`` is a context manager entered around
+    each of that name's timed calls, outside the clock (a q4q8 model: torch on one thread).
+    Returns ``{name: {k: [seconds per kept pass]}}``.
     """
     if order not in ("pairs", "nested", "names", "fixed"):
         raise ValueError(f"order must be 'pairs', 'nested', 'names' or 'fixed'; got {order!r}")
@@ -302,7 +306,8 @@ def time_forwards(
 
     def one(name: str, k: int, keep: bool) -> None:
         s, ids = sessions[name], _head(new_ids[name], k)
-        elapsed = time_once(lambda: s.forward(ids), synchronize)
+        with around[name]() if around and name in around else nullcontext():
+            elapsed = time_once(lambda: s.forward(ids), synchronize)
         s.crop(context[name])
         if len(s) != context[name]:
             raise RuntimeError(f"after cropping, {name!r} holds {len(s)} tokens, not {context[name]}")
@@ -613,6 +618,7 @@ def engine_verify_curves(
     one line per engine (None: silent).
     """
     from specdec.intervals import ratio_ci
+    from specdec.lean import torch_threads_for
     from specdec.lm import open_lm, vocab_size
 
     check_int("repeats", repeats, low=1)
@@ -644,6 +650,7 @@ def engine_verify_curves(
         synchronize=sync_hook(None),
         # one context per model: re-feed the prompt after others ran
         reopen={name: partial(opened, engines[name]) for name in engines if name in reopen},
+        around={name: partial(torch_threads_for, engines[name]) for name in engines},
     )
     out = {}
     for name in engines:

@@ -20,7 +20,8 @@ works, :func:`available` says why and the mode is simply not offered
 
 The ``"q4q8"`` mode's forward (``csrc/leanq8.c``, :class:`Q8Forward`) is built the same way, with
 ``-ffp-contract=off`` (no fused multiply-adds: its float arithmetic is the same whatever the
-instruction set) and ``-fopenmp`` where the compiler has it (else it runs on one thread). It
+instruction set) and ``-pthread`` (a small thread pool per model, whose waiters yield the CPU
+rather than spin on a machine shared with other processes). It
 repacks the GGUF's 4-bit weights at load and computes integer dot products by the best
 instruction set the build targets (AVX512-VNNI, AVX-VNNI, AVX2, else portable C: :func:`isa`).
 
@@ -115,7 +116,7 @@ def build_flags(kind: str = "q4_1") -> list[str]:
         raise ValueError(f"SPECDEC_EMULATED_CPU must be one of {sorted(_MARCH)}; got {target!r}")
     flags = ["-O3", _MARCH[target], "-std=gnu11", "-shared", "-fPIC"]
     if kind == "q4q8":  # no contraction into FMAs: the float epilogue is the same on every ISA
-        flags += ["-ffp-contract=off", "-fopenmp"]
+        flags += ["-ffp-contract=off", "-pthread"]
     return flags
 
 
@@ -195,9 +196,6 @@ def _build(cc: tuple[str, ...], flags: list[str], target: Path, kind: str = "q4_
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
         error = _run_compiler(cc, flags, out, source)
-        if error is not None and "-fopenmp" in flags:  # a compiler without OpenMP: one thread
-            error2 = _run_compiler(cc, [f for f in flags if f != "-fopenmp"], out, source)
-            error = None if error2 is None else error
         if error is not None:
             raise OSError(error)
         size, sha = _digest(out)
@@ -273,8 +271,6 @@ def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.specdec_q8_abi.restype = i32
     lib.specdec_q8_isa.argtypes = []
     lib.specdec_q8_isa.restype = ctypes.c_char_p
-    lib.specdec_q8_openmp.argtypes = []
-    lib.specdec_q8_openmp.restype = i32
     lib.specdec_q8_new.argtypes = [ctypes.POINTER(ModelQ8), ctypes.POINTER(i32)]
     lib.specdec_q8_new.restype = p
     lib.specdec_q8_free.argtypes = [p]
@@ -436,8 +432,8 @@ def isa(kind: str = "q4q8") -> str | None:
 
 def build_info(kind: str = "q4_1") -> dict[str, Any] | None:
     """What a record names about the C forward it ran: the compiler, its version line, the flags
-    and the cached library's file name (and, for ``"q4q8"``, the integer path and whether it has
-    OpenMP); None where the forward is unavailable."""
+    and the cached library's file name (and, for ``"q4q8"``, the integer path); None where the
+    forward is unavailable."""
     cc = _compiler()
     if cc is None or not available(kind):
         return None
@@ -452,7 +448,7 @@ def build_info(kind: str = "q4_1") -> dict[str, Any] | None:
     }
     if kind == "q4q8":
         lib = library(kind)
-        info |= {"isa": lib.specdec_q8_isa().decode(), "openmp": bool(lib.specdec_q8_openmp())}
+        info |= {"isa": lib.specdec_q8_isa().decode()}
     return info
 
 

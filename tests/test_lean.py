@@ -57,9 +57,10 @@ def test_float32_logits_equal_transformers_through_prefill_steps_crops_and_syncs
     )
 
 
-def on_q4_1_grid(model, seed=0):
+def on_q4_1_grid(model, seed=0, half=False):
     """Snap every decoder weight to a Q4_1 code: w = d q + m per block of 32, with q = 0 and
-    q = 15 in every block (as the GGUF quantizer leaves them); returns the model."""
+    q = 15 in every block (as the GGUF quantizer leaves them); returns the model. ``half``: the
+    scales and minimums are IEEE half floats, as in a GGUF file."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for layer in model.model.layers:
@@ -78,6 +79,8 @@ def on_q4_1_grid(model, seed=0):
                 q[..., 0], q[..., 1] = 0, 15  # the block's minimum and maximum
                 d = (0.01 + 0.02 * torch.rand(n, k // GROUP_SIZE, 1, generator=gen)) * lin.weight.std() * 10
                 m = -8 * d + 0.1 * d * torch.randn(n, k // GROUP_SIZE, 1, generator=gen)
+                if half:
+                    d, m = d.half().float(), m.half().float()
                 lin.weight.copy_((q * d + m).view(n, k))
         # the LM head on a Q8_0 grid (w = d q, q in -127..127, the block's largest |q| = 127),
         # as SmolLM2's tied embedding is in its GGUF
@@ -86,6 +89,8 @@ def on_q4_1_grid(model, seed=0):
         q = torch.randint(-127, 128, (n, k // GROUP_SIZE, GROUP_SIZE), generator=gen).float()
         q[..., 0] = 127
         d = (0.5 + torch.rand(n, k // GROUP_SIZE, 1, generator=gen)) * head.std() / 64
+        if half:
+            d = d.half().float()
         head.copy_((q * d).view(n, k))
     return model
 

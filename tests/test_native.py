@@ -160,3 +160,24 @@ def test_q4_1_handles_heads_times_head_dim_unlike_hidden():
     full = open_lm(LeanLlama(hf, "float32")).forward(seq)
     ours = open_lm(LeanLlama(hf, "q4_1")).forward(seq)
     assert float((ours - full).abs().max()) < 1e-4 * float(full.abs().max())
+
+
+def test_the_q4_1_entry_point_checks_its_arguments_in_c():
+    """The C function itself refuses positions past the cache, bad row counts and negative ids (-2)."""
+    if not native.available():
+        pytest.skip(f"the C forward cannot be built here: {native.unavailable_reason()}")
+    import ctypes
+
+    model = LeanLlama(tiny_llama(0), "q4_1")
+    cache, desc = model.new_cache(8), model._native_structure()
+    ids, logits = torch.tensor([1, 2], dtype=torch.int64), torch.empty(2, model.vocab_size)
+
+    def call(k=2, start=6, capacity=8, keep=2, ids=ids):
+        return native.library().specdec_q4_forward(
+            ctypes.byref(desc), ids.data_ptr(), k, start, cache.data_ptr(), capacity, logits.data_ptr(), keep
+        )
+
+    assert call() == 0
+    for bad in ({"start": 7}, {"start": -1}, {"k": 0}, {"keep": 3}, {"keep": 0}, {"capacity": 10**6}):
+        assert call(**bad) == -2, bad
+    assert call(ids=torch.tensor([1, -5], dtype=torch.int64)) == -2

@@ -251,9 +251,15 @@ static void attend(const float *q, const float *keys, const float *values, int e
 
 /* Logits of the k tokens ids placed at positions start .. start+k-1, for the last `keep` rows
  * (logits: keep x head.n). cache: (layers, 2, kv_heads, capacity, head_dim), holding positions
- * 0 .. start-1; the new tokens' keys and values are written. Returns 0, or -1 when out of memory. */
+ * 0 .. start-1; the new tokens' keys and values are written. Returns 0, -1 when out of memory,
+ * -2 for arguments out of range (checked here too, not only in Python; nothing is written). */
 int specdec_q4_forward(const model_t *m, const int64_t *ids, int32_t k, int32_t start, float *cache,
                        int32_t capacity, float *logits, int32_t keep) {
+    if (!m || !ids || !cache || !logits || k < 1 || keep < 1 || keep > k || start < 0 || capacity < 1 ||
+        capacity > m->positions || start > capacity - k)
+        return -2;
+    for (int r = 0; r < k; r++)
+        if (ids[r] < 0) return -2; /* the upper bound (the embedding's rows) is checked by Python */
     const int H = m->hidden, hd = m->head_dim, nh = m->heads, kv = m->kv_heads, I = m->inter;
     const int qkv_n = (nh + 2 * kv) * hd, group = nh / kv, AD = nh * hd; /* AD may differ from H */
     const size_t need = (size_t)k * (2 * H + qkv_n + AD + 3 * I) + (size_t)(start + k) + 16;

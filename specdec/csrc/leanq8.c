@@ -20,7 +20,7 @@
  *
  * Exactness by construction: each row's arithmetic is the same whatever the number of rows in
  * the call, the number of threads (threads split whole tiles of output columns; each tile is
- * computed by one thread in the same block order) and the instruction set, so verify rows equal
+ * computed by one thread in the same block order; a small pthread pool per model) and the instruction set, so verify rows equal
  * single steps bit for bit, and builds for other CPU levels give the same logits (on a given
  * libm). Activations between layers, the KV cache and attention are float32.
  */
@@ -32,9 +32,9 @@
 #if defined(__AVX512VNNI__) || defined(__AVXVNNI__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 
 #define SPECDEC_Q8_ABI 2
 
@@ -94,25 +94,179 @@ int32_t specdec_q8_abi(int64_t *sizes, int32_t n) {
 /* The integer path this library was compiled with. */
 const char *specdec_q8_isa(void) { return ISA; }
 
-/* Whether the library was built with OpenMP (threads > 1 then run in parallel). */
-int32_t specdec_q8_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
+/* --- a small thread pool, one per model ---------------------------------------------------- *
+ * A call's parallel work is split into `parts` fixed parts (part p: a fixed range of tiles or of
+ * (row, head) pairs), part 0 run by the calling thread and part p by worker p - 1. Which thread
+ * runs a part never changes what it computes, so results do not depend on the thread count.
+ * Waiting spins briefly, then yields the CPU, then (workers) sleeps: on a machine shared with
+ * other processes a spinning waiter must not hold the core its partner needs. */
+typedef void (*part_fn)(void *arg, int part, int parts);
+
+typedef struct {
+    int workers; /* threads - 1 */
+    pthread_t *tids;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint gen;     /* bumped for each job */
+    atomic_int pending;  /* workers still running the current job */
+    atomic_int sleepers; /* workers waiting on cv */
+    int stop;
+    part_fn fn;
+    void *arg;
+    int parts;
+} pool_t;
+
+typedef struct {
+    pool_t *pool;
+    int id;
+} worker_arg_t;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
 #endif
+}
+
+enum { SPIN_PAUSE = 4000, SPIN_YIELD = 200 };
+
+static void *worker_main(void *p) {
+    worker_arg_t *wa = p;
+    pool_t *pool = wa->pool;
+    const int id = wa->id;
+    free(wa);
+    unsigned seen = 0; /* the generation at the pool's creation: a job posted before this thread
+                        * first runs must still be seen as new */
+    for (;;) {
+        unsigned now_gen;
+        int spins = 0;
+        while ((now_gen = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen) {
+            if (spins < SPIN_PAUSE) cpu_relax();
+            else if (spins < SPIN_PAUSE + SPIN_YIELD) sched_yield();
+            else {
+                pthread_mutex_lock(&pool->mu);
+                atomic_fetch_add(&pool->sleepers, 1);
+                while (atomic_load(&pool->gen) == seen && !pool->stop) pthread_cond_wait(&pool->cv, &pool->mu);
+                atomic_fetch_sub(&pool->sleepers, 1);
+                pthread_mutex_unlock(&pool->mu);
+                spins = 0;
+                if (pool->stop) return NULL;
+                continue;
+            }
+            spins++;
+        }
+        seen = now_gen;
+        if (pool->stop) return NULL;
+        if (id + 1 < pool->parts) pool->fn(pool->arg, id + 1, pool->parts);
+        atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_release);
+    }
+}
+
+static void pool_free(pool_t *pool) {
+    if (!pool) return;
+    pthread_mutex_lock(&pool->mu);
+    pool->stop = 1;
+    atomic_fetch_add(&pool->gen, 1);
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+    for (int i = 0; i < pool->workers; i++) pthread_join(pool->tids[i], NULL);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->cv);
+    free(pool->tids);
+    free(pool);
+}
+
+static pool_t *pool_new(int workers) {
+    pool_t *pool = calloc(1, sizeof *pool);
+    if (!pool) return NULL;
+    pool->tids = calloc((size_t)workers, sizeof *pool->tids);
+    if (!pool->tids) {
+        free(pool);
+        return NULL;
+    }
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->cv, NULL);
+    atomic_init(&pool->gen, 0), atomic_init(&pool->pending, 0), atomic_init(&pool->sleepers, 0);
+    for (int i = 0; i < workers; i++) {
+        worker_arg_t *wa = malloc(sizeof *wa);
+        if (!wa) {
+            pool_free(pool); /* joins the workers started so far */
+            return NULL;
+        }
+        wa->pool = pool, wa->id = i;
+        if (pthread_create(&pool->tids[i], NULL, worker_main, wa) != 0) {
+            free(wa);
+            pool_free(pool);
+            return NULL;
+        }
+        pool->workers = i + 1;
+    }
+    return pool;
+}
+
+/* Run fn over parts 0 .. parts-1 (parts <= workers + 1) and wait for all of them. */
+static void pool_run(pool_t *pool, part_fn fn, void *arg, int parts) {
+    if (!pool || parts <= 1) {
+        for (int p = 0; p < parts; p++) fn(arg, p, parts);
+        return;
+    }
+    pool->fn = fn, pool->arg = arg, pool->parts = parts;
+    atomic_store_explicit(&pool->pending, pool->workers, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->gen, 1, memory_order_release);
+    if (atomic_load(&pool->sleepers) > 0) {
+        pthread_mutex_lock(&pool->mu);
+        pthread_cond_broadcast(&pool->cv);
+        pthread_mutex_unlock(&pool->mu);
+    }
+    fn(arg, 0, parts);
+    for (int spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < SPIN_PAUSE) cpu_relax();
+        else sched_yield();
+    }
 }
 
 /* --- repacked weights ----------------------------------------------------------------------- */
 
 #define TILE 16
-/* A Q4_1 (tile, block): 256 bytes of nibbles, then d[16] and m[16] as float32. Byte
- * 64 g + 4 j + e (g in 0..3, lane j, e in 0..3) holds element 4 g + e of column j in its low
- * nibble and element 16 + 4 g + e in its high nibble. */
-#define Q4_CHUNK (256 + 2 * 64)
+/* A Q4_1 (tile, block): 256 bytes of nibbles, then d[16] and m[16] as IEEE half floats (the
+ * GGUF's own precision; Python rounds them so and reports any error, and half -> float is exact
+ * on every path). Byte 64 g + 4 j + e (g in 0..3, lane j, e in 0..3) holds element 4 g + e of
+ * column j in its low nibble and element 16 + 4 g + e in its high nibble. */
+#define Q4_CHUNK (256 + 2 * 32)
 /* A Q8_0 (tile, block): 512 bytes of int8 (byte 64 g + 4 j + e: element 4 g + e of column j,
- * g in 0..7), then d[16] as float32. */
-#define Q8_CHUNK (512 + 64)
+ * g in 0..7), then d[16] as half floats. */
+#define Q8_CHUNK (512 + 32)
+
+/* float -> half, round to nearest even (packing only; the values given are halves already). */
+static uint16_t float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    const float a = fabsf(f);
+    if (!(a <= 65504.0f)) return sign | (a != a ? 0x7e00 : 0x7c00);
+    if (a < 0x1p-14f) return sign | (uint16_t)nearbyintf(a * 0x1p24f); /* subnormal (exact scaling) */
+    uint32_t h = ((((x >> 23) & 255) - 112) << 10) | ((x & 0x7fffff) >> 13);
+    const uint32_t rest = x & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+    return sign | (uint16_t)h;
+}
+
+/* half -> float, exact. */
+static inline float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 31, man = h & 1023;
+    uint32_t bits;
+    if (exp == 0) {
+        const float f = (float)man * 0x1p-24f; /* zero or subnormal: exact */
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 typedef struct {
     uint8_t *data;
@@ -135,6 +289,8 @@ typedef struct {
     /* per-model phase clocks (specdec_q8_profile): not shared with any other model */
     int profiling;
     double phase_s[PHASES];
+    pool_t *pool; /* threads - 1 workers, made on the first call with threads > 1 */
+    pthread_mutex_t call_mu; /* one forward at a time per model (ctypes releases the GIL) */
 } handle_t;
 
 static void *alloc64(size_t bytes) {
@@ -152,7 +308,7 @@ static int pack_q41(const q41_t *w, pq_t *out) {
     for (int t = 0; t < out->tiles; t++)
         for (int b = 0; b < out->blocks; b++) {
             uint8_t *c = out->data + ((size_t)t * out->blocks + b) * Q4_CHUNK;
-            float *d = (float *)(c + 256), *m = d + TILE;
+            uint16_t *d = (uint16_t *)(c + 256), *m = d + TILE;
             for (int j = 0; j < TILE; j++) {
                 const int n = t * TILE + j;
                 if (n >= w->n) continue; /* padding columns: zero codes, scales and minimums */
@@ -162,8 +318,8 @@ static int pack_q41(const q41_t *w, pq_t *out) {
                 for (int g = 0; g < 4; g++)
                     for (int e = 0; e < 4; e++)
                         c[64 * g + 4 * j + e] = (uint8_t)(q[4 * g + e] | (q[16 + 4 * g + e] << 4));
-                d[j] = w->d[(size_t)n * out->blocks + b];
-                m[j] = w->m[(size_t)n * out->blocks + b];
+                d[j] = float_to_half(w->d[(size_t)n * out->blocks + b]);
+                m[j] = float_to_half(w->m[(size_t)n * out->blocks + b]);
             }
         }
     return OK;
@@ -177,14 +333,14 @@ static int pack_q80(const q80_t *w, pq_t *out) {
     for (int t = 0; t < out->tiles; t++)
         for (int b = 0; b < out->blocks; b++) {
             uint8_t *c = out->data + ((size_t)t * out->blocks + b) * Q8_CHUNK;
-            float *d = (float *)(c + 512);
+            uint16_t *d = (uint16_t *)(c + 512);
             for (int j = 0; j < TILE; j++) {
                 const int n = t * TILE + j;
                 if (n >= w->n) continue;
                 const uint8_t *src = w->qs + (size_t)n * w->k + 32 * b;
                 for (int g = 0; g < 8; g++)
                     for (int e = 0; e < 4; e++) c[64 * g + 4 * j + e] = src[4 * g + e];
-                d[j] = w->d[(size_t)n * out->blocks + b];
+                d[j] = float_to_half(w->d[(size_t)n * out->blocks + b]);
             }
         }
     return OK;
@@ -192,6 +348,8 @@ static int pack_q80(const q80_t *w, pq_t *out) {
 
 void specdec_q8_free(handle_t *h) {
     if (!h) return;
+    pool_free(h->pool);
+    pthread_mutex_destroy(&h->call_mu);
     if (h->layers) {
         for (int l = 0; l < h->n_layers; l++) {
             free(h->layers[l].qkv.data);
@@ -219,6 +377,7 @@ handle_t *specdec_q8_new(const model_t *m, int32_t *status) {
     st = ERR_MEMORY;
     h = calloc(1, sizeof *h);
     if (!h) goto fail;
+    pthread_mutex_init(&h->call_mu, NULL);
     h->n_layers = m->n_layers, h->hidden = m->hidden, h->heads = m->heads, h->kv_heads = m->kv_heads;
     h->head_dim = m->head_dim, h->inter = m->inter, h->positions = m->positions, h->vocab = m->vocab;
     h->eps = m->eps, h->embed = m->embed, h->norm = m->norm, h->cos = m->cos, h->sin = m->sin;
@@ -261,6 +420,24 @@ static inline v16f loadf(const float *p) {
 
 static inline void storef(float *p, v16f v) { memcpy(p, &v, sizeof v); }
 
+/* 16 half floats -> float32, exact (F16C / AVX-512 conversion, else the C function above). */
+static inline v16f load_half16(const uint8_t *p) {
+    v16f v;
+#if defined(ISA_AVX512VNNI)
+    const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    memcpy(&v, &f, sizeof v);
+#elif defined(__F16C__)
+    const __m256 f[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
+                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
+    memcpy(&v, f, sizeof v);
+#else
+    uint16_t h[16];
+    memcpy(h, p, sizeof h);
+    for (int i = 0; i < 16; i++) v[i] = half_to_float(h[i]);
+#endif
+    return v;
+}
+
 /* A row's activations quantized per block of 32 (Q8_1): q, dx, s = dx * sum(q), and sum(q). */
 typedef struct {
     int8_t *q;
@@ -269,21 +446,40 @@ typedef struct {
     int k, blocks;
 } qx_t;
 
+/* Rounding to the nearest integer, ties to even, by adding and subtracting 1.5 * 2^23: plain IEEE
+ * additions (valid for |v| < 2^22; here |v| <= 127), so every path rounds alike. */
+static const float ROUND_MAGIC = 12582912.0f;
+
+static inline v16i vclamp(v16i v, v16i lim) {
+    const v16i hi = v > lim, lo = v < -lim;
+    v = (v & ~hi) | (lim & hi);
+    return (v & ~lo) | (-lim & lo);
+}
+
 static void quantize_row(const float *x, int k, int8_t *q, float *dx, float *s, int32_t *sum) {
+    const v16i absmask = (v16i){0} + 0x7fffffff;
     for (int b = 0; b < k / 32; b++) {
         const float *xb = x + 32 * b;
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++) {
-            const float a = fabsf(xb[i]);
-            amax = a > amax ? a : amax;
-        }
+        const v16f lo = loadf(xb), hi = loadf(xb + 16);
+        v16i ai, bi;
+        memcpy(&ai, &lo, sizeof ai);
+        memcpy(&bi, &hi, sizeof bi);
+        ai &= absmask, bi &= absmask; /* |x| as bits: ordered like the floats (no NaN here) */
+        const v16i gt = ai > bi, mx = (ai & gt) | (bi & ~gt);
+        int32_t top = 0;
+        for (int i = 0; i < 16; i++) top = mx[i] > top ? mx[i] : top;
+        float amax;
+        memcpy(&amax, &top, sizeof amax);
         const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        const v16f rl = (lo * id + ROUND_MAGIC) - ROUND_MAGIC, rh = (hi * id + ROUND_MAGIC) - ROUND_MAGIC;
+        v16i ql = __builtin_convertvector(rl, v16i), qh = __builtin_convertvector(rh, v16i);
+        const v16i lim = (v16i){0} + 127;
+        ql = vclamp(ql, lim), qh = vclamp(qh, lim);
         int32_t total = 0;
-        for (int i = 0; i < 32; i++) {
-            const int v = (int)roundf(xb[i] * id);
-            const int c = v > 127 ? 127 : (v < -127 ? -127 : v);
-            q[32 * b + i] = (int8_t)c;
-            total += c;
+        for (int i = 0; i < 16; i++) {
+            q[32 * b + i] = (int8_t)ql[i];
+            q[32 * b + 16 + i] = (int8_t)qh[i];
+            total += ql[i] + qh[i];
         }
         dx[b] = d, sum[b] = total, s[b] = d * (float)total;
     }
@@ -433,7 +629,9 @@ static inline __attribute__((always_inline)) v16i dot_q8(const tilew_t *t, const
 
 /* --- the matrix products: the float epilogue is the same code on every path ------------------ */
 
-#define RCHUNK 8
+/* rows per pass over a tile: 5 keeps the accumulators and decoded weights in registers (at 6 and
+ * more GCC spilled them on AVX-512, and a call over 6 rows cost far more than one over 5) */
+#define RCHUNK 5
 
 /* Rows r0 .. r0+R-1 of one tile: y[r][n] (+)= sum over blocks, in block order, of
  * ((d dx) isum + m s) (Q4_1) or (d dx) isum (Q8_0). */
@@ -447,8 +645,8 @@ static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, int q
         tilew_t t;
         if (q4) decode_q4(c, &t);
         else decode_q8(c, &t);
-        const v16f d = loadf((const float *)(c + (q4 ? 256 : 512)));
-        const v16f m = q4 ? loadf((const float *)(c + 256 + 64)) : (v16f){0};
+        const v16f d = load_half16(c + (q4 ? 256 : 512));
+        const v16f m = q4 ? load_half16(c + 256 + 32) : (v16f){0};
         for (int r = 0; r < R; r++) {
             const size_t i = (size_t)(r0 + r) * x->blocks + b;
             const int8_t *xq = x->q + i * 32;
@@ -496,15 +694,29 @@ static void tile_q8(const pq_t *w, int tile, const qx_t *x, int rows, float *y, 
     }
 }
 
-/* y (rows x n, leading dimension ldy) (+)= x W^T, whole tiles split between threads. */
-static void matmul(const pq_t *w, int q4, const qx_t *x, int rows, float *y, int ldy, int add, int threads) {
-    const int tiles = w->tiles;
-    (void)threads;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int t = 0; t < tiles; t++) {
-        if (q4) tile_q4(w, t, x, rows, y, ldy, add);
-        else tile_q8(w, t, x, rows, y, ldy, add);
+typedef struct {
+    const pq_t *w;
+    int q4;
+    const qx_t *x;
+    int rows;
+    float *y;
+    int ldy, add;
+} mm_job_t;
+
+static void mm_part(void *arg, int part, int parts) {
+    const mm_job_t *j = arg;
+    const int t0 = (int)((int64_t)j->w->tiles * part / parts), t1 = (int)((int64_t)j->w->tiles * (part + 1) / parts);
+    for (int t = t0; t < t1; t++) {
+        if (j->q4) tile_q4(j->w, t, j->x, j->rows, j->y, j->ldy, j->add);
+        else tile_q8(j->w, t, j->x, j->rows, j->y, j->ldy, j->add);
     }
+}
+
+/* y (rows x n, leading dimension ldy) (+)= x W^T, whole tiles split between threads. */
+static void matmul(const pq_t *w, int q4, const qx_t *x, int rows, float *y, int ldy, int add, pool_t *pool) {
+    mm_job_t job = {w, q4, x, rows, y, ldy, add};
+    const int threads = pool ? pool->workers + 1 : 1;
+    pool_run(pool, mm_part, &job, threads < w->tiles ? threads : w->tiles);
 }
 
 static void quantize(const float *x, int rows, int k, qx_t *out) {
@@ -584,13 +796,34 @@ static void attend(const float *q, const float *keys, const float *values, int e
     }
 }
 
+typedef struct {
+    const handle_t *h;
+    const float *qkv, *kc, *vc;
+    int k, start, capacity;
+    float *scores, *att;
+} att_job_t;
+
+static void att_part(void *arg, int part, int parts) {
+    const att_job_t *j = arg;
+    const handle_t *h = j->h;
+    const int hd = h->head_dim, nh = h->heads, group = nh / h->kv_heads;
+    const int qkv_n = (nh + 2 * h->kv_heads) * hd, AD = nh * hd, end_max = j->start + j->k;
+    const int pairs = j->k * nh, p0 = (int)((int64_t)pairs * part / parts), p1 = (int)((int64_t)pairs * (part + 1) / parts);
+    for (int p = p0; p < p1; p++) {
+        const int r = p / nh, jh = p % nh, kvh = jh / group;
+        const float *row = j->qkv + (size_t)r * qkv_n;
+        attend(row + (size_t)jh * hd, j->kc + (size_t)kvh * j->capacity * hd, j->vc + (size_t)kvh * j->capacity * hd,
+               j->start + r + 1, hd, j->scores + (size_t)p * end_max, j->att + (size_t)r * AD + (size_t)jh * hd);
+    }
+}
+
 /* Rotary embedding and cache writes for the k new rows, then attention: row r attends to
  * positions 0 .. start + r, exactly as a one-token step there; each (row, head) pair is
  * computed whole by one thread. */
 static void attention(const handle_t *h, float *qkv, int k, int start, float *kc, float *vc, int capacity,
-                      float *scores, float *att, int threads) {
-    const int hd = h->head_dim, nh = h->heads, kv = h->kv_heads, group = nh / kv;
-    const int qkv_n = (nh + 2 * kv) * hd, AD = nh * hd, end_max = start + k;
+                      float *scores, float *att, pool_t *pool) {
+    const int hd = h->head_dim, nh = h->heads, kv = h->kv_heads;
+    const int qkv_n = (nh + 2 * kv) * hd;
     for (int r = 0; r < k; r++) {
         const int pos = start + r;
         float *row = qkv + (size_t)r * qkv_n;
@@ -601,15 +834,11 @@ static void attention(const handle_t *h, float *qkv, int k, int start, float *kc
             memcpy(vc + ((size_t)j * capacity + pos) * hd, row + (size_t)(nh + kv + j) * hd, sizeof(float) * hd);
         }
     }
-    const int pairs = k * nh;
-    (void)threads;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && pairs > 1)
-    for (int p = 0; p < pairs; p++) {
-        const int r = p / nh, j = p % nh, kvh = j / group;
-        const float *row = qkv + (size_t)r * qkv_n;
-        attend(row + (size_t)j * hd, kc + (size_t)kvh * capacity * hd, vc + (size_t)kvh * capacity * hd,
-               start + r + 1, hd, scores + (size_t)p * end_max, att + (size_t)r * AD + (size_t)j * hd);
-    }
+    att_job_t job = {h, qkv, kc, vc, k, start, capacity, scores, att};
+    const int pairs = k * nh, threads = pool ? pool->workers + 1 : 1;
+    /* short contexts are not worth waking a thread for */
+    const int parts = (size_t)(start + k) * pairs < 4096 ? 1 : (threads < pairs ? threads : pairs);
+    pool_run(pool, att_part, &job, parts);
 }
 
 static inline double now(void) {
@@ -642,6 +871,9 @@ int32_t specdec_q8_profile(handle_t *h, double *out, int32_t n) {
  * layers, for the last `keep` rows (logits: keep x head.n). cache: (n_layers, 2, kv_heads,
  * capacity, head_dim), holding positions 0 .. start-1; the new tokens' keys and values are
  * written. Returns 0, ERR_ARGUMENT for arguments out of range (nothing written), ERR_MEMORY. */
+static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
+                          int32_t capacity, float *logits, int32_t keep, int32_t n_layers, pool_t *pool);
+
 int32_t specdec_q8_forward(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
                            int32_t capacity, float *logits, int32_t keep, int32_t n_layers, int32_t threads) {
     if (!h || !ids || !cache || !logits) return ERR_ARGUMENT;
@@ -650,6 +882,17 @@ int32_t specdec_q8_forward(handle_t *h, const int64_t *ids, int32_t k, int32_t s
         return ERR_ARGUMENT;
     for (int r = 0; r < k; r++)
         if (ids[r] < 0 || ids[r] >= h->vocab) return ERR_ARGUMENT;
+    pthread_mutex_lock(&h->call_mu);
+    if (h->pool && h->pool->workers != threads - 1) pool_free(h->pool), h->pool = NULL;
+    if (!h->pool && threads > 1) h->pool = pool_new(threads - 1); /* none: runs on one thread */
+    pool_t *pool = threads > 1 ? h->pool : NULL;
+    const int status = forward_locked(h, ids, k, start, cache, capacity, logits, keep, n_layers, pool);
+    pthread_mutex_unlock(&h->call_mu);
+    return status;
+}
+
+static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
+                          int32_t capacity, float *logits, int32_t keep, int32_t n_layers, pool_t *pool) {
     const int H = h->hidden, hd = h->head_dim, nh = h->heads, kv = h->kv_heads, I = h->inter;
     const int qkv_n = (nh + 2 * kv) * hd, AD = nh * hd;
     const int KMAX = I > AD ? (I > H ? I : H) : (AD > H ? AD : H);
@@ -676,15 +919,15 @@ int32_t specdec_q8_forward(handle_t *h, const int64_t *ids, int32_t k, int32_t s
             for (int r = 0; r < k; r++) rms(x + (size_t)r * H, L->norm_attn, H, h->eps, hb + (size_t)r * H);
             quantize(hb, k, H, &qx);
         });
-        PHASE(PH_LINEAR, matmul(&L->qkv, 1, &qx, k, qkv, qkv_n, 0, threads));
-        PHASE(PH_ATTENTION, attention(h, qkv, k, start, kc, vc, capacity, scores, att, threads));
+        PHASE(PH_LINEAR, matmul(&L->qkv, 1, &qx, k, qkv, qkv_n, 0, pool));
+        PHASE(PH_ATTENTION, attention(h, qkv, k, start, kc, vc, capacity, scores, att, pool));
         PHASE(PH_OTHER, quantize(att, k, AD, &qx));
-        PHASE(PH_LINEAR, matmul(&L->o, 1, &qx, k, x, H, 1, threads));
+        PHASE(PH_LINEAR, matmul(&L->o, 1, &qx, k, x, H, 1, pool));
         PHASE(PH_OTHER, {
             for (int r = 0; r < k; r++) rms(x + (size_t)r * H, L->norm_mlp, H, h->eps, hb + (size_t)r * H);
             quantize(hb, k, H, &qx);
         });
-        PHASE(PH_LINEAR, matmul(&L->gate_up, 1, &qx, k, gu, 2 * I, 0, threads));
+        PHASE(PH_LINEAR, matmul(&L->gate_up, 1, &qx, k, gu, 2 * I, 0, pool));
         PHASE(PH_OTHER, {
             for (int r = 0; r < k; r++) {
                 const float *g = gu + (size_t)r * 2 * I, *u = g + I;
@@ -693,14 +936,14 @@ int32_t specdec_q8_forward(handle_t *h, const int64_t *ids, int32_t k, int32_t s
             }
             quantize(act, k, I, &qx);
         });
-        PHASE(PH_LINEAR, matmul(&L->down, 1, &qx, k, x, H, 1, threads));
+        PHASE(PH_LINEAR, matmul(&L->down, 1, &qx, k, x, H, 1, pool));
     }
     const int first = k - keep;
     PHASE(PH_OTHER, {
         for (int r = first; r < k; r++) rms(x + (size_t)r * H, h->norm, H, h->eps, hb + (size_t)(r - first) * H);
         quantize(hb, keep, H, &qx);
     });
-    PHASE(PH_HEAD, matmul(&h->head, 0, &qx, keep, logits, h->head.n, 0, threads));
+    PHASE(PH_HEAD, matmul(&h->head, 0, &qx, keep, logits, h->head.n, 0, pool));
     free(buf), free(xq), free(xf), free(xs);
     return OK;
 }
