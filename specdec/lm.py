@@ -17,7 +17,6 @@ import inspect
 from collections.abc import Sequence
 
 import torch
-from transformers import DynamicCache
 
 __all__ = ["CachedLM", "Session", "common_prefix_len", "open_lm", "vocab_size"]
 
@@ -128,6 +127,8 @@ class CachedLM(Session):
 
     def reset(self) -> None:
         """Forget every cached token."""
+        from transformers import DynamicCache  # here, not at import: sessions without transformers
+
         self.cache = DynamicCache(config=self.model.config)
         self.ids: list[int] = []
 
