@@ -613,10 +613,9 @@ class StaticLlama:
                 self.graph_calls += 1
                 logits = out.clone()
                 return logits if keep is None else logits[-keep:]
-            self.eager_calls += 1
-            logits = self._compute(self._ids[:n], self._pos, None)
-            return logits if keep is None else logits[-keep:]
-        self.eager_calls += 1  # a long call (a prefill): eager, only the rows asked for
+            self.eager_calls += 1  # eager: only the rows asked for (a graph computes all, then slices)
+            return self._compute(self._ids[:n], self._pos, keep)
+        self.eager_calls += 1  # a long call (a prefill)
         return self._compute(host.to(self.device), torch.tensor([start], device=self.device), keep)
 
     @torch.no_grad()
