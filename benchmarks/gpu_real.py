@@ -122,11 +122,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cost-repeats", type=int, default=20, help="timed calls per k and timer")
     ap.add_argument("--context", type=int, default=128, help="cached tokens before the cost calls")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--commit", default=None, help="the commit this tree is at, where git is missing (the device)"
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = ap.parse_args(argv)
-    if args.quick:
+    if args.quick:  # the quick sizes, for what the command line leaves at its default
         for key, value in QUICK.items():
-            setattr(args, key, value)
+            if getattr(args, key) == ap.get_default(key):
+                setattr(args, key, value)
     for name, low in (("prompts", 2), ("new_tokens", 1), ("repeats", 1), ("gamma", 1), ("early_exit", 1)):
         value = getattr(args, name)
         if value < low:
@@ -333,6 +337,14 @@ def main(argv: list[str] | None = None) -> Path | None:
     missing = [d for d in drafts if d not in saved]
     if missing:
         raise SystemExit(f"--drafts {missing} are not saved drafts; saved: {saved}")
+    from specdec.gpureal import read_manifest
+
+    manifest = read_manifest(args.payload)
+    available = min(sum(p["task"] == t for p in manifest["prompts"]) for t in args.task_list)
+    if args.prompts > available:
+        raise SystemExit(
+            f"--prompts must lie in [2, {available}] (prompts per task in the payload); got {args.prompts}"
+        )
     info = device_info(args.device)
     slug = device_slug(info["name"]) + "-real" + ("-quick" if args.quick else "")
     settings = {k: v for k, v in vars(args).items() if k not in ("prepare", "check_payload")}
@@ -340,6 +352,13 @@ def main(argv: list[str] | None = None) -> Path | None:
     rec.data["record"] = "gpu_real"
     rec.data["device"] = info
     rec.data["environment"] = environment(device=args.device, dtype=args.dtype)
+    env_commit = rec.data["environment"].get("git_commit")
+    rec.data["commit"] = {
+        "git": env_commit,
+        "given": args.commit,
+        "used": env_commit or args.commit,
+        "source": "git" if env_commit else ("--commit" if args.commit else None),
+    }
     rec.data["command"] = "python3 benchmarks/gpu_real.py " + " ".join(sys.argv[1:] if argv is None else argv)
     rec.data["engine"] = (
         "specdec.gpureal.StaticLlama: torch ops over a static KV cache of fixed capacity (position as a "
@@ -359,6 +378,7 @@ def main(argv: list[str] | None = None) -> Path | None:
         payload = load_payload(args.payload, args.device)
         out.update(payload.checks)
         out["source"] = payload.manifest["source"]
+        out["prepared_commit"] = payload.manifest.get("prepared_commit")
         out["prompt_source"] = payload.manifest["prompt_source"]
         log(
             f"  payload: {out['pieces']} pieces checked; the weights dequantized on {args.device} "
@@ -366,15 +386,6 @@ def main(argv: list[str] | None = None) -> Path | None:
         )
     if payload is None:
         return rec.finish()
-    available = min(sum(p["task"] == t for p in payload.prompts) for t in args.task_list)
-    if args.prompts > available:
-        rec.data["status"]["errors"]["settings"] = (
-            f"--prompts must lie in [2, {available}]; got {args.prompts}"
-        )
-        rec.finish()
-        raise SystemExit(
-            f"--prompts must lie in [2, {available}] (prompts per task in the payload); got {args.prompts}"
-        )
     cells = plan_cells(payload.prompts, args.task_list, args.temperature_list, args.prompts)
     longest = max(len(c["prompt"]["ids"]) for c in cells)
     capacity = (
@@ -395,17 +406,22 @@ def main(argv: list[str] | None = None) -> Path | None:
         out.update(
             capacity=capacity, dtype=args.dtype, models=list(engines), build_s=time.perf_counter() - t0
         )
-        ids = cells[0]["prompt"]["ids"]
-        ks = sorted(set(args.cost_k_list) | set(range(1, args.gamma + 2)))
-        if cuda:
-            out["capture"] = {
-                name: e.capture(ks if name == "target" else (1, 2)) for name, e in engines.items()
-            }
+    if "target" not in engines:
+        return rec.finish()
+    target = engines["target"]
+    ids = cells[0]["prompt"]["ids"]
+    graphs_ok = False
+    if cuda:
+        with rec.section("graphs") as out:
+            ks = sorted(set(args.cost_k_list) | set(range(1, args.gamma + 2)))
+            for name, e in engines.items():
+                out[name] = e.capture(ks if name == "target" else (1, 2))
+            graphs_ok = True
             log(f"  graphs captured: target k = {ks}, drafts k = [1, 2]")
-        else:
-            out["capture"] = None
-            rec.skip("graphs", f"CUDA graphs need a CUDA device; this run is on {args.device}")
-        # a verify call over k tokens against k single steps, and graph against eager (same positions)
+    else:
+        rec.skip("graphs", f"CUDA graphs need a CUDA device; this run is on {args.device}")
+
+    with rec.section("checks") as out:  # a verify call against single steps; graph against eager
         s = target.session()
         n0 = min(len(ids) - args.gamma - 1, 48)
         s.forward(ids[:n0])
@@ -417,7 +433,7 @@ def main(argv: list[str] | None = None) -> Path | None:
             "max_abs_diff": float((block - steps).abs().max()),
             "argmax_equal": bool(torch.equal(block.argmax(-1), steps.argmax(-1))),
         }
-        if cuda:
+        if graphs_ok:
             target.use_graphs = True
             s.crop(n0)
             graph_block = s.forward(ids[n0 : n0 + args.gamma + 1])
@@ -426,34 +442,35 @@ def main(argv: list[str] | None = None) -> Path | None:
                 "bitwise_equal": bool(torch.equal(graph_block, block)),
                 "max_abs_diff": float((graph_block - block).abs().max()),
             }
-        try:
-            import transformers  # noqa: F401  (optional on the device)
-        except ImportError as exc:
-            rec.skip(
-                "hf_check", f"transformers is not importable ({exc}); no logits check, no hf_eager column"
-            )
-            engines["hf"] = None
-        else:
+            log(f"  graph vs eager logits: bitwise equal {out['graph_vs_eager']['bitwise_equal']}")
+        out["memory"] = free_memory(args.device)
+
+    engines["hf"] = None
+    try:
+        import transformers  # noqa: F401  (optional on the device)
+    except ImportError as exc:
+        rec.skip("hf_check", f"transformers is not importable ({exc}); no logits check, no hf_eager column")
+    else:
+        with rec.section("hf_check") as out:
             hf = hf_model(payload, args.device)
-            engines["hf"] = hf
             with torch.no_grad():
                 ref = hf(torch.tensor([ids[:n0]], device=args.device)).logits[0].float()
-            s.crop(0)
+            s = target.session()
             mine = s.forward(ids[:n0])
             out["logits_vs_transformers"] = {
                 "tokens": n0,
                 "max_abs_diff": float((mine - ref).abs().max()),
                 "argmax_equal": bool(torch.equal(mine.argmax(-1), ref.argmax(-1))),
             }
+            engines["hf"] = hf
             log(f"  logits vs transformers: max |diff| {out['logits_vs_transformers']['max_abs_diff']:.2e}")
-        out["memory"] = free_memory(args.device)
 
     # 3. costs: T(k) of the target, T(1) of the draft models, by every timer
-    timers = ["eager", *(["graph", "graph_gpu"] if cuda else [])]
-    if not cuda:
+    timers = ["eager", *(["graph", "graph_gpu"] if graphs_ok else [])]
+    if not graphs_ok:
         rec.skip(
-            "costs:graph,graph_gpu,kernel",
-            f"CUDA graphs and kernel timing need a CUDA device; run on {args.device}",
+            "costs:graph,graph_gpu" + ("" if cuda else ",kernel"),
+            f"no CUDA graphs (device {args.device})" + ("" if cuda else "; kernel timing needs CUDA"),
         )
     costs: dict[str, Any] = {"context": args.context, "repeats": args.cost_repeats, "models": {}, "raw": {}}
     rec.data["costs"] = costs
@@ -477,7 +494,7 @@ def main(argv: list[str] | None = None) -> Path | None:
                             raw[t][str(k)].append(timed_call(engine, ctx[:k], args.context, t, sync))
                 engine.use_graphs = False
                 med = {t: {k: float(np.median(v)) for k, v in curve.items()} for t, curve in raw.items()}
-                if cuda:
+                if cuda:  # the profiler times eager calls: no graph needed
                     med["kernel"] = {str(k): kernel_time(engine, ctx[:k], args.context) for k in model_ks}
                 costs["models"][name], costs["raw"][name] = med, raw
                 rec.save()
@@ -517,11 +534,9 @@ def main(argv: list[str] | None = None) -> Path | None:
     dec = {"methods": methods, "engines": args.engine_list, "cells_planned": len(cells), "cells_done": 0}
     dec.update(runs=runs, generations=generations)
     rec.data["decoding"] = dec
-    engine_list = [e for e in args.engine_list if e == "eager" or cuda]
+    engine_list = [e for e in args.engine_list if e == "eager" or graphs_ok]
     if len(engine_list) < len(args.engine_list):
-        rec.skip(
-            "decoding:graph", f"CUDA graphs need a CUDA device; decoding runs eager only on {args.device}"
-        )
+        rec.skip("decoding:graph", f"no CUDA graphs (device {args.device}); decoding runs eager only")
     dec["engines"] = engine_list
 
     def decode(engine: str, method: str, prompt: list[int], temp: float, seed: int) -> tuple[Any, float]:

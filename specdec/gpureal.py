@@ -67,6 +67,7 @@ __all__ = [
     "distilled_draft",
     "hf_names",
     "load_payload",
+    "read_manifest",
     "read_safetensors",
     "reverse_permute",
     "sha256_tensor",
@@ -263,6 +264,12 @@ def write_payload(
         "eos_token_id": None if eos is None else int(eos),
         "float32_reference": "sha256 of each float32 weight of specdec.models.load_target('float32') (CPU)",
     }
+    try:
+        from specdec.measure import _git
+
+        manifest["prepared_commit"] = _git("rev-parse", "HEAD")
+    except Exception:  # noqa: BLE001  (no git: the manifest says so)
+        manifest["prepared_commit"] = None
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     say(f"payload: {len(pieces)} pieces, {sum(p['size'] for p in pieces) / 1e6:.1f} MB -> {out}")
     return manifest
@@ -276,7 +283,9 @@ def _rope_theta(cfg: Any) -> float:
 
 
 # --------------------------------------------------------------------------- the payload (device side)
-def _read_manifest(folder: Path) -> dict[str, Any]:
+def read_manifest(folder: str | Path) -> dict[str, Any]:
+    """The payload's manifest (config, tensors, pieces, prompts); FileNotFoundError without one."""
+    folder = Path(folder)
     path = folder / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"payload: no {MANIFEST} in {str(folder)!r} (write it with --prepare)")
@@ -289,7 +298,7 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
 def check_payload(folder: str | Path) -> dict[str, Any]:
     """Which pieces are present and match their sha256: {"present", "missing", "bad", "complete"}."""
     folder = Path(folder)
-    manifest = _read_manifest(folder)
+    manifest = read_manifest(folder)
     present, missing, bad = [], [], []
     for p in manifest["pieces"]:
         path = folder / p["file"]
@@ -323,7 +332,7 @@ def load_payload(
     """
     folder = Path(folder)
     t0 = time.perf_counter()
-    manifest = _read_manifest(folder)
+    manifest = read_manifest(folder)
     state = check_payload(folder)
     if state["missing"]:
         raise ValueError(f"payload: pieces missing in {str(folder)!r}: {state['missing']} (send them again)")
