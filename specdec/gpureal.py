@@ -322,13 +322,40 @@ class Payload:
     checks: dict[str, Any] = field(default_factory=dict)
 
 
+def _dequantize(
+    entry: dict[str, Any], data: bytes, cfg: dict[str, Any], device: torch.device
+) -> torch.Tensor:
+    """One tensor's float32 weight from its raw GGUF bytes, computed on ``device``."""
+    shape = entry["shape"]
+    blob = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+    if entry["type"] == "F32":
+        w = blob.view(torch.float32).reshape(shape).clone()
+    elif entry["type"] == "Q4_1":
+        w = dequantize_q4_1(blob.view(shape[0], -1))
+    else:
+        w = dequantize_q8_0(blob.view(shape[0], -1))
+    if w.shape != torch.Size(shape):
+        raise ValueError(f"payload: {entry['name']} dequantized to {tuple(w.shape)}; expected {shape}")
+    if ".attn_q." in entry["name"]:
+        w = reverse_permute(w, cfg["num_attention_heads"])
+    elif ".attn_k." in entry["name"]:
+        w = reverse_permute(w, cfg["num_key_value_heads"])
+    return w
+
+
 def load_payload(
-    folder: str | Path, device: str | torch.device = "cpu", *, check_float32: bool = True
+    folder: str | Path,
+    device: str | torch.device = "cpu",
+    *,
+    check_float32: bool = True,
+    cpu_fallback: bool = True,
 ) -> Payload:
     """Check every piece (sha256), dequantize on ``device`` with torch, check the float32 weights.
 
-    Raises ValueError naming the first missing or damaged piece, and the first weight whose
-    float32 bytes differ from the CPU loader's (``check_float32``).
+    Raises ValueError naming the missing or damaged pieces. With ``check_float32`` every
+    weight's float32 bytes are compared with the CPU loader's (sha256); a weight that differs
+    is dequantized again on the CPU (``cpu_fallback``, the count is in ``checks``) and must
+    then match, else ValueError names it: the run never uses weights unlike the CPU chapters'.
     """
     folder = Path(folder)
     t0 = time.perf_counter()
@@ -344,7 +371,7 @@ def load_payload(
     cfg = manifest["config"]
     device = torch.device(device)
     weights: dict[str, torch.Tensor] = {}
-    mismatched = []
+    redone, mismatched = [], []
     t1 = time.perf_counter()
     for e in manifest["tensors"]:
         data = b"".join(
@@ -352,27 +379,19 @@ def load_payload(
         )
         if hashlib.sha256(data).hexdigest() != e["sha256_raw"]:
             raise ValueError(f"payload: the raw bytes of {e['name']} differ from their sha256")
-        rows, cols = (e["shape"] + [1])[:2] if len(e["shape"]) == 1 else e["shape"]
-        blob = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
-        if e["type"] == "F32":
-            w = blob.view(torch.float32).reshape(e["shape"]).clone()
-        elif e["type"] == "Q4_1":
-            w = dequantize_q4_1(blob.view(rows, -1))
-        else:
-            w = dequantize_q8_0(blob.view(rows, -1))
-        if w.shape != torch.Size(e["shape"]):
-            raise ValueError(f"payload: {e['name']} dequantized to {tuple(w.shape)}; expected {e['shape']}")
-        if ".attn_q." in e["name"]:
-            w = reverse_permute(w, cfg["num_attention_heads"])
-        elif ".attn_k." in e["name"]:
-            w = reverse_permute(w, cfg["num_key_value_heads"])
+        w = _dequantize(e, data, cfg, device)
         if check_float32 and sha256_tensor(w) != e["sha256_float32"]:
-            mismatched.append(e["hf"])
+            if cpu_fallback and device.type != "cpu":
+                w = _dequantize(e, data, cfg, torch.device("cpu"))
+                redone.append(e["hf"])
+            if sha256_tensor(w) != e["sha256_float32"]:
+                mismatched.append(e["hf"])
+            w = w.to(device)
         weights[e["hf"]] = w
     if mismatched:
         raise ValueError(
-            f"payload: {len(mismatched)} weights dequantized on {device} differ from the CPU loader's "
-            f"float32 weights, first {mismatched[:3]}"
+            f"payload: {len(mismatched)} dequantized weights differ from the CPU loader's float32 "
+            f"weights, first {mismatched[:3]}"
         )
     if manifest.get("tied_head", True):
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
@@ -384,6 +403,7 @@ def load_payload(
         "check_s": t_check,
         "dequantize_s": time.perf_counter() - t1,
         "dequantized_on": str(device),
+        "redone_on_cpu": redone,
     }
     return Payload(cfg, weights, manifest["prompts"], manifest, checks)
 
