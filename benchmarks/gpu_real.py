@@ -89,6 +89,7 @@ QUICK = {
     "cost_ks": "1,3",
     "cost_repeats": 2,
     "context": 16,
+    "threads": 1,  # a CPU's small torch ops run fastest on one thread
 }
 
 
@@ -216,6 +217,39 @@ def device_info(device: str) -> dict[str, Any]:
     return info
 
 
+def preflight(device: str) -> dict[str, Any]:
+    """What the run will find: its modules importable, the device, transformers (optional)."""
+    import importlib
+
+    out: dict[str, Any] = {}
+    for name in (
+        "torch",
+        "numpy",
+        "specdec.gpureal",
+        "specdec.decoding",
+        "specdec.drafters",
+        "specdec.realrun",
+    ):
+        try:
+            importlib.import_module(name)
+            out[name] = "ok"
+        except Exception as exc:  # noqa: BLE001  (reported, not raised: this is a check)
+            out[name] = f"{type(exc).__name__}: {exc}"
+    try:
+        import transformers
+
+        out["transformers"] = transformers.__version__
+    except Exception as exc:  # noqa: BLE001
+        out["transformers"] = f"not importable ({type(exc).__name__}); the run skips hf_check"
+    import torch
+
+    out["torch_version"] = torch.__version__
+    out["cuda_available"] = torch.cuda.is_available()
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        out["device_name"] = torch.cuda.get_device_name(torch.device(device))
+    return out
+
+
 def timed_call(engine: Any, ids: list[int], start: int, timer: str, sync: Any) -> float:
     """Seconds of one call of ``engine`` over ``ids`` at ``start`` by ``timer`` (eager, graph, graph_gpu)."""
     import torch
@@ -313,11 +347,11 @@ def main(argv: list[str] | None = None) -> Path | None:
 
         write_payload(args.payload, piece_bytes=int(args.piece_mb * 1e6), log=log)
         return Path(args.payload)
-    if args.check_payload:
+    if args.check_payload:  # also a preflight: the run's imports, the device, then the pieces
+        log(json.dumps(preflight(args.device)))
         from specdec.gpureal import check_payload
 
-        report = check_payload(args.payload)
-        log(json.dumps(report))
+        log(json.dumps(check_payload(args.payload)))
         return None
     from specdec.gpurecord import Deadline, Recorder, device_slug, free_memory
 
@@ -593,7 +627,7 @@ def main(argv: list[str] | None = None) -> Path | None:
                         "engine": engine, "method": method, "temperature": temp, "task": task,
                         "prompt": prompt["id"], "rep": rep, "order": order, "seed": seed,
                         "decode_s": total - st.prefill_s, "prefill_s": st.prefill_s,
-                        "new_tokens": st.new_tokens, "rounds": st.rounds, "gamma": args.gamma,
+                        "new_tokens": st.new_tokens, "rounds": st.rounds, "gamma": st.gamma,
                         "drafted": st.drafted_tokens, "accepted": st.accepted_tokens, "examined": st.examined,
                         "draft_s": st.draft_s, "target_s": st.target_s, "verify_s": st.verify_s,
                         "target_calls": st.target_calls, "draft_calls": st.draft_calls,

@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 from specdec import gpureal  # noqa: E402
 from specdec.intervals import geomean  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small torch ops: one thread is fastest
 BLOCKED = ("gguf", "scipy", "tqdm", "safetensors", "tokenizers", "transformers")
 
 
@@ -182,7 +183,6 @@ def test_engine_matches_transformers(payload_dir, cpu_target, root):
     from specdec.drafters import early_exit_model
     from specdec.draftnets import load_draft
 
-    torch.set_num_threads(2)
     loaded = gpureal.load_payload(payload_dir, "cpu", check_float32=False)
     engine = gpureal.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)
     ids = loaded.prompts[-1]["ids"][:24]
@@ -220,7 +220,9 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
         "runpy.run_path('benchmarks/gpu_real.py', run_name='__main__')\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in ('gguf', 'scipy') and sys.modules[m]]\n"
     )
-    args = ["--device", "cpu", "--quick", "--threads", "2", "--payload", str(payload_dir), "--out", str(out)]
+    git = ["git", "rev-parse", "HEAD"]
+    head = subprocess.run(git, cwd=root, capture_output=True, text=True).stdout.strip()  # before the run
+    args = ["--device", "cpu", "--quick", "--threads", "1", "--payload", str(payload_dir), "--out", str(out)]
     done = subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=root,
@@ -234,9 +236,6 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
     rec = json.loads(path.read_text())
     assert rec["record"] == "gpu_real" and rec["status"]["finished"] and rec["status"]["failed"] == []
     assert rec["device"]["name"] and rec["device"]["torch"] == torch.__version__
-    head = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
-    ).stdout.strip()
     assert rec["commit"]["used"] == head and rec["commit"]["source"] == "git"
     assert rec["payload"]["pieces_sha256_ok"] and rec["payload"]["float32_equal_cpu_loader"]
     skipped = {s["section"]: s["reason"] for s in rec["status"]["skipped"]}
@@ -270,8 +269,7 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
     assert costs["summary"]["c"]["draft-distil-l1"]["eager"] == pytest.approx(draft_t1 / np.median(t["1"]))
 
 
-def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_path):
-    torch.set_num_threads(2)
+def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_path, capsys):
     path = script.main(
         [
             "--device",
@@ -289,6 +287,13 @@ def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_p
     assert rec["status"]["finished"] and rec["decoding"]["cells_done"] == 0 and rec["decoding"]["runs"] == []
     skipped = [s["section"] for s in rec["status"]["skipped"]]
     assert "costs_run" in skipped and "decoding_cells" in skipped
+    script.main(["--check-payload", "--device", "cpu", "--payload", str(payload_dir)])
+    lines = capsys.readouterr().out.splitlines()
+    pre = json.loads(lines[-2])
+    assert pre["specdec.gpureal"] == "ok" and pre["torch_version"] == torch.__version__
+    assert json.loads(lines[-1]) == {
+        "present": [f"part-{i:02d}.bin" for i in range(5)], "missing": [], "bad": [], "complete": True,
+    }  # fmt: skip
     with pytest.raises(SystemExit, match=r"--prompts must lie in \[2, 2\]"):
         script.main(
             [
@@ -303,3 +308,40 @@ def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_p
                 str(tmp_path),
             ]
         )
+
+
+class _Replay:
+    """Stands in for a CUDA graph on the CPU: replay() recomputes into the static output, reading
+    the static buffers, as a captured graph does; what it tests is the engine's bookkeeping."""
+
+    def __init__(self, engine, k):
+        self.engine, self.k = engine, k
+
+    def replay(self):
+        e = self.engine
+        e._graphs[self.k][1].copy_(e._compute(e._ids[: self.k], e._pos, None))
+
+
+def test_graph_path_bookkeeping_and_greedy_equality(payload_dir):
+    from specdec.decoding import autoregressive, speculative
+    from specdec.drafters import ModelDrafter, PromptLookupDrafter
+
+    loaded = gpureal.load_payload(payload_dir, "cpu", check_float32=False)
+    target = gpureal.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)
+    early = target.early_exit(2)
+    for engine, ks in ((target, (1, 2, 3)), (early, (1, 2))):
+        for k in ks:
+            engine._graphs[k] = (_Replay(engine, k), torch.empty(k, engine.vocab_size))
+    prompt = loaded.prompts[-1]["ids"][-12:]  # short: this test is about the bookkeeping
+    runs = {}
+    for use in (False, True):
+        target.use_graphs = early.use_graphs = use
+        calls = target.graph_calls
+        plain = autoregressive(target, prompt, max_new_tokens=5)
+        spec_ee = speculative(target, ModelDrafter(early), prompt, gamma=2, max_new_tokens=5)
+        spec_lookup = speculative(target, PromptLookupDrafter(), prompt, gamma=2, max_new_tokens=5)
+        runs[use] = (plain.tokens, spec_ee.tokens, spec_lookup.tokens, target.graph_calls - calls)
+    assert runs[False][3] == 0 and runs[True][3] >= 5  # the graph path ran only when asked for
+    assert runs[False][:3] == runs[True][:3]  # replayed outputs are the eager ones (copied, not aliased)
+    plain, spec_ee, spec_lookup, _ = runs[True]
+    assert spec_ee == plain and spec_lookup == plain  # greedy speculative == greedy plain
