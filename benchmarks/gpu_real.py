@@ -308,6 +308,7 @@ def hf_model(payload: Any, device: str) -> Any:
         rms_norm_eps=c["rms_norm_eps"],
         max_position_embeddings=c["max_position_embeddings"],
         tie_word_embeddings=c["tie_word_embeddings"],
+        rope_theta=c["rope_theta"],  # the legacy name and the 5.x one: either version reads one
         rope_parameters={"rope_type": "default", "rope_theta": c["rope_theta"]},
     )
     with torch.device(device):
@@ -504,6 +505,10 @@ def main(argv: list[str] | None = None) -> Path | None:
                 "max_abs_diff": float((mine - ref).abs().max()),
                 "argmax_equal": bool(torch.equal(mine.argmax(-1), ref.argmax(-1))),
             }
+            hd, theta = payload.config["head_dim"], payload.config["rope_theta"]
+            want = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)
+            inv = getattr(getattr(hf.model, "rotary_emb", None), "inv_freq", None)
+            out["rope_matches"] = None if inv is None else bool(torch.allclose(inv.float().cpu(), want))
             engines["hf"] = hf
             log(f"  logits vs transformers: max |diff| {out['logits_vs_transformers']['max_abs_diff']:.2e}")
 
