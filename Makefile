@@ -84,7 +84,7 @@ GPU_REAL_OUT = $(if $(OUT),$(OUT),results/gpu)
 gpu-real:
 	mkdir -p $(GPU_REAL_OUT)
 	PYTHONUNBUFFERED=1 PYTHONPATH=. bash -o pipefail -c '$(PYTHON) benchmarks/gpu_real.py --out $(GPU_REAL_OUT) \
-	  --budget-s 420 $(if $(COMMIT),--commit $(COMMIT)) 2>&1 | tee $(GPU_REAL_OUT)/gpu-real.log'
+	  --budget-s 360 $(if $(COMMIT),--commit $(COMMIT)) 2>&1 | tee $(GPU_REAL_OUT)/gpu-real.log'
 
 clean:
 	rm -rf _build

@@ -46,21 +46,24 @@ while it is warm (it goes back after a short idle time): make the calls back to 
 work in between.
 
 1. ``run(command="python3 benchmarks/gpu_real.py --check-payload", carry=[".gpu-payload/manifest.json",
-   ".gpu-payload/part-00.bin"], timeout_s=90)`` -- starts the machine (allow 180 s) and leaves
-   piece 0 there; it prints which pieces are present and sound;
-2.-4. the same with ``part-01.bin``, then ``part-02.bin``, then ``part-03.bin`` (allow 20 s each);
+   ".gpu-payload/part-00.bin"], timeout_s=90)`` -- starts the machine (allow 240 s) and leaves
+   piece 0 there; it prints the preflight (the run's imports, torch, CUDA, the device) and which
+   pieces are present and sound;
+2.-4. the same with ``part-01.bin``, then ``part-02.bin``, then ``part-03.bin`` (allow 30 s each);
 5. ``run(command="make gpu-real COMMIT=<git rev-parse HEAD, typed in>", carry=[".gpu-payload/manifest.json",
-   ".gpu-payload/part-04.bin"], timeout_s=540)`` -- the run under ``--budget-s 420`` (the
+   ".gpu-payload/part-04.bin"], timeout_s=450)`` -- the run under ``--budget-s 360`` (the
    Makefile's; without make: ``mkdir -p $OUT && PYTHONUNBUFFERED=1 PYTHONPATH=. python3
-   benchmarks/gpu_real.py --out $OUT --budget-s 420 --commit <hash> 2>&1 | tee $OUT/gpu-real.log``):
-   it stops starting cells when the next one would pass the budget and writes what finished.
+   benchmarks/gpu_real.py --out $OUT --budget-s 360 --commit <hash> 2>&1 | tee $OUT/gpu-real.log``):
+   it stops starting cells when the next one would pass the budget and writes what finished
+   (cells go prompt by prompt, so a cut leaves fewer prompts in every group, not empty groups).
    The record ``<device>-real.json`` and ``gpu-real.log`` are written to ``$OUT`` and come back
    with the reply (also after a timeout): copy them to results/gpu/ and commit them.
 
-Allowance: 180 + 4 x 20 + 540 = 800 s of the 900 s, which leaves room to send one piece again.
-If a check or the run reports a piece missing (the machine went back between calls), send it
-again with the next call; if a piece no longer fits beside a grown tracked tree, prepare with
-``--piece-mb 15`` (seven pieces, two more calls) and shorten ``--budget-s`` to keep the total.
+Allowance: 240 (start) + 4 x 30 + 450 = 810 s of the 900 s. If a check or the run reports a
+piece missing (the machine went back between calls), send it again with the next call. Check
+the tracked tree's size first (``git ls-files -z | xargs -0 du -cb | tail -1``): a call carries
+at most 64 MiB; with more headroom ``--prepare --piece-mb 24`` makes four pieces (one call
+fewer), with less ``--piece-mb 15`` makes seven (shorten ``--budget-s`` by their time).
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", default=str(ROOT / "results" / "gpu"), help="folder of the JSON record")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    ap.add_argument("--budget-s", type=float, default=420.0, help="time budget of the whole run (seconds)")
+    ap.add_argument("--budget-s", type=float, default=360.0, help="time budget of the whole run (seconds)")
     ap.add_argument("--quick", action="store_true", help=f"a CPU-sized run: {QUICK}")
     ap.add_argument("--prompts", type=int, default=8, help="held-out prompts per task (default 8)")
     ap.add_argument("--tasks", default=",".join(TASKS), help="comma-separated tasks")
