@@ -521,7 +521,9 @@ class StaticLlama:
         )
         angles = self._ar.float()[:, None] * inv[None, :]
         emb = torch.cat([angles, angles], dim=-1)
-        self._cos, self._sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+        sign = torch.ones(self.head_dim, device=self.device)
+        sign[: self.head_dim // 2] = -1.0  # rotate_half(x) = roll(x, half) with its first half negated
+        self._cos, self._sin = emb.cos().to(self.dtype), (emb.sin() * sign).to(self.dtype)
         shape = (len(layers), self.kv_heads, capacity, self.head_dim)
         self._k = torch.zeros(shape, device=self.device, dtype=self.dtype)
         self._v = torch.zeros(shape, device=self.device, dtype=self.dtype)
@@ -581,11 +583,9 @@ class StaticLlama:
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * h.to(self.dtype)
 
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rot * sin
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """transformers' x cos + rotate_half(x) sin, with rotate_half's sign folded into ``sin``."""
+        return x * cos + x.roll(self.head_dim // 2, dims=-1) * sin
 
     def _compute(self, ids: torch.Tensor, pos: torch.Tensor, keep: int | None) -> torch.Tensor:
         """Logits (float32) of ``ids`` (1-D, on the device) at positions pos, pos + 1, ...
@@ -602,10 +602,10 @@ class StaticLlama:
         for li, layer in enumerate(self.layers):
             h = self._rms(x, layer.norm_attn)
             qkv = F.linear(h, layer.qkv)
-            q = qkv[:, : nh * hd].view(k, nh, hd).transpose(0, 1)
-            key = qkv[:, nh * hd : (nh + nkv) * hd].view(k, nkv, hd).transpose(0, 1)
+            qk = qkv[:, : (nh + nkv) * hd].view(k, nh + nkv, hd).transpose(0, 1)
+            qk = self._rotate(qk, cos, sin)  # queries and keys in one go
+            q, key = qk[:nh], qk[nh:]
             value = qkv[:, (nh + nkv) * hd :].view(k, nkv, hd).transpose(0, 1)
-            q, key = self._rotate(q, cos, sin), self._rotate(key, cos, sin)
             self._k[li].index_copy_(1, positions, key)
             self._v[li].index_copy_(1, positions, value)
             scores = torch.matmul(q.reshape(nkv, g * k, hd), self._k[li].transpose(1, 2)) * (hd**-0.5)

@@ -113,6 +113,18 @@ def test_plan_and_order(script):
         assert plain_at == ([0, 1] if rep % 2 == 0 else [len(order) - 2, len(order) - 1])
 
 
+def test_plain_tokens_are_compared_across_engines(script):
+    gens = [
+        {"engine": "graph", "temperature": 0.0, "task": "code", "prompt": "a", "plain": [1, 2]},
+        {"engine": "eager", "temperature": 0.0, "task": "code", "prompt": "a", "plain": [1, 2]},
+        {"engine": "graph", "temperature": 1.0, "task": "code", "prompt": "a", "plain": [3, 4]},
+        {"engine": "eager", "temperature": 1.0, "task": "code", "prompt": "a", "plain": [3, 5]},
+        {"engine": "graph", "temperature": 0.0, "task": "code", "prompt": "b", "plain": [1]},  # alone
+    ]
+    got = script.plain_engines_equal(gens)
+    assert got == {"cells": 2, "equal": 1, "equal_greedy": 1, "cells_greedy": 1}
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
@@ -244,14 +256,17 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
 
     dec = rec["decoding"]
     quick = rec["settings"]
-    assert dec["cells_done"] == dec["cells_planned"] == 2 * quick["prompts"]  # two temperatures
+    assert (
+        dec["cells_done"] == {"eager": dec["cells_planned"]} and dec["cells_planned"] == 2 * quick["prompts"]
+    )
     methods = ["plain", "lookup", f"ee-{quick['early_exit']}", "draft-distil-l1"]
     assert dec["methods"] == methods and dec["engines"] == ["eager"]
     runs = dec["runs"]
-    assert len(runs) == dec["cells_done"] * len(methods) * quick["repeats"]
+    assert len(runs) == dec["cells_planned"] * len(methods) * quick["repeats"]
     assert all(r["new_tokens"] == quick["new_tokens"] for r in runs)
     greedy = [r for r in runs if r["temperature"] == 0 and r["method"] != "plain"]
     assert greedy and all(r["equals_plain"] for r in greedy) and dec["greedy"]["all_equal"]
+    assert dec["greedy"]["plain_engines_equal"]["cells"] == 0  # one engine on a CPU: nothing to compare
 
     # the tables are the stored timings' (JSON round trip), and a speedup recomputed by hand
     assert dec["summary"] == json.loads(json.dumps(gpureal.summarize_runs(runs, seed=quick["seed"])))
@@ -284,9 +299,10 @@ def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_p
         ]
     )
     rec = json.loads(path.read_text())
-    assert rec["status"]["finished"] and rec["decoding"]["cells_done"] == 0 and rec["decoding"]["runs"] == []
+    assert rec["status"]["finished"] and rec["decoding"]["cells_done"] == {"eager": 0}
+    assert rec["decoding"]["runs"] == []
     skipped = [s["section"] for s in rec["status"]["skipped"]]
-    assert "costs_run" in skipped and "decoding_cells" in skipped
+    assert "costs_run" in skipped and "decoding_cells:eager" in skipped
     script.main(["--check-payload", "--device", "cpu", "--payload", str(payload_dir)])
     lines = capsys.readouterr().out.splitlines()
     pre = json.loads(lines[-2])
