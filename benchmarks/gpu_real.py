@@ -295,6 +295,25 @@ def kernel_time(engine: Any, ids: list[int], start: int, calls: int = 3) -> floa
     return total / calls / 1e6
 
 
+def hf_curve(model: Any, ctx: list[int], ks: list[int], repeats: int, sync: Any) -> dict[str, list[float]]:
+    """Wall-clock seconds of transformers' own forward over k tokens after ``ctx`` (two warm-ups)."""
+    from specdec.lm import CachedLM
+
+    lm = CachedLM(model)
+    lm.forward(ctx)
+    curve: dict[str, list[float]] = {str(k): [] for k in ks}
+    for rep in range(repeats + 2):
+        for k in ks:
+            sync()
+            t0 = time.perf_counter()
+            lm.forward(ctx[:k])
+            sync()
+            if rep >= 2:
+                curve[str(k)].append(time.perf_counter() - t0)
+            lm.crop(len(ctx))
+    return curve
+
+
 def hf_model(payload: Any, device: str) -> Any:
     """transformers' LlamaForCausalLM with the payload's float32 weights (for the logits check)."""
     import torch
@@ -561,26 +580,25 @@ def main(argv: list[str] | None = None) -> Path | None:
                 engine.use_graphs = False
                 med = {t: {k: float(np.median(v)) for k, v in curve.items()} for t, curve in raw.items()}
                 if cuda:  # the profiler times eager calls: no graph needed
-                    med["kernel"] = {str(k): kernel_time(engine, ctx[:k], args.context) for k in model_ks}
+                    try:
+                        med["kernel"] = {str(k): kernel_time(engine, ctx[:k], args.context) for k in model_ks}
+                    except Exception as exc:  # noqa: BLE001  (recorded; the other timers stand)
+                        costs.setdefault("errors", {})[f"{name}:kernel"] = f"{type(exc).__name__}: {exc}"
+                        log(f"  kernel time of {name} failed: {type(exc).__name__}: {exc}")
                 costs["models"][name], costs["raw"][name] = med, raw
                 rec.save()
             hf = engines.get("hf")
-            if hf is not None:
-                from specdec.lm import CachedLM
-
-                lm = CachedLM(hf)
-                lm.forward(ctx)
-                curve = {str(k): [] for k in args.cost_k_list}
-                for _ in range(args.cost_repeats + 2):
-                    for k in args.cost_k_list:
-                        sync()
-                        t0 = time.perf_counter()
-                        lm.forward(ctx[:k])
-                        sync()
-                        curve[str(k)].append(time.perf_counter() - t0)
-                        lm.crop(args.context)
-                costs["raw"]["target"]["hf_eager"] = {k: v[2:] for k, v in curve.items()}
-                costs["models"]["target"]["hf_eager"] = {k: float(np.median(v[2:])) for k, v in curve.items()}
+            if hf is not None and "target" in costs["models"]:
+                try:
+                    costs["raw"]["target"]["hf_eager"] = hf_curve(
+                        hf, ctx, args.cost_k_list, args.cost_repeats, sync
+                    )
+                except Exception as exc:  # noqa: BLE001  (recorded; the engine's timers stand)
+                    costs.setdefault("errors", {})["target:hf_eager"] = f"{type(exc).__name__}: {exc}"
+                else:
+                    costs["models"]["target"]["hf_eager"] = {
+                        k: float(np.median(v)) for k, v in costs["raw"]["target"]["hf_eager"].items()
+                    }
             costs["summary"] = summarize_costs(costs)
             out["timers"] = sorted(costs["models"].get("target", {}))
             for t, v in costs["summary"]["v"].items():
