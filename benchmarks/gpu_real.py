@@ -153,6 +153,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ap.error(f"--{name.replace('_', '-')} must be an integer >= {low}; got {getattr(args, name)}")
     if not args.budget_s >= 0:
         ap.error(f"--budget-s must be a number of seconds >= 0; got {args.budget_s}")
+    if args.gamma > 16:
+        ap.error(
+            f"--gamma must lie in [1, 16] (a verify call's length is captured as a graph); got {args.gamma}"
+        )
+    if args.threads is not None and args.threads < 1:
+        ap.error(f"--threads must be an integer >= 1; got {args.threads}")
     if args.new_tokens < args.gamma + 2:
         ap.error(f"--new-tokens must be >= gamma + 2 = {args.gamma + 2}; got {args.new_tokens}")
     if args.piece_mb < 1 or args.piece_mb > 60:
@@ -162,12 +168,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if bad or not args.task_list:
         ap.error(f"--tasks must name tasks among {list(TASKS)}; got {args.tasks!r}")
     try:
-        args.temperature_list = [float(t) for t in args.temperatures.split(",") if t.strip()]
+        args.temperature_list = list(
+            dict.fromkeys(float(t) for t in args.temperatures.split(",") if t.strip())
+        )
     except ValueError:
         ap.error(f"--temperatures takes comma-separated numbers; got {args.temperatures!r}")
     if not args.temperature_list or any(not t >= 0 for t in args.temperature_list):
         ap.error(f"--temperatures must list numbers >= 0; got {args.temperatures!r}")
-    args.engine_list = [e.strip() for e in args.engines.split(",") if e.strip()]
+    args.engine_list = list(dict.fromkeys(e.strip() for e in args.engines.split(",") if e.strip()))
     if not args.engine_list or any(e not in ("graph", "eager") for e in args.engine_list):
         ap.error(f"--engines must list graph and/or eager; got {args.engines!r}")
     args.cost_k_list = _ints(args.cost_ks, "cost-ks", 1)
@@ -425,6 +433,12 @@ def main(argv: list[str] | None = None) -> Path | None:
     if args.prompts > available:
         raise SystemExit(
             f"--prompts must lie in [2, {available}] (prompts per task in the payload); got {args.prompts}"
+        )
+    depth = int(manifest["config"]["num_hidden_layers"])
+    if not 1 <= args.early_exit < depth:
+        raise SystemExit(
+            f"--early-exit must lie in [1, {depth - 1}] (the target has {depth} layers); "
+            f"got {args.early_exit}"
         )
     info = device_info(args.device)
     slug = device_slug(info["name"]) + "-real" + ("-quick" if args.quick else "")

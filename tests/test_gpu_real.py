@@ -134,6 +134,8 @@ def test_plain_tokens_are_compared_across_engines(script):
         (["--cost-ks", "2,4"], "--cost-ks must include 1"),
         (["--tasks", "poetry"], "--tasks must name"),
         (["--new-tokens", "3", "--gamma", "4"], "--new-tokens must be >= gamma + 2"),
+        (["--gamma", "17"], "--gamma must lie in [1, 16]"),
+        (["--threads", "0"], "--threads must be an integer >= 1"),
     ],
 )
 def test_bad_arguments_are_named(script, capsys, argv, needle):
@@ -310,6 +312,20 @@ def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_p
     assert json.loads(lines[-1]) == {
         "present": [f"part-{i:02d}.bin" for i in range(5)], "missing": [], "bad": [], "complete": True,
     }  # fmt: skip
+    with pytest.raises(SystemExit, match=r"--early-exit must lie in \[1, 29\]"):
+        script.main(
+            [
+                "--device",
+                "cpu",
+                "--quick",
+                "--early-exit",
+                "30",
+                "--payload",
+                str(payload_dir),
+                "--out",
+                str(tmp_path),
+            ]
+        )
     with pytest.raises(SystemExit, match=r"--prompts must lie in \[2, 2\]"):
         script.main(
             [
