@@ -48,8 +48,9 @@ back after a short idle time): make the calls back to back, without work in betw
 
 1. ``run(command="python3 benchmarks/gpu_real.py --check-payload", carry=[".gpu-payload/manifest.json",
    ".gpu-payload/part-00.bin"], timeout_s=90)`` -- starts the machine (allow 240 s) and leaves
-   piece 0 there; it prints the preflight (the run's imports, torch, CUDA, the device) and which
-   pieces are present and sound;
+   piece 0 there; it prints the preflight (the run's imports, torch, CUDA, the device), a graph
+   smoke (a tiny random model: graph replay == eager, greedy speculative == plain through the
+   graphs; if it fails, run step 5 with ``--engines eager``) and which pieces are present and sound;
 2.-4. the same with ``part-01.bin``, then ``part-02.bin``, then ``part-03.bin`` (allow 30 s each);
 5. ``run(command="mkdir -p $OUT && set -o pipefail && PYTHONUNBUFFERED=1 PYTHONPATH=. python3
    benchmarks/gpu_real.py --out $OUT --budget-s 360 --commit <git rev-parse HEAD, typed in> 2>&1 |
@@ -263,6 +264,65 @@ def preflight(device: str) -> dict[str, Any]:
     return out
 
 
+def graph_smoke(device: str) -> dict[str, Any]:
+    """A tiny random Llama in the run's engine on ``device``: graph replays against eager calls,
+    and greedy speculative decoding (an early-exit drafter) against plain, through the graphs
+    where the device has them. Seconds; reported, never raised (it is a check)."""
+    import torch
+
+    from specdec.decoding import autoregressive, speculative
+    from specdec.drafters import ModelDrafter
+    from specdec.gpureal import StaticLlama
+
+    out: dict[str, Any] = {"device": device}
+    try:
+        cfg = {
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256, "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0, "max_position_embeddings": 256,
+        }  # fmt: skip
+        gen = torch.Generator().manual_seed(0)
+        shapes = {
+            "model.embed_tokens.weight": (256, 64), "model.norm.weight": (64,),
+            **{f"model.layers.{i}.{n}": s for i in range(2) for n, s in (
+                ("input_layernorm.weight", (64,)), ("post_attention_layernorm.weight", (64,)),
+                ("self_attn.q_proj.weight", (64, 64)), ("self_attn.k_proj.weight", (32, 64)),
+                ("self_attn.v_proj.weight", (32, 64)), ("self_attn.o_proj.weight", (64, 64)),
+                ("mlp.gate_proj.weight", (128, 64)), ("mlp.up_proj.weight", (128, 64)),
+                ("mlp.down_proj.weight", (64, 128)),
+            )},
+        }  # fmt: skip
+        weights = {
+            n: torch.randn(s, generator=gen) * (1.0 if len(s) == 1 else 0.3) for n, s in shapes.items()
+        }
+        target = StaticLlama.from_weights(weights, cfg, device=device, capacity=64)
+        early = target.early_exit(1)
+        prompt = torch.randint(0, 256, (9,), generator=gen).tolist()
+        if torch.device(device).type == "cuda":
+            target.capture(range(1, 5))
+            early.capture((1, 2))
+            s = target.session()
+            s.forward(prompt)
+            s.crop(5)
+            eager = s.forward(prompt[5:])
+            target.use_graphs = True
+            s.crop(5)
+            out["graph_equals_eager"] = bool(torch.equal(s.forward(prompt[5:]), eager))
+            target.use_graphs = early.use_graphs = True
+        else:
+            out["graph_equals_eager"] = f"skipped: no CUDA graphs on {device}"
+        calls = target.graph_calls
+        plain = autoregressive(target, prompt, max_new_tokens=12).tokens
+        spec = speculative(target, ModelDrafter(early), prompt, gamma=3, max_new_tokens=12).tokens
+        out["greedy_speculative_equals_plain"] = spec == plain
+        out["graph_calls"] = target.graph_calls - calls
+        out["ok"] = out["greedy_speculative_equals_plain"] and out["graph_equals_eager"] is not False
+    except Exception as exc:  # noqa: BLE001  (reported: the session decides whether to run)
+        out["ok"] = False
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
 def timed_call(engine: Any, ids: list[int], start: int, timer: str, sync: Any) -> float:
     """Seconds of one call of ``engine`` over ``ids`` at ``start`` by ``timer`` (eager, graph, graph_gpu)."""
     import torch
@@ -395,8 +455,9 @@ def main(argv: list[str] | None = None) -> Path | None:
 
         write_payload(args.payload, piece_bytes=int(args.piece_mb * 1e6), log=log)
         return Path(args.payload)
-    if args.check_payload:  # also a preflight: the run's imports, the device, then the pieces
+    if args.check_payload:  # also a preflight: the run's imports, the device, a graph smoke, the pieces
         log(json.dumps(preflight(args.device)))
+        log(json.dumps(graph_smoke(args.device)))
         from specdec.gpureal import check_payload
 
         log(json.dumps(check_payload(args.payload)))

@@ -307,7 +307,11 @@ def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_p
     assert "costs_run" in skipped and "decoding_cells:eager" in skipped
     script.main(["--check-payload", "--device", "cpu", "--payload", str(payload_dir)])
     lines = capsys.readouterr().out.splitlines()
-    pre = json.loads(lines[-2])
+    smoke = json.loads(lines[-2])
+    assert (
+        smoke["ok"] and smoke["greedy_speculative_equals_plain"] and "skipped" in smoke["graph_equals_eager"]
+    )
+    pre = json.loads(lines[-3])
     assert pre["specdec.gpureal"] == "ok" and pre["torch_version"] == torch.__version__
     assert json.loads(lines[-1]) == {
         "present": [f"part-{i:02d}.bin" for i in range(5)], "missing": [], "bad": [], "complete": True,
