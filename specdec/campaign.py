@@ -274,6 +274,12 @@ def run_campaign(
                 f"{part} holds a partial campaign with other settings ({', '.join(diff) or 'keys'}): rerun "
                 "its own command (in the file) to resume it, or pass --fresh to discard it"
             )
+        ids = [c["id"] for c in all_configs(engines, configs)]
+        if [c["id"] for c in record.get("configs", [])] != ids:
+            raise SystemExit(
+                f"{part} was run with other engines or configurations (a mode chosen anew, a draft or "
+                "llama.cpp missing?): rerun with the settings and --mode in the file, or pass --fresh"
+            )
         log(f"[campaign] resuming {part}: {len(record['done'])} of {len(todo)} cells done")
     if record is None:
         record = jsonable(
@@ -294,6 +300,10 @@ def run_campaign(
                 "complete": False,
             }
         )
+    # every session that ran cells (a resumed run is several): its own header and where it started
+    record.setdefault("sessions", []).append(
+        jsonable({**dict(header or {}), "cells_done_at_start": len(record["done"])})
+    )
     bar = None
     if progress:
         from tqdm import tqdm
@@ -342,3 +352,112 @@ def run_campaign(
     part.unlink(missing_ok=True)
     log(f"[campaign] complete: {out}")
     return record
+
+
+# -- the real campaign: SmolLM2's engines and drafters -------------------------------------------------
+
+#: The full run's settings (a later session runs these) and what --quick changes.
+FULL = {"prompts": 8, "new_tokens": 48, "repeats": 2, "gammas": (1, 2, 4), "early_exit": (8,)}
+QUICK = {"prompts": 2, "new_tokens": 12, "repeats": 1, "gammas": (2,), "early_exit": (8,)}
+
+
+def evaluation_cells(tokenizer: Any, per_task: int) -> list[dict[str, Any]]:
+    """The held-out evaluation prompts (:func:`specdec.workloads.evaluation_prompts`), each with its
+    position in its task's list (``index``: the cross-fit half is index mod 2)."""
+    from specdec.workloads import evaluation_prompts
+
+    seen: dict[str, int] = {}
+    out = []
+    for p in evaluation_prompts(tokenizer, per_task):
+        out.append(p | {"index": seen.get(p["task"], 0)})
+        seen[p["task"]] = seen.get(p["task"], 0) + 1
+    return out
+
+
+def build_real(
+    *,
+    mode: str = "auto",
+    thread_counts: Sequence[int] | None = None,
+    gammas: Sequence[int] = FULL["gammas"],
+    drafts: Sequence[str] | None = None,
+    early_exit: Sequence[int] = FULL["early_exit"],
+    adaptive: bool = True,
+    llamacpp_gguf: str | Path | None = None,
+    llamacpp: bool = True,
+    hf: bool = True,
+    log: Callable[[str], None] = _print,
+) -> dict[str, Any]:
+    """The engines and configurations of the campaign on SmolLM2-135M.
+
+    Plain decoders: the lean engine in ``mode`` ("auto": :func:`specdec.modes.lean_model`'s probe,
+    per thread count) at each of ``thread_counts`` (default 1 and every usable core), llama.cpp
+    on ``llamacpp_gguf`` (default: the shipped Q4_1 GGUF; pass a requantized Q4_0 for its best
+    format) at the same thread counts when ``llama_cpp`` imports, transformers float32 at every
+    core. Speculative, on every lean engine: prompt lookup, each distilled draft (``drafts``;
+    None: every saved one, in the lean engine via :func:`specdec.modes.lean_draft`), early exit
+    at each of ``early_exit`` layers, each at every gamma, and the heuristic policy on lookup and
+    each draft (``adaptive``); prompt lookup on llama.cpp. What cannot run is left out and said
+    (``left_out``). Returns engines, configs, tokenizer, left_out, probes.
+    """
+    from specdec import llamacpp as lc
+    from specdec import native
+    from specdec.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
+    from specdec.models import load_target, set_threads, smollm2_gguf_path
+    from specdec.modes import lean_draft, lean_model, probe_summary
+
+    every = native.default_threads()
+    counts = list(dict.fromkeys(thread_counts or [1, every]))
+    loaded = load_target("float32", device="cpu", quiet=True)
+    engines: list[Engine] = []
+    configs: list[Config] = []
+    left_out: list[str] = []
+    probes: dict[str, Any] = {}
+    draft_objects: dict[str, Any] = {}
+    if drafts is None:
+        from specdec.draftnets import list_drafts
+
+        drafts = list_drafts()
+    for name in drafts:
+        from specdec.draftnets import load_draft
+
+        try:
+            lean, probe = lean_draft(load_draft(name, loaded.model))
+        except (OSError, ValueError, RuntimeError) as exc:
+            left_out.append(f"draft-{name} left out: {exc}")
+            continue
+        draft_objects[f"draft-{name}"] = ModelDrafter(lean, target=loaded.model)
+        probes[f"draft-{name}"] = {
+            "mode": lean.mode,
+            "probe": None if probe is None else probe_summary(probe),
+        }
+    for t in counts:
+        set_threads(t)
+        target, probe = lean_model(loaded.model, mode, threads=t)
+        name = f"lean-{target.mode}-{t}t"
+        engines.append(Engine(name, target, t, {"engine": "lean", "mode": target.mode, "threads": t}))
+        probes[name] = None if probe is None else probe_summary(probe)
+        drafters: dict[str, Any] = {"lookup": PromptLookupDrafter(max_ngram=3, min_ngram=1), **draft_objects}
+        for n_layers in early_exit:
+            try:
+                drafters[f"ee-{n_layers}"] = EarlyExitDrafter(target, n_layers)
+            except (ValueError, RuntimeError, NotImplementedError) as exc:
+                left_out.append(f"ee-{n_layers} on {name} left out: {exc}")
+        policy_on = ["lookup", *draft_objects] if adaptive else []
+        configs += spec_configs(name, drafters, gammas, adaptive=policy_on)
+    if llamacpp and lc.available():
+        gguf = Path(llamacpp_gguf) if llamacpp_gguf else smollm2_gguf_path()
+        for t in counts:
+            name = f"llama.cpp-{t}t"
+            model = lc.LlamaCppModel(gguf, threads=t)
+            engines.append(Engine(name, model, t, {"engine": "llama.cpp", "gguf": gguf.name, "threads": t}))
+            configs += spec_configs(name, {"lookup": PromptLookupDrafter(max_ngram=3, min_ngram=1)}, gammas)
+    elif llamacpp:
+        left_out.append("llama.cpp left out: llama_cpp is not importable (pip install llama-cpp-python)")
+    if hf:
+        name = f"hf-float32-{every}t"
+        engines.append(Engine(name, loaded.model, every, {"engine": "transformers", "mode": "float32",
+                                                         "threads": every}))  # fmt: skip
+    for line in left_out:
+        log(f"[campaign] {line}")
+    return {"engines": engines, "configs": configs, "tokenizer": loaded.tokenizer, "left_out": left_out,
+            "probes": probes}  # fmt: skip
