@@ -147,3 +147,33 @@ def test_calibration_scales_to_an_estimate(setup):
     assert estimate_seconds(cal, n_cells=6, repeats=2, new_tokens=40) == pytest.approx(
         12 * (40 * per_token + prefill)
     )
+
+
+def _script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "campaign.py"
+    spec = importlib.util.spec_from_file_location("campaign_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_script_arguments_quick_and_refusals(capsys):
+    from specdec.campaign import FULL, QUICK
+
+    script = _script()
+    full = script.parse_args([])
+    assert (full.prompts, full.new_tokens, full.repeats, full.gamma_list) == (
+        FULL["prompts"], FULL["new_tokens"], FULL["repeats"], FULL["gammas"]
+    )  # fmt: skip
+    assert full.prompts >= 8  # issue #22: at least 8 prompts per task
+    quick = script.parse_args(["--quick", "--budget-s", "60"])
+    assert (quick.prompts, quick.new_tokens, quick.gamma_list, quick.budget_s) == (
+        QUICK["prompts"], QUICK["new_tokens"], QUICK["gammas"], 60.0
+    )  # fmt: skip
+    for bad in (["--prompts", "1"], ["--gammas", "0,2"], ["--budget-s", "-1"], ["--threads", "0"]):
+        with pytest.raises(SystemExit):
+            script.parse_args(bad)
+    assert "--prompts must be an integer >= 2" in capsys.readouterr().err
