@@ -22,6 +22,7 @@ from specdec.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
 from specdec.tinymodels import tiny_llama
 
 NEW = 6
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
