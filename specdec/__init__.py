@@ -58,6 +58,10 @@ Analysis (Part IV and V's readers):
 * :mod:`specdec.batchcost` -- the cost surface T(b, k) and what it predicts for batched speculation.
 * :mod:`specdec.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.
 * :mod:`specdec.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).
+* :mod:`specdec.crossfit`  -- the campaign's analysis: gamma chosen by cross-fitting, speedups over
+  the same engine's plain and the fastest plain decoder, with intervals (numpy only).
+* :mod:`specdec.campaign`  -- the campaign runner: every plain decoder and speculative
+  configuration on the same prompts, interleaved, resumable (``benchmarks/campaign.py``).
 
 The paper and the book:
 

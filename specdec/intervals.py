@@ -33,11 +33,15 @@ def bootstrap_ci(
     level: float = 0.95,
     n_boot: int = 4000,
     seed: int = 0,
+    strata: Sequence[Any] | np.ndarray | None = None,
 ) -> tuple[float, float, float]:
     """``stat`` of ``values`` and its percentile-bootstrap interval: (estimate, low, high).
 
     Resamples the values with replacement ``n_boot`` times (one seeded generator, so the
     interval is reproducible); ``stat`` must accept ``axis=1`` on the (n_boot, n) resamples.
+    With ``strata`` (one label per value) each stratum is resampled within itself, so every
+    resample keeps the strata's sizes (e.g. the two halves of a cross-fit); the resampled
+    values are grouped by stratum, strata in order of first appearance.
     """
     arr = np.asarray(values, dtype=float)
     if arr.ndim != 1 or arr.size < 2:
@@ -46,7 +50,14 @@ def bootstrap_ci(
         raise ValueError(f"level must lie in (0, 1); got {level!r}")
     check_int("n_boot", n_boot, low=100)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
+    if strata is None:
+        idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
+    else:
+        labels = list(strata)
+        if len(labels) != arr.size:
+            raise ValueError(f"strata must give one label per value; got {len(labels)} for {arr.size}")
+        groups = [np.flatnonzero([x == s for x in labels]) for s in dict.fromkeys(labels)]
+        idx = np.concatenate([g[rng.integers(0, g.size, size=(n_boot, g.size))] for g in groups], axis=1)
     boots = np.asarray(stat(arr[idx], axis=1), dtype=float)
     tail = 100 * (1 - level) / 2
     low, high = np.percentile(boots, [tail, 100 - tail])

@@ -87,6 +87,8 @@ LAYER_OF = {
     "specdec.oracle": "analysis",
     "specdec.batchcost": "analysis",
     "specdec.usermeasure": "analysis",
+    "specdec.crossfit": "analysis",
+    "specdec.campaign": "analysis",
     "specdec.published": "paper",
     "specdec.reproduce": "paper",
     "specdec.article": "paper",
