@@ -174,7 +174,10 @@ def probe_modes(
         rng=gen,
     )
     load = _load_during(
-        counters, _cpu_counters(), time.perf_counter() - start, max(threads, torch.get_num_threads())
+        counters,
+        _cpu_counters(),
+        time.perf_counter() - start,
+        max(torch.get_num_threads(), threads if "q4q8" in modes else 1),  # the C pool only in q4q8
     )
     bar.update(warmup + repeats)
     bar.close()

@@ -38,13 +38,19 @@ def test_the_default_list_on_a_machine_without_the_optional_engines(monkeypatch)
         "lean-float32",
         "lean-bfloat16",
     )
-    assert len(said) == 3 and all("left out" in line for line in said)
+    assert len(said) == 4 and all("left out" in line for line in said)  # llama.cpp, q4_1, q4q8, int4
 
 
 def test_this_machines_default_list_is_what_it_runs():
     from specdec import llamacpp, native
 
-    runs = {"llama.cpp": llamacpp.available(), "lean-q4_1": native.available(), "lean-int4": int4_supported()}
+    runs = {
+        "llama.cpp": llamacpp.available(),
+        "llama.cpp-q4_0": llamacpp.available(),
+        "lean-q4_1": native.available(),
+        "lean-q4q8": native.available("q4q8"),
+        "lean-int4": int4_supported(),
+    }
     default = resolve_engines(None, log=lambda line: None)
     assert default == tuple(e for e in ALL_ENGINES if runs.get(e, True))
     assert not set(default) & set(VARIANTS)

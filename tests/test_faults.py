@@ -221,7 +221,7 @@ def test_specdec_modes_lists_the_left_out_modes(capsys, monkeypatch):
         },
     }
     monkeypatch.setattr(cli, "_load_target", lambda threads: type("T", (), {"model": None})())
-    monkeypatch.setattr(cli, "_choose_mode", lambda model, refresh: probe)
+    monkeypatch.setattr(cli, "_choose_mode", lambda model, refresh, threads=None: probe)
     monkeypatch.setattr(modes, "left_out_modes", lambda: {"q4_1": "no C compiler found (set $CC)"})
     assert cli.main(["modes"]) == 0
     assert "q4_1      left out: no C compiler found (set $CC)" in capsys.readouterr().out
@@ -238,7 +238,7 @@ TINY = type("Tiny", (), {"config": _Config()})()  # what choose_mode keys a prob
 
 
 def _fake_probe(calls, load=None):
-    def probe_modes(model, wanted):
+    def probe_modes(model, wanted, threads=None):
         calls.append(wanted)
         out = {"modes": {m: {"step_s": 1.0, "verify_s": 2.0} for m in wanted}, "machine": {}}
         return out if load is None else {**out, "load": load}
