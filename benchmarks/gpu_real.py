@@ -199,7 +199,7 @@ def device_info(device: str) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from specdec.measure import _cpu_name
+    from specdec.measure import cpu_name
 
     def version(dist: str) -> str | None:
         try:
@@ -214,7 +214,7 @@ def device_info(device: str) -> dict[str, Any]:
         "transformers": version("transformers"),
         "numpy": np.__version__,
         "python": platform.python_version(),
-        "cpu_name": _cpu_name(),
+        "cpu_name": cpu_name(),
     }
     if torch.device(device).type == "cuda":
         dev = torch.device(device)

@@ -49,6 +49,7 @@ Measurement:
 * :mod:`specdec.acceptance` -- the paper's alpha on target-generated text, by teacher forcing.
 * :mod:`specdec.enginebench` -- the engine benchmark: every engine side by side (``specdec bench``).
 * :mod:`specdec.gpurecord` -- the GPU record: the CUDA paths checked, the cost surface T(b, k).
+* :mod:`specdec.gpureal` -- the real target on a GPU: the device payload, CUDA graphs, the one device run.
 
 Analysis (Part IV and V's readers):
 

@@ -265,9 +265,9 @@ def write_payload(
         "float32_reference": "sha256 of each float32 weight of specdec.models.load_target('float32') (CPU)",
     }
     try:
-        from specdec.measure import _git
+        from specdec.measure import git_output
 
-        manifest["prepared_commit"] = _git("rev-parse", "HEAD")
+        manifest["prepared_commit"] = git_output("rev-parse", "HEAD")
     except Exception:  # noqa: BLE001  (no git: the manifest says so)
         manifest["prepared_commit"] = None
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

@@ -471,7 +471,7 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def _git(*args: str) -> str | None:
+def git_output(*args: str) -> str | None:
     try:
         out = subprocess.run(
             ["git", *args], cwd=_ROOT, capture_output=True, text=True, timeout=10, check=True
@@ -507,8 +507,8 @@ def environment(*, model: Any = None, dtype: str | None = None, device: str | No
         device_name = torch.cuda.get_device_name(torch.device(device))
     else:
         device_name = cpu_name()
-    commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    commit = git_output("rev-parse", "HEAD")
+    status = git_output("status", "--porcelain", "--untracked-files=no") if commit else None
     return {
         "python": platform.python_version(),
         "platform": f"{platform.system()}-{platform.machine()}",

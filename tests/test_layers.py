@@ -81,6 +81,7 @@ LAYER_OF = {
     "specdec.acceptance": "measure",
     "specdec.enginebench": "measure",
     "specdec.gpurecord": "measure",
+    "specdec.gpureal": "measure",
     "specdec.realrun": "analysis",
     "specdec.realtables": "analysis",
     "specdec.hardware": "analysis",
