@@ -176,7 +176,11 @@ def plan(
                 f"its k are {sorted(verify_curve)}"
             )
     elif verify_cost is not None:  # beyond gamma c + V > 1/(1-alpha) the speedup is below 1
-        reach = max_gamma if c == 0 else max(1, int(min(max_gamma, (1 / (1 - alpha) - verify_cost) / c + 1)))
+        reach = (
+            max_gamma
+            if c == 0 or alpha >= 1  # alpha = 1: every draft is accepted, no bound below --max-gamma
+            else max(1, int(min(max_gamma, (1 / (1 - alpha) - verify_cost) / c + 1)))
+        )
         curve = {g + 1: verify_cost for g in range(1, min(reach, _SCAN) + 1)}
     else:
         curve = {}
@@ -196,7 +200,7 @@ def plan(
             )
         return verify_curve[g + 1]
 
-    if verify_cost is not None and (reach > _SCAN or (c == 0 and alpha > 0)):
+    if verify_curve is None and verify_cost is not None and (reach > _SCAN or (c == 0 and alpha > 0)):
         if c == 0 and alpha > 0:  # E[T] / V rises with gamma: the limit, exactly
             best_g = reach
         else:
@@ -217,7 +221,7 @@ def plan(
             else f"verify-priced speedup, assuming V = {verify_cost:g} for every gamma"
         )
     else:  # beyond gamma c + 1 > 1/(1-alpha) the speedup is below gamma = 0's
-        reach = max_gamma if c == 0 else int(min(max_gamma, alpha / (1 - alpha) / c))
+        reach = max_gamma if c == 0 or alpha >= 1 else int(min(max_gamma, alpha / (1 - alpha) / c))
         if c == 0 and alpha > 0:  # E[T] rises with gamma: the limit, exactly (not a floating tie)
             best_g = reach
         elif reach <= _SCAN:

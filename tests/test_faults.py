@@ -440,3 +440,14 @@ def test_batched_speculative_refuses_a_draft_with_a_shorter_context():
     with pytest.raises(ValueError, match=r"the draft's context window \(64 positions.*60 \+ 8 = 68"):
         batched_speculative(target, draft, prompts, gamma=3, max_new_tokens=8)
     assert len(batched_speculative(target, draft, prompts, gamma=3, max_new_tokens=4).tokens) == 2
+
+
+def test_plan_from_python_takes_alpha_one_and_both_verify_prices():
+    """The referee's two regressions of the bounded search: alpha = 1 divided by zero, and a
+    verify curve given beside a scalar left the scalar branch without its bound."""
+    from specdec.cli import plan
+
+    assert plan(1.0, 0.05)["optimal_gamma"] == 64  # every draft accepted: the limit, as on main
+    assert plan(1.0, 0.05, verify_cost=1.2)["optimal_gamma"] >= 1
+    both = plan(0.8, 0.05, verify_cost=1.3, verify_curve={2: 1.1, 3: 1.2, 5: 1.4})
+    assert both["optimal_gamma"] in (1, 2, 4)  # read from the curve, whose k are 2, 3 and 5
