@@ -102,6 +102,9 @@
     }
     checkAlpha(alpha);
     checkCost(c, "c");
+    if (c === 0 && alpha > 0) {
+      return m; // E[T] rises with gamma: the limit, exactly (not a floating-point tie), as `specdec plan`
+    }
     var best = 0;
     var bestS = walltimeSpeedup(alpha, 0, c);
     for (var g = 1; g <= m; g++) {
@@ -119,6 +122,11 @@
    *  smaller gamma), and gamma = 0 (plain decoding, speedup 1) when none exceeds 1. */
   function bestGammaWithVerify(alpha, c, verifyCost, maxGamma) {
     var m = maxGamma === undefined ? MAX_GAMMA : maxGamma;
+    if (c === 0 && alpha > 0) {
+      // E[T] / V rises with gamma: the limit, as `specdec plan` (plain decoding if it does not gain)
+      var limitS = walltimeSpeedupMeasured(alpha, m, c, verifyCost);
+      return limitS > 1 ? { gamma: m, speedup: limitS } : { gamma: 0, speedup: walltimeSpeedup(alpha, 0, c) };
+    }
     var best = 1;
     var bestS = walltimeSpeedupMeasured(alpha, 1, c, verifyCost);
     for (var g = 2; g <= m; g++) {
