@@ -2,8 +2,8 @@
 
 Loads SmolLM2-135M-Instruct twice (from the weight cache after the first run), pins the
 threads, and times one forward over 1 new token on a KV cache of ``--prefix`` tokens for
-both kernels, interleaved (specdec.measure.forward_times). Prints medians and IQRs; with
-``--out`` also writes a results file. The faster kernel is specdec.models.DEFAULT_ATTN.
+both kernels, interleaved (specdec.measure.core.forward_times). Prints medians and IQRs; with
+``--out`` also writes a results file. The faster kernel is specdec.engine.models.DEFAULT_ATTN.
 
     python benchmarks/attention_kernels.py --threads 2 --prefix 128 --repeats 200
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from specdec.measure import forward_times, write_result
-from specdec.models import load_target, set_threads
+from specdec.engine.models import load_target, set_threads
+from specdec.measure.core import forward_times, write_result
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ thread by default, as named steps (``--steps``; default all, in this order):
                     cached context of ``--context`` tokens, for b in ``--batches`` (1..64) and k in
                     1..8, for the target in each of ``--modes`` (float32, bfloat16), and T(b, 1) of
                     the draft ``--draft`` in each mode (its cost c(b)); in ``--passes`` interleaved
-                    passes (specdec.batchcost.measure_surface);
-2. ``decoding``  -- batched speculative decoding (specdec.batched, gamma ``--gamma``) against
+                    passes (specdec.analysis.batchcost.measure_surface);
+2. ``decoding``  -- batched speculative decoding (specdec.engine.batched, gamma ``--gamma``) against
                     batched plain decoding for b in ``--decode-batches`` (1..16), ``--units``
                     batches of prompts per b drawn from the book's 36 evaluation prompts,
                     configurations interleaved: the draft model and prompt lookup (ragged cut),
@@ -39,7 +39,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec import batchcost as bc  # noqa: E402
+from specdec.analysis import batchcost as bc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("surface", "decoding", "analysis")
@@ -152,7 +152,7 @@ def load_models(args: argparse.Namespace) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     if args.tiny:
-        from specdec.gpurecord import tiny_models
+        from specdec.measure.gpurecord import tiny_models
 
         tm = tiny_models()
         gen = torch.Generator().manual_seed(args.seed)
@@ -164,9 +164,9 @@ def load_models(args: argparse.Namespace) -> dict[str, Any]:
             draft = tm.perturbed_copy(tm.tiny_llama(0), 0.05, 5).to(dtype)
             out[mode] = {"target": target, "draft": draft, "pool": pool, "name": "tiny_llama(0)"}
         return out
-    from specdec.draftnets import load_draft
-    from specdec.models import load_target
-    from specdec.workloads import evaluation_prompts
+    from specdec.engine.models import load_target
+    from specdec.train.draftnets import load_draft
+    from specdec.train.workloads import evaluation_prompts
 
     for mode in args.modes:
         loaded = load_target(mode, quiet=True)
@@ -195,12 +195,12 @@ def record_path(args: argparse.Namespace, slug: str) -> Path:
 
 def save(path: Path, record: dict[str, Any], started: float) -> None:
     """Write the record atomically (a crash never leaves half a file)."""
-    from specdec.measure import write_result
+    from specdec.measure.core import write_result
 
     record["status"]["elapsed_s"] = record["status"].get("elapsed_before_s", 0.0) + time.monotonic() - started
     env = record.pop("environment")
     try:
-        write_result(path, record, env=env)  # atomic (specdec.measure.write_record)
+        write_result(path, record, env=env)  # atomic (specdec.measure.core.write_record)
     finally:
         record["environment"] = env
 
@@ -303,7 +303,7 @@ def choose_decode_mode(args, record) -> tuple[str, str]:
 
 
 def step_decoding(args, record, models, save_now, progress) -> None:
-    from specdec.drafters import PromptLookupDrafter
+    from specdec.engine.drafters import PromptLookupDrafter
 
     section = record.setdefault("decoding", {})
     mode, why = section.get("mode"), section.get("mode_rule")
@@ -361,7 +361,7 @@ def step_analysis(args, record) -> None:
     a common cut re-drafts and re-examines drafts it accepted but cut, so its own count is biased)."""
     if "surface" not in record or "decoding" not in record:
         raise SystemExit("the analysis step needs the surface and decoding steps in the record")
-    from specdec.theory import expected_tokens, walltime_speedup_measured
+    from specdec.theory.speedup import expected_tokens, walltime_speedup_measured
 
     blocks, dec = record["surface"]["blocks"], record["decoding"]
     ragged = [name for name, c in dec["configs"].items() if c["cut"] == "ragged"]
@@ -410,10 +410,10 @@ def step_analysis(args, record) -> None:
 
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
-    from specdec.gpurecord import device_slug
-    from specdec.measure import environment
-    from specdec.models import set_threads
-    from specdec.roofline import cpu_identity
+    from specdec.engine.models import set_threads
+    from specdec.measure.core import environment
+    from specdec.measure.gpurecord import device_slug
+    from specdec.measure.roofline import cpu_identity
 
     set_threads(args.threads)
     command = "python benchmarks/batch_surface.py " + " ".join(sys.argv[1:] if argv is None else argv)

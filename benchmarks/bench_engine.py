@@ -10,7 +10,7 @@ One run times, on the same prompts and thread count, interleaved within each rep
 
 then measures the verify-cost curve T(k)/T(1), k = 1..``--kmax``, and compares each measured
 speedup with Theorem 3.8's prediction from the run's alpha and c, and with the same formula
-with the measured verify cost in place of one target step (specdec.theory).
+with the measured verify cost in place of one target step (specdec.theory.speedup).
 
 Fairness. Threads are pinned (``torch.set_num_threads``). Every path is warmed up before any
 timing. Greedy everywhere (``do_sample=False``; temperature 0 in our loops). transformers'
@@ -48,17 +48,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from specdec.checks import check_int, check_ints
-from specdec.drafters import EarlyExitDrafter, PromptLookupDrafter
-from specdec.measure import VerifyCost, environment, forward_times, jsonable, write_result
-from specdec.models import DEFAULT_THREADS, load_target, set_threads
-from specdec.pairedrun import timed_generation
-from specdec.realrun import speedup_gap
-from specdec.stats import cost_coefficient
-from specdec.tokens import first_divergence
+from specdec.analysis.realrun import speedup_gap
+from specdec.engine.drafters import EarlyExitDrafter, PromptLookupDrafter
+from specdec.engine.models import DEFAULT_THREADS, load_target, set_threads
+from specdec.engine.stats import cost_coefficient
+from specdec.measure.core import VerifyCost, environment, forward_times, jsonable, write_result
+from specdec.measure.pairedrun import timed_generation
+from specdec.theory.checks import check_int, check_ints
+from specdec.theory.tokens import first_divergence
 
 BENCHMARK = "bench_engine"
-#: The predicted speedups of each theorem row (models of specdec.realrun.speedup_gap).
+#: The predicted speedups of each theorem row (models of specdec.analysis.realrun.speedup_gap).
 PREDICTIONS = ("theorem", "with_verify", "with_drafts", "with_observed_T")
 
 # --------------------------------------------------------------------------- prompts
@@ -256,7 +256,7 @@ def ours_generate(
     gamma: int = 0,
 ) -> dict[str, Any]:
     """Our autoregressive loop (``drafter`` None) or speculative loop, greedy, timed as a whole
-    (:func:`specdec.pairedrun.timed_generation`)."""
+    (:func:`specdec.measure.pairedrun.timed_generation`)."""
     tokens, stats, wall = timed_generation(
         model, drafter, prompt_ids, gamma=gamma, new_tokens=max_new_tokens, eos_token_id=eos_token_id
     )
@@ -391,7 +391,7 @@ def measure_curves(models: Mapping[str, Any], prefix_len: int, s: Settings) -> d
 # --------------------------------------------------------------------------- summaries
 def divergence(a: Sequence[int], b: Sequence[int]) -> dict[str, Any]:
     """Whether two outputs are identical, and if not the first position where they differ
-    (:func:`specdec.realrun.first_divergence`)."""
+    (:func:`specdec.analysis.realrun.first_divergence`)."""
     first = first_divergence(a, b)
     return {"identical": first is None, "first_divergence": first, "len_a": len(a), "len_b": len(b)}
 
@@ -485,10 +485,10 @@ def theorem_row(spec: Mapping[str, Any], ar: Mapping[str, Any], curve: VerifyCos
     """Measured speedup against Theorem 3.8 and its verify-cost-corrected forms, per repetition.
 
     Per repetition: t_1 = our AR run's mean target step (``Stats.step_s``: target_s /
-    target_calls); c = :func:`specdec.stats.cost_coefficient` (the run's draft time per round
+    target_calls); c = :func:`specdec.engine.stats.cost_coefficient` (the run's draft time per round
     over gamma, over t_1); the measured speedup is decode tokens/s (prefill excluded, as in the
     theorem) of the speculative run over that of the AR run. Predictions, from the run's alpha
-    (accepted / examined), are the models of :func:`specdec.realrun.speedup_gap`:
+    (accepted / examined), are the models of :func:`specdec.analysis.realrun.speedup_gap`:
 
     * ``theorem``: Theorem 3.8, E[T](alpha, gamma) / (gamma c + 1);
     * ``with_verify``: E[T](alpha, gamma) / (gamma c + T(gamma+1)/T(1)), the measured verify cost;

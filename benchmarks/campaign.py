@@ -9,7 +9,8 @@ tasks, temperatures 0 and 1) through every plain decoder (the lean engine in its
 thread and at every usable core, llama.cpp when installed, transformers float32) and every
 speculative configuration on the lean engines (prompt lookup, each distilled draft, early exit,
 the heuristic policy on lookup and the drafts, each at every gamma of --gammas; lookup on
-llama.cpp). The runner is :mod:`specdec.campaign`, the analysis :mod:`specdec.crossfit` (gamma and
+llama.cpp). The runner is :mod:`specdec.analysis.campaign`, the analysis
+:mod:`specdec.analysis.crossfit` (gamma and
 the fastest plain decoder chosen on one half of the prompts and reported on the other, then
 swapped; bootstrap intervals over prompts; verdicts from intervals only).
 
@@ -33,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specdec import campaign as cp  # noqa: E402
-from specdec.checks import check_float, check_int, check_ints  # noqa: E402
+from specdec.analysis import campaign as cp  # noqa: E402
+from specdec.theory.checks import check_float, check_int, check_ints  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -97,9 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from specdec.measure import cpu_name, environment
-    from specdec.models import set_threads
-    from specdec.modes import machine_identity
+    from specdec.engine.models import set_threads
+    from specdec.measure.core import cpu_name, environment
+    from specdec.measure.modes import machine_identity
 
     machine = machine_identity()  # before any thread count is pinned
     built = cp.build_real(

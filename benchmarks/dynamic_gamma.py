@@ -1,6 +1,6 @@
 """Dynamic draft length (issue #12, item 3): adaptive policies against every fixed gamma, with intervals.
 
-On the default target in the mode chosen for this machine (:func:`specdec.modes.lean_model`),
+On the default target in the mode chosen for this machine (:func:`specdec.measure.modes.lean_model`),
 greedy decoding of ``--new-tokens`` tokens (EOS suppressed, equal lengths) per prompt:
 
 * plain decoding (the baseline of every speedup);
@@ -11,7 +11,7 @@ greedy decoding of ``--new-tokens`` tokens (EOS suppressed, equal lengths) per p
 Every configuration runs on every prompt in each pass, configurations in a fresh order per
 prompt and pass (interleaved); the speedup of a configuration on a prompt is the median over
 passes of plain time / its time, and the record holds per configuration the geometric mean over
-prompts with a 95 % bootstrap interval (specdec.intervals), mean drafts and tokens per round.
+prompts with a 95 % bootstrap interval (specdec.theory.intervals), mean drafts and tokens per round.
 
     python benchmarks/dynamic_gamma.py --threads 1
 """
@@ -30,16 +30,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specdec.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
-from specdec.draftnets import load_draft, require_drafts  # noqa: E402
-from specdec.gpurecord import device_slug  # noqa: E402
-from specdec.intervals import bootstrap_ci, geomean  # noqa: E402
-from specdec.measure import environment, write_result  # noqa: E402
-from specdec.models import load_target, set_threads  # noqa: E402
-from specdec.modes import lean_model  # noqa: E402
-from specdec.pairedrun import timed_generation  # noqa: E402
-from specdec.policies import HeuristicGamma  # noqa: E402
-from specdec.workloads import evaluation_prompts  # noqa: E402
+from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
+from specdec.engine.models import load_target, set_threads  # noqa: E402
+from specdec.measure.core import environment, write_result  # noqa: E402
+from specdec.measure.gpurecord import device_slug  # noqa: E402
+from specdec.measure.modes import lean_model  # noqa: E402
+from specdec.measure.pairedrun import timed_generation  # noqa: E402
+from specdec.theory.intervals import bootstrap_ci, geomean  # noqa: E402
+from specdec.theory.policies import HeuristicGamma  # noqa: E402
+from specdec.train.draftnets import load_draft, require_drafts  # noqa: E402
+from specdec.train.workloads import evaluation_prompts  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,6 +1,6 @@
 """Engine benchmark (issue #10): every engine side by side on the same machine and threads.
 
-A thin wrapper: the measurement is :func:`specdec.enginebench.run_bench` (its docstring lists
+A thin wrapper: the measurement is :func:`specdec.measure.enginebench.run_bench` (its docstring lists
 the engines and steps), which ``specdec bench`` runs too. This script runs the full benchmark
 (every step, the mode probe re-measured) and writes one JSON record (``--out``, default
 ``results/bench/engine-modes-<cpu>-<threads>t.json``) with the machine named. About 10
@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specdec.enginebench import ALL_ENGINES, BenchSettings, resolve_engines, run_bench  # noqa: E402
-from specdec.gpurecord import device_slug  # noqa: E402
-from specdec.measure import write_result  # noqa: E402
+from specdec.measure.core import write_result  # noqa: E402
+from specdec.measure.enginebench import ALL_ENGINES, BenchSettings, resolve_engines, run_bench  # noqa: E402
+from specdec.measure.gpurecord import device_slug  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

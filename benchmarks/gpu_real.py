@@ -2,7 +2,7 @@
 
 What it measures, in one run (``results/gpu/<device>-real.json``, saved after every cell):
 
-* ``payload``  -- the target's weights from the payload (:mod:`specdec.gpureal`): every piece
+* ``payload``  -- the target's weights from the payload (:mod:`specdec.measure.gpureal`): every piece
                   checked by sha256, the GGUF's Q4_1/Q8_0 blocks dequantized on the device with
                   torch, every float32 weight checked against the CPU loader's sha256;
 * ``engine``   -- the static-cache engine (target, early exit, distilled drafts), its CUDA
@@ -26,7 +26,7 @@ What it measures, in one run (``results/gpu/<device>-real.json``, saved after ev
                   prompt (all temperatures and tasks of prompt 1, then of prompt 2, ...), so a
                   budget cut keeps the groups balanced; tables (tokens/s, speedup over plain
                   with 95 % bootstrap intervals over prompts, alpha, c) are recomputed from the
-                  stored timings (:func:`specdec.gpureal.summarize_runs`).
+                  stored timings (:func:`specdec.measure.gpureal.summarize_runs`).
 
 Only torch and numpy are needed on the device (transformers only for the ``hf_eager`` column and
 the logits check; both are skipped with the reason recorded when it is missing).
@@ -83,7 +83,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROOT = Path(__file__).resolve().parents[1]
-TASKS = ("summarize", "code", "instruct")  # specdec.workloads.TASKS, without importing it
+TASKS = ("summarize", "code", "instruct")  # specdec.train.workloads.TASKS, without importing it
 QUICK = {
     "prompts": 2,
     "tasks": "instruct",
@@ -199,7 +199,7 @@ def device_info(device: str) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from specdec.measure import cpu_name
+    from specdec.measure.core import cpu_name
 
     def version(dist: str) -> str | None:
         try:
@@ -239,10 +239,10 @@ def preflight(device: str) -> dict[str, Any]:
     for name in (
         "torch",
         "numpy",
-        "specdec.gpureal",
-        "specdec.decoding",
-        "specdec.drafters",
-        "specdec.realrun",
+        "specdec.measure.gpureal",
+        "specdec.engine.decoding",
+        "specdec.engine.drafters",
+        "specdec.analysis.realrun",
     ):
         try:
             importlib.import_module(name)
@@ -270,9 +270,9 @@ def graph_smoke(device: str) -> dict[str, Any]:
     where the device has them. Seconds; reported, never raised (it is a check)."""
     import torch
 
-    from specdec.decoding import autoregressive, speculative
-    from specdec.drafters import ModelDrafter
-    from specdec.gpureal import StaticLlama
+    from specdec.engine.decoding import autoregressive, speculative
+    from specdec.engine.drafters import ModelDrafter
+    from specdec.measure.gpureal import StaticLlama
 
     out: dict[str, Any] = {"device": device}
     try:
@@ -366,7 +366,7 @@ def kernel_time(engine: Any, ids: list[int], start: int, calls: int = 3) -> floa
 
 def hf_curve(model: Any, ctx: list[int], ks: list[int], repeats: int, sync: Any) -> dict[str, list[float]]:
     """Wall-clock seconds of transformers' own forward over k tokens after ``ctx`` (two warm-ups)."""
-    from specdec.lm import CachedLM
+    from specdec.engine.lm import CachedLM
 
     lm = CachedLM(model)
     lm.forward(ctx)
@@ -451,28 +451,34 @@ def run_order(methods: list[str], engines: list[str], rep: int, rng: random.Rand
 def main(argv: list[str] | None = None) -> Path | None:
     args = parse_args(argv)
     if args.prepare:
-        from specdec.gpureal import write_payload
+        from specdec.measure.gpureal import write_payload
 
         write_payload(args.payload, piece_bytes=int(args.piece_mb * 1e6), log=log)
         return Path(args.payload)
     if args.check_payload:  # also a preflight: the run's imports, the device, a graph smoke, the pieces
         log(json.dumps(preflight(args.device)))
         log(json.dumps(graph_smoke(args.device)))
-        from specdec.gpureal import check_payload
+        from specdec.measure.gpureal import check_payload
 
         log(json.dumps(check_payload(args.payload)))
         return None
-    from specdec.gpurecord import Deadline, Recorder, device_slug, free_memory
+    from specdec.measure.gpurecord import Deadline, Recorder, device_slug, free_memory
 
     deadline = Deadline(args.budget_s)
     import numpy as np
     import torch
 
-    from specdec.decoding import autoregressive, speculative
-    from specdec.drafters import ModelDrafter, PromptLookupDrafter
-    from specdec.gpureal import StaticLlama, distilled_draft, load_payload, summarize_costs, summarize_runs
-    from specdec.measure import environment
-    from specdec.realrun import first_divergence
+    from specdec.analysis.realrun import first_divergence
+    from specdec.engine.decoding import autoregressive, speculative
+    from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
+    from specdec.measure.core import environment
+    from specdec.measure.gpureal import (
+        StaticLlama,
+        distilled_draft,
+        load_payload,
+        summarize_costs,
+        summarize_runs,
+    )
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -488,7 +494,7 @@ def main(argv: list[str] | None = None) -> Path | None:
     missing = [d for d in drafts if d not in saved]
     if missing:
         raise SystemExit(f"--drafts {missing} are not saved drafts; saved: {saved}")
-    from specdec.gpureal import read_manifest
+    from specdec.measure.gpureal import read_manifest
 
     manifest = read_manifest(args.payload)
     available = min(sum(p["task"] == t for p in manifest["prompts"]) for t in args.task_list)
@@ -518,7 +524,8 @@ def main(argv: list[str] | None = None) -> Path | None:
     }
     rec.data["command"] = "python3 benchmarks/gpu_real.py " + " ".join(sys.argv[1:] if argv is None else argv)
     rec.data["engine"] = (
-        "specdec.gpureal.StaticLlama: torch ops over a static KV cache of fixed capacity (position as a "
+        "specdec.measure.gpureal.StaticLlama: torch ops over a static KV cache of fixed capacity "
+        "(position as a "
         "device tensor, attention over the whole capacity with a causal mask); 'graph' replays one "
         "torch.cuda.CUDAGraph per call length, 'eager' runs the same code without capture"
     )

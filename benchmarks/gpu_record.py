@@ -31,7 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec import gpurecord as gr  # noqa: E402
+from specdec.measure import gpurecord as gr  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> Path:
     deadline = gr.Deadline(args.budget_s)
     import torch
 
-    from specdec.measure import environment
+    from specdec.measure.core import environment
 
     if args.threads:
         torch.set_num_threads(args.threads)

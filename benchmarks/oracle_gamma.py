@@ -6,15 +6,15 @@ On the default target in the lean mode of this machine (the same setting as
 1. the target's greedy continuation of ``--new-tokens`` tokens (plain decoding);
 2. per drafter (prompt lookup and the distilled draft ``--draft``), the greedy draft of up to
    ``--max-gamma`` tokens at every position of that continuation, and how many of its tokens
-   match the target's (:func:`specdec.oracle.draft_runs`);
-3. per drafter, its cost c (Definition 3.7, :func:`specdec.stats.cost_coefficient`) from
+   match the target's (:func:`specdec.analysis.oracle.draft_runs`);
+3. per drafter, its cost c (Definition 3.7, :func:`specdec.engine.stats.cost_coefficient`) from
    ``--repeats`` speculative calls at gamma = ``--c-gamma`` interleaved with plain ones; their
    accepted counts per round are kept, so that the replay at that gamma can be checked
-   against real decoding (:func:`specdec.oracle.replay` must give the same rounds).
+   against real decoding (:func:`specdec.analysis.oracle.replay` must give the same rounds).
 
-The verify-cost curve T(k)/T(1) comes from the mode probe (:func:`specdec.modes.choose_mode`).
+The verify-cost curve T(k)/T(1) comes from the mode probe (:func:`specdec.measure.modes.choose_mode`).
 The record holds the runs, the draft lengths, c and the curve; the book replays them under
-every fixed gamma and under the oracle (:func:`specdec.oracle.replay`). Only step 3 is a
+every fixed gamma and under the oracle (:func:`specdec.analysis.oracle.replay`). Only step 3 is a
 timing; the runs are deterministic for a given CPU's arithmetic.
 
     python benchmarks/oracle_gamma.py --threads 1
@@ -35,15 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specdec.decoding import autoregressive, speculative  # noqa: E402
-from specdec.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
-from specdec.draftnets import load_draft, require_drafts  # noqa: E402
-from specdec.gpurecord import device_slug  # noqa: E402
-from specdec.measure import environment, write_result  # noqa: E402
-from specdec.models import load_target, set_threads  # noqa: E402
-from specdec.modes import lean_model, probe_modes  # noqa: E402
-from specdec.oracle import draft_runs  # noqa: E402
-from specdec.workloads import evaluation_prompts  # noqa: E402
+from specdec.analysis.oracle import draft_runs  # noqa: E402
+from specdec.engine.decoding import autoregressive, speculative  # noqa: E402
+from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
+from specdec.engine.models import load_target, set_threads  # noqa: E402
+from specdec.measure.core import environment, write_result  # noqa: E402
+from specdec.measure.gpurecord import device_slug  # noqa: E402
+from specdec.measure.modes import lean_model, probe_modes  # noqa: E402
+from specdec.train.draftnets import load_draft, require_drafts  # noqa: E402
+from specdec.train.workloads import evaluation_prompts  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

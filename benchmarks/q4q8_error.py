@@ -24,12 +24,12 @@ if str(ROOT) not in sys.path:
 def main(argv: list[str] | None = None) -> Path:
     import torch
 
-    from specdec import native
-    from specdec.gpurecord import device_slug
-    from specdec.lean import LeanLlama
-    from specdec.measure import environment, write_result
-    from specdec.models import load_target
-    from specdec.workloads import evaluation_prompts
+    from specdec.engine import native
+    from specdec.engine.lean import LeanLlama
+    from specdec.engine.models import load_target
+    from specdec.measure.core import environment, write_result
+    from specdec.measure.gpurecord import device_slug
+    from specdec.train.workloads import evaluation_prompts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts-per-task", type=int, default=1)

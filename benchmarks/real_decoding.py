@@ -12,38 +12,39 @@ cell (the state is saved after every cell in ``<tag>.partial.json``; ``--fresh``
 How it measures (issue 11):
 
 * **Engine.** The target runs in the lean mode chosen by measuring this machine
-  (:func:`specdec.modes.lean_model` with ``"auto"``: of the modes :data:`specdec.lean.MODES`
-  this machine can run, :func:`specdec.modes.available_modes`, the one with the lowest
+  (:func:`specdec.measure.modes.lean_model` with ``"auto"``: of the modes :data:`specdec.engine.lean.MODES`
+  this machine can run, :func:`specdec.measure.modes.available_modes`, the one with the lowest
   single-step time T(1); the probe is recorded), or the mode ``--mode`` names (a lean mode, or
   ``hf-float32``/``hf-bfloat16``: transformers, e.g. on a GPU). Early exits are views of the
   target; a distilled draft runs in the lean engine when the target does
-  (:func:`specdec.modes.lean_draft`: the faster of :data:`specdec.modes.DRAFT_MODES`), else
+  (:func:`specdec.measure.modes.lean_draft`: the faster of :data:`specdec.measure.modes.DRAFT_MODES`), else
   through transformers beside it.
 * **Equal lengths.** Every generation, plain or speculative, has exactly ``--new-tokens`` new
   tokens: decoding does not stop at EOS (the target writes on past its end-of-turn token), so
   the tokens/s of plain and speculative decoding compare the same amount of work.
 * **Cells.** A cell is (temperature, task, prompt); ``--prompts`` prompts a task
-  (:func:`specdec.workloads.evaluation_prompts`), temperatures 0 and 1. A cell runs
+  (:func:`specdec.train.workloads.evaluation_prompts`), temperatures 0 and 1. A cell runs
   ``--repeats`` repetitions; each runs plain decoding and every timed drafter once, plain first
   in even repetitions and last in odd ones, the drafters in a fresh seeded order: the order
   alternates between plain and speculative. All runs of a cell share one sampling seed, so the
   repetitions repeat the same computation (checked: identical tokens). The time of a run is its
   decode time (prefill excluded).
-* **Alpha.** After each cell, the paper's alpha (teacher-forced beta, :mod:`specdec.acceptance`)
+* **Alpha.** After each cell, the paper's alpha (teacher-forced beta, :mod:`specdec.measure.acceptance`)
   of every drafter, the timed ones and the ``--alpha-only`` ones, on the plain generation.
 * **Extras** on ``--sweep-task`` at temperature 0, cell by cell with the same interleaving: the
   gamma sweep (prompt lookup and the model draft with the highest measured speedup there) and
   argmax lenience (Appendix A.5) of that model draft at ``--gamma``.
 * **Summary.** Per (temperature, task, drafter): the measured speedup, the geometric mean over
   prompts of plain time / speculative time (each the median over repetitions), with its 95 %
-  bootstrap interval over prompts (:func:`specdec.intervals.ratio_ci`) and a verdict; alpha,
-  c (:func:`specdec.stats.cost_coefficient`), v, Theorem 3.8 and the verify-corrected model,
+  bootstrap interval over prompts (:func:`specdec.theory.intervals.ratio_ci`) and a verdict; alpha,
+  c (:func:`specdec.engine.stats.cost_coefficient`), v, Theorem 3.8 and the verify-corrected model,
   and measured/expected ratios with intervals that re-estimate alpha and c on every resample
-  (:func:`specdec.realrun.unit_bootstrap`); the pooled round counts
-  (:func:`specdec.realrun.pool_rounds`) and the gap's factors (:func:`specdec.realrun.speedup_gap`).
+  (:func:`specdec.analysis.realrun.unit_bootstrap`); the pooled round counts
+  (:func:`specdec.analysis.realrun.pool_rounds`) and the gap's factors
+  (:func:`specdec.analysis.realrun.speedup_gap`).
 
 Writes ``results/real/<device>-<mode>-<threads>t[-quick].json`` (command, settings, the
-machine and commit via :func:`specdec.measure.environment`), the generations, and CSVs of
+machine and commit via :func:`specdec.measure.core.environment`), the generations, and CSVs of
 the tables. A quick run also records its estimate of the full run's duration.
 """
 
@@ -65,22 +66,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specdec.acceptance import target_p_rows, teacher_forced  # noqa: E402
-from specdec.decoding import autoregressive  # noqa: E402
-from specdec.drafters import (  # noqa: E402
-    BigramDrafter,
-    EarlyExitDrafter,
-    ModelDrafter,
-    PromptLookupDrafter,
-    UnigramDrafter,
-)
-from specdec.intervals import geomean, per_unit_medians  # noqa: E402
-from specdec.lean import MODES  # noqa: E402
-from specdec.measure import environment, write_record, write_result  # noqa: E402
-from specdec.models import load_target, pick_device, set_threads  # noqa: E402
-from specdec.pairedrun import finish_cell, paired_block, timed_generation  # noqa: E402
-from specdec.realrun import RECORD_FORMAT  # noqa: E402
-from specdec.realtables import (  # noqa: E402
+from specdec.analysis.realrun import RECORD_FORMAT  # noqa: E402
+from specdec.analysis.realtables import (  # noqa: E402
     TEMPERATURES,
     alpha_rows,
     estimate_full_minutes,
@@ -88,9 +75,23 @@ from specdec.realtables import (  # noqa: E402
     sweep_rows,
     table_rows,
 )
-from specdec.sampling import warp  # noqa: E402
-from specdec.shards import load_shards, sequences, shard_paths  # noqa: E402
-from specdec.workloads import chat_prompt_ids, evaluation_prompts, training_prompts  # noqa: E402
+from specdec.engine.decoding import autoregressive  # noqa: E402
+from specdec.engine.drafters import (  # noqa: E402
+    BigramDrafter,
+    EarlyExitDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+    UnigramDrafter,
+)
+from specdec.engine.lean import MODES  # noqa: E402
+from specdec.engine.models import load_target, pick_device, set_threads  # noqa: E402
+from specdec.measure.acceptance import target_p_rows, teacher_forced  # noqa: E402
+from specdec.measure.core import environment, write_record, write_result  # noqa: E402
+from specdec.measure.pairedrun import finish_cell, paired_block, timed_generation  # noqa: E402
+from specdec.theory.intervals import geomean, per_unit_medians  # noqa: E402
+from specdec.theory.sampling import warp  # noqa: E402
+from specdec.train.shards import load_shards, sequences, shard_paths  # noqa: E402
+from specdec.train.workloads import chat_prompt_ids, evaluation_prompts, training_prompts  # noqa: E402
 
 HF_MODES = ("hf-float32", "hf-bfloat16")
 #: The full run's values of the settings --quick changes.
@@ -135,14 +136,14 @@ RESUME_KEYS = (
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's settings, checked before anything is loaded (a missing draft is an error here)."""
-    from specdec.workloads import TASKS
+    from specdec.train.workloads import TASKS
 
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0]
         + " An interrupted run resumes: run the same command again (the state is saved after every "
         "cell in <out>/<mode>-<threads>t[-quick].partial.json; --fresh discards it).",
         epilog="python benchmarks/real_decoding.py --quick  (the CI-sized record, minutes); without "
-        "--quick: the full record. The lean modes are specdec.lean.MODES.",
+        "--quick: the full record. The lean modes are specdec.engine.lean.MODES.",
     )
     ap.add_argument(
         "--quick",
@@ -181,7 +182,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="ee-8,ee-20,ee-28,unigram",
         help="drafters whose alpha is measured (teacher forcing) but which are not timed",
     )
-    ap.add_argument("--no-trained", action="store_true", help="no trained drafts (specdec.draftnets)")
+    ap.add_argument("--no-trained", action="store_true", help="no trained drafts (specdec.train.draftnets)")
     ap.add_argument("--drafts", default=None, help="comma-separated trained drafts (default: all saved)")
     ap.add_argument(
         "--mode",
@@ -256,7 +257,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("--drafts and --no-trained exclude each other")
     args.trained = []
     if not args.no_trained:
-        from specdec.draftnets import require_drafts
+        from specdec.train.draftnets import require_drafts
 
         try:
             args.trained = require_drafts(None if args.drafts is None else args.drafts.split(","))
@@ -320,7 +321,7 @@ def load_engine(args: argparse.Namespace, saved_mode: str | None = None) -> dict
             "probe": None,
             "loaded": loaded,
         }
-    from specdec.modes import lean_model, probe_summary
+    from specdec.measure.modes import lean_model, probe_summary
 
     loaded = load_target("float32", device="cpu", quiet=True)
     target, probe = lean_model(loaded.model, mode, threads=args.threads)  # the C forward's threads too
@@ -337,7 +338,7 @@ def load_engine(args: argparse.Namespace, saved_mode: str | None = None) -> dict
 
 def ngram_corpus(engine: dict[str, Any], folders: list[Path], n_fallback: int, max_new: int, seed: int):
     """Target-generated responses for the n-gram tables: the distillation shards when present
-    (``python -m specdec.distill gen-data``, training prompts disjoint from the evaluation), else
+    (``python -m specdec.train.distill gen-data``, training prompts disjoint from the evaluation), else
     temperature-1 generations of the target on ``n_fallback`` training prompts."""
     with_shards = [f for f in folders if shard_paths(f)]
     if with_shards:
@@ -366,11 +367,11 @@ def build_drafters(engine: dict[str, Any], names: list[str], corpus: list[list[i
         elif name.startswith("ee-"):
             out[name] = EarlyExitDrafter(target, int(name[3:]))
         else:
-            from specdec.draftnets import load_draft
+            from specdec.train.draftnets import load_draft
 
             draft = load_draft(name.removeprefix("draft-"), engine["base"])
             if engine["mode"] not in HF_MODES:  # a lean target: the draft runs in the lean engine too
-                from specdec.modes import lean_draft
+                from specdec.measure.modes import lean_draft
 
                 draft, _ = lean_draft(draft)
             engine.setdefault("draft_modes", {})[name] = getattr(draft, "mode", engine["mode"])
@@ -380,7 +381,7 @@ def build_drafters(engine: dict[str, Any], names: list[str], corpus: list[list[i
 
 def verify_curve(engine: dict[str, Any], prefix: int, kmax: int, repeats: int) -> dict[str, Any]:
     """T(k)/T(1), k = 1..kmax, of the target as it decodes (interleaved, repeated medians)."""
-    from specdec.measure import verify_cost_curve
+    from specdec.measure.core import verify_cost_curve
 
     ks = list(range(1, kmax + 1))
     vc = verify_cost_curve(engine["target"], prefix, ks, repeats=repeats)  # any engine: the one T(k) loop
@@ -399,7 +400,7 @@ def verify_curve(engine: dict[str, Any], prefix: int, kmax: int, repeats: int) -
 
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
-    """Write the state atomically (:func:`specdec.measure.write_record`: NaN -> null)."""
+    """Write the state atomically (:func:`specdec.measure.core.write_record`: NaN -> null)."""
     write_record(path, state, indent=None, sort_keys=False)
 
 
@@ -751,7 +752,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     used = (engine["mode"], *engine.get("draft_modes", {}).values())
     if "q4_1" in used or "q4q8" in used:
-        from specdec import native
+        from specdec.engine import native
 
         kind = "q4q8" if "q4q8" in used else "q4_1"
         record["native_build"] = native.build_info(kind)  # the compiler and flags of the C forward

@@ -1,7 +1,7 @@
 """The verify-cost curve T(k)/T(1) of the default target (Theorem 3.8 assumes it is 1).
 
 T(k) is the median time of one forward over k new tokens on a KV cache of ``--prefix``
-tokens, the ks interleaved across repetitions (specdec.measure.verify_cost_curve).
+tokens, the ks interleaved across repetitions (specdec.measure.core.verify_cost_curve).
 
     python benchmarks/verify_cost.py --dtype float32 --threads 2 --prefix 128 --kmax 16
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from specdec.measure import environment, verify_cost_curve, write_result
-from specdec.models import load_target, set_threads
+from specdec.engine.models import load_target, set_threads
+from specdec.measure.core import environment, verify_cost_curve, write_result
 
 
 def main() -> None:

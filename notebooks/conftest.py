@@ -4,7 +4,7 @@ nbval already leaves PNG images out of its comparison (``image/png``: pixels cha
 the CPU's floating-point kernels and the matplotlib build). A figure *glued* for the prose is
 stored under ``application/papermill.record/image/png`` instead, which nbval would compare
 byte for byte; leave it out in the same way. The numbers a figure shows are glued or
-printed separately and compared, rounded (``specdec.book``).
+printed separately and compared, rounded (``specdec.paper.book``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _cpu_dispatch() -> tuple[list[str], str]:
     """numpy's dispatch targets in use on this CPU (after NPY_DISABLE_CPU_FEATURES), torch's level."""
     import torch
 
-    from specdec.roofline import numpy_simd
+    from specdec.measure.roofline import numpy_simd
 
     return list(numpy_simd()["dispatch"] or []), str(torch.backends.cpu.get_cpu_capability())
 

@@ -1,80 +1,83 @@
 """specdec: the shared package of the book *How much does speculative decoding really gain?*
 
-Modules, one job each, by layer (lowest first; a module imports only from its own layer and
+Modules, one job each, in one folder per layer (lowest first; a module imports only from its own layer and
 lower ones, which ``tests/test_layers.py`` enforces):
 
 Theory (numpy only, no torch):
 
-* :mod:`specdec.theory`    -- closed forms of Leviathan et al. (2023): E[T] (Eq. 1), Theorem 3.8
+* :mod:`specdec.theory.speedup`    -- closed forms of Leviathan et al. (2023): E[T] (Eq. 1), Theorem 3.8
   (and its variant with a measured verify cost, and on a measured curve: the best gamma and the
   break-even alpha), Theorem 3.11, the optimal gamma, the acceptance rate (Corollary 3.6).
-* :mod:`specdec.iid`       -- simulation of the i.i.d. acceptance model behind Eq. 1.
-* :mod:`specdec.sampling`  -- Algorithm 1 on probability rows: warp, verify, residual, sample.
-* :mod:`specdec.policies`  -- draft-length policies: a fixed gamma, or one that adapts.
-* :mod:`specdec.intervals` -- geometric means, paired ratios and bootstrap intervals, verdicts.
-* :mod:`specdec.checks`    -- the one argument checker (integers, lists, numbers, probabilities).
-* :mod:`specdec.tokens`    -- comparing token lists: common prefix, first divergence.
+* :mod:`specdec.theory.iid`       -- simulation of the i.i.d. acceptance model behind Eq. 1.
+* :mod:`specdec.theory.sampling`  -- Algorithm 1 on probability rows: warp, verify, residual, sample.
+* :mod:`specdec.theory.policies`  -- draft-length policies: a fixed gamma, or one that adapts.
+* :mod:`specdec.theory.intervals` -- geometric means, paired ratios and bootstrap intervals, verdicts.
+* :mod:`specdec.theory.checks`    -- the one argument checker (integers, lists, numbers, probabilities).
+* :mod:`specdec.theory.tokens`    -- comparing token lists: common prefix, first divergence.
 
 Engine (torch + transformers, the ``models`` extra):
 
-* :mod:`specdec.lm`        -- the Session protocol: a causal LM with a position-indexed,
+* :mod:`specdec.engine.lm`        -- the Session protocol: a causal LM with a position-indexed,
   croppable KV cache; the transformers forward's version-dependent argument names.
-* :mod:`specdec.lean`      -- a lean Llama forward (preallocated cache, fused weights) in float32,
+* :mod:`specdec.engine.lean`      -- a lean Llama forward (preallocated cache, fused weights) in float32,
   bfloat16 or int4 (the GGUF's Q4_1 code), behind the same interface.
-* :mod:`specdec.native`    -- the C forward of the ``"q4_1"`` lean mode (``csrc/``), built here.
-* :mod:`specdec.llamacpp`  -- llama.cpp as a target of the same loops (optional).
-* :mod:`specdec.models`    -- loading the SmolLM2 target from its PyPI GGUF, or any model.
-* :mod:`specdec.drafters`  -- the drafter protocol and the model / early-exit / prompt-lookup /
+* :mod:`specdec.engine.native`    -- the C forward of the ``"q4_1"`` lean mode (``csrc/``), built here.
+* :mod:`specdec.engine.llamacpp`  -- llama.cpp as a target of the same loops (optional).
+* :mod:`specdec.engine.models`    -- loading the SmolLM2 target from its PyPI GGUF, or any model.
+* :mod:`specdec.engine.drafters`  -- the drafter protocol and the model / early-exit / prompt-lookup /
   unigram / bigram drafters.
-* :mod:`specdec.decoding`  -- the autoregressive and speculative loops.
-* :mod:`specdec.batched`   -- speculative decoding of a batch of prompts (ragged or common cut).
-* :mod:`specdec.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
-* :mod:`specdec.tinymodels` -- tiny random Llama models for the tests and the GPU record.
+* :mod:`specdec.engine.decoding`  -- the autoregressive and speculative loops.
+* :mod:`specdec.engine.batched`   -- speculative decoding of a batch of prompts (ragged or common cut).
+* :mod:`specdec.engine.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
+* :mod:`specdec.engine.tinymodels` -- tiny random Llama models for the tests and the GPU record.
 
 Training data and drafts:
 
-* :mod:`specdec.workloads` -- the evaluation prompts (three tasks) and the distillation prompts.
-* :mod:`specdec.shards`    -- the distillation data's shard format (its one writer and reader).
-* :mod:`specdec.distill`   -- target samples with top-32 soft labels (``python -m specdec.distill``).
-* :mod:`specdec.draftnets` -- the distilled draft family: build, train, save (int8), load.
+* :mod:`specdec.train.workloads` -- the evaluation prompts (three tasks) and the distillation prompts.
+* :mod:`specdec.train.shards`    -- the distillation data's shard format (its one writer and reader).
+* :mod:`specdec.train.distill`   -- target samples with top-32 soft labels (``python -m
+  specdec.train.distill``).
+* :mod:`specdec.train.draftnets` -- the distilled draft family: build, train, save (int8), load.
 
 Measurement:
 
-* :mod:`specdec.measure`   -- the one timer and the one T(k) loop over any session, the
+* :mod:`specdec.measure.core`   -- the one timer and the one T(k) loop over any session, the
   verify-cost curves, environment records and the one record writer.
-* :mod:`specdec.pairedrun` -- the one paired plain-vs-speculative run driver.
-* :mod:`specdec.roofline`  -- the running machine's roofline (bandwidth, matmul GFLOP/s, ridge),
+* :mod:`specdec.measure.pairedrun` -- the one paired plain-vs-speculative run driver.
+* :mod:`specdec.measure.roofline`  -- the running machine's roofline (bandwidth, matmul GFLOP/s, ridge),
   a forward's bytes and FLOPs, the step time they predict, and a profile of where it goes.
-* :mod:`specdec.modes`     -- the lean mode chosen by measuring the running machine (cached).
-* :mod:`specdec.acceptance` -- the paper's alpha on target-generated text, by teacher forcing.
-* :mod:`specdec.enginebench` -- the engine benchmark: every engine side by side (``specdec bench``).
-* :mod:`specdec.gpurecord` -- the GPU record: the CUDA paths checked, the cost surface T(b, k).
-* :mod:`specdec.gpureal` -- the real target on a GPU: the device payload, CUDA graphs, the one device run.
+* :mod:`specdec.measure.modes`     -- the lean mode chosen by measuring the running machine (cached).
+* :mod:`specdec.measure.acceptance` -- the paper's alpha on target-generated text, by teacher forcing.
+* :mod:`specdec.measure.enginebench` -- the engine benchmark: every engine side by side (``specdec bench``).
+* :mod:`specdec.measure.gpurecord` -- the GPU record: the CUDA paths checked, the cost surface T(b, k).
+* :mod:`specdec.measure.gpureal` -- the real target on a GPU: the device payload, CUDA graphs, the one device
+  run.
 
 Analysis (Part IV and V's readers):
 
-* :mod:`specdec.realrun`   -- pooling real runs and splitting the theory/measurement gap.
-* :mod:`specdec.realtables` -- Part IV's tables from a real-decoding run's state.
-* :mod:`specdec.hardware`  -- Part V: verify curves, GPU cost surfaces, adaptive gamma records.
-* :mod:`specdec.batchcost` -- the cost surface T(b, k) and what it predicts for batched speculation.
-* :mod:`specdec.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.
-* :mod:`specdec.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).
-* :mod:`specdec.crossfit`  -- the campaign's analysis: gamma chosen by cross-fitting, speedups over
+* :mod:`specdec.analysis.realrun`   -- pooling real runs and splitting the theory/measurement gap.
+* :mod:`specdec.analysis.realtables` -- Part IV's tables from a real-decoding run's state.
+* :mod:`specdec.analysis.hardware`  -- Part V: verify curves, GPU cost surfaces, adaptive gamma records.
+* :mod:`specdec.analysis.batchcost` -- the cost surface T(b, k) and what it predicts for batched speculation.
+* :mod:`specdec.analysis.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.
+* :mod:`specdec.analysis.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).
+* :mod:`specdec.analysis.crossfit`  -- the campaign's analysis: gamma chosen by cross-fitting, speedups over
   the same engine's plain and the fastest plain decoder, with intervals (numpy only).
-* :mod:`specdec.campaign`  -- the campaign runner: every plain decoder and speculative
+* :mod:`specdec.analysis.campaign`  -- the campaign runner: every plain decoder and speculative
   configuration on the same prompts, interleaved, resumable (``benchmarks/campaign.py``).
 
 The paper and the book:
 
-* :mod:`specdec.audit`     -- the book's verdict rule (agrees within printed rounding).
-* :mod:`specdec.published` -- the paper's printed Tables 1-5 and Appendix A.5, as data.
-* :mod:`specdec.reproduce` -- the recomputed tables and their CSV exports.
-* :mod:`specdec.article`   -- the source article's printed tables and claims ledger data.
-* :mod:`specdec.ledger`    -- the claims ledger: each claim's check, its verdict, the tables and
+* :mod:`specdec.paper.audit`     -- the book's verdict rule (agrees within printed rounding).
+* :mod:`specdec.paper.published` -- the paper's printed Tables 1-5 and Appendix A.5, as data.
+* :mod:`specdec.paper.reproduce` -- the recomputed tables and their CSV exports.
+* :mod:`specdec.paper.article`   -- the source article's printed tables and claims ledger data.
+* :mod:`specdec.paper.ledger`    -- the claims ledger: each claim's check, its verdict, the tables and
   CSV exports, and measured verdicts of the article's hardware claims (needs sympy and pandas).
-* :mod:`specdec.book`      -- what the notebooks share: portable values and :func:`~specdec.book.keep`.
+* :mod:`specdec.paper.book`      -- what the notebooks share: portable values and
+  :func:`~specdec.paper.book.keep`.
 
-Interface: :mod:`specdec.cli` (``specdec``, also ``python -m specdec``: :mod:`specdec.__main__`).
+Interface: :mod:`specdec.cli.app` (``specdec``, also ``python -m specdec``: :mod:`specdec.__main__`).
 
 The engine's names are importable from the package root too, but lazily, so that
 ``import specdec`` stays free of torch for readers who only want the theory.
@@ -85,7 +88,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from specdec.theory import (
+from specdec.theory.speedup import (
     acceptance_rate,
     accepted_pmf,
     expected_tokens,
@@ -100,28 +103,28 @@ from specdec.theory import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "autoregressive": "specdec.decoding",
-    "speculative": "specdec.decoding",
-    "Generation": "specdec.decoding",
-    "Stats": "specdec.stats",
-    "CachedLM": "specdec.lm",
-    "LeanLlama": "specdec.lean",
-    "lean_model": "specdec.modes",
-    "choose_mode": "specdec.modes",
-    "Drafter": "specdec.drafters",
-    "Proposal": "specdec.drafters",
-    "ModelDrafter": "specdec.drafters",
-    "EarlyExitDrafter": "specdec.drafters",
-    "PromptLookupDrafter": "specdec.drafters",
-    "UnigramDrafter": "specdec.drafters",
-    "BigramDrafter": "specdec.drafters",
-    "load_target": "specdec.models",
-    "load_model": "specdec.models",
-    "load_workload": "specdec.workloads",
-    "chat_prompt_ids": "specdec.workloads",
-    "load_draft": "specdec.draftnets",
-    "list_drafts": "specdec.draftnets",
-    "machine_roofline": "specdec.roofline",
+    "autoregressive": "specdec.engine.decoding",
+    "speculative": "specdec.engine.decoding",
+    "Generation": "specdec.engine.decoding",
+    "Stats": "specdec.engine.stats",
+    "CachedLM": "specdec.engine.lm",
+    "LeanLlama": "specdec.engine.lean",
+    "lean_model": "specdec.measure.modes",
+    "choose_mode": "specdec.measure.modes",
+    "Drafter": "specdec.engine.drafters",
+    "Proposal": "specdec.engine.drafters",
+    "ModelDrafter": "specdec.engine.drafters",
+    "EarlyExitDrafter": "specdec.engine.drafters",
+    "PromptLookupDrafter": "specdec.engine.drafters",
+    "UnigramDrafter": "specdec.engine.drafters",
+    "BigramDrafter": "specdec.engine.drafters",
+    "load_target": "specdec.engine.models",
+    "load_model": "specdec.engine.models",
+    "load_workload": "specdec.train.workloads",
+    "chat_prompt_ids": "specdec.train.workloads",
+    "load_draft": "specdec.train.draftnets",
+    "list_drafts": "specdec.train.draftnets",
+    "machine_roofline": "specdec.measure.roofline",
 }
 
 __all__ = [

@@ -2,6 +2,6 @@
 
 import sys
 
-from specdec.cli import main
+from specdec.cli.app import main
 
 sys.exit(main())

@@ -1,4 +1,5 @@
-"""Tests of teacher-forced acceptance (specdec.acceptance), the drafters' q_rows, and pooled real runs."""
+"""Tests of teacher-forced acceptance (specdec.measure.acceptance), the drafters' q_rows, and pooled real
+runs."""
 
 from __future__ import annotations
 
@@ -10,19 +11,19 @@ import pytest
 import torch
 from tiny_models import VOCAB, next_token_logits, perturbed_copy, tiny_llama
 
-from specdec.acceptance import beta_rows, target_p_rows, teacher_forced
-from specdec.decoding import autoregressive, speculative
-from specdec.drafters import (
+from specdec.analysis.realrun import load_records, pool_rounds
+from specdec.engine.decoding import autoregressive, speculative
+from specdec.engine.drafters import (
     BigramDrafter,
     EarlyExitDrafter,
     ModelDrafter,
     PromptLookupDrafter,
     UnigramDrafter,
 )
-from specdec.realrun import load_records, pool_rounds
-from specdec.sampling import warp
-from specdec.stats import Stats
-from specdec.theory import acceptance_rate
+from specdec.engine.stats import Stats
+from specdec.measure.acceptance import beta_rows, target_p_rows, teacher_forced
+from specdec.theory.sampling import warp
+from specdec.theory.speedup import acceptance_rate
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,7 @@ def test_shared_p_rows_give_the_same_betas(target, sequence):
 
 def test_lean_target_gives_the_hugging_face_rows(target, sequence):
     """A float32 LeanLlama target (the benchmark's engine) teacher-forces like the model it was built from."""
-    from specdec.lean import LeanLlama
+    from specdec.engine.lean import LeanLlama
 
     ids, n = sequence
     warp_fn = partial(warp, temperature=1.0)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec.article import load_article_et_table, load_article_numbers
-from specdec.audit import parse_printed
+from specdec.paper.article import load_article_et_table, load_article_numbers
+from specdec.paper.audit import parse_printed
 
 #: The source article, next to the checkout as CI has it: ``<repo>/../shared/seed/article-zh.txt``.
 SEED = Path(__file__).resolve().parents[1].parent / "shared" / "seed" / "article-zh.txt"

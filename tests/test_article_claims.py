@@ -1,4 +1,4 @@
-"""The claims ledger's data and helpers in specdec.article: claims, the article's tables, the
+"""The claims ledger's data and helpers in specdec.paper.article: claims, the article's tables, the
 printed-value parser, the comparison with the verdict rule, and the article's D4 model."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import specdec.article as article
-from specdec.article import (
+import specdec.paper.article as article
+from specdec.paper.article import (
     ARTICLE_TABLES,
     CHECK_KINDS,
     Comparison,
@@ -20,8 +20,8 @@ from specdec.article import (
     load_article_table,
     printed_values,
 )
-from specdec.audit import AGREES, DIFFERS, parse_printed
-from specdec.theory import ops_factor
+from specdec.paper.audit import AGREES, DIFFERS, parse_printed
+from specdec.theory.speedup import ops_factor
 
 SEED = Path("/work/shared/seed/article-zh.txt")
 SECTIONS = ["引言", "一", "二", "三", "四", "五", "六", "七", "八", "九", "十", "来源", "D"]

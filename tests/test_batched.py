@@ -1,4 +1,4 @@
-"""Tests of batched decoding (specdec.batched) on tiny random Llama models, fp32 CPU.
+"""Tests of batched decoding (specdec.engine.batched) on tiny random Llama models, fp32 CPU.
 
 1. The masked cache: a batch with left padding and holes gives each row the logits of its own
    sequence; truncate, crop and select keep ids, slots and cache consistent.
@@ -24,9 +24,9 @@ import pytest
 import torch
 from tiny_models import VOCAB, next_token_logits, perturbed_copy, tiny_llama
 
-import specdec.batched
-import specdec.sampling
-from specdec.batchcost import (
+import specdec.engine.batched
+import specdec.theory.sampling
+from specdec.analysis.batchcost import (
     block_plan,
     gain_intervals,
     predicted_gains,
@@ -35,12 +35,12 @@ from specdec.batchcost import (
     surface,
     vanishing_batch,
 )
-from specdec.batched import BatchedLM, batched_autoregressive, batched_speculative
-from specdec.decoding import autoregressive, speculative
-from specdec.drafters import ModelDrafter, PromptLookupDrafter
-from specdec.gpurecord import chi_square_pvalue
-from specdec.sampling import warp
-from specdec.theory import expected_tokens
+from specdec.engine.batched import BatchedLM, batched_autoregressive, batched_speculative
+from specdec.engine.decoding import autoregressive, speculative
+from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
+from specdec.measure.gpurecord import chi_square_pvalue
+from specdec.theory.sampling import warp
+from specdec.theory.speedup import expected_tokens
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -211,7 +211,7 @@ def test_each_row_has_the_target_law(small_target, loose_draft, cut):
 
 def test_check_rejects_a_residual_replaced_by_p(small_target, loose_draft, monkeypatch):
     """A broken verify that resamples a rejected position from p, not norm(max(0, p - q))."""
-    monkeypatch.setattr(specdec.sampling, "residual", lambda p, q, lenience=1.0, token=None: p)
+    monkeypatch.setattr(specdec.theory.sampling, "residual", lambda p, q, lenience=1.0, token=None: p)
     counts, _ = first_two_counts(small_target, loose_draft, "ragged")
     assert min(row_pvalues(small_target, counts)) < P_MIN
 
@@ -219,7 +219,9 @@ def test_check_rejects_a_residual_replaced_by_p(small_target, loose_draft, monke
 def test_check_rejects_a_common_cut_that_emits_the_wrong_token(small_target, loose_draft, monkeypatch):
     """A broken common cut: a row cut below its accepted count emits its own token (drawn by
     verify after its last accepted draft) at the cut, instead of its accepted draft there."""
-    monkeypatch.setattr(specdec.batched, "_kept_tokens", lambda draft, n, own, cut_at: [*draft[:cut_at], own])
+    monkeypatch.setattr(
+        specdec.engine.batched, "_kept_tokens", lambda draft, n, own, cut_at: [*draft[:cut_at], own]
+    )
     counts, _ = first_two_counts(small_target, loose_draft, "common")
     assert min(row_pvalues(small_target, counts)) < P_MIN
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from tiny_models import tiny_llama
 
-from specdec.measure import write_result
+from specdec.measure.core import write_result
 
 
 @pytest.fixture(scope="module")

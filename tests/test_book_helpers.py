@@ -1,11 +1,11 @@
-"""specdec.book: the rounding that makes stored notebook outputs CPU-independent, and keep()."""
+"""specdec.paper.book: the rounding that makes stored notebook outputs CPU-independent, and keep()."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from specdec.book import SIGNIFICANT, keep, portable
+from specdec.paper.book import SIGNIFICANT, keep, portable
 
 
 def test_floats_keep_six_significant_digits():

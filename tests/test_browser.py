@@ -4,7 +4,7 @@ Every HTML page of the book is opened from file:// with every request to any oth
 blocked and recorded: its maths must be typeset by the local MathJax (no raw ``$$``, ``\\(`` or
 ``\\[`` left in the visible text outside code), every image must load, and the console must
 stay free of errors. The in-page speedup calculator (book/_static/calculator.js) must show the
-numbers of :mod:`specdec.theory` and ``specdec plan`` for a grid of inputs, and answer bad
+numbers of :mod:`specdec.theory.speedup` and ``specdec plan`` for a grid of inputs, and answer bad
 input with a message, never NaN. Screenshots of a few pages are kept in
 ``_build/browser-screenshots/`` as artefacts.
 
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec import theory
-from specdec.cli import plan
+from specdec.cli.app import plan
+from specdec.theory import speedup as theory
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "_build" / "browser-screenshots"
@@ -43,7 +43,7 @@ SHOTS = {
 PAGE_TIMEOUT_MS = 30_000
 #: Decimals the calculator shows (as `specdec plan` prints: f"{x:.4f}").
 DECIMALS = 4
-#: The calculator's search range for the optimal gamma (specdec.theory.optimal_gamma's default).
+#: The calculator's search range for the optimal gamma (specdec.theory.speedup.optimal_gamma's default).
 MAX_GAMMA = 64
 ALPHAS = [0.0, 0.3, 0.6, 0.8, 0.95]
 COSTS = [0.0, 0.05, 0.5, 1.0]
@@ -257,7 +257,7 @@ def speedup_page(browser, html: Path):
 
 
 def _expected(alpha: float, c: float, gamma: int, v: float | None) -> dict:
-    """What the calculator must show, from specdec.theory (and `specdec plan` with a verify cost)."""
+    """What the calculator must show, from specdec.theory.speedup (and `specdec plan` with a verify cost)."""
     # at c = 0 (alpha > 0) E[T] rises with gamma: the limit, as `specdec plan` (not a floating tie)
     g_star = MAX_GAMMA if c == 0 and alpha > 0 else int(theory.optimal_gamma(alpha, c, max_gamma=MAX_GAMMA))
     out = {
@@ -302,7 +302,8 @@ def _shown(key: str, value) -> str:
 
 
 def test_calculator_numbers_equal_specdec_theory(speedup_page):
-    """window.specdecCalc.compute, on the grid, against specdec.theory (rel. 1e-12; integers exact)."""
+    """window.specdecCalc.compute, on the grid, against specdec.theory.speedup (rel. 1e-12; integers
+    exact)."""
     got = speedup_page.page.evaluate(
         "grid => grid.map(([a, c, g, v]) => window.specdecCalc.compute(a, c, g, v))", [list(x) for x in GRID]
     )

@@ -1,4 +1,4 @@
-"""specdec.campaign on tiny random models: cells, stored runs, budget stop and resume, the estimate.
+"""specdec.analysis.campaign on tiny random models: cells, stored runs, budget stop and resume, the estimate.
 
 No timing thresholds: timings are only checked to be stored and to reproduce the analysis."""
 
@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from specdec.campaign import (
+from specdec.analysis.campaign import (
     Engine,
     calibrate,
     estimate_seconds,
@@ -17,9 +17,9 @@ from specdec.campaign import (
     run_campaign,
     spec_configs,
 )
-from specdec.crossfit import analyse, prompt_rates
-from specdec.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
-from specdec.tinymodels import tiny_llama
+from specdec.analysis.crossfit import analyse, prompt_rates
+from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
+from specdec.engine.tinymodels import tiny_llama
 
 NEW = 6
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -162,7 +162,7 @@ def _script():
 
 
 def test_script_arguments_quick_and_refusals(capsys):
-    from specdec.campaign import FULL, QUICK
+    from specdec.analysis.campaign import FULL, QUICK
 
     script = _script()
     full = script.parse_args([])

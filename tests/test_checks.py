@@ -1,4 +1,4 @@
-"""specdec.checks: the one argument checker names the argument, its range and the value."""
+"""specdec.theory.checks: the one argument checker names the argument, its range and the value."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from specdec.checks import check_float, check_int, check_ints, check_probability, is_int
+from specdec.theory.checks import check_float, check_int, check_ints, check_probability, is_int
 
 
 def test_check_int():

@@ -1,6 +1,6 @@
 """The ``specdec`` command line: its numbers are the library's, bad arguments are one line and exit 2.
 
-Every test but one calls :func:`specdec.cli.main` in-process; one runs the installed script
+Every test but one calls :func:`specdec.cli.app.main` in-process; one runs the installed script
 (or ``python -m specdec`` where the script is missing) in a fresh interpreter with torch and
 transformers blocked, which proves the entry point works and that ``plan`` needs no torch.
 ``modes`` is tested without its minute-long probe: the loader and the probe are replaced.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from specdec import cli
-from specdec.hardware import best_gamma_on_curve
-from specdec.theory import (
+from specdec.analysis.hardware import best_gamma_on_curve
+from specdec.cli import app as cli
+from specdec.theory.speedup import (
     expected_tokens,
     optimal_gamma,
     speedup_ceiling,
@@ -223,7 +223,7 @@ FAKE_PROBE = {
 
 def test_modes_reports_the_probe_and_draft_length(capsys, monkeypatch):
     pytest.importorskip("torch")
-    from specdec.modes import draft_length
+    from specdec.measure.modes import draft_length
 
     monkeypatch.setattr(cli, "_load_target", lambda threads: type("T", (), {"model": None})())
     monkeypatch.setattr(cli, "_choose_mode", lambda model, refresh, threads=1: FAKE_PROBE)
@@ -392,13 +392,13 @@ BAD_MEASURE = [
 @pytest.mark.parametrize(("argv", "names"), BAD_MEASURE, ids=[" ".join(a) for a, _ in BAD_MEASURE])
 def test_measure_bad_arguments_are_one_line_before_loading(capsys, monkeypatch, argv, names):
     pytest.importorskip("torch")
-    import specdec.models
+    import specdec.engine.models
 
     def never(*a, **k):
         raise AssertionError("a bad argument must be refused before loading a model")
 
-    monkeypatch.setattr(specdec.models, "load_target", never)
-    monkeypatch.setattr(specdec.models, "load_model", never)
+    monkeypatch.setattr(specdec.engine.models, "load_target", never)
+    monkeypatch.setattr(specdec.engine.models, "load_model", never)
     one_line_error(*run(capsys, "measure", *argv), "measure", *names)
 
 
@@ -428,14 +428,14 @@ def test_measure_refuses_a_bad_prompts_file_and_a_foreign_record(capsys, folders
 # --------------------------------------------------------------------------- bench, on tiny engines
 @pytest.fixture
 def tiny_bench(monkeypatch):
-    """specdec.enginebench on two tiny engines: no model load, no mode probe, fixed prompts."""
+    """specdec.measure.enginebench on two tiny engines: no model load, no mode probe, fixed prompts."""
     pytest.importorskip("torch")
     from tiny_models import tiny_llama
 
-    import specdec.modes
-    import specdec.workloads
-    from specdec import enginebench
-    from specdec.lean import LeanLlama
+    import specdec.measure.modes
+    import specdec.train.workloads
+    from specdec.engine.lean import LeanLlama
+    from specdec.measure import enginebench
 
     model = tiny_llama(0)
     base = type("Loaded", (), {"model": model, "tokenizer": None})()
@@ -449,8 +449,8 @@ def tiny_bench(monkeypatch):
         {"id": "b-01", "task": "b", "ids": [3, 14, 15, 92, 65, 35]},
     ]
     monkeypatch.setattr(enginebench, "build_engines", build)
-    monkeypatch.setattr(specdec.workloads, "evaluation_prompts", lambda tokenizer, per_task: prompts)
-    monkeypatch.setattr(specdec.modes, "choose_mode", lambda model, refresh, threads=None: FAKE_PROBE)
+    monkeypatch.setattr(specdec.train.workloads, "evaluation_prompts", lambda tokenizer, per_task: prompts)
+    monkeypatch.setattr(specdec.measure.modes, "choose_mode", lambda model, refresh, threads=None: FAKE_PROBE)
     return [
         "--engines",
         "hf-float32,lean-float32",
@@ -464,7 +464,7 @@ def tiny_bench(monkeypatch):
 
 
 def test_bench_json_record_and_text(capsys, tiny_bench, tmp_path, one_thread):
-    from specdec.hardware import verify_curves
+    from specdec.analysis.hardware import verify_curves
 
     out_file = tmp_path / "engine-modes.json"
     code, out, err = run(capsys, "bench", *tiny_bench, "--json", "--out", str(out_file))
@@ -500,7 +500,7 @@ BAD_BENCH = [
 @pytest.mark.parametrize(("argv", "names"), BAD_BENCH, ids=[" ".join(a) for a, _ in BAD_BENCH])
 def test_bench_bad_arguments_are_one_line(capsys, monkeypatch, argv, names):
     pytest.importorskip("torch")
-    from specdec import enginebench
+    from specdec.measure import enginebench
 
     def never(*a, **k):
         raise AssertionError("a bad argument must be refused before loading a model")
@@ -513,7 +513,7 @@ def test_bench_settings_keep_the_record_format(root):
     """``specdec bench --full`` and benchmarks/engine_modes.py store the settings the committed
     engine records hold, with the same defaults."""
     pytest.importorskip("torch")
-    from specdec.enginebench import BenchSettings
+    from specdec.measure.enginebench import BenchSettings
 
     committed = sorted((root / "results" / "bench").glob("engine-modes-*.json"))
     assert committed
@@ -541,8 +541,8 @@ def test_bench_prints_a_committed_record(capsys, root):
 # --------------------------------------------------------------------------- the library behind measure
 def test_parse_draft_and_read_prompts(tmp_path):
     pytest.importorskip("torch")
-    from specdec.draftnets import list_drafts
-    from specdec.usermeasure import parse_draft, read_prompts
+    from specdec.analysis.usermeasure import parse_draft, read_prompts
+    from specdec.train.draftnets import list_drafts
 
     assert parse_draft("lookup") == ("lookup", None) and parse_draft(" bigram ") == ("bigram", None)
     assert parse_draft("early-exit") == ("early-exit", None)
@@ -568,14 +568,14 @@ def test_engine_verify_curves_format_and_checks(one_thread, monkeypatch):
     import numpy as np
     from tiny_models import tiny_llama
 
-    import specdec.lm
-    from specdec.lean import LeanLlama
-    from specdec.measure import engine_verify_curves
+    import specdec.engine.lm
+    from specdec.engine.lean import LeanLlama
+    from specdec.measure.core import engine_verify_curves
 
     model = tiny_llama(0)
     engines = {"hf": model, "lean": LeanLlama(model, "float32")}
     calls = []  # (engine, cached length before the call, tokens fed) of every forward
-    real_open = specdec.lm.open_lm
+    real_open = specdec.engine.lm.open_lm
 
     def spying_open(m):
         s = real_open(m)
@@ -589,7 +589,7 @@ def test_engine_verify_curves_format_and_checks(one_thread, monkeypatch):
         s.forward = spy
         return s
 
-    monkeypatch.setattr(specdec.lm, "open_lm", spying_open)
+    monkeypatch.setattr(specdec.engine.lm, "open_lm", spying_open)
     lines = []
     out = engine_verify_curves(engines, [5, 6, 7, 8], [1, 2, 4], 3, log=lines.append)
     assert (out["context"], out["ks"], out["repeats"]) == (4, [1, 2, 4], 3)

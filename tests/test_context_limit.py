@@ -10,8 +10,8 @@ import pytest
 import torch
 from tiny_models import VOCAB, tiny_llama
 
-from specdec.decoding import autoregressive, speculative
-from specdec.drafters import PromptLookupDrafter
+from specdec.engine.decoding import autoregressive, speculative
+from specdec.engine.drafters import PromptLookupDrafter
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,12 +1,13 @@
-"""specdec.crossfit on synthetic timings whose answer is known (no timing thresholds: made-up data)."""
+"""specdec.analysis.crossfit on synthetic timings whose answer is known (no timing thresholds: made-up
+data)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from specdec.crossfit import TIE, analyse, crossfit_family, fold_of, prompt_rates
-from specdec.intervals import bootstrap_ci
+from specdec.analysis.crossfit import TIE, analyse, crossfit_family, fold_of, prompt_rates
+from specdec.theory.intervals import bootstrap_ci
 
 N = 8
 FOLDS = np.array([fold_of(i) for i in range(N)])  # 0 1 0 1 ...

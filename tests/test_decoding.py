@@ -1,4 +1,4 @@
-"""Tests of the decoding loops (specdec.decoding) on tiny random Llama models, fp32 CPU.
+"""Tests of the decoding loops (specdec.engine.decoding) on tiny random Llama models, fp32 CPU.
 
 1. Greedy speculative decoding equals greedy autoregressive decoding token for token, for
    every drafter and several prompts and gammas.
@@ -18,9 +18,9 @@ import pytest
 import torch
 from tiny_models import VOCAB, next_token_logits, perturbed_copy, tiny_llama
 
-import specdec.sampling
-from specdec.decoding import autoregressive, speculative
-from specdec.drafters import (
+import specdec.theory.sampling
+from specdec.engine.decoding import autoregressive, speculative
+from specdec.engine.drafters import (
     BigramDrafter,
     Drafter,
     EarlyExitDrafter,
@@ -29,11 +29,11 @@ from specdec.drafters import (
     Proposal,
     UnigramDrafter,
 )
-from specdec.gpurecord import chi_square_pvalue as chi_square_pvalue_record
-from specdec.lm import CachedLM
-from specdec.sampling import warp
-from specdec.stats import Stats
-from specdec.theory import acceptance_rate
+from specdec.engine.lm import CachedLM
+from specdec.engine.stats import Stats
+from specdec.measure.gpurecord import chi_square_pvalue as chi_square_pvalue_record
+from specdec.theory.sampling import warp
+from specdec.theory.speedup import acceptance_rate
 
 PROMPTS = [[7], [3, 14, 15, 92, 65], [11, 22, 33, 44, 11, 22, 33, 55, 66, 11, 22, 33]]
 
@@ -164,7 +164,7 @@ def exact_two_token_law(target, prefix, **warp_kw):
 def chi_square_pvalue(counts, law, min_expected=5.0):
     """Pearson's chi-square p-value of observed counts against a law, rare cells pooled.
 
-    The package's one implementation (:func:`specdec.gpurecord.chi_square_pvalue`, which the
+    The package's one implementation (:func:`specdec.measure.gpurecord.chi_square_pvalue`, which the
     GPU record also runs); tests/test_gpu_record.py checks its pooling and its p-value.
     """
     return chi_square_pvalue_record(counts, law, min_expected)["pvalue"]
@@ -223,7 +223,7 @@ def test_sampling_has_the_target_law(small_target, case):
 
 def test_sampling_check_rejects_resampling_from_p(small_target, monkeypatch):
     """A broken verify that resamples a rejected position from p, not norm(max(0, p - q))."""
-    monkeypatch.setattr(specdec.sampling, "residual", lambda p, q, lenience=1.0, token=None: p)
+    monkeypatch.setattr(specdec.theory.sampling, "residual", lambda p, q, lenience=1.0, token=None: p)
     drafter, prefix, gamma, kw = sampling_case("model-gamma1", small_target)
     counts = first_two_counts(small_target, drafter, prefix, gamma, **kw)
     assert chi_square_pvalue(counts, exact_two_token_law(small_target, prefix, **kw)) < P_MIN

@@ -1,4 +1,5 @@
-"""specdec.distill and specdec.draftnets on tiny random Llama models: data, training, saving, decoding.
+"""specdec.train.distill and specdec.train.draftnets on tiny random Llama models: data, training, saving,
+decoding.
 
 1. gen-data stores the target's own samples and its top-k log-probabilities (checked against
    a full uncached forward), responses ending at EOS or at the token budget.
@@ -19,11 +20,11 @@ import torch
 from test_decoding import N_SAMPLES, P_MIN, chi_square_pvalue, exact_two_token_law, first_two_counts
 from tiny_models import VOCAB, next_token_logits, tiny_llama
 
-from specdec import draftnets
-from specdec.decoding import autoregressive, speculative
-from specdec.distill import generate_data, load_shards, main
-from specdec.drafters import ModelDrafter
-from specdec.draftnets import (
+from specdec.engine.decoding import autoregressive, speculative
+from specdec.engine.drafters import ModelDrafter
+from specdec.train import draftnets
+from specdec.train.distill import generate_data, load_shards, main
+from specdec.train.draftnets import (
     TrimmedHead,
     build_draft,
     draft_param_count,

@@ -1,4 +1,4 @@
-"""Tests of the drafters (specdec.drafters) on tiny random Llama models and toy corpora."""
+"""Tests of the drafters (specdec.engine.drafters) on tiny random Llama models and toy corpora."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from tiny_models import VOCAB, next_token_logits, perturbed_copy, tiny_llama
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
-from specdec.drafters import (
+from specdec.engine.drafters import (
     BigramDrafter,
     EarlyExitDrafter,
     ModelDrafter,
@@ -20,7 +20,7 @@ from specdec.drafters import (
     UnigramDrafter,
     early_exit_model,
 )
-from specdec.sampling import warp
+from specdec.theory.sampling import warp
 
 
 @pytest.fixture(scope="module")

@@ -1,23 +1,23 @@
-"""specdec.enginebench: which engines a run measures."""
+"""specdec.measure.enginebench: which engines a run measures."""
 
 from __future__ import annotations
 
 import pytest
 
-from specdec.enginebench import ALL_ENGINES, VARIANTS, resolve_engines
-from specdec.lean import int4_supported
+from specdec.engine.lean import int4_supported
+from specdec.measure.enginebench import ALL_ENGINES, VARIANTS, resolve_engines
 
 
 def machine(monkeypatch, *, llama: bool = True, c: bool = True, int4: bool = True) -> None:
     """Pretend the machine runs (or lacks) llama.cpp, the C forward and torch's int4 kernels, so that
     each test checks exact lists whatever this machine has."""
-    import specdec.lean
-    from specdec import llamacpp, native
+    import specdec.engine.lean
+    from specdec.engine import llamacpp, native
 
     monkeypatch.setattr(llamacpp, "available", lambda: llama)
     monkeypatch.setattr(native, "available", lambda *_: c)
     monkeypatch.setattr(native, "unavailable_reason", lambda *_: "no C compiler (test)")
-    monkeypatch.setattr(specdec.lean, "int4_supported", lambda: int4)
+    monkeypatch.setattr(specdec.engine.lean, "int4_supported", lambda: int4)
 
 
 def test_variants_run_only_when_named(monkeypatch):
@@ -42,7 +42,7 @@ def test_the_default_list_on_a_machine_without_the_optional_engines(monkeypatch)
 
 
 def test_this_machines_default_list_is_what_it_runs():
-    from specdec import llamacpp, native
+    from specdec.engine import llamacpp, native
 
     runs = {
         "llama.cpp": llamacpp.available(),
@@ -62,9 +62,9 @@ def test_unknown_engines_are_refused_with_the_valid_names():
 
 
 def test_int4_engines_named_without_the_kernels_are_refused(monkeypatch):
-    import specdec.lean
+    import specdec.engine.lean
 
-    monkeypatch.setattr(specdec.lean, "int4_supported", lambda: False)
+    monkeypatch.setattr(specdec.engine.lean, "int4_supported", lambda: False)
     with pytest.raises(ValueError, match="lacks the CPU int4 kernels"):
         resolve_engines("lean-float32,lean-int4-bf16head")
     assert "lean-int4" not in resolve_engines(None, log=lambda line: None)
@@ -74,7 +74,7 @@ def test_int4_engines_named_without_the_kernels_are_refused(monkeypatch):
 
 
 def test_a_default_list_leaves_out_what_cannot_run(monkeypatch):
-    from specdec import llamacpp, native
+    from specdec.engine import llamacpp, native
 
     monkeypatch.setattr(native, "available", lambda: False)
     monkeypatch.setattr(native, "unavailable_reason", lambda *_: "no C compiler (test)")

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdec import reproduce
-from specdec.theory import expected_tokens, walltime_speedup
+from specdec.paper import reproduce
+from specdec.theory.speedup import expected_tokens, walltime_speedup
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results" / "tables"
@@ -203,7 +203,7 @@ def test_summarize_counts():
 
 
 def test_derived_counts_cover_every_group_of_derived_numbers():
-    from specdec.reproduce import derived_counts, summarize, table4_expected_rows
+    from specdec.paper.reproduce import derived_counts, summarize, table4_expected_rows
 
     counts = derived_counts()
     assert list(counts) == ["t1", "t4", "bigram", "argmax", "standard"]

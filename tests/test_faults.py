@@ -29,8 +29,8 @@ def test_huge_gamma_allocates_for_the_work_not_for_gamma():
     reach, and the call allocates a few MB at most (two lists of gamma ints were 160 MB)."""
     from tiny_models import tiny_llama
 
-    from specdec.decoding import speculative
-    from specdec.drafters import PromptLookupDrafter
+    from specdec.engine.decoding import speculative
+    from specdec.engine.drafters import PromptLookupDrafter
 
     target = tiny_llama(0)
     tracemalloc.start()
@@ -47,7 +47,7 @@ def test_huge_gamma_allocates_for_the_work_not_for_gamma():
 
 
 def test_stats_refuses_drafts_beyond_its_positions():
-    from specdec.stats import Stats
+    from specdec.engine.stats import Stats
 
     s = Stats(gamma=10**9, max_drafts=3)
     assert s.accepted_hist == [0, 0, 0, 0]
@@ -98,23 +98,23 @@ def test_plan_huge_max_gamma_under_a_memory_limit(extra):
 
 def test_plan_search_costs_the_same_for_any_max_gamma(monkeypatch):
     """The optimum takes O(log max_gamma) speedup evaluations and no array of max_gamma values."""
-    import specdec.theory
-    from specdec.cli import plan
+    import specdec.theory.speedup
+    from specdec.cli.app import plan
 
     calls = []
-    real = specdec.theory.walltime_speedup
+    real = specdec.theory.speedup.walltime_speedup
 
     def counted(alpha, gamma, c):
         calls.append(np.size(gamma))
         return real(alpha, gamma, c)
 
-    monkeypatch.setattr(specdec.theory, "walltime_speedup", counted)
+    monkeypatch.setattr(specdec.theory.speedup, "walltime_speedup", counted)
     for max_gamma in (10**4, 10**7):
         calls.clear()
         r = plan(0.999, 1e-6, max_gamma=max_gamma)
         assert sum(calls) < 200, f"{sum(calls)} speedups evaluated for max_gamma = {max_gamma}"
         assert r["optimal_gamma"] == 6912  # by bisection; a scan of every gamma agrees:
-    assert int(specdec.theory.optimal_gamma(0.999, 1e-6, 20000)) == 6912
+    assert int(specdec.theory.speedup.optimal_gamma(0.999, 1e-6, 20000)) == 6912
     for verify in (None, 1.3):  # a subnormal c: the bound is inf, not a ZeroDivisionError
         r = plan(0.9, 5e-324, verify_cost=verify, max_gamma=10**9)
         assert 1 <= r["optimal_gamma"] < 10**9 and r["optimal_speedup"] > 1
@@ -123,7 +123,7 @@ def test_plan_search_costs_the_same_for_any_max_gamma(monkeypatch):
 @pytest.mark.parametrize(("alpha", "verify"), [(0.5, None), (0.8, None), (0.5, 1.3)])
 def test_plan_c_zero_reports_the_limit_not_a_floating_tie(alpha, verify):
     """With c = 0 and alpha > 0, E[T] rises with every gamma: --help promises the limit."""
-    from specdec.cli import plan
+    from specdec.cli.app import plan
 
     for max_gamma in (64, 200):
         r = plan(alpha, 0.0, verify_cost=verify, max_gamma=max_gamma)
@@ -152,7 +152,7 @@ def test_measure_refuses_gamma_beyond_the_work_in_one_line(argv, names):
 
 def test_measure_drafter_refuses_gamma_beyond_the_work_under_a_memory_limit():
     code = (
-        "from specdec.usermeasure import measure_drafter\n"
+        "from specdec.analysis.usermeasure import measure_drafter\n"
         "try:\n"
         "    measure_drafter(None, None, [[1, 2]], gamma=10**9, new_tokens=64)\n"
         "except ValueError as exc:\n"
@@ -168,8 +168,8 @@ def test_a_draft_with_a_shorter_context_than_the_prompt_is_refused():
     """A draft of 64 positions under a prompt of 100 tokens was accepted silently."""
     from tiny_models import tiny_llama
 
-    from specdec.decoding import speculative
-    from specdec.drafters import ModelDrafter
+    from specdec.engine.decoding import speculative
+    from specdec.engine.drafters import ModelDrafter
 
     target, draft = tiny_llama(0), tiny_llama(1)
     draft.config.max_position_embeddings = 64
@@ -183,7 +183,8 @@ def test_a_draft_with_a_shorter_context_than_the_prompt_is_refused():
 @pytest.fixture
 def no_compiler(monkeypatch, tmp_path):
     """No working C compiler (CC names nothing) and a fresh SPECDEC_CACHE: q4_1 cannot be built."""
-    from specdec import modes, native
+    from specdec.engine import native
+    from specdec.measure import modes
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
@@ -197,7 +198,7 @@ def no_compiler(monkeypatch, tmp_path):
 def test_lean_model_auto_says_which_modes_are_left_out_and_why(no_compiler):
     from tiny_models import tiny_llama
 
-    from specdec import modes
+    from specdec.measure import modes
 
     assert "q4_1" in modes.left_out_modes() and "no-such-cc" in modes.left_out_modes()["q4_1"]
     with pytest.warns(UserWarning, match=r"lean modes left out on this machine \(q4_1: .*no-such-cc"):
@@ -207,7 +208,8 @@ def test_lean_model_auto_says_which_modes_are_left_out_and_why(no_compiler):
 
 def test_specdec_modes_lists_the_left_out_modes(capsys, monkeypatch):
     pytest.importorskip("torch")
-    from specdec import cli, modes
+    from specdec.cli import app as cli
+    from specdec.measure import modes
 
     probe = {
         "mode": "float32",
@@ -248,7 +250,7 @@ def _fake_probe(calls, load=None):
 
 def test_a_read_only_cache_keeps_the_probe_for_the_process(monkeypatch, tmp_path):
     """It re-ran the probe on every call; now one line says so, and the probe is kept in memory."""
-    from specdec import modes
+    from specdec.measure import modes
 
     calls = []
     monkeypatch.setattr(modes, "probe_modes", _fake_probe(calls))
@@ -265,7 +267,7 @@ def test_a_read_only_cache_keeps_the_probe_for_the_process(monkeypatch, tmp_path
 
 def test_a_probe_timed_on_a_busy_machine_is_not_cached(monkeypatch, tmp_path):
     """The load check mocked: other processes kept every CPU busy while the probe timed."""
-    from specdec import modes
+    from specdec.measure import modes
 
     busy = iter([{"own_s": 0.0, "busy_s": 100.0, "cpus": 2}, {"own_s": 1.0, "busy_s": 104.0, "cpus": 2}])
     monkeypatch.setattr(modes, "_cpu_counters", lambda: next(busy))
@@ -295,7 +297,7 @@ def test_the_probe_records_its_load_and_shows_progress(monkeypatch):
     """A real (tiny) probe: its record holds the load measure; the tqdm bar counts the steps."""
     from tiny_models import tiny_llama
 
-    from specdec import modes
+    from specdec.measure import modes
 
     bars = []
     real = modes._progress_bar
@@ -314,7 +316,7 @@ def test_the_probe_records_its_load_and_shows_progress(monkeypatch):
 
 def test_specdec_cache_naming_a_file_is_one_line_in_the_cli(capsys, monkeypatch, tmp_path):
     pytest.importorskip("torch")
-    from specdec import cli
+    from specdec.cli import app as cli
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -327,7 +329,7 @@ def test_specdec_cache_naming_a_file_is_one_line_in_the_cli(capsys, monkeypatch,
 def test_the_cli_prints_a_library_warning_as_one_line(capsys, monkeypatch):
     import warnings
 
-    from specdec import cli
+    from specdec.cli import app as cli
 
     def warn(args):
         warnings.warn("could not write the model cache /x: read-only", UserWarning, stacklevel=1)
@@ -344,7 +346,7 @@ def test_the_cli_prints_a_library_warning_as_one_line(capsys, monkeypatch):
 
 # --------------------------------------------------------------------------- item 6: CLI details
 def test_an_unknown_option_under_a_command_is_reported_by_that_command(capsys):
-    from specdec import cli
+    from specdec.cli import app as cli
 
     assert cli.main(["plan", "--alpha", "0.5", "--c", "0", "--bogus"]) == 2
     err = capsys.readouterr().err
@@ -354,7 +356,7 @@ def test_an_unknown_option_under_a_command_is_reported_by_that_command(capsys):
 
 
 def test_bench_help_counts_the_engines_it_runs(capsys):
-    from specdec import cli
+    from specdec.cli import app as cli
 
     assert cli.main(["bench", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
@@ -416,7 +418,7 @@ def test_the_stored_quick_record_command_is_accepted(rd):
 
 def test_plan_refuses_a_gamma_beyond_its_documented_maximum(capsys):
     """2**63 - 1 overflowed int64 to a speedup of -inf; now one line naming the range."""
-    from specdec import cli
+    from specdec.cli import app as cli
 
     for option in ("--gamma", "--max-gamma"):
         assert cli.main(["plan", "--alpha", "0.5", "--c", "0", option, str(2**63 - 1)]) == 2
@@ -432,7 +434,7 @@ def test_plan_refuses_a_gamma_beyond_its_documented_maximum(capsys):
 def test_batched_speculative_refuses_a_draft_with_a_shorter_context():
     from tiny_models import tiny_llama
 
-    from specdec.batched import batched_speculative
+    from specdec.engine.batched import batched_speculative
 
     target, draft = tiny_llama(0), tiny_llama(1)
     draft.config.max_position_embeddings = 64
@@ -445,7 +447,7 @@ def test_batched_speculative_refuses_a_draft_with_a_shorter_context():
 def test_plan_from_python_takes_alpha_one_and_both_verify_prices():
     """The referee's two regressions of the bounded search: alpha = 1 divided by zero, and a
     verify curve given beside a scalar left the scalar branch without its bound."""
-    from specdec.cli import plan
+    from specdec.cli.app import plan
 
     assert plan(1.0, 0.05)["optimal_gamma"] == 64  # every draft accepted: the limit, as on main
     assert plan(1.0, 0.05, verify_cost=1.2)["optimal_gamma"] >= 1

@@ -19,8 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec import gpureal  # noqa: E402
-from specdec.intervals import geomean  # noqa: E402
+from specdec.measure import gpureal  # noqa: E402
+from specdec.theory.intervals import geomean  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small torch ops: one thread is fastest
 BLOCKED = ("gguf", "scipy", "tqdm", "safetensors", "tokenizers", "transformers")
@@ -52,7 +52,7 @@ def payload_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cpu_target():
     _needs_target()
-    from specdec.models import load_target
+    from specdec.engine.models import load_target
 
     return load_target("float32", device="cpu", quiet=True).model
 
@@ -148,7 +148,7 @@ def test_bad_arguments_are_named(script, capsys, argv, needle):
 
 
 def test_payload_round_trip_is_exact(payload_dir, cpu_target):
-    from specdec.models import smollm2_gguf_path
+    from specdec.engine.models import smollm2_gguf_path
 
     manifest = json.loads((payload_dir / gpureal.MANIFEST).read_text())
     assert all(p["size"] <= gpureal.PIECE_BYTES for p in manifest["pieces"])
@@ -194,8 +194,8 @@ def test_payload_refuses_weights_unlike_the_cpu_loaders(payload_dir, tmp_path):
 
 
 def test_engine_matches_transformers(payload_dir, cpu_target, root):
-    from specdec.drafters import early_exit_model
-    from specdec.draftnets import load_draft
+    from specdec.engine.drafters import early_exit_model
+    from specdec.train.draftnets import load_draft
 
     loaded = gpureal.load_payload(payload_dir, "cpu", check_float32=False)
     engine = gpureal.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)
@@ -312,7 +312,7 @@ def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_p
         smoke["ok"] and smoke["greedy_speculative_equals_plain"] and "skipped" in smoke["graph_equals_eager"]
     )
     pre = json.loads(lines[-3])
-    assert pre["specdec.gpureal"] == "ok" and pre["torch_version"] == torch.__version__
+    assert pre["specdec.measure.gpureal"] == "ok" and pre["torch_version"] == torch.__version__
     assert json.loads(lines[-1]) == {
         "present": [f"part-{i:02d}.bin" for i in range(5)], "missing": [], "bad": [], "complete": True,
     }  # fmt: skip
@@ -359,8 +359,8 @@ class _Replay:
 
 
 def test_graph_path_bookkeeping_and_greedy_equality(payload_dir):
-    from specdec.decoding import autoregressive, speculative
-    from specdec.drafters import ModelDrafter, PromptLookupDrafter
+    from specdec.engine.decoding import autoregressive, speculative
+    from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
 
     loaded = gpureal.load_payload(payload_dir, "cpu", check_float32=False)
     target = gpureal.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)

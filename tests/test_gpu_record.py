@@ -1,4 +1,4 @@
-"""The GPU record (benchmarks/gpu_record.py, specdec.gpurecord) in its quick CPU mode.
+"""The GPU record (benchmarks/gpu_record.py, specdec.measure.gpurecord) in its quick CPU mode.
 
 The record is taken once, on a rented GPU machine that has torch and transformers but none of
 the book's other packages, and no install of ours (PYTHONPATH=.). So the end-to-end run here
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from specdec import gpurecord as gr
+from specdec.measure import gpurecord as gr
 
 # What the GPU machine may lack; an unguarded import of any of them fails the run. (sympy, tqdm,
 # huggingface_hub and the like come with torch and transformers.)
@@ -70,7 +70,7 @@ def test_quick_run_checks_the_engine(quick_record):
         for name, d in run["drafters"].items():
             assert d["equal"] and d["first_difference"] is None and d["new_tokens"] == 20, (name, d)
     chi = rec["chi_square"]
-    assert chi["runs"] == 200 and chi["method"] == "specdec.gpurecord.chi2_sf"  # scipy was blocked
+    assert chi["runs"] == 200 and chi["method"] == "specdec.measure.gpurecord.chi2_sf"  # scipy was blocked
     assert chi["passed"] and 1e-3 < chi["pvalue"] <= 1 and chi["df"] >= 1
 
 

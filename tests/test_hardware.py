@@ -1,11 +1,11 @@
-"""specdec.hardware: record readers and the verify-priced optimum, on hand-made records."""
+"""specdec.analysis.hardware: record readers and the verify-priced optimum, on hand-made records."""
 
 from __future__ import annotations
 
 import pytest
 
-from specdec.hardware import best_gamma_on_curve, gpu_shapes, gpu_surface, verify_curves
-from specdec.theory import walltime_speedup, walltime_speedup_measured
+from specdec.analysis.hardware import best_gamma_on_curve, gpu_shapes, gpu_surface, verify_curves
+from specdec.theory.speedup import walltime_speedup, walltime_speedup_measured
 
 
 def test_best_gamma_on_a_flat_curve_is_theorem_38():
@@ -53,7 +53,7 @@ def test_readers():
 
 
 def test_break_even_alpha_is_c_with_a_free_verify_and_rises_with_a_premium():
-    from specdec.hardware import break_even_alpha
+    from specdec.analysis.hardware import break_even_alpha
 
     flat = {k: 1.0 for k in range(2, 17)}
     assert break_even_alpha(0.3, flat) == pytest.approx(0.3, abs=1e-6)  # converse of Cor. 3.9
@@ -66,7 +66,7 @@ def test_break_even_alpha_is_c_with_a_free_verify_and_rises_with_a_premium():
 
 
 def test_break_even_alpha_refuses_a_tolerance_that_would_never_end():
-    from specdec.hardware import break_even_alpha
+    from specdec.analysis.hardware import break_even_alpha
 
     with pytest.raises(ValueError, match="tol must lie in"):
         break_even_alpha(0.1, {2: 1.0}, tol=0.0)

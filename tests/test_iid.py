@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.iid import alpha_from_mean_tokens, simulate_accepted
-from specdec.theory import accepted_pmf, expected_tokens
+from specdec.theory.iid import alpha_from_mean_tokens, simulate_accepted
+from specdec.theory.speedup import accepted_pmf, expected_tokens
 
 
 @pytest.mark.parametrize(("alpha", "gamma"), [(0.3, 3), (0.8, 5), (0.95, 12)])

@@ -1,11 +1,11 @@
-"""specdec.intervals: bootstrap intervals and the win/loss rule."""
+"""specdec.theory.intervals: bootstrap intervals and the win/loss rule."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from specdec.intervals import bootstrap_ci, geomean, per_unit_medians, ratio_ci, verdict
+from specdec.theory.intervals import bootstrap_ci, geomean, per_unit_medians, ratio_ci, verdict
 
 
 def test_geomean():

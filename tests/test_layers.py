@@ -19,7 +19,7 @@ Layers, lowest first (issue #19; docs: /work/shared/notes/architecture.md's sket
 
 A module may import from its own layer and from lower ones; ``analysis`` and ``paper`` share a
 rank. :func:`layer_of` reads a module's layer from its subpackage when the package is cut into
-folders named after the layers (``specdec/measure/timer.py`` is in ``measure``), else from
+folders named after the layers (``specdec/measure/core/timer.py`` is in ``measure``), else from
 :data:`LAYER_OF`. The walk reads every import statement of every module (function-level
 imports too, since they are the arrows a lazy import hides) with :mod:`ast`, and fails on:
 
@@ -50,53 +50,9 @@ PACKAGE = ROOT / "specdec"
 #: The layers, lowest first; a module may import from layers of the same or a lower rank.
 RANK = {"theory": 0, "engine": 1, "train": 2, "measure": 3, "analysis": 4, "paper": 4, "cli": 5}
 
-#: Each flat module's layer (a module in a subpackage named after a layer needs no entry).
+#: The layer of the two modules outside the layer folders (every other module is in one).
 LAYER_OF = {
     "specdec": "theory",  # the root: the theory's names, the engine's lazily (no import)
-    "specdec.checks": "theory",
-    "specdec.tokens": "theory",
-    "specdec.theory": "theory",
-    "specdec.iid": "theory",
-    "specdec.sampling": "theory",
-    "specdec.policies": "theory",
-    "specdec.intervals": "theory",
-    "specdec.lm": "engine",
-    "specdec.lean": "engine",
-    "specdec.native": "engine",
-    "specdec.llamacpp": "engine",
-    "specdec.models": "engine",
-    "specdec.drafters": "engine",
-    "specdec.decoding": "engine",
-    "specdec.batched": "engine",
-    "specdec.stats": "engine",
-    "specdec.tinymodels": "engine",
-    "specdec.shards": "train",
-    "specdec.workloads": "train",
-    "specdec.draftnets": "train",
-    "specdec.distill": "train",
-    "specdec.measure": "measure",
-    "specdec.pairedrun": "measure",
-    "specdec.roofline": "measure",
-    "specdec.modes": "measure",
-    "specdec.acceptance": "measure",
-    "specdec.enginebench": "measure",
-    "specdec.gpurecord": "measure",
-    "specdec.gpureal": "measure",
-    "specdec.realrun": "analysis",
-    "specdec.realtables": "analysis",
-    "specdec.hardware": "analysis",
-    "specdec.oracle": "analysis",
-    "specdec.batchcost": "analysis",
-    "specdec.usermeasure": "analysis",
-    "specdec.crossfit": "analysis",
-    "specdec.campaign": "analysis",
-    "specdec.published": "paper",
-    "specdec.reproduce": "paper",
-    "specdec.article": "paper",
-    "specdec.audit": "paper",
-    "specdec.book": "paper",
-    "specdec.ledger": "paper",
-    "specdec.cli": "cli",
     "specdec.__main__": "cli",
 }
 
@@ -104,7 +60,7 @@ LAYER_OF = {
 KNOWN_UPWARD = {
     # The C engine's profiler shares roofline's timer and bucketing: native.py belongs to the
     # engine helper this session (issue #19 item 5 names the arrow); move the profiler to measure.
-    ("specdec.native", "specdec.roofline"),
+    ("specdec.engine.native", "specdec.measure.roofline"),
 }
 
 HEAVY = ("torch", "transformers")
@@ -121,10 +77,10 @@ def modules() -> dict[str, Path]:
 
 def layer_of(module: str) -> str:
     """The layer of ``module``: its subpackage's name when that names a layer
-    (``specdec.measure.timer`` -> ``measure``), else its entry in :data:`LAYER_OF` (a module of a
-    subpackage that is not a layer, like ``specdec.ledger.build``, inherits the subpackage's)."""
+    (``specdec.measure.core`` -> ``measure``), else its entry in :data:`LAYER_OF` (a module of a
+    subpackage that is not a layer, like ``specdec.paper.ledger.build``, inherits the subpackage's)."""
     parts = module.split(".")
-    if len(parts) > 2 and parts[1] in RANK:
+    if len(parts) >= 2 and parts[1] in RANK:
         return parts[1]
     for n in range(len(parts), 0, -1):
         name = ".".join(parts[:n])
@@ -286,7 +242,13 @@ def run(code: str, *args: str) -> subprocess.CompletedProcess:
 def test_modules_found_torch_free_do_not_import_torch():
     """The walk's verdict checked by importing: each light module alone, in one fresh interpreter."""
     light = light_modules()
-    assert {"specdec", "specdec.theory", "specdec.cli", "specdec.roofline", "specdec.hardware"} <= set(light)
+    assert {
+        "specdec",
+        "specdec.theory.speedup",
+        "specdec.cli.app",
+        "specdec.measure.roofline",
+        "specdec.analysis.hardware",
+    } <= set(light)
     code = (
         "import importlib, sys\n"
         "for name in sys.argv[1:]:\n"
@@ -300,8 +262,8 @@ def test_modules_found_torch_free_do_not_import_torch():
 @pytest.mark.parametrize(
     "source, wrong",
     [
-        ("from specdec.cli import main\n", "upward"),
-        ("from specdec.theory import _check_alpha\n", "private"),
+        ("from specdec.cli.app import main\n", "upward"),
+        ("from specdec.theory.speedup import _check_alpha\n", "private"),
         ("import tiny_models\n", "tests"),
         ("import torch\n", "torch"),
     ],
@@ -334,8 +296,21 @@ def test_the_walk_catches_a_wrong_import(tmp_path, monkeypatch, source, wrong):
 
 
 def test_the_package_map_lists_every_module():
-    """specdec/__init__.py's docstring names every module (of the flat layout and each subpackage)."""
+    """specdec/__init__.py's docstring names every module of every layer folder (a subpackage such as
+    ``specdec.paper.ledger`` by its own name)."""
     doc = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8")))
-    top = {".".join(m.split(".")[:2]) for m in modules() if m != "specdec"}
+    top = {".".join(m.split(".")[:3]) for m in modules() if m.count(".") >= 2}
     missing = sorted(m for m in top if f":mod:`{m}`" not in doc)
     assert not missing, f"specdec/__init__.py's module map leaves out {missing}"
+
+
+def test_every_module_lives_in_a_layer_folder():
+    """The folders show the layers: no module sits flat in the package beside them."""
+    flat = sorted(
+        name
+        for name in modules()
+        if name.count(".") == 1 and name not in LAYER_OF and name.split(".")[1] not in RANK
+    )
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert flat == [], f"modules outside the layer folders: {flat}"
+    assert set(folders) == set(RANK), f"package folders {folders} are not the layers {sorted(RANK)}"

@@ -1,4 +1,4 @@
-"""The lean engine (specdec.lean): the same logits as transformers, and decoding exact in every mode.
+"""The lean engine (specdec.engine.lean): the same logits as transformers, and decoding exact in every mode.
 
 Per mode (float32, q4_1, bfloat16, int4): greedy speculative decoding equals greedy autoregressive
 decoding for model, early-exit and prompt-lookup drafters, and sampling has the target's law
@@ -13,12 +13,12 @@ import torch
 from test_decoding import PROMPTS, chi_square_pvalue
 from tiny_models import VOCAB, perturbed_copy, tiny_llama
 
-from specdec import native
-from specdec.decoding import autoregressive, speculative
-from specdec.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
-from specdec.lean import GROUP_SIZE, MODES, NATIVE_MODES, LeanLlama, LeanSession, int4_supported
-from specdec.lm import CachedLM, open_lm
-from specdec.sampling import warp
+from specdec.engine import native
+from specdec.engine.decoding import autoregressive, speculative
+from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
+from specdec.engine.lean import GROUP_SIZE, MODES, NATIVE_MODES, LeanLlama, LeanSession, int4_supported
+from specdec.engine.lm import CachedLM, open_lm
+from specdec.theory.sampling import warp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -264,7 +264,7 @@ def test_the_int4_modes_head_is_an_exact_8_bit_code_in_two_int4_halves():
     code error, and the two int4 products equal the dense product up to bf16 rounding."""
     if not int4_supported():
         pytest.skip("this torch lacks the CPU int4 kernels")
-    from specdec.lean import _int8_split
+    from specdec.engine.lean import _int8_split
 
     gen = torch.Generator().manual_seed(1)
     q = torch.randint(-127, 128, (41, 2, GROUP_SIZE), generator=gen).float()
@@ -301,10 +301,10 @@ def test_engine_variants_kept_for_measuring_what_exactness_and_the_int8_head_cos
 
 
 def test_a_distilled_draft_with_a_kept_vocabulary_runs_in_the_lean_engine(hf_target):
-    """specdec.draftnets' drafts (a TrimmedHead over kept ids: -inf elsewhere) load into the lean
+    """specdec.train.draftnets' drafts (a TrimmedHead over kept ids: -inf elsewhere) load into the lean
     engine with the same logits, and modes.lean_draft refuses int4 (it would re-quantize them)."""
-    from specdec.draftnets import build_draft
-    from specdec.modes import lean_draft
+    from specdec.measure.modes import lean_draft
+    from specdec.train.draftnets import build_draft
 
     kept = torch.tensor([0, 3, 5, 8, 13, 21, 34, 55])
     draft = build_draft(hf_target, [0], kept)
@@ -369,7 +369,7 @@ def test_q4_1_refuses_options_it_does_not_have(grid_model):
 def test_q4_1_runs_a_kept_vocabulary_head_and_early_exit_views(hf_target):
     if not native.available():
         pytest.skip(f"the C forward cannot be built here: {native.unavailable_reason()}")
-    from specdec.draftnets import build_draft
+    from specdec.train.draftnets import build_draft
 
     kept = torch.tensor([0, 3, 5, 8, 13, 21, 34, 55])
     draft = LeanLlama(build_draft(hf_target, [0], kept), "q4_1")
@@ -389,7 +389,7 @@ def test_key_value_heads_must_divide_the_heads():
     """Grouped-query attention maps query head j to key-value head j // (heads / kv_heads)."""
     from types import SimpleNamespace
 
-    from specdec.lean import _check_supported
+    from specdec.engine.lean import _check_supported
 
     with pytest.raises(ValueError, match=r"num_key_value_heads \(3\) to divide the heads \(4\)"):
         _check_supported(SimpleNamespace(model_type="llama", num_attention_heads=4, num_key_value_heads=3))

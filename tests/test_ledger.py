@@ -1,4 +1,4 @@
-"""specdec.ledger: the claims ledger's checks, verdict rules, counts and CSV export."""
+"""specdec.paper.ledger: the claims ledger's checks, verdict rules, counts and CSV export."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 pytest.importorskip("sympy")
 pytest.importorskip("pandas")
 
-from specdec.article import ArticleClaim, load_article_claims  # noqa: E402
-from specdec.audit import AGREES, DIFFERS  # noqa: E402
-from specdec.ledger import (  # noqa: E402
+from specdec.paper.article import ArticleClaim, load_article_claims  # noqa: E402
+from specdec.paper.audit import AGREES, DIFFERS  # noqa: E402
+from specdec.paper.ledger import (  # noqa: E402
     IMPRECISE,
     NOT_CHECKABLE,
     VERDICTS,
@@ -27,10 +27,10 @@ from specdec.ledger import (  # noqa: E402
     summary_frame,
     write_ledger_csv,
 )
-from specdec.ledger.checks import CHECKS  # noqa: E402
-from specdec.ledger.registry import Context, evaluate  # noqa: E402
-from specdec.ledger.render import values_cell  # noqa: E402
-from specdec.reproduce import csv_text  # noqa: E402
+from specdec.paper.ledger.checks import CHECKS  # noqa: E402
+from specdec.paper.ledger.registry import Context, evaluate  # noqa: E402
+from specdec.paper.ledger.render import values_cell  # noqa: E402
+from specdec.paper.reproduce import csv_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results" / "ledger" / "claims-ledger.csv"
@@ -209,6 +209,8 @@ def test_values_cell_tallies_long_lists(ledger):
 
 
 def test_the_ledger_imports_without_torch():
-    code = "import sys, specdec.ledger, specdec.ledger.measured; assert 'torch' not in sys.modules"
+    code = (
+        "import sys, specdec.paper.ledger, specdec.paper.ledger.measured; assert 'torch' not in sys.modules"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)

@@ -1,4 +1,5 @@
-"""specdec.ledger.measured (and the record readers it adds to specdec.hardware): measured verdicts
+"""specdec.paper.ledger.measured (and the record readers it adds to specdec.analysis.hardware): measured
+verdicts
 of the article's hardware and load claims, on hand-made records whose verdicts are known, and on
 the committed records."""
 
@@ -11,9 +12,10 @@ import pytest
 
 pytest.importorskip("pandas")
 
-from specdec.hardware import adaptive_vs_fixed, batch_gains, verify_intervals  # noqa: E402
-from specdec.ledger import measured  # noqa: E402
-from specdec.ledger.measured import (  # noqa: E402
+from specdec.analysis.hardware import adaptive_vs_fixed, batch_gains, verify_intervals  # noqa: E402
+from specdec.measure.roofline import step_cost  # noqa: E402
+from specdec.paper.ledger import measured  # noqa: E402
+from specdec.paper.ledger.measured import (  # noqa: E402
     FAILS,
     HOLDS,
     MEASURED_VERDICTS,
@@ -29,9 +31,8 @@ from specdec.ledger.measured import (  # noqa: E402
     verify_step_verdicts,
     weights_only_verdicts,
 )
-from specdec.ledger.render import measured_counts, measured_html, measured_records  # noqa: E402
-from specdec.roofline import step_cost  # noqa: E402
-from specdec.theory import expected_tokens  # noqa: E402
+from specdec.paper.ledger.render import measured_counts, measured_html, measured_records  # noqa: E402
+from specdec.theory.speedup import expected_tokens  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {

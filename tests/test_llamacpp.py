@@ -1,4 +1,5 @@
-"""specdec.llamacpp on a stand-in for llama_cpp.Llama (the real one is a C++ build, not a test dependency).
+"""specdec.engine.llamacpp on a stand-in for llama_cpp.Llama (the real one is a C++ build, not a test
+dependency).
 
 The stand-in keeps llama-cpp-python's semantics that the adapter relies on: ``eval`` drops
 every cached position from ``n_tokens`` on, writes one row of ``scores`` per evaluated token
@@ -14,8 +15,8 @@ import types
 import numpy as np
 import pytest
 
-from specdec.decoding import autoregressive, speculative
-from specdec.drafters import PromptLookupDrafter
+from specdec.engine.decoding import autoregressive, speculative
+from specdec.engine.drafters import PromptLookupDrafter
 
 V = 11
 
@@ -48,7 +49,7 @@ class FakeLlama:
 @pytest.fixture()
 def model(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
-    from specdec.llamacpp import LlamaCppModel
+    from specdec.engine.llamacpp import LlamaCppModel
 
     return LlamaCppModel("fake.gguf", threads=1, n_ctx=64)
 
@@ -78,7 +79,7 @@ def test_specdec_loops_run_on_it_and_greedy_is_exact(model):
 
 
 def test_threads_are_checked(model):
-    from specdec.llamacpp import LlamaCppModel
+    from specdec.engine.llamacpp import LlamaCppModel
 
     with pytest.raises(ValueError, match="threads"):
         LlamaCppModel("fake.gguf", threads=0)

@@ -1,4 +1,4 @@
-"""specdec.measure: timing summaries, forwards on a cropped KV cache, environment, results files.
+"""specdec.measure.core: timing summaries, forwards on a cropped KV cache, environment, results files.
 
 Shapes and bookkeeping only: no test here asserts a speed (speed belongs in benchmarks).
 """
@@ -20,8 +20,8 @@ pytest.importorskip("transformers")
 import tiny_models  # noqa: E402
 from transformers import LlamaForCausalLM  # noqa: E402
 
-from specdec import measure  # noqa: E402
-from specdec.measure import (  # noqa: E402
+from specdec.measure import core as measure  # noqa: E402
+from specdec.measure.core import (  # noqa: E402
     Timing,
     VerifyCost,
     environment,

@@ -1,4 +1,5 @@
-"""specdec.models: the GGUF target, its tokenizer check, the weight cache, the general loader, the knobs.
+"""specdec.engine.models: the GGUF target, its tokenizer check, the weight cache, the general loader, the
+knobs.
 
 One real load of SmolLM2-135M-Instruct (float32, CPU) is shared by the module; it goes into a
 temporary cache folder (``$SPECDEC_CACHE``) so the second load can be checked to come from it.
@@ -23,10 +24,10 @@ from tokenizers import Tokenizer, decoders, pre_tokenizers  # noqa: E402
 from tokenizers import models as tok_models  # noqa: E402
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
-from specdec import models  # noqa: E402
-from specdec.decoding import autoregressive  # noqa: E402
-from specdec.lm import CachedLM  # noqa: E402
-from specdec.models import (  # noqa: E402
+from specdec.engine import models  # noqa: E402
+from specdec.engine.decoding import autoregressive  # noqa: E402
+from specdec.engine.lm import CachedLM  # noqa: E402
+from specdec.engine.models import (  # noqa: E402
     DEFAULT_ATTN,
     SMOLLM2_GGUF,
     TokenizerCheckError,

@@ -1,4 +1,4 @@
-"""specdec.modes: the lean mode chosen by a cached per-machine probe (no timing thresholds)."""
+"""specdec.measure.modes: the lean mode chosen by a cached per-machine probe (no timing thresholds)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 from tiny_models import tiny_llama
 
-from specdec import modes
-from specdec.lean import MODES, LeanLlama
+from specdec.engine.lean import MODES, LeanLlama
+from specdec.measure import modes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -92,6 +92,6 @@ def test_lean_model_and_bad_input(model, tmp_path):
 def test_the_measure_commands_engines_are_the_lean_modes():
     """usermeasure spells its engines out (importing it must not import torch): they must be
     'auto', every lean mode in MODES' order, and transformers' two."""
-    from specdec.usermeasure import ENGINES
+    from specdec.analysis.usermeasure import ENGINES
 
     assert ENGINES == ("auto", *MODES, "hf-float32", "hf-bfloat16")

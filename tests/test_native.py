@@ -1,4 +1,5 @@
-"""specdec.native: the C forward is built per machine (or emulated CPU), cached, and refused clearly."""
+"""specdec.engine.native: the C forward is built per machine (or emulated CPU), cached, and refused
+clearly."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import pytest
 import torch
 from tiny_models import tiny_llama
 
-from specdec import native
-from specdec.lean import LeanLlama
+from specdec.engine import native
+from specdec.engine.lean import LeanLlama
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def test_the_library_is_cached_per_source_flags_and_machine(tmp_path, monkeypatc
 
 
 def test_a_missing_compiler_is_a_clear_refusal(monkeypatch, fresh_load):
-    from specdec.modes import available_modes
+    from specdec.measure.modes import available_modes
 
     monkeypatch.setenv("CC", "no-such-compiler-xyz")
     assert not native.available()
@@ -148,7 +149,7 @@ def test_q4_1_handles_heads_times_head_dim_unlike_hidden():
     from test_lean import on_q4_1_grid
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specdec.lm import open_lm
+    from specdec.engine.lm import open_lm
 
     torch.manual_seed(6)
     config = LlamaConfig(

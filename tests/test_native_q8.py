@@ -16,8 +16,8 @@ import pytest
 import torch
 from tiny_models import tiny_llama
 
-from specdec import native
-from specdec.lean import LeanLlama
+from specdec.engine import native
+from specdec.engine.lean import LeanLlama
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -148,7 +148,7 @@ def test_every_instruction_set_gives_the_same_logits_bit_for_bit(monkeypatch):
     """Integer sums are exact and the float epilogue is pinned (no FMA contraction), so the builds
     for AVX512-VNNI / AVX-VNNI / AVX2 / portable C give identical logits on this machine."""
     needs_q8()
-    from specdec.roofline import cpu_flags
+    from specdec.measure.roofline import cpu_flags
 
     hf = wide_model()
     seq = torch.randint(0, 70, (19,), generator=torch.Generator().manual_seed(2))
@@ -243,7 +243,7 @@ def test_a_build_failure_with_no_output_still_says_why(monkeypatch, fresh_load, 
 
 
 _LOAD = (
-    "import sys; from specdec import native; "
+    "import sys; from specdec.engine import native; "
     "print(native.available('q4_1'), native.available('q4q8'), native.unavailable_reason('q4q8'))"
 )
 
@@ -287,7 +287,7 @@ def test_a_library_without_its_check_record_is_rebuilt(tmp_path):
 
 
 def test_torch_runs_on_one_thread_while_a_q4q8_model_decodes():
-    from specdec.lean import torch_threads_for
+    from specdec.engine.lean import torch_threads_for
 
     needs_q8()
     before = torch.get_num_threads()

@@ -1,12 +1,12 @@
-"""specdec.oracle (Section 3.5's oracle replayed on real drafts) and theory.oracle_speedup."""
+"""specdec.analysis.oracle (Section 3.5's oracle replayed on real drafts) and theory.oracle_speedup."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from specdec.oracle import draft_runs, iid_fixed_best, replay, verify_cost_at
-from specdec.theory import oracle_speedup, speedup_ceiling, walltime_speedup
+from specdec.analysis.oracle import draft_runs, iid_fixed_best, replay, verify_cost_at
+from specdec.theory.speedup import oracle_speedup, speedup_ceiling, walltime_speedup
 
 FLAT = {16: 1.0}  # verifying up to 16 positions costs one step: Theorem 3.8's assumption
 
@@ -86,7 +86,7 @@ def test_iid_fixed_best_is_the_optimal_gamma_on_a_flat_curve():
 
 
 def test_draft_runs_with_prompt_lookup():
-    from specdec.drafters import PromptLookupDrafter
+    from specdec.engine.drafters import PromptLookupDrafter
 
     prompt = [1, 2, 3, 4, 9, 1, 2]
     tokens = [3, 4, 5, 6]  # the prompt's "1 2 3 4" continues as "3 4", then departs
@@ -102,8 +102,8 @@ def test_draft_runs_with_prompt_lookup():
 def test_draft_runs_of_the_target_itself_accepts_everything():
     from tiny_models import tiny_llama
 
-    from specdec.decoding import autoregressive
-    from specdec.drafters import ModelDrafter
+    from specdec.engine.decoding import autoregressive
+    from specdec.engine.drafters import ModelDrafter
 
     target = tiny_llama(0)
     prompt = [5, 17, 42]
@@ -114,7 +114,7 @@ def test_draft_runs_of_the_target_itself_accepts_everything():
 
 
 def test_replay_record_per_prompt_and_errors():
-    from specdec.oracle import replay_record
+    from specdec.analysis.oracle import replay_record
 
     rows = [
         {"prompt": "a", "drafters": {"d": {"runs": [2, 0, 0, 1, 0], "lengths": [3] * 5}}},
@@ -130,7 +130,7 @@ def test_replay_record_per_prompt_and_errors():
 
 
 def test_summarize_record_picks_the_best_fixed_gamma_and_bounds_it():
-    from specdec.oracle import summarize_record
+    from specdec.analysis.oracle import summarize_record
 
     runs, lengths = iid_runs(0.7, 400, 8, seed=1)
     rows = [
@@ -155,7 +155,7 @@ def test_summarize_record_picks_the_best_fixed_gamma_and_bounds_it():
 
 
 def test_iid_oracle_on_a_flat_curve_is_section_3_5s_formula():
-    from specdec.oracle import iid_oracle_on_curve
+    from specdec.analysis.oracle import iid_oracle_on_curve
 
     flat = dict.fromkeys(range(1, 202), 1.0)
     assert iid_oracle_on_curve(0.8, 0.05, flat, 200) == pytest.approx(
@@ -168,7 +168,7 @@ def test_iid_oracle_on_a_flat_curve_is_section_3_5s_formula():
 
 
 def test_replay_runs_a_draft_length_policy_and_stops_at_the_end():
-    from specdec.policies import HeuristicGamma
+    from specdec.theory.policies import HeuristicGamma
 
     runs, lengths = [3, 2, 1, 0, 0, 0, 0, 0, 0, 0], [9] * 10
     out = replay(runs, lengths, HeuristicGamma(start=2, max_gamma=8), 0.0, FLAT)

@@ -1,4 +1,5 @@
-"""specdec.pairedrun: the one paired plain-vs-speculative driver (order, rows, slimming), on a fake timer
+"""specdec.measure.pairedrun: the one paired plain-vs-speculative driver (order, rows, slimming), on a fake
+timer
 and, once, on a tiny model (greedy speculative decoding equals plain decoding)."""
 
 from __future__ import annotations
@@ -6,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.pairedrun import finish_cell, paired_block, timing_row
-from specdec.tokens import common_prefix_len, first_divergence
+from specdec.measure.pairedrun import finish_cell, paired_block, timing_row
+from specdec.theory.tokens import common_prefix_len, first_divergence
 
 
 class FakeStats:
@@ -109,7 +110,7 @@ def test_paired_block_on_a_tiny_model_greedy_is_exact():
     pytest.importorskip("transformers")
     import tiny_models
 
-    from specdec.drafters import PromptLookupDrafter
+    from specdec.engine.drafters import PromptLookupDrafter
 
     model = tiny_models.tiny_llama(0)
     rows = paired_block(

@@ -7,9 +7,9 @@ import pytest
 from test_decoding import PROMPTS, chi_square_pvalue, exact_two_token_law
 from tiny_models import VOCAB, perturbed_copy, tiny_llama
 
-from specdec.decoding import autoregressive, speculative
-from specdec.drafters import ModelDrafter, PromptLookupDrafter
-from specdec.policies import DraftPolicy, FixedGamma, HeuristicGamma, as_policy
+from specdec.engine.decoding import autoregressive, speculative
+from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
+from specdec.theory.policies import DraftPolicy, FixedGamma, HeuristicGamma, as_policy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from specdec import published
-from specdec.audit import parse_printed
+from specdec.paper import published
+from specdec.paper.audit import parse_printed
 
 ROW_COUNTS = {
     "table1": 6,

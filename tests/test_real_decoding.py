@@ -1,4 +1,4 @@
-"""Part IV's summaries (:mod:`specdec.realtables`, which benchmarks/real_decoding.py calls) on
+"""Part IV's summaries (:mod:`specdec.analysis.realtables`, which benchmarks/real_decoding.py calls) on
 synthetic runs: every derived number recomputed by hand (medians over repetitions, the speedup's
 geometric mean, c, alpha over drafted and all positions, Theorem 3.8), the estimate; and the
 script's own parts: the drafter-name parser and resumption's settings check."""
@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from specdec import realtables
-from specdec.intervals import ratio_ci
-from specdec.theory import walltime_speedup
+from specdec.analysis import realtables
+from specdec.theory.intervals import ratio_ci
+from specdec.theory.speedup import walltime_speedup
 
 
 @pytest.fixture(scope="module")

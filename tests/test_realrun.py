@@ -1,4 +1,4 @@
-"""The single definitions of specdec.realrun against hand computations: first divergence, the
+"""The single definitions of specdec.analysis.realrun against hand computations: first divergence, the
 verify cost of rounds as drafted, the gap to Theorem 3.8, the i.i.d. fit and the per-position
 rates with their bootstrap intervals."""
 
@@ -9,8 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from specdec.intervals import bootstrap_ci, geomean
-from specdec.realrun import (
+from specdec.analysis.realrun import (
     first_divergence,
     full_round_counts,
     iid_fit,
@@ -19,6 +18,7 @@ from specdec.realrun import (
     speedup_gap,
     unit_bootstrap,
 )
+from specdec.theory.intervals import bootstrap_ci, geomean
 
 
 def test_first_divergence():
@@ -199,7 +199,7 @@ def test_unit_bootstrap_drops_undefined_resamples():
 def test_main_record_prefers_the_full_run_then_the_newest(tmp_path):
     import json
 
-    from specdec.realrun import RECORD_FORMAT, main_record
+    from specdec.analysis.realrun import RECORD_FORMAT, main_record
 
     def write(tag, when):
         record = {"kind": "real-decoding", "format": RECORD_FORMAT, "tag": tag}
@@ -225,7 +225,7 @@ def test_main_record_prefers_the_full_run_then_the_newest(tmp_path):
 def test_machine_probe_reads_the_runs_own_probe_else_the_same_machines_benchmark(tmp_path):
     import json
 
-    from specdec.realrun import machine_probe
+    from specdec.analysis.realrun import machine_probe
 
     own = {"rule": "r", "chosen": "int4", "step_ms": {"int4": 16.0}}
     record = {"mode_probe": own, "environment": {"device_name": "AMD EPYC", "threads": 1}}

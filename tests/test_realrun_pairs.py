@@ -1,4 +1,4 @@
-"""The counterexample search of specdec.realrun on hand-made tables, with and without pairs."""
+"""The counterexample search of specdec.analysis.realrun on hand-made tables, with and without pairs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from specdec.realrun import (
+from specdec.analysis.realrun import (
     drafter_family,
     family_scaling,
     fastest_pair,

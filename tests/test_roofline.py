@@ -1,4 +1,4 @@
-"""specdec.roofline: the accounting by hand, the predictions' arithmetic, and the measurements' shape.
+"""specdec.measure.roofline: the accounting by hand, the predictions' arithmetic, and the measurements' shape.
 
 No test asserts a speed: the measurements run with tiny sizes and are checked for their keys,
 units (positive, finite, consistent with the bytes and FLOPs they report) and for restoring
@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from specdec import roofline
-from specdec.roofline import (
+from specdec.measure import roofline
+from specdec.measure.roofline import (
     WEIGHT_FORMATS,
     predict_step_time,
     predict_verify_curve,
@@ -436,7 +436,7 @@ def test_profile_step_by_labels_on_a_llama(torch_threads):
     pytest.importorskip("transformers")
     import tiny_models
 
-    from specdec.measure import TensorSession
+    from specdec.measure.core import TensorSession
 
     torch.set_num_threads(1)
     model = tiny_models.tiny_llama(0)
@@ -476,7 +476,7 @@ def test_the_accounting_needs_no_torch(root, tmp_path):
     code = (
         "import sys\n"
         "sys.modules['torch'] = None  # import torch now raises ImportError\n"
-        "from specdec.roofline import predict_verify_curve, step_cost\n"
+        "from specdec.measure.roofline import predict_verify_curve, step_cost\n"
         "cfg = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,\n"
         "           num_key_value_heads=2, vocab_size=97)\n"
         "roof = {'bandwidth_gbps': 10.0, 'peak_gflops': {'float32': 100.0}}\n"

@@ -1,4 +1,4 @@
-"""Tests of specdec.sampling: Algorithm 1 on probability rows.
+"""Tests of specdec.theory.sampling: Algorithm 1 on probability rows.
 
 The statistical tests run many independent rounds of ``verify`` on a toy target whose
 position-j distribution is the row p[j] (independent of the prefix), so the target's law of
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specdec import sampling
-from specdec.sampling import residual, sample, verify, verify_argmax, warp
+from specdec.theory import sampling
+from specdec.theory.sampling import residual, sample, verify, verify_argmax, warp
 
 P = np.array(
     [

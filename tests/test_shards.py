@@ -1,4 +1,5 @@
-"""The shard format of the distillation data (specdec.shards): one writer, one reader, no import cycle."""
+"""The shard format of the distillation data (specdec.train.shards): one writer, one reader, no import
+cycle."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from specdec.shards import load_shards, response_tokens, sequences, shard_paths, write_shard
+from specdec.train.shards import load_shards, response_tokens, sequences, shard_paths, write_shard
 
 
 def _rows(spec):
@@ -55,10 +56,10 @@ def test_empty_folder_and_bad_input(tmp_path):
 
 
 def test_draftnets_does_not_import_distill():
-    """The reader lives in specdec.shards: draftnets and distill no longer import each other at load."""
-    code = "import sys, specdec.draftnets; print('specdec.distill' in sys.modules)"
+    """The reader lives in specdec.train.shards: draftnets and distill no longer import each other at load."""
+    code = "import sys, specdec.train.draftnets; print('specdec.train.distill' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-    code = "import sys, specdec.distill; print('specdec.draftnets' in sys.modules)"
+    code = "import sys, specdec.train.distill; print('specdec.train.draftnets' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -1,4 +1,5 @@
-"""The one definition of the draft cost c (specdec.stats.cost_coefficient) and the step it divides by."""
+"""The one definition of the draft cost c (specdec.engine.stats.cost_coefficient) and the step it divides
+by."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import pytest
 
-from specdec.stats import Stats, cost_coefficient
+from specdec.engine.stats import Stats, cost_coefficient
 
 
 def test_cost_coefficient_by_hand():

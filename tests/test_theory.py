@@ -1,4 +1,4 @@
-"""Unit tests of specdec.theory: closed forms, edges, vectorisation and bad input."""
+"""Unit tests of specdec.theory.speedup: closed forms, edges, vectorisation and bad input."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from specdec import theory as th
+from specdec.theory import speedup as th
 
 
 def brute_expected_tokens(alpha: float, gamma: int) -> float:

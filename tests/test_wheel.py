@@ -77,14 +77,15 @@ def test_wheel_holds_every_tracked_package_file(wheel):
 def test_installed_wheel_finds_its_data(wheel, tmp_path):
     """Unpacked alone on sys.path (the checkout is not), the package finds its drafts and tables."""
     if importlib.util.find_spec("torch") is None:
-        pytest.skip("specdec.draftnets needs torch")
+        pytest.skip("specdec.train.draftnets needs torch")
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site)
     expected = sorted({f.split("/")[3] for f in _tracked("specdec/data/drafts") if f.count("/") == 4})
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "import specdec, specdec.draftnets as d, specdec.published as p, specdec.workloads as w\n"
+        "import specdec, specdec.train.draftnets as d, specdec.paper.published as p\n"
+        "import specdec.train.workloads as w\n"
         "assert specdec.__file__.startswith(sys.argv[1]), specdec.__file__\n"
         "assert d.require_drafts() == sys.argv[2].split(','), d.list_drafts()\n"
         "assert p.load_table('table1') and all(w.load_workload(t) for t in w.TASKS)\n"
@@ -109,7 +110,7 @@ def _draft(root: Path, name: str, weights: bool = True) -> None:
 
 def test_require_drafts_names_what_is_missing(tmp_path):
     pytest.importorskip("torch")
-    from specdec.draftnets import require_drafts
+    from specdec.train.draftnets import require_drafts
 
     with pytest.raises(FileNotFoundError, match="no saved drafts under .*an install without"):
         require_drafts(root=tmp_path)
@@ -146,7 +147,7 @@ def real_decoding(root, monkeypatch):
 
 
 def test_real_decoding_refuses_a_missing_draft_before_loading(real_decoding, monkeypatch, tmp_path, capsys):
-    import specdec.draftnets
+    import specdec.train.draftnets
 
     with pytest.raises(SystemExit) as info:
         real_decoding.main(["--drafts", "distil-l1,distil-l9", "--out", str(tmp_path)])
@@ -159,7 +160,7 @@ def test_real_decoding_refuses_a_missing_draft_before_loading(real_decoding, mon
     with pytest.raises(AssertionError, match="the target was loaded"):
         real_decoding.main(["--out", str(tmp_path)])  # the package's drafts pass, then the target loads
     # an install without the drafts: the default run stops, it does not run without them
-    monkeypatch.setattr(specdec.draftnets, "DRAFT_DIR", tmp_path / "drafts")
+    monkeypatch.setattr(specdec.train.draftnets, "DRAFT_DIR", tmp_path / "drafts")
     with pytest.raises(SystemExit):
         real_decoding.main(["--out", str(tmp_path)])
     assert "no saved drafts under" in capsys.readouterr().err

@@ -1,10 +1,16 @@
-"""specdec.workloads: the evaluation prompts, the chat rendering and the templated training prompts."""
+"""specdec.train.workloads: the evaluation prompts, the chat rendering and the templated training prompts."""
 
 from __future__ import annotations
 
 import pytest
 
-from specdec.workloads import TASKS, chat_prompt_ids, evaluation_prompts, load_workload, training_prompts
+from specdec.train.workloads import (
+    TASKS,
+    chat_prompt_ids,
+    evaluation_prompts,
+    load_workload,
+    training_prompts,
+)
 
 
 @pytest.mark.parametrize("task", TASKS)

@@ -2,15 +2,15 @@
  *
  * Plain JavaScript, no server, no network: it works from file://. Every number it shows is
  * computed here by the same definitions as the book's Python package, and
- * tests/test_browser.py checks them against specdec.theory and `specdec plan` in a real
+ * tests/test_browser.py checks them against specdec.theory.speedup and `specdec plan` in a real
  * browser for a grid of inputs:
  *
- *   expectedTokens          = specdec.theory.expected_tokens            (Eq. 1)
- *   walltimeSpeedup         = specdec.theory.walltime_speedup           (Theorem 3.8)
- *   walltimeSpeedupMeasured = specdec.theory.walltime_speedup_measured  (verify cost V)
- *   optimalGamma            = specdec.theory.optimal_gamma              (gamma in 0..64)
- *   bestGammaWithVerify     = specdec.cli.plan's optimum with a verify cost
- *   speedupCeiling          = specdec.theory.speedup_ceiling
+ *   expectedTokens          = specdec.theory.speedup.expected_tokens            (Eq. 1)
+ *   walltimeSpeedup         = specdec.theory.speedup.walltime_speedup           (Theorem 3.8)
+ *   walltimeSpeedupMeasured = specdec.theory.speedup.walltime_speedup_measured  (verify cost V)
+ *   optimalGamma            = specdec.theory.speedup.optimal_gamma              (gamma in 0..64)
+ *   bestGammaWithVerify     = specdec.cli.app.plan's optimum with a verify cost
+ *   speedupCeiling          = specdec.theory.speedup.speedup_ceiling
  *   compute                 = the numbers of `specdec plan --alpha A --c C --gamma G [--verify-cost V]`
  *
  * Embed it in any page of the book with a div that this script fills (_config.yml loads this file
@@ -26,7 +26,7 @@
 (function () {
   "use strict";
 
-  /** The largest gamma the optimum may take (specdec.theory.optimal_gamma's default). */
+  /** The largest gamma the optimum may take (specdec.theory.speedup.optimal_gamma's default). */
   var MAX_GAMMA = 64;
   /** Decimals shown, as `specdec plan` prints (f"{x:.4f}"). */
   var DECIMALS = 4;
@@ -36,7 +36,7 @@
   }
 
   // ------------------------------------------------------------------ argument checks
-  // The same rules and messages as specdec.theory's _check_* helpers.
+  // The same rules and messages as specdec.theory.speedup's _check_* helpers.
   function checkAlpha(alpha) {
     if (!isNum(alpha) || !isFinite(alpha) || alpha < 0 || alpha > 1) {
       throw new RangeError("alpha must lie in [0, 1]; got " + String(alpha));
@@ -65,9 +65,9 @@
     return v;
   }
 
-  // ------------------------------------------------------------------ specdec.theory
+  // ------------------------------------------------------------------ specdec.theory.speedup
   /** E[T] = (1 - alpha^(gamma+1)) / (1 - alpha), Eq. 1; gamma + 1 at alpha = 1.
-   *  Computed as -expm1((gamma+1) log alpha) / (1 - alpha), as specdec.theory does
+   *  Computed as -expm1((gamma+1) log alpha) / (1 - alpha), as specdec.theory.speedup does
    *  (alpha = 0: log 0 = -Infinity, expm1(-Infinity) = -1, so E[T] = 1). */
   function expectedTokens(alpha, gamma) {
     var a = checkAlpha(alpha);
@@ -118,7 +118,7 @@
   }
 
   /** `specdec plan`'s optimum with a verify cost V for every gamma: the gamma in 1..maxGamma
-   *  with the highest E[T] / (gamma c + V) (specdec.hardware.best_gamma_on_curve, ties to the
+   *  with the highest E[T] / (gamma c + V) (specdec.analysis.hardware.best_gamma_on_curve, ties to the
    *  smaller gamma), and gamma = 0 (plain decoding, speedup 1) when none exceeds 1. */
   function bestGammaWithVerify(alpha, c, verifyCost, maxGamma) {
     var m = maxGamma === undefined ? MAX_GAMMA : maxGamma;
@@ -177,8 +177,8 @@
   }
 
   /** Every number the calculator shows, for alpha in [0, 1), c >= 0, an integer gamma >= 1 and
-   *  an optional verify cost V > 0 (null: none). Field names follow specdec.cli.plan's JSON;
-   *  optimal_gamma is always Theorem 3.8's (specdec.theory.optimal_gamma), and with V the
+   *  an optional verify cost V > 0 (null: none). Field names follow specdec.cli.app.plan's JSON;
+   *  optimal_gamma is always Theorem 3.8's (specdec.theory.speedup.optimal_gamma), and with V the
    *  verify-priced optimum is optimal_gamma_with_verify. Throws RangeError on bad input. */
   function compute(alpha, c, gamma, verifyCost, maxGamma) {
     var v = verifyCost === undefined ? null : verifyCost;

@@ -1,0 +1,463 @@
+"""The campaign runner (issue #22): every plain decoder and speculative configuration on the same prompts.
+
+``benchmarks/campaign.py`` builds the engines and drafters and calls :func:`run_campaign`; the
+analysis is :func:`specdec.analysis.crossfit.analyse` (gamma chosen by cross-fitting).
+
+* **Engines** (:class:`Engine`): plain decoders, each a model with its thread count and what it is
+  (engine, mode, threads, format). **Configurations** (:class:`Config`): an engine's plain
+  decoding, or a drafter on an engine at a gamma (an int) or under an adaptive policy
+  (:class:`specdec.theory.policies.HeuristicGamma` started at that gamma); a *family* is a drafter (or
+  drafter + policy) on one engine, its members differ in gamma only.
+* **Cells**: (temperature, prompt). A cell runs ``repeats`` repetitions; each repetition runs every
+  engine once in a fresh seeded order, and on each engine :func:`specdec.measure.pairedrun.paired_block`
+  (plain and that engine's configurations, order drawn, plain first or last alternately), all
+  with one sampling seed and exactly ``new_tokens`` tokens (EOS ignored).
+* **Resume**: the record is written (:func:`specdec.measure.core.write_record`) to ``<out>.partial.json``
+  after every finished cell, and a run with the same settings continues from it; a budget stops
+  the run cleanly after the cell that exhausts it. When every cell is done the cross-fit analysis
+  is added and the record moves to ``<out>``.
+* **Estimate**: :func:`calibrate` times one short repetition of every configuration on one
+  prompt; :func:`estimate_seconds` scales it to any settings.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdec.analysis.crossfit import analyse, fold_of
+from specdec.measure.core import jsonable, write_record
+from specdec.measure.pairedrun import finish_cell, paired_block
+from specdec.theory.checks import check_float, check_int, check_ints
+
+__all__ = [
+    "RECORD_FORMAT",
+    "Config",
+    "Engine",
+    "calibrate",
+    "cells",
+    "estimate_seconds",
+    "run_campaign",
+    "spec_configs",
+]
+
+RECORD_FORMAT = 1
+TEMPERATURES = (0.0, 1.0)
+
+
+@dataclass
+class Engine:
+    """A plain decoder: ``model`` decodes with ``threads`` threads; ``info`` says what it is."""
+
+    name: str
+    model: Any
+    threads: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Config:
+    """A speculative configuration: ``drafter`` on ``engine`` at ``gamma`` (int or policy)."""
+
+    id: str
+    engine: str
+    family: str
+    drafter_name: str
+    drafter: Any
+    gamma: Any
+    gamma_label: str
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "engine": self.engine,
+            "family": self.family,
+            "drafter": self.drafter_name,
+            "gamma": self.gamma_label,
+            "plain": False,
+        }
+
+
+def spec_configs(
+    engine: str,
+    drafters: Mapping[str, Any],
+    gammas: Sequence[int],
+    *,
+    adaptive: Sequence[str] = (),
+    max_gamma: int = 16,
+) -> list[Config]:
+    """Every drafter at every gamma on ``engine``, and the heuristic policy (started at each gamma,
+    capped at ``max_gamma``) on the drafters named in ``adaptive``."""
+    from specdec.theory.policies import HeuristicGamma
+
+    gammas = check_ints("gammas", gammas, low=1, distinct=True)
+    out = []
+    for name, d in drafters.items():
+        for g in gammas:
+            out.append(Config(f"{engine}/{name}/g{g}", engine, f"{engine}/{name}", name, d, g, str(g)))
+    for name in adaptive:
+        if name not in drafters:
+            raise ValueError(f"adaptive drafter {name!r} is not among the drafters {list(drafters)}")
+        for g in gammas:
+            policy = HeuristicGamma(g, max_gamma=max(max_gamma, g))
+            out.append(
+                Config(
+                    f"{engine}/{name}+heuristic/s{g}",
+                    engine,
+                    f"{engine}/{name}+heuristic",
+                    name,
+                    drafters[name],
+                    policy,
+                    f"heuristic start {g} max {policy.max_gamma}",
+                )
+            )
+    return out
+
+
+def all_configs(engines: Sequence[Engine], configs: Sequence[Config]) -> list[dict[str, Any]]:
+    """The stated order of every configuration: each engine's plain decoding, then the speculative ones."""
+    plain = [
+        {"id": f"{e.name}/plain", "engine": e.name, "family": f"{e.name}/plain", "drafter": "plain",
+         "gamma": "0", "plain": True, **{"threads": e.threads, "info": e.info}}
+        for e in engines
+    ]  # fmt: skip
+    return plain + [c.describe() for c in configs]
+
+
+def cells(prompts: Sequence[Mapping[str, Any]], temperatures: Sequence[float]) -> list[tuple[float, dict]]:
+    """(temperature, prompt) for every temperature, then every prompt in its order."""
+    return [(float(t), dict(p)) for t in temperatures for p in prompts]
+
+
+def cell_id(temp: float, prompt: Mapping[str, Any]) -> str:
+    return f"{temp:g}|{prompt['task']}|{prompt['id']}"
+
+
+def _run_cell(
+    engines: Sequence[Engine],
+    configs: Sequence[Config],
+    prompt: Mapping[str, Any],
+    temp: float,
+    *,
+    new_tokens: int,
+    repeats: int,
+    seed: int,
+    rng: np.random.Generator,
+    set_threads: Callable[[int], Any],
+) -> list[dict[str, Any]]:
+    """One cell: ``repeats`` repetitions, engines in a fresh order each, paired blocks on each."""
+    by_engine = {e.name: [c for c in configs if c.engine == e.name] for e in engines}
+    rows: dict[str, list[dict[str, Any]]] = {e.name: [] for e in engines}
+    for rep in range(repeats):
+        for i in rng.permutation(len(engines)):
+            e = engines[int(i)]
+            set_threads(e.threads)
+            block = [
+                {"drafter": c.id, "object": c.drafter, "gamma": c.gamma, "lenience": 1.0}
+                for c in by_engine[e.name]
+            ]
+            rows[e.name] += paired_block(
+                e.model, block, prompt["ids"], temperature=temp, new_tokens=new_tokens, seed=seed,
+                rep=rep, rng=rng,
+            )  # fmt: skip
+    labels = {c.id: c for c in configs}
+    out = []
+    base = {"task": prompt["task"], "prompt": prompt["id"], "temperature": temp, "seed": seed}
+    for e in engines:
+        for r in finish_cell(rows[e.name], base | {"engine": e.name}):
+            c = labels.get(r["drafter"])
+            r["config"] = c.id if c else f"{e.name}/plain"
+            r["drafter"] = c.drafter_name if c else "plain"
+            r["gamma"] = c.gamma_label if c else "0"
+            out.append(r)
+    return out
+
+
+def calibrate(
+    engines: Sequence[Engine],
+    configs: Sequence[Config],
+    prompt: Mapping[str, Any],
+    *,
+    new_tokens: int = 8,
+    set_threads: Callable[[int], Any] = lambda n: None,
+) -> dict[str, dict[str, float]]:
+    """One short greedy repetition of every configuration on ``prompt``: per configuration id, the
+    decoding seconds per token and the prefill seconds (for :func:`estimate_seconds`)."""
+    rows = _run_cell(
+        engines, configs, prompt, 0.0, new_tokens=new_tokens, repeats=1, seed=0,
+        rng=np.random.default_rng(0), set_threads=set_threads,
+    )  # fmt: skip
+    return {
+        r["config"]: {"s_per_token": r["decode_s"] / new_tokens, "prefill_s": r["prefill_s"]} for r in rows
+    }
+
+
+def estimate_seconds(
+    calibration: Mapping[str, Mapping[str, float]],
+    *,
+    n_cells: int,
+    repeats: int,
+    new_tokens: int,
+    scale: Mapping[str, float] | None = None,
+) -> float:
+    """The run's duration from a calibration: cells x repeats x the sum over configurations of
+    (seconds per token x new_tokens + prefill); ``scale`` multiplies a configuration's share (e.g. a
+    family's gamma count in a larger grid divided by the calibrated one)."""
+    scale = scale or {}
+    per_rep = sum(
+        scale.get(cid, 1.0) * (c["s_per_token"] * new_tokens + c["prefill_s"])
+        for cid, c in calibration.items()
+    )
+    return n_cells * repeats * per_rep
+
+
+def _print(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def partial_path(out: Path) -> Path:
+    return out.with_name(out.name.removesuffix(".json") + ".partial.json")
+
+
+def run_campaign(
+    engines: Sequence[Engine],
+    configs: Sequence[Config],
+    prompts: Sequence[Mapping[str, Any]],
+    out: str | Path,
+    *,
+    settings: Mapping[str, Any],
+    header: Mapping[str, Any] | None = None,
+    temperatures: Sequence[float] = TEMPERATURES,
+    new_tokens: int,
+    repeats: int,
+    seed: int = 0,
+    budget_s: float | None = None,
+    fresh: bool = False,
+    n_boot: int = 2000,
+    set_threads: Callable[[int], Any] = lambda n: None,
+    log: Callable[[str], None] = _print,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run every cell not yet done, saving after each; analyse and write ``out`` when all are done.
+
+    ``prompts``: dicts with ``task``, ``id``, ``ids`` and ``index`` (the position in its task's list:
+    the cross-fit half is ``index`` mod 2). ``settings`` must equal a partial record's to resume it
+    (else SystemExit naming the differences; ``fresh`` discards it). ``header``: what the record
+    says about the run (command, environment, machine, left-out engines). ``budget_s``: stop
+    after the cell that brings the run's own time to or past it. Returns the record (``complete``
+    False when stopped early).
+    """
+    check_int("new_tokens", new_tokens, low=2)
+    check_int("repeats", repeats, low=1)
+    if budget_s is not None:
+        check_float("budget_s", budget_s, low=0.0)
+    out = Path(out)
+    part = partial_path(out)
+    settings = json.loads(json.dumps(dict(settings)))  # as the file stores it
+    todo = cells(prompts, temperatures)
+    record: dict[str, Any] | None = None
+    if part.exists() and not fresh:
+        try:
+            record = json.loads(part.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise SystemExit(f"{part} is damaged ({exc}): pass --fresh to discard it") from exc
+        if record.get("settings") != settings:
+            diff = sorted(k for k in settings if record.get("settings", {}).get(k) != settings[k])
+            raise SystemExit(
+                f"{part} holds a partial campaign with other settings ({', '.join(diff) or 'keys'}): rerun "
+                "its own command (in the file) to resume it, or pass --fresh to discard it"
+            )
+        ids = [c["id"] for c in all_configs(engines, configs)]
+        if [c["id"] for c in record.get("configs", [])] != ids:
+            raise SystemExit(
+                f"{part} was run with other engines or configurations (a mode chosen anew, a draft or "
+                "llama.cpp missing?): rerun with the settings and --mode in the file, or pass --fresh"
+            )
+        log(f"[campaign] resuming {part}: {len(record['done'])} of {len(todo)} cells done")
+    if record is None:
+        record = jsonable(
+            {
+                "format": RECORD_FORMAT,
+                "settings": settings,
+                **dict(header or {}),
+                "engines": {e.name: {"threads": e.threads, **e.info} for e in engines},
+                "configs": all_configs(engines, configs),
+                "prompts": [
+                    {"task": p["task"], "id": p["id"], "index": p["index"], "half": fold_of(p["index"])}
+                    for p in prompts
+                ],  # fmt: skip
+                "temperatures": [float(t) for t in temperatures],
+                "done": [],
+                "runs": [],
+                "cell_seconds": {},
+                "complete": False,
+            }
+        )
+    # every session that ran cells (a resumed run is several): its own header and where it started
+    record.setdefault("sessions", []).append(
+        jsonable({**dict(header or {}), "cells_done_at_start": len(record["done"])})
+    )
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(
+            total=len(todo), initial=len(record["done"]), desc="campaign cells", unit="cell", file=sys.stderr
+        )
+    start = time.perf_counter()
+    stopped = False
+    for i, (temp, p) in enumerate(todo):
+        cid = cell_id(temp, p)
+        if cid in record["done"]:
+            continue
+        if stopped:
+            break
+        t0 = time.perf_counter()
+        record["runs"] += jsonable(
+            _run_cell(
+                engines,
+                configs,
+                p,
+                temp,
+                new_tokens=new_tokens,
+                repeats=repeats,
+                seed=seed + i,
+                rng=np.random.default_rng([seed, i]),
+                set_threads=set_threads,
+            )
+        )  # fmt: skip  (as the file stores them: NaN -> None, so a resumed record equals a whole one)
+        record["done"].append(cid)
+        record["cell_seconds"][cid] = time.perf_counter() - t0
+        write_record(part, record, indent=None, sort_keys=False)
+        if bar is not None:
+            bar.update(1)
+        stopped = budget_s is not None and time.perf_counter() - start >= budget_s
+    if bar is not None:
+        bar.close()
+    if len(record["done"]) < len(todo):
+        left = len(todo) - len(record["done"])
+        log(f"[campaign] budget reached: {left} cells left; rerun the same command to resume ({part})")
+        return record
+    folds = {(p["task"], p["id"]): fold_of(p["index"]) for p in prompts}
+    record["crossfit"] = analyse(record["runs"], record["configs"], folds, n_boot=n_boot, seed=seed)
+    record["complete"] = True
+    write_record(out, record, indent=1, sort_keys=False)
+    part.unlink(missing_ok=True)
+    log(f"[campaign] complete: {out}")
+    return record
+
+
+# -- the real campaign: SmolLM2's engines and drafters -------------------------------------------------
+
+#: The full run's settings (a later session runs these) and what --quick changes.
+FULL = {"prompts": 8, "new_tokens": 48, "repeats": 2, "gammas": (1, 2, 4), "early_exit": (8,)}
+QUICK = {"prompts": 2, "new_tokens": 12, "repeats": 1, "gammas": (2,), "early_exit": (8,)}
+
+
+def evaluation_cells(tokenizer: Any, per_task: int) -> list[dict[str, Any]]:
+    """The held-out evaluation prompts (:func:`specdec.train.workloads.evaluation_prompts`), each with its
+    position in its task's list (``index``: the cross-fit half is index mod 2)."""
+    from specdec.train.workloads import evaluation_prompts
+
+    seen: dict[str, int] = {}
+    out = []
+    for p in evaluation_prompts(tokenizer, per_task):
+        out.append(p | {"index": seen.get(p["task"], 0)})
+        seen[p["task"]] = seen.get(p["task"], 0) + 1
+    return out
+
+
+def build_real(
+    *,
+    mode: str = "auto",
+    thread_counts: Sequence[int] | None = None,
+    gammas: Sequence[int] = FULL["gammas"],
+    drafts: Sequence[str] | None = None,
+    early_exit: Sequence[int] = FULL["early_exit"],
+    adaptive: bool = True,
+    llamacpp_gguf: str | Path | None = None,
+    llamacpp: bool = True,
+    hf: bool = True,
+    log: Callable[[str], None] = _print,
+) -> dict[str, Any]:
+    """The engines and configurations of the campaign on SmolLM2-135M.
+
+    Plain decoders: the lean engine in ``mode`` ("auto": :func:`specdec.measure.modes.lean_model`'s probe,
+    per thread count) at each of ``thread_counts`` (default 1 and every usable core), llama.cpp
+    on ``llamacpp_gguf`` (default: the shipped Q4_1 GGUF; pass a requantized Q4_0 for its best
+    format) at the same thread counts when ``llama_cpp`` imports, transformers float32 at every
+    core. Speculative, on every lean engine: prompt lookup, each distilled draft (``drafts``;
+    None: every saved one, in the lean engine via :func:`specdec.measure.modes.lean_draft`), early exit
+    at each of ``early_exit`` layers, each at every gamma, and the heuristic policy on lookup and
+    each draft (``adaptive``); prompt lookup on llama.cpp. What cannot run is left out and said
+    (``left_out``). Returns engines, configs, tokenizer, left_out, probes.
+    """
+    from specdec.engine import llamacpp as lc
+    from specdec.engine import native
+    from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
+    from specdec.engine.models import load_target, set_threads, smollm2_gguf_path
+    from specdec.measure.modes import lean_draft, lean_model, probe_summary
+
+    every = native.default_threads()
+    counts = list(dict.fromkeys(thread_counts or [1, every]))
+    loaded = load_target("float32", device="cpu", quiet=True)
+    engines: list[Engine] = []
+    configs: list[Config] = []
+    left_out: list[str] = []
+    probes: dict[str, Any] = {}
+    draft_objects: dict[str, Any] = {}
+    if drafts is None:
+        from specdec.train.draftnets import list_drafts
+
+        drafts = list_drafts()
+    for name in drafts:
+        from specdec.train.draftnets import load_draft
+
+        try:
+            lean, probe = lean_draft(load_draft(name, loaded.model))
+        except (OSError, ValueError, RuntimeError) as exc:
+            left_out.append(f"draft-{name} left out: {exc}")
+            continue
+        draft_objects[f"draft-{name}"] = ModelDrafter(lean, target=loaded.model)
+        probes[f"draft-{name}"] = {
+            "mode": lean.mode,
+            "probe": None if probe is None else probe_summary(probe),
+        }
+    for t in counts:
+        set_threads(t)
+        target, probe = lean_model(loaded.model, mode, threads=t)
+        name = f"lean-{target.mode}-{t}t"
+        engines.append(Engine(name, target, t, {"engine": "lean", "mode": target.mode, "threads": t}))
+        probes[name] = None if probe is None else probe_summary(probe)
+        drafters: dict[str, Any] = {"lookup": PromptLookupDrafter(max_ngram=3, min_ngram=1), **draft_objects}
+        for n_layers in early_exit:
+            try:
+                drafters[f"ee-{n_layers}"] = EarlyExitDrafter(target, n_layers)
+            except (ValueError, RuntimeError, NotImplementedError) as exc:
+                left_out.append(f"ee-{n_layers} on {name} left out: {exc}")
+        policy_on = ["lookup", *draft_objects] if adaptive else []
+        configs += spec_configs(name, drafters, gammas, adaptive=policy_on)
+    if llamacpp and lc.available():
+        gguf = Path(llamacpp_gguf) if llamacpp_gguf else smollm2_gguf_path()
+        for t in counts:
+            name = f"llama.cpp-{t}t"
+            model = lc.LlamaCppModel(gguf, threads=t)
+            engines.append(Engine(name, model, t, {"engine": "llama.cpp", "gguf": gguf.name, "threads": t}))
+            configs += spec_configs(name, {"lookup": PromptLookupDrafter(max_ngram=3, min_ngram=1)}, gammas)
+    elif llamacpp:
+        left_out.append("llama.cpp left out: llama_cpp is not importable (pip install llama-cpp-python)")
+    if hf:
+        name = f"hf-float32-{every}t"
+        engines.append(Engine(name, loaded.model, every, {"engine": "transformers", "mode": "float32",
+                                                         "threads": every}))  # fmt: skip
+    for line in left_out:
+        log(f"[campaign] {line}")
+    return {"engines": engines, "configs": configs, "tokenizer": loaded.tokenizer, "left_out": left_out,
+            "probes": probes}  # fmt: skip

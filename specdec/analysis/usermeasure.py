@@ -1,0 +1,624 @@
+"""``specdec measure``: a drafter measured against a target on your prompts, on this machine.
+
+:func:`measure_setup` checks the arguments (:func:`parse_draft`, :func:`read_prompts`), loads
+the target, the engine and the draft, and runs :func:`measure_drafter`: the paper's alpha by
+teacher forcing (:func:`teacher_forced_alpha`) and the acceptance rate observed while
+decoding, c (:func:`specdec.engine.stats.cost_coefficient`), the verify-cost curve
+(:func:`specdec.measure.core.engine_verify_curves`), and the measured speedup with its bootstrap
+interval against Theorem 3.8's prediction (:func:`specdec.analysis.realrun.speedup_gap`). The timing
+primitives live in :mod:`specdec.measure.core`; this module composes them for the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdec.measure.core import engine_verify_curves, environment, jsonable
+from specdec.theory.checks import check_int
+
+__all__ = [
+    "ENGINES",
+    "SIMPLE_DRAFTS",
+    "measure_drafter",
+    "measure_setup",
+    "parse_draft",
+    "prompt_ids",
+    "read_prompts",
+    "teacher_forced_alpha",
+]
+
+#: What ``draft`` may name besides a distilled draft (:func:`specdec.train.draftnets.list_drafts`)
+#: and a model folder: prompt lookup, a bigram table, the target's early exit.
+SIMPLE_DRAFTS = ("lookup", "bigram", "early-exit")
+
+#: The engines :func:`measure_setup` decodes with: the lean engine's modes (CPU), ``"auto"``
+#: (the lean mode :func:`specdec.measure.modes.lean_model` picks by measuring this machine), or the
+#: transformers model as loaded (CPU or GPU).
+#: (Spelled out so that importing this module does not import torch; a test checks that the
+#: lean modes are :data:`specdec.engine.lean.MODES`.)
+ENGINES = ("auto", "float32", "q4_1", "q4q8", "bfloat16", "int4", "hf-float32", "hf-bfloat16")
+
+#: Training prompts (and their seed) whose temperature-1 generations make the bigram table:
+#: disjoint from the evaluation prompts, as in Part IV's fallback corpus.
+BIGRAM_PROMPTS, BIGRAM_SEED = 12, 1000
+
+Progress = Callable[[Iterable[Any], str], Iterable[Any]]
+
+
+def _no_progress(items: Iterable[Any], desc: str) -> Iterable[Any]:
+    return items
+
+
+def parse_draft(draft: str) -> tuple[str, Any]:
+    """What ``draft`` names, checked before anything loads: ``(kind, detail)``.
+
+    ``"lookup"`` and ``"bigram"``: (name, None); ``"early-exit"`` or ``"early-exit:N"``:
+    ("early-exit", N or None, the default depth); a distilled draft's name
+    (:func:`specdec.train.draftnets.list_drafts`): ("distilled", name); an existing folder:
+    ("model", path). Anything else raises ValueError naming the valid choices.
+    """
+    from specdec.train.draftnets import list_drafts, require_drafts
+
+    text = str(draft).strip()
+    if text in ("lookup", "bigram"):
+        return text, None
+    if text == "early-exit" or text.startswith("early-exit:"):
+        n = text.partition(":")[2]
+        if not n:
+            return "early-exit", None
+        if not n.isdigit() or int(n) < 1:
+            raise ValueError(f"draft early-exit:N needs N, a number of target layers >= 1; got {text!r}")
+        return "early-exit", int(n)
+    saved = list_drafts()
+    if text in saved:
+        require_drafts([text])
+        return "distilled", text
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return "model", path
+    choices = ", ".join([*SIMPLE_DRAFTS[:2], "early-exit[:N]", *saved])
+    if path.exists():
+        raise ValueError(
+            f"draft {text!r} is a file; a model draft is a folder (save_pretrained), or one of {choices}"
+        )
+    raise ValueError(
+        f"unknown draft {text!r}: give one of {choices}, or a model folder (none exists at that path)"
+    )
+
+
+def read_prompts(path: str | Path) -> list[str]:
+    """The prompts in a UTF-8 file: one a line, or, for a ``.jsonl`` file, one JSON object a line
+    with a ``"prompt"`` field (the format of ``specdec/data/workloads/*.jsonl``). Blank lines are
+    skipped; a missing or empty file, or a JSON line without a prompt, raises ValueError."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(f"prompts file {str(path)!r} does not exist (or is not a file)")
+    out = []
+    with p.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if p.suffix == ".jsonl":
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    row = None
+                if not isinstance(row, dict) or not str(row.get("prompt", "")).strip():
+                    raise ValueError(
+                        f"prompts file {p.name} line {line_no}: expected a JSON object with a 'prompt'"
+                    )
+                out.append(str(row["prompt"]))
+            else:
+                out.append(line.rstrip("\r\n"))
+    if not out:
+        raise ValueError(f"prompts file {str(path)!r} holds no prompt (only blank lines)")
+    return out
+
+
+def prompt_ids(tokenizer: Any, text: str) -> list[int]:
+    """``text`` as one user turn in the tokenizer's chat template
+    (:func:`specdec.train.workloads.chat_prompt_ids`),
+    or plainly encoded when the tokenizer has no chat template."""
+    from specdec.train.workloads import chat_prompt_ids
+
+    if getattr(tokenizer, "chat_template", None):
+        return chat_prompt_ids(tokenizer, text)
+    return list(tokenizer.encode(text, add_special_tokens=True))
+
+
+def _warp_fn(temperature: float) -> Callable[[Any], Any]:
+    from functools import partial
+
+    from specdec.theory.sampling import warp
+
+    return partial(warp, temperature=temperature)
+
+
+def teacher_forced_alpha(
+    engine: Any,
+    drafter: Any,
+    sequences: Sequence[tuple[Sequence[int], Sequence[int]]],
+    temperature: float,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """The paper's alpha on the target's own text, by teacher forcing (:mod:`specdec.measure.acceptance`).
+
+    ``sequences`` holds (prompt ids, the target's response) pairs; p_t comes from one forward of
+    ``engine`` (any engine :func:`specdec.engine.lm.open_lm` opens) over prompt + response, q_t from the
+    drafter after the same prefix, both warped at ``temperature``; beta_t = sum_x min(p_t, q_t)
+    (Corollary 3.6; p_t of the drafted token for prompt lookup). Returns ``alpha`` (mean beta over
+    the positions with a draft, pooled over sequences), ``alpha_all_positions`` (a position
+    without a draft counted as beta = 0), ``coverage`` (positions with a draft over all) and
+    ``positions``; NaN alphas when nothing was drafted. ``progress(items, description)`` wraps
+    the loop over sequences.
+    """
+    from specdec.engine.lm import open_lm
+    from specdec.measure.acceptance import teacher_forced
+
+    warp_fn = _warp_fn(temperature)
+    beta_sum, drafted, positions = 0.0, 0, 0
+    for prompt, response in (progress or _no_progress)(list(sequences), "teacher forcing"):
+        if not response:
+            continue
+        seq = [*map(int, prompt), *map(int, response)]
+        p = warp_fn(open_lm(engine).forward(seq[:-1], keep=len(response)))
+        res = teacher_forced(engine, drafter, seq, len(prompt), warp_fn, p=p)
+        beta_sum += float(np.nansum(res.beta))
+        drafted += res.drafted
+        positions += len(res.beta)
+    nan = float("nan")
+    return {
+        "alpha": beta_sum / drafted if drafted else nan,
+        "alpha_all_positions": beta_sum / positions if positions else nan,
+        "coverage": drafted / positions if positions else nan,
+        "positions": positions,
+    }
+
+
+def measure_drafter(
+    engine: Any,
+    drafter: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    gamma: int,
+    new_tokens: int,
+    temperature: float = 0.0,
+    repeats: int = 2,
+    verify_ks: Sequence[int] | None = None,
+    verify_repeats: int = 5,
+    eos_token_id: int | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Measure a drafter against a target on given prompts: alpha both ways, c, the verify cost
+    curve, and the measured speedup next to Theorem 3.8's.
+
+    1. Decoding: per repeat and prompt, plain decoding (:func:`specdec.engine.decoding.autoregressive`)
+       and speculative decoding at ``gamma`` (:func:`specdec.engine.decoding.speculative`) of up to
+       ``new_tokens`` tokens, in a seeded random order (interleaved, so drift hits both alike),
+       the same seed for both; each call's decoding time excludes the prompt's prefill.
+    2. ``alpha`` (Corollary 3.6, :func:`teacher_forced_alpha`) on the plain generations of the
+       first repeat; ``alpha_observed``: accepted over examined drafts of the speculative calls
+       (:class:`specdec.engine.stats.Stats`, pooled by :func:`specdec.analysis.realrun.pool_rounds`).
+    3. ``c`` (Definition 3.7, :func:`specdec.engine.stats.cost_coefficient`): a speculative call's draft
+       time per round over gamma, in single-token steps T(1) of the paired plain call; the
+       median over calls.
+    4. The verify cost curve T(k)/T(1) after the first prompt (:func:`engine_verify_curves`), for
+       every k in ``verify_ks`` (default 1 .. gamma + 1 and 6, 8, 12, 16).
+    5. ``measured`` speedup: per prompt the median over repeats of plain time per token over
+       speculative time per token, then the geometric mean over prompts with its 95 % bootstrap
+       interval (:func:`specdec.theory.intervals.bootstrap_ci`; no interval with one prompt).
+       ``prediction`` is :func:`specdec.analysis.realrun.speedup_gap`: Theorem 3.8 at the measured alpha
+       (over all positions) and c, then with the measured verify cost, the rounds as drafted,
+       the observed tokens per round, and the factors between them. ``optimal_gamma``: Theorem
+       3.8's (:func:`specdec.theory.speedup.optimal_gamma`) and the best on the measured curve
+       (:func:`specdec.theory.speedup.best_gamma_on_curve`).
+
+    ``progress(items, description)`` wraps the loops (e.g. a tqdm bar). Returns a JSON-ready dict
+    (NaN where a quantity is undefined, e.g. alpha when nothing was drafted).
+    """
+    from specdec.analysis.realrun import pool_rounds, speedup_gap
+    from specdec.engine.decoding import check_draft_context
+    from specdec.engine.stats import cost_coefficient
+    from specdec.measure.pairedrun import paired_block
+    from specdec.theory.intervals import bootstrap_ci, geomean
+    from specdec.theory.speedup import best_gamma_on_curve, expected_tokens, optimal_gamma, walltime_speedup
+
+    for name, value, low in (
+        ("gamma", gamma, 1),
+        ("new_tokens", new_tokens, 2),
+        ("repeats", repeats, 1),
+        ("verify_repeats", verify_repeats, 1),
+    ):
+        check_int(name, value, low=low)
+    _check_gamma_fits(gamma, new_tokens)
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
+    prompts = [[int(t) for t in p] for p in prompts]
+    if not prompts or any(not p for p in prompts):
+        raise ValueError("prompts must hold at least one non-empty list of token ids")
+    check_draft_context(drafter, max(map(len, prompts)), new_tokens)  # before any decoding
+    ks = sorted({*range(1, gamma + 2), 6, 8, 12, 16} if verify_ks is None else {1, *map(int, verify_ks)})
+    missing = [k for k in range(1, gamma + 2) if k not in ks]
+    if missing:
+        raise ValueError(f"verify_ks must hold every call size 1 .. gamma + 1 = {gamma + 1}; lacks {missing}")
+    progress = progress or _no_progress
+
+    # 1. decoding, interleaved
+    order = np.random.default_rng(seed)
+    runs: list[dict[str, Any]] = []
+    cells = [(rep, i) for rep in range(repeats) for i in range(len(prompts))]
+    spec = [{"drafter": "speculative", "object": drafter, "gamma": gamma, "lenience": 1.0}]
+    for rep, i in progress(cells, "decoding"):
+        pair: dict[str, Any] = {"repeat": rep, "prompt": i}
+        for row in paired_block(
+            engine,
+            spec,
+            prompts[i],
+            temperature=temperature,
+            new_tokens=new_tokens,
+            seed=seed + i,
+            rep=rep,
+            rng=order,
+            plain_at="random",
+            eos_token_id=eos_token_id,
+            exact_length=False,
+        ):
+            pair[row["drafter"]] = {
+                "tokens": row["_tokens"],
+                "decode_s": row["decode_s"],
+                "stats": row["_stats"],
+            }
+        runs.append(pair)
+
+    # 2. alpha, both definitions
+    first = {r["prompt"]: r["plain"]["tokens"] for r in runs if r["repeat"] == 0}
+    tf = teacher_forced_alpha(
+        engine, drafter, [(prompts[i], first[i]) for i in range(len(prompts))], temperature, progress
+    )
+    pooled = pool_rounds(r["speculative"]["stats"] for r in runs)
+    spec_stats = [r["speculative"]["stats"] for r in runs]
+    drafted = sum(s.drafted_tokens for s in spec_stats)
+
+    # 3. c against the paired plain call's step
+    c_runs = [
+        cost_coefficient(
+            r["speculative"]["stats"].draft_s,
+            r["speculative"]["stats"].rounds,
+            gamma,
+            r["plain"]["stats"].step_s,
+        )
+        for r in runs
+    ]
+    c = float(np.median(c_runs))
+    step_s = float(np.median([r["plain"]["stats"].step_s for r in runs]))
+
+    # 4. the verify cost curve on this engine
+    curves = engine_verify_curves({"target": engine}, prompts[0], ks, verify_repeats, log=None)
+    cells_v = curves["engines"]["target"]
+    curve = {int(cell["k"]): float(cell["ratio_to_k1"]) for cell in cells_v}
+
+    # 5. measured speedup and the prediction
+    def per_token(run: dict[str, Any]) -> float:
+        return run["decode_s"] / max(len(run["tokens"]), 1)
+
+    per_prompt = np.array(
+        [
+            np.median([per_token(r["plain"]) / per_token(r["speculative"]) for r in runs if r["prompt"] == i])
+            for i in range(len(prompts))
+        ]
+    )
+    if len(per_prompt) >= 2:
+        measured = list(bootstrap_ci(per_prompt, geomean))
+    else:
+        measured = [float(per_prompt[0]), None, None]
+    alpha, alpha_all = tf["alpha"], tf["alpha_all_positions"]
+    nan = float("nan")
+    prediction = None
+    best_theorem = best_curve = None
+    if math.isfinite(alpha):
+        prediction = speedup_gap(
+            alpha=alpha,
+            gamma=gamma,
+            c=c,
+            curve=curve,
+            drafted=pooled["drafted"],
+            tokens_per_round=pooled["tokens_per_round"],
+            measured=measured[0],
+            alpha_theorem=alpha_all,
+        )
+        g = int(optimal_gamma(alpha_all, c))
+        best_theorem = {"gamma": g, "speedup": float(walltime_speedup(alpha_all, g, c))}
+        g, s = best_gamma_on_curve(alpha_all, c, curve)
+        best_curve = {"gamma": g, "speedup": s, "max_gamma": max(ks) - 1}
+    alpha_obs = pooled["alpha_accept_rate"]
+    return jsonable(  # NaN -> None: the record writers' rule
+        {
+            "gamma": gamma,
+            "new_tokens": new_tokens,
+            "temperature": temperature,
+            "repeats": repeats,
+            "prompts": len(prompts),
+            "prompt_tokens": [len(p) for p in prompts],
+            "generated_tokens": [len(first[i]) for i in range(len(prompts))],
+            "alpha": alpha,
+            "alpha_all_positions": alpha_all,
+            "alpha_coverage": tf["coverage"],
+            "alpha_positions": tf["positions"],
+            "alpha_observed": alpha_obs,
+            "draft_acceptance_fraction": (
+                sum(s.accepted_tokens for s in spec_stats) / drafted if drafted else nan
+            ),
+            "tokens_per_round": pooled["tokens_per_round"],
+            "mean_drafted": pooled["mean_drafted"],
+            "expected_tokens": float(expected_tokens(alpha_all, gamma)) if math.isfinite(alpha_all) else nan,
+            "c": c,
+            "step_ms": 1e3 * step_s,
+            "verify_curve": {str(k): v for k, v in sorted(curve.items())},
+            "verify_cost": curve[gamma + 1],
+            "verify": curves,
+            "measured": measured,
+            "measured_per_prompt": per_prompt.tolist(),
+            "theorem_observed_alpha": (
+                float(walltime_speedup(alpha_obs, gamma, c)) if math.isfinite(alpha_obs) else nan
+            ),
+            "prediction": prediction,
+            "optimal_gamma_theorem": best_theorem,
+            "optimal_gamma_curve": best_curve,
+            "plain_tok_s": float(
+                np.median([len(r["plain"]["tokens"]) / r["plain"]["decode_s"] for r in runs])
+            ),
+            "speculative_tok_s": float(
+                np.median([len(r["speculative"]["tokens"]) / r["speculative"]["decode_s"] for r in runs])
+            ),
+            "greedy_exact": (
+                all(r["plain"]["tokens"] == r["speculative"]["tokens"] for r in runs)
+                if temperature == 0
+                else None
+            ),
+            "c_per_call": c_runs,
+        }
+    )
+
+
+def _depth(engine: Any) -> int:
+    n = getattr(engine, "num_layers", None)  # a LeanLlama
+    return int(n if n is not None else engine.config.num_hidden_layers)
+
+
+def _build_drafter(
+    kind: str,
+    detail: Any,
+    engine: Any,
+    loaded: Any,
+    *,
+    new_tokens: int,
+    progress: Progress,
+    log: Callable[[str], None],
+) -> tuple[Any, dict[str, Any]]:
+    """The drafter that :func:`parse_draft` named, around ``engine``, and what it is (for a model
+    folder, ``detail`` is the draft :func:`_load_draft_folder` loaded)."""
+    from specdec.engine.drafters import (
+        BigramDrafter,
+        EarlyExitDrafter,
+        ModelDrafter,
+        PromptLookupDrafter,
+        check_same_vocab,
+    )
+    from specdec.engine.lm import vocab_size
+
+    if kind == "lookup":
+        return PromptLookupDrafter(), {
+            "kind": kind,
+            "about": "prompt lookup: copies what followed an earlier match of the last 1-3 tokens",
+        }
+    if kind == "bigram":
+        from specdec.engine.decoding import autoregressive
+        from specdec.train.workloads import training_prompts
+
+        log(f"building the bigram table from the target's text on {BIGRAM_PROMPTS} training prompts...")
+        corpus = []
+        for i, p in enumerate(progress(training_prompts(BIGRAM_PROMPTS, seed=BIGRAM_SEED), "bigram corpus")):
+            ids = prompt_ids(loaded.tokenizer, p.prompt)
+            g = autoregressive(engine, ids, max_new_tokens=new_tokens, temperature=1.0, seed=BIGRAM_SEED + i)
+            corpus.append(g.tokens)
+        about = (
+            f"bigram counts (add-1) of the target's temperature-1 text on {BIGRAM_PROMPTS} training prompts "
+            f"(seed {BIGRAM_SEED}), {sum(map(len, corpus))} tokens"
+        )
+        return BigramDrafter.from_token_ids(corpus, vocab_size(engine)), {"kind": kind, "about": about}
+    if kind == "early-exit":
+        depth = _depth(engine)
+        n = detail if detail is not None else max(1, math.ceil(depth / 4))
+        if n > depth:
+            raise ValueError(f"draft early-exit:{n} asks for more layers than the target has ({depth})")
+        about = f"the target's own first {n} of {depth} layers, final norm and LM head"
+        return EarlyExitDrafter(engine, n), {"kind": kind, "layers": n, "about": about}
+    if kind == "distilled":
+        from specdec.train.draftnets import load_draft
+
+        model = load_draft(detail, loaded.model)
+        about = f"the book's distilled draft {detail} (specdec/data/drafts), transformers forward"
+        return ModelDrafter(model, target=engine), {"kind": kind, "about": about}
+    # a model folder, loaded and checked by _load_draft_folder
+    dl = detail
+    check_same_vocab(engine, dl.model)
+    model, how = dl.model, f"transformers {loaded.dtype}"
+    mode = getattr(engine, "mode", None)
+    if mode is not None:  # a lean target: the draft in the same lean mode when it is a Llama
+        from specdec.engine.lean import LeanLlama
+
+        try:
+            model, how = LeanLlama(dl.model, mode, threads=getattr(engine, "threads", None)), f"lean {mode}"
+        except ValueError as exc:
+            how = f"transformers {loaded.dtype} (the lean engine refused it: {exc})"
+    about = f"the model in {dl.name} ({_depth(dl.model)} layers), {how}"
+    return ModelDrafter(model, target=engine), {"kind": kind, "about": about}
+
+
+def _load_draft_folder(folder: Path, loaded: Any, log: Callable[[str], None]) -> Any:
+    """The draft model in ``folder``, loaded like the target; ValueError unless it has the target's
+    vocabulary (logit rows of the same width) and tokenizer (the same ids for the same strings)."""
+    from specdec.engine.drafters import check_same_tokenizer, check_same_vocab
+    from specdec.engine.models import load_model
+
+    log(f"loading the draft model {folder}...")
+    dl = load_model(folder, dtype=loaded.dtype, device=loaded.device, quiet=True)
+    check_same_vocab(loaded.model, dl.model)
+    check_same_tokenizer(loaded.tokenizer, dl.tokenizer)
+    return dl
+
+
+def _check_gamma_fits(gamma: int, new_tokens: int) -> None:
+    """A round emits its drafts plus one token of its own, so it drafts new_tokens - 1 at most:
+    a larger gamma would measure nothing more (and its verify curve would grow with gamma)."""
+    if gamma > new_tokens - 1:
+        raise ValueError(
+            f"gamma must lie in 1 .. new_tokens - 1 = {new_tokens - 1} (a round drafts at most the "
+            f"tokens still to generate, less the target's own); got gamma = {gamma}, new_tokens = "
+            f"{new_tokens}: lower gamma or raise new_tokens"
+        )
+
+
+def measure_setup(
+    target: str = "default",
+    draft: str = "lookup",
+    prompts: str | Path | None = None,
+    *,
+    dtype: str = "auto",
+    gamma: int = 4,
+    new_tokens: int = 64,
+    temperature: float = 0.0,
+    repeats: int = 2,
+    verify_repeats: int = 5,
+    threads: int = 1,
+    seed: int = 0,
+    progress: Progress | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Everything ``specdec measure`` reports, for a target, a drafter and prompts on this machine.
+
+    ``target``: ``"default"`` (SmolLM2-135M-Instruct, :func:`specdec.engine.models.load_target`) or a
+    local transformers model folder. ``draft``: see :func:`parse_draft` (a model folder must
+    share the target's vocabulary and tokenizer). ``prompts``: a file (:func:`read_prompts`),
+    or None for the book's first evaluation prompt of each task. ``dtype``: one of
+    :data:`ENGINES`; ``"auto"`` is the lean mode chosen by timing this machine
+    (:func:`specdec.measure.modes.lean_model`, cached per machine). Every argument is checked before
+    anything is loaded (ValueError). ``threads`` pins torch's threads. The measurement is
+    :func:`measure_drafter`'s; the result adds what was measured (target, engine, draft,
+    prompts) and :func:`environment`.
+    """
+    log = log or (lambda line: None)
+    progress = progress or _no_progress
+    for name, value, low in (
+        ("gamma", gamma, 1),
+        ("new_tokens", new_tokens, 2),
+        ("repeats", repeats, 1),
+        ("verify_repeats", verify_repeats, 1),
+        ("threads", threads, 1),
+    ):
+        check_int(name, value, low=low)
+    _check_gamma_fits(gamma, new_tokens)
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
+    if dtype not in ENGINES:
+        raise ValueError(f"dtype must be one of {', '.join(ENGINES)}; got {dtype!r}")
+    kind, detail = parse_draft(draft)
+    texts = None if prompts is None else read_prompts(prompts)
+    target_path = None
+    if target != "default":
+        target_path = Path(target).expanduser()
+        if not target_path.is_dir():
+            raise ValueError(
+                f"target {target!r}: no such folder; give 'default' (SmolLM2-135M-Instruct) "
+                "or a local transformers model folder"
+            )
+
+    from specdec.engine.models import load_model, load_target, set_threads
+    from specdec.train.workloads import evaluation_prompts
+
+    set_threads(threads)
+    lean = not dtype.startswith("hf-")
+    hf_dtype = "bfloat16" if dtype == "hf-bfloat16" else "float32"
+    device = "cpu" if lean else None  # the lean engine runs on the CPU
+    log("loading the target...")
+    if target_path is None:
+        loaded = load_target(hf_dtype, device=device, quiet=True)
+    else:
+        loaded = load_model(target_path, dtype=hf_dtype, device=device, quiet=True)
+    if kind == "model":  # load and check a draft folder before the target is converted or probed
+        detail = _load_draft_folder(detail, loaded, log)
+    engine, probe, engine_name = loaded.model, None, dtype
+    if lean:
+        from specdec.measure.modes import lean_model
+
+        if dtype == "auto":
+            log("choosing the lean mode: timing this machine takes about a minute, once (cached)...")
+        try:
+            engine, probe = lean_model(loaded.model, dtype, threads=threads)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (--dtype hf-float32 runs any transformers model)") from exc
+        engine_name = f"lean-{engine.mode}"
+        if probe is not None:
+            log(f"lean mode {engine.mode} ({'from the cache' if probe.get('cached') else 'measured now'})")
+    tok = loaded.tokenizer
+    if texts is None:
+        plist = evaluation_prompts(tok, 1)
+        ids = [p["ids"] for p in plist]
+        source = (
+            "the book's evaluation prompts, the first of each task ("
+            + ", ".join(p["id"] for p in plist)
+            + ")"
+        )
+    else:
+        ids = [prompt_ids(tok, t) for t in texts]
+        source = f"{len(texts)} prompt(s) from {Path(prompts).name}"
+    drafter, about = _build_drafter(
+        kind, detail, engine, loaded, new_tokens=new_tokens, progress=progress, log=log
+    )
+    env = environment(dtype=engine_name, device=loaded.device)
+    log(f"measuring: {len(ids)} prompt(s) x {repeats} repeat(s), plain and speculative decoding...")
+    result = measure_drafter(
+        engine,
+        drafter,
+        ids,
+        gamma=gamma,
+        new_tokens=new_tokens,
+        temperature=temperature,
+        repeats=repeats,
+        verify_repeats=verify_repeats,
+        eos_token_id=tok.eos_token_id,
+        seed=seed,
+        progress=progress,
+    )
+    mode = None
+    if probe is not None:
+        mode = {
+            "mode": probe["mode"],
+            "rule": probe.get("rule"),
+            "cached": bool(probe.get("cached")),
+            "step_ms": {m: 1e3 * v["step_s"] for m, v in probe["modes"].items()},
+        }
+    return {
+        "kind": "specdec-measure",
+        "target": {
+            "name": loaded.name,
+            "engine": engine_name,
+            "dtype": dtype,
+            "device": loaded.device,
+            "layers": _depth(engine),
+        },
+        "mode_probe": mode,
+        "draft": {"name": str(draft), **about},
+        "prompts_source": source,
+        "threads": threads,
+        "seed": seed,
+        **result,
+        "environment": env,
+    }

@@ -1,0 +1,265 @@
+"""The two decoding loops: plain autoregressive sampling and speculative decoding.
+
+:func:`speculative` is Algorithm 1 of Leviathan et al. (2023) run to the end of a generation:
+each round a drafter proposes k <= gamma tokens, one target forward call scores the last
+committed token and the k drafts (k + 1 rows of p), :func:`specdec.theory.sampling.verify` keeps a
+prefix of the drafts and draws the round's own token, and the target's KV cache is cropped
+back. Losslessness (Appendix A.1) holds for every drafter: the output has the target's law.
+Greedy decoding (temperature 0) is the same loop with one-hot rows, i.e. exact matching;
+with lenience l < 1 it uses the paper's argmax rule instead (Appendix A.5, not lossless).
+
+Conventions, copied from transformers' assisted generation and gpt-fast:
+
+* The target's cache holds every committed token *except the last* (transformers crops to
+  ``new_len - 1``): the last committed token is the first input of the next verify call, so
+  its row of p is the distribution of the first draft.
+* One ``numpy`` generator per call, ``np.random.default_rng(seed)``, never reseeded; it
+  supplies the draft samples, verify's uniforms and the round's token.
+* Drafts are cut after an EOS; the output stops at the first EOS (kept); ``max_new_tokens``
+  is never exceeded: gamma is shortened near the end so a round cannot overshoot.
+* Prefill (the prompt minus its last token, for target and drafter) happens before the
+  first round and is timed apart; ``Stats.target_calls`` counts the rounds' calls only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import torch
+
+from specdec.engine.drafters import Drafter, Proposal
+from specdec.engine.lm import CachedLM, open_lm
+from specdec.engine.stats import Stats
+from specdec.theory.checks import check_int, is_int
+from specdec.theory.policies import DraftPolicy, as_policy
+from specdec.theory.sampling import sample, verify, verify_argmax, warp
+
+__all__ = ["Generation", "autoregressive", "speculative"]
+
+
+@dataclass
+class Generation:
+    """The new tokens of one decoding call (prompt excluded) and what the call counted."""
+
+    tokens: list[int]
+    stats: Stats
+
+
+def speculative(
+    target: torch.nn.Module,
+    drafter: Drafter,
+    prompt_ids: Sequence[int],
+    *,
+    gamma: int | DraftPolicy,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    lenience: float = 1.0,
+    seed: int = 0,
+    eos_token_id: int | None = None,
+) -> Generation:
+    """Speculative decoding of ``target`` with ``drafter``; each loop is one round.
+
+    A round is the paper's SpeculativeDecodingStep (Algorithm 1):
+
+    1. the drafter guesses k <= gamma tokens x_1..x_k, sampled from q_1..q_k;
+    2. one target call over [last committed token, x_1..x_k] gives p_1..p_{k+1};
+    3. x_i is accepted with probability min(1, p_i(x_i) / (l q_i(x_i))) until the first rejection;
+    4. the round's own token comes from norm(max(0, p_{A+1} - l q_{A+1})) after a rejection,
+       or from p_{k+1} (the bonus token) after a full accept;
+
+    then the target's cache is cropped back to the committed tokens minus the last.
+
+    ``target`` is a Hugging Face causal LM (or a :class:`specdec.engine.lean.LeanLlama`); ``gamma``
+    is an integer >= 1 or a :class:`specdec.theory.policies.DraftPolicy` that sets each round's draft
+    length (dynamic gamma; ``Stats.gamma`` is then its ``max_gamma``); ``lenience`` l in (0, 1]
+    (Appendix A.5; l = 1 is lossless, Appendix A.1); temperature / top_k / top_p define the
+    warp applied alike to p and q. At temperature 0 with l < 1 step 3 is the paper's argmax
+    variant instead (:func:`~specdec.theory.sampling.verify_argmax`: keep x_i while p_i(x_i) >= l max p_i,
+    p at temperature 1; the round's token is the argmax); top-k/top-p do not enter it.
+    Returns the new tokens (prompt excluded) and the :class:`~specdec.engine.stats.Stats` of the call.
+    """
+    lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
+    dynamic = isinstance(gamma, DraftPolicy)
+    _check_speculative(lm, drafter, gamma.max_gamma if dynamic else gamma, lenience)
+    check_draft_context(drafter, len(prompt), max_new_tokens)
+    policy = as_policy(gamma if dynamic else int(gamma))
+    policy.reset()
+    rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
+    warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
+    argmax_lenient = temperature == 0 and lenience < 1.0
+    # a round drafts at most max_new_tokens - 1 tokens: the histograms need no more positions
+    stats = Stats(gamma=policy.max_gamma, max_drafts=min(policy.max_gamma, max(max_new_tokens - 1, 1)))
+    tokens = list(prompt)
+    with stats.timer("prefill_s", lm.device):
+        _prefill(lm, prompt)
+        drafter.start(prompt)
+    while (budget := max_new_tokens - (len(tokens) - len(prompt))) > 0:
+        with stats.timer("draft_s", lm.device):  # a round emits k + 1 tokens at most
+            limit = min(_next_length(policy), budget - 1)
+            proposal = cut_at_eos(drafter.propose(tokens, limit, warp_fn, rng), limit, eos_token_id)
+        draft, q = proposal.tokens, proposal.q
+        with stats.timer("target_s", lm.device):  # one call scores k + 1 positions
+            logits = lm.forward([tokens[-1], *draft])
+        with stats.timer("verify_s", lm.device):
+            p = warp_fn(logits)
+            q = None if q is None else q.to(p.device)
+            if argmax_lenient:  # A.5, argmax case: p(x) >= l max p, on the temperature-1 rows
+                n_accepted, next_token = verify_argmax(torch.softmax(logits.float(), -1), draft, lenience)
+            else:
+                n_accepted, next_token = verify(p, q, draft, rng, lenience)
+        stats.record_round(p, q, len(draft), n_accepted, proposal.calls, lenience)
+        policy.update(len(draft), n_accepted)
+        new = [*draft[:n_accepted], next_token]  # T = A + 1 tokens
+        tokens += new
+        lm.crop(len(tokens) - 1)  # the cache must not hold the round's own token yet
+        if eos_token_id in new:
+            break
+    return finish_generation(tokens[len(prompt) :], stats, eos_token_id)
+
+
+def autoregressive(
+    target: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    eos_token_id: int | None = None,
+) -> Generation:
+    """Plain decoding: one target call per token, sampled from warp(logits) with one uniform.
+
+    The baseline of every speedup. It draws exactly the uniforms that :func:`speculative`
+    draws when the drafter proposes nothing, so the two agree token for token then.
+    """
+    lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
+    rng = np.random.default_rng(seed)
+    warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
+    stats, tokens = Stats(gamma=0), list(prompt)
+    with stats.timer("prefill_s", lm.device):
+        _prefill(lm, prompt)
+    while len(tokens) - len(prompt) < max_new_tokens:
+        with stats.timer("target_s", lm.device):
+            logits = lm.forward(tokens[-1:])
+        with stats.timer("verify_s", lm.device):
+            p = warp_fn(logits)
+            tokens.append(sample(p[0], rng))
+        stats.record_round(p, None, 0, 0, 0)
+        if tokens[-1] == eos_token_id:
+            break
+    return finish_generation(tokens[len(prompt) :], stats, eos_token_id)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _next_length(policy: DraftPolicy) -> int:
+    n = policy.next()
+    if not is_int(n) or not 1 <= n <= policy.max_gamma:
+        raise ValueError(f"{policy.describe()} asked for {n!r} drafts; it must give 1..{policy.max_gamma}")
+    return int(n)
+
+
+def _prefill(lm: CachedLM, prompt: list[int]) -> None:
+    if len(prompt) > 1:
+        lm.forward(prompt[:-1], keep=1)
+
+
+def cut_at_eos(proposal: Proposal, limit: int, eos_token_id: int | None) -> Proposal:
+    """Keep the drafts up to and including the first EOS: nothing can follow it.
+
+    Also refuses a proposal longer than asked for, which could overrun ``max_new_tokens``.
+    """
+    if len(proposal.tokens) > limit:
+        raise ValueError(f"the drafter proposed {len(proposal.tokens)} tokens; {limit} at most were asked")
+    if eos_token_id is None or eos_token_id not in proposal.tokens:
+        return proposal
+    k = proposal.tokens.index(eos_token_id) + 1
+    q = None if proposal.q is None else proposal.q[:k]
+    return Proposal(proposal.tokens[:k], q, proposal.calls)
+
+
+def finish_generation(new: list[int], stats: Stats, eos_token_id: int | None) -> Generation:
+    """Cut the new tokens after the first EOS (kept), e.g. the bonus token after an accepted EOS."""
+    if eos_token_id is not None and eos_token_id in new:
+        end = new.index(eos_token_id) + 1
+        stats.dropped_after_eos = len(new) - end
+        new = new[:end]
+    stats.new_tokens = len(new)
+    return Generation(new, stats)
+
+
+def start_generation(
+    target: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    eos_token_id: int | None,
+) -> tuple[CachedLM, list[int]]:
+    """Check the arguments both loops share; wrap the target. Raises ValueError early.
+
+    Also refuses a generation that could outgrow the target's context: prompt plus
+    ``max_new_tokens`` beyond ``target.config.max_position_embeddings`` (when the config has it).
+    """
+    if isinstance(prompt_ids, torch.Tensor | np.ndarray):
+        if prompt_ids.ndim == 2 and prompt_ids.shape[0] == 1:
+            prompt_ids = prompt_ids[0]
+        if prompt_ids.ndim != 1:
+            raise ValueError(f"prompt_ids must be 1-D (batch size 1); got shape {tuple(prompt_ids.shape)}")
+        prompt_ids = prompt_ids.tolist()
+    prompt = list(prompt_ids)
+    if not prompt:
+        raise ValueError("prompt_ids must hold at least one token id; got an empty prompt")
+    check_int("max_new_tokens", max_new_tokens, low=1)
+    context = getattr(getattr(target, "config", None), "max_position_embeddings", None)
+    if is_int(context) and len(prompt) + max_new_tokens > context:
+        raise ValueError(
+            f"len(prompt_ids) + max_new_tokens must be <= {context} (the target's max_position_embeddings); "
+            f"got {len(prompt)} + {max_new_tokens} = {len(prompt) + max_new_tokens}"
+        )
+    if isinstance(temperature, bool) or not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
+    if top_k is not None:
+        check_int("top_k", top_k, low=1, note="or None")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1] or be None; got {top_p!r}")
+    lm = open_lm(target)
+    if not all(is_int(t) and 0 <= t < lm.vocab_size for t in prompt):
+        raise ValueError(f"prompt_ids must be integers in [0, {lm.vocab_size}) (the target's vocabulary)")
+    if eos_token_id is not None and (not is_int(eos_token_id) or not 0 <= eos_token_id < lm.vocab_size):
+        v = lm.vocab_size
+        raise ValueError(f"eos_token_id must be None or an integer in [0, {v}); got {eos_token_id!r}")
+    return lm, [int(t) for t in prompt]
+
+
+def check_draft_context(drafter: Drafter, n_prompt: int, max_new_tokens: int) -> None:
+    """Refuse a draft whose context window cannot hold the generation (it would read positions
+    it was never trained on, silently): the same rule as the target's, on ``drafter.context``."""
+    context = getattr(drafter, "context", None)
+    if is_int(context) and n_prompt + max_new_tokens > context:
+        raise ValueError(
+            f"the draft's context window ({context} positions, its max_position_embeddings) is shorter "
+            f"than len(prompt_ids) + max_new_tokens = {n_prompt} + {max_new_tokens} = "
+            f"{n_prompt + max_new_tokens}: use a draft with a longer context, or a shorter prompt or "
+            "fewer new tokens"
+        )
+
+
+def _check_speculative(lm: CachedLM, drafter: Drafter, gamma: int, lenience: float) -> None:
+    check_int("gamma", gamma, low=1)
+    if isinstance(lenience, bool) or not 0.0 < lenience <= 1.0:
+        raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
+    v_draft = getattr(drafter, "vocab_size", None)
+    if v_draft is not None and v_draft != lm.vocab_size:
+        raise ValueError(
+            f"the drafter's vocabulary size ({v_draft}) differs from the target's ({lm.vocab_size})"
+        )

@@ -1,0 +1,754 @@
+"""A lean Llama forward for decoding on a CPU: preallocated KV cache, fused weights, weight modes.
+
+Hugging Face's ``LlamaForCausalLM`` is general; a decode step of a small model pays for that
+generality (module calls, cache objects, masks built per call). :class:`LeanLlama` holds the
+same weights as plain tensors, fused where one matmul can do the work of several (q, k, v in
+one; gate and up in one), and runs the forward as a short loop over layers with a
+preallocated, position-indexed KV cache (gpt-fast's design). Its weight **modes**:
+
+* ``"float32"``  dense float32 weights and activations (the GGUF's dequantized values, exactly);
+* ``"bfloat16"`` dense bfloat16 weights and activations;
+* ``"q4_1"``     the GGUF's own codes (Q4_1 decoder layers, Q8_0 LM head) with float32
+  activations, run by specdec's C forward (:mod:`specdec.engine.native`, compiled on the running
+  machine, single-threaded): one call per forward instead of ~750 small torch operations;
+* ``"q4q8"``     the same codes, repacked at load so that each block is decoded once for every
+  row of a call, times activations quantized per block of 32 to int8 (llama.cpp's Q8_1 scheme)
+  by integer dot products (AVX512-VNNI, AVX-VNNI, AVX2 or portable C, ``csrc/leanq8.c``), on
+  ``threads`` threads; exact across rows, threads and instruction sets by construction. Its
+  logits differ from float32's by the activations' 8-bit rounding (measure it on your model:
+  ``tests/test_native_q8.py`` and the engine benchmark's record report it);
+* ``"int4"``     the decoder layers' weights as 4-bit integers in groups of 32 along the input
+  dimension with a scale and a zero per group (torch's CPU int4 weight-only kernel,
+  ``aten._weight_int4pack_mm_for_cpu``), bfloat16 activations; the LM head as an 8-bit
+  symmetric code in groups of 32 run as two int4 products (:class:`_Int8Split`); the
+  embedding lookup in bfloat16. The GGUF's Q4_1 blocks are an affine code in groups of 32
+  (w = d q + m, q in 0..15, with the block's minimum at q = 0 and maximum at q = 15), and its
+  Q8_0 blocks a symmetric one (w = d q, q in -127..127, the largest |q| = 127), so
+  re-encoding the dequantized weights recovers the very same integers:
+  :attr:`LeanLlama.quantization_error` records the largest error of the integer code (0 for
+  SmolLM2's Q4_1 layers and Q8_0 head). The scales and zeros are then rounded to bfloat16,
+  which the kernel needs (up to 2^-9 relative): the integers are the GGUF's, the scales
+  nearly so. On an AVX-512 EPYC (one thread) the two-int4 head took 1.6 ms per
+  one-row call against 6.8 ms in bfloat16, but grows faster with the rows of a verify call
+  (the int4 kernel decodes the weights again for each row): a decode step became about 18 %
+  faster, a call over 8 tokens about 7 % slower. The engine benchmark records both.
+
+**Exactness.** Greedy speculative decoding equals greedy plain decoding only if a verify call
+over k tokens gives each row the same logits as k single steps. Two things can break that: a
+matmul kernel that sums in a different order for a different number of rows, and attention
+over a masked block instead of a shorter sequence. The forward therefore attends row by row
+with the very shapes of a step (:meth:`LeanLlama._attend`), and in bfloat16 runs a one-row
+linear layer as two equal rows (oneDNN's one-row bf16 kernel rounds differently from its
+kernel for two or more rows, which agree). With both, a verify call's rows equal the steps'
+**bit for bit** in ``"bfloat16"`` and ``"int4"`` (``"q4_1"``: by construction, see
+:mod:`specdec.engine.native`) (checked on an AVX-512 EPYC, natively and
+with torch capped at AVX2 and at the baseline; :meth:`LeanLlama.verify_matches_steps` checks
+the running machine, and :mod:`specdec.measure.modes` records it per mode). In ``"float32"`` BLAS
+sums a one-row product (GEMV) and a block (GEMM) in different orders: rows differ by about
+1e-4 in the logits, far below any gap between the top two logits met so far (greedy equality
+holds in every test and record), but a float32 block is not the same arithmetic as steps.
+Sampling is lossless in every mode with respect to the model as verified (the tests'
+chi-square).
+
+Which mode is fastest depends on the CPU (bf16 matmuls need AVX512-BF16 or AMX to be fast),
+so it is chosen by measuring the running machine (:mod:`specdec.measure.modes`), never by a constant.
+
+A model is used through a :class:`LeanSession` (one per decoding call or drafter), which has
+the interface of :class:`specdec.engine.lm.CachedLM`: ``forward``, ``crop``, ``sync``, ``ids``,
+``calls``; :func:`specdec.engine.lm.open_lm` picks the right one for a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from specdec.engine.lm import Session
+
+__all__ = [
+    "GROUP_SIZE",
+    "MODES",
+    "NATIVE_MODES",
+    "LeanLlama",
+    "LeanSession",
+    "int4_supported",
+    "torch_threads_for",
+]
+
+
+@contextlib.contextmanager
+def torch_threads_for(model: Any) -> Iterator[None]:
+    """Run torch on one thread while ``model`` decodes, when it is a ``"q4q8"`` model (its C
+    forward has its own threads). torch's OpenMP workers spin for a while after each torch op
+    (sampling, argmax) and would hold the cores the C forward's threads need: measured on a
+    2-core EPYC, plain decoding at 2 C threads ran at less than half the speed with torch on 2
+    threads than on 1. Any other model: nothing changes."""
+    if getattr(model, "mode", None) != "q4q8" or torch.get_num_threads() == 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+#: The weight modes, most precise first (the order that breaks ties between equally fast modes):
+#: ``"q4_1"`` computes in float32 on the GGUF's own 4-bit values, so its logits equal float32's
+#: up to summation order; ``"q4q8"`` rounds the linear layers' inputs to 8 bits per block of 32;
+#: ``"bfloat16"`` and ``"int4"`` round activations to bfloat16.
+MODES = ("float32", "q4_1", "q4q8", "bfloat16", "int4")
+#: The modes run by specdec's C forwards (:mod:`specdec.engine.native`), not by torch.
+NATIVE_MODES = ("q4_1", "q4q8")
+#: Group size of the int4 code along a weight's input dimension (the GGUF's Q4_1 block).
+GROUP_SIZE = 32
+
+
+def int4_supported() -> bool:
+    """True when this torch has the CPU int4 weight-only kernels."""
+    ops = torch.ops.aten
+    return hasattr(ops, "_convert_weight_to_int4pack_for_cpu") and hasattr(ops, "_weight_int4pack_mm_for_cpu")
+
+
+@dataclass
+class _Linear:
+    """One weight matrix (out x in) in a mode: dense, or int4-packed with scales and zeros."""
+
+    weight: torch.Tensor  # dense (N, K), or the packed int4 tensor
+    out_features: int
+    scales_zeros: torch.Tensor | None = None  # (K / GROUP_SIZE, N, 2) for int4
+    # float32 only: the same weight stored (K, N), for one-row inputs. x @ W^T through a
+    # contiguous W^T takes BLAS's GEMV path: a float32 step of SmolLM2 took 38 ms instead of
+    # 51 on an AVX-512 EPYC (slower from two rows on, so only M = 1); it doubles the memory
+    weight_t: torch.Tensor | None = None
+    # bfloat16 only: run a one-row input as two equal rows. oneDNN's bf16 kernel for one row
+    # sums in another order than its kernel for two or more rows (on an AVX512-BF16 EPYC the
+    # down projection's outputs differed in 14 of 120 layer/row checks), while all sizes from
+    # two rows on agree; padding makes a decode step the same arithmetic as a verify call
+    pad_single: bool = False
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 1:
+            if self.weight_t is not None:
+                return x @ self.weight_t
+            if self.pad_single:
+                return F.linear(x.expand(2, -1), self.weight)[:1]
+        if self.scales_zeros is None:
+            return F.linear(x, self.weight)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.weight, GROUP_SIZE, self.scales_zeros)
+
+
+def _affine_code(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """The Q4_1 code of a dense (N, K) weight in groups of 32: w = step q + low, q in 0..15 (the
+    group's minimum at q = 0, its maximum at q = 15). Returns q (N, K/32, 32) as float, step and
+    low (N, K/32), and the largest absolute reconstruction error of the code."""
+    w = weight.detach().float()
+    n, k = w.shape
+    if k % GROUP_SIZE:
+        raise ValueError(f"a 4-bit mode needs every input dimension divisible by {GROUP_SIZE}; got {k}")
+    groups = w.view(n, k // GROUP_SIZE, GROUP_SIZE)
+    low = groups.amin(-1)
+    step = (groups.amax(-1) - low) / 15
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    q = torch.round((groups - low[..., None]) / safe[..., None]).clamp(0, 15)
+    error = float((q * step[..., None] + low[..., None] - groups).abs().max())
+    return q, step, low, error
+
+
+def _symmetric_code(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The Q8_0 code of a dense (N, K) weight in groups of 32: w = d q, q in -127..127 with
+    d = max |w| / 127. Returns q (N, K/32, 32) as float, d (N, K/32) and the largest absolute
+    reconstruction error (0 for a weight that was Q8_0 already)."""
+    w = weight.detach().float()
+    n, k = w.shape
+    if k % GROUP_SIZE:
+        raise ValueError(f"a 4-bit mode needs every input dimension divisible by {GROUP_SIZE}; got {k}")
+    groups = w.view(n, k // GROUP_SIZE, GROUP_SIZE)
+    d = groups.abs().amax(-1) / 127
+    safe = torch.where(d > 0, d, torch.ones_like(d))
+    q = torch.round(groups / safe[..., None]).clamp(-127, 127)
+    error = float((q * d[..., None] - groups).abs().max())
+    return q, d, error
+
+
+def _int4(weight: torch.Tensor, act_dtype: torch.dtype) -> tuple[_Linear, float]:
+    """Encode a dense (N, K) weight as int4 in groups of 32 for torch's kernel (the Q4_1 code).
+
+    Returns the packed linear layer and the largest absolute reconstruction error of the
+    integer code (before the scales are rounded to ``act_dtype``).
+    """
+    q, step, low, error = _affine_code(weight)
+    n, k = weight.shape
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).view(n, k), 1)
+    # torch's int4 code reads w = (q - 8) * scale + zero, so zero = min + 8 * scale
+    scales_zeros = torch.stack([step.t(), (low + 8 * step).t()], dim=-1).contiguous().to(act_dtype)
+    return _Linear(packed, n, scales_zeros), error
+
+
+@dataclass
+class _Int8Split:
+    """An 8-bit symmetric code in groups of 32 (w = d q, q in -127..127: the GGUF's Q8_0) run as
+    two int4 products: q = 16 h + l with h in -8..7 and l in 0..15, so w = (16 d) h + d l, each
+    half one call of torch's int4 kernel (which reads w = (q4 - 8) scale + zero). The integers
+    are exact; the scales d are rounded to bfloat16 as the kernel needs."""
+
+    high: _Linear
+    low: _Linear
+    out_features: int
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.high(x) + self.low(x)
+        return out if out.shape[-1] == self.out_features else out[..., : self.out_features]
+
+
+def _int8_split(weight: torch.Tensor, act_dtype: torch.dtype) -> tuple[_Int8Split, float]:
+    """Encode a dense (N, K) weight as Q8_0 (d = max |w| / 127 per group of 32) in two int4 halves.
+
+    Returns the layer and the largest absolute reconstruction error of the 8-bit code (0 for a
+    weight that was Q8_0 already, as SmolLM2's tied embedding is in its GGUF).
+    """
+    q, d, error = _symmetric_code(weight)
+    n, k = weight.shape
+    rows = -(-n // 16) * 16  # the packing needs a multiple of 16 output rows: pad with zeros
+    q = torch.cat([q, q.new_zeros(rows - n, *q.shape[1:])])
+    d = torch.cat([d, d.new_zeros(rows - n, d.shape[1])])
+    high = torch.div(q, 16, rounding_mode="floor")
+    low = q - 16 * high
+    halves = []
+    for code, scale, zero in ((high + 8, 16 * d, torch.zeros_like(d)), (low, d, 8 * d)):
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(code.to(torch.int32).view(rows, k), 1)
+        scales_zeros = torch.stack([scale.t(), zero.t()], dim=-1).contiguous().to(act_dtype)
+        halves.append(_Linear(packed, rows, scales_zeros))
+    return _Int8Split(halves[0], halves[1], n), error
+
+
+@dataclass
+class _Q41:
+    """A weight in the GGUF's Q4_1 layout for the C forward (``"q4_1"`` mode): per group of 32
+    along the input, 16 bytes (low nibbles: elements 0..15, high nibbles: 16..31), a float32
+    scale ``d`` and minimum ``m`` (w = d q + m)."""
+
+    qs: torch.Tensor  # (N, K/2) uint8
+    d: torch.Tensor  # (N, K/32) float32
+    m: torch.Tensor  # (N, K/32) float32
+    out_features: int
+
+    def struct(self) -> Any:
+        from specdec.engine import native
+
+        n, half = self.qs.shape
+        return native.Q41(self.qs.data_ptr(), self.d.data_ptr(), self.m.data_ptr(), n, 2 * half)
+
+
+def _q41(weight: torch.Tensor, half_scales: bool = False) -> tuple[_Q41, float]:
+    """The Q4_1 code of ``weight``; ``half_scales`` rounds the scales and minimums to IEEE half
+    precision (the GGUF's own, which ``"q4q8"`` stores) and reports the error after that rounding."""
+    q, step, low, error = _affine_code(weight)
+    n, k = weight.shape
+    if half_scales:
+        step, low = step.half().float(), low.half().float()
+        groups = weight.detach().float().view(n, k // GROUP_SIZE, GROUP_SIZE)
+        error = float((q * step[..., None] + low[..., None] - groups).abs().max())
+    code = q.to(torch.uint8)
+    qs = (code[..., :16] | (code[..., 16:] << 4)).contiguous().view(n, k // 2)
+    return _Q41(qs, step.contiguous(), low.contiguous(), n), error
+
+
+@dataclass
+class _Q80:
+    """A weight in the GGUF's Q8_0 code for the C forward: int8 (N, K), float32 scales (N, K/32)."""
+
+    qs: torch.Tensor
+    d: torch.Tensor
+    out_features: int
+
+    def struct(self) -> Any:
+        from specdec.engine import native
+
+        n, k = self.qs.shape
+        return native.Q80(self.qs.data_ptr(), self.d.data_ptr(), n, k)
+
+
+def _q80(weight: torch.Tensor, half_scales: bool = False) -> tuple[_Q80, float]:
+    q, d, error = _symmetric_code(weight)
+    n, k = weight.shape
+    if half_scales:  # as _q41
+        d = d.half().float()
+        groups = weight.detach().float().view(n, k // GROUP_SIZE, GROUP_SIZE)
+        error = float((q * d[..., None] - groups).abs().max())
+    return _Q80(q.to(torch.int8).view(n, k).contiguous(), d.contiguous(), n), error
+
+
+def _config_value(config: Any, name: str, default: Any = None) -> Any:
+    return getattr(config, name, default)
+
+
+def _check_supported(config: Any) -> None:
+    """Refuse configurations whose forward this module does not implement."""
+    if _config_value(config, "model_type") not in ("llama", None):
+        raise ValueError(f"LeanLlama implements the Llama architecture; got model_type {config.model_type!r}")
+    for flag in ("attention_bias", "mlp_bias"):
+        if _config_value(config, flag, False):
+            raise ValueError(f"LeanLlama does not implement {flag}=True")
+    heads = int(config.num_attention_heads)
+    kv = int(_config_value(config, "num_key_value_heads", None) or heads)
+    if heads % kv:
+        raise ValueError(f"LeanLlama needs num_key_value_heads ({kv}) to divide the heads ({heads})")
+    if _config_value(config, "hidden_act", "silu") != "silu":
+        raise ValueError(f"LeanLlama implements hidden_act 'silu'; got {config.hidden_act!r}")
+    rope = _config_value(config, "rope_parameters") or _config_value(config, "rope_scaling") or {}
+    kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    if kind != "default":
+        raise ValueError(f"LeanLlama implements the default rotary embedding; got rope_type {kind!r}")
+
+
+def _rope_theta(config: Any) -> float:
+    rope = _config_value(config, "rope_parameters")
+    if isinstance(rope, dict) and "rope_theta" in rope:
+        return float(rope["rope_theta"])
+    return float(_config_value(config, "rope_theta", 10000.0))
+
+
+class LeanLlama:
+    """A Llama causal LM's weights in one mode, and its forward over a preallocated cache.
+
+    Build it from a Hugging Face ``LlamaForCausalLM`` (``LeanLlama(hf_model, mode)``); the
+    Hugging Face model is not kept. ``layers`` limits the model to its first layers (an early
+    exit, see :meth:`early_exit`). CPU only.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        mode: str = "float32",
+        *,
+        int8_head: bool | None = None,
+        exact_verify: bool = True,
+        threads: int | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+        native_mode = mode in NATIVE_MODES
+        if int8_head is None:
+            int8_head = mode == "int4" or native_mode
+        if not isinstance(int8_head, bool):
+            raise ValueError(f"int8_head must be True, False or None; got {int8_head!r}")
+        if int8_head and mode != "int4" and not native_mode:
+            raise ValueError(f"int8_head=True needs mode 'int4', 'q4_1' or 'q4q8'; got mode {mode!r}")
+        if native_mode and not int8_head:
+            raise ValueError(
+                f"mode {mode!r} always runs the LM head as Q8_0; int8_head=False is not available"
+            )
+        if not isinstance(exact_verify, bool):
+            raise ValueError(f"exact_verify must be True or False; got {exact_verify!r}")
+        if native_mode and not exact_verify:
+            raise ValueError(f"mode {mode!r} is exact by construction; exact_verify=False is not available")
+        from specdec.engine import native
+
+        #: threads of the ``"q4q8"`` C forward (default: the cores this process may use); the
+        #: other modes run on torch's threads (``torch.set_num_threads``) and q4_1 on one
+        self.threads = native.check_threads(threads)
+        if native_mode:
+            reason = native.unavailable_reason(mode)
+            if reason is not None:
+                raise ValueError(f"mode {mode!r} needs specdec's C forward, which cannot be built: {reason}")
+        #: attention row by row with a step's shapes (True), or one masked call over the block
+        #: (False: cheaper for long blocks, but a block's rows then differ from steps' in the
+        #: last bits; kept to measure what exactness costs)
+        self.exact_verify = exact_verify
+        self.int8_head = bool(int8_head)
+        if mode == "int4" and not int4_supported():
+            raise ValueError("mode 'int4' needs torch's CPU int4 kernels (aten._weight_int4pack_mm_for_cpu)")
+        config = model.config
+        _check_supported(config)
+        if next(model.parameters()).device.type != "cpu":
+            raise ValueError("LeanLlama runs on the CPU; move the model to the CPU first")
+        self.config = config
+        self.mode = mode
+        self.dtype = torch.float32 if mode in ("float32", *NATIVE_MODES) else torch.bfloat16
+        self.device = torch.device("cpu")
+        self.hidden = int(config.hidden_size)
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(_config_value(config, "num_key_value_heads", None) or self.heads)
+        self.head_dim = int(_config_value(config, "head_dim", None) or self.hidden // self.heads)
+        self.eps = float(config.rms_norm_eps)
+        self.max_positions = int(config.max_position_embeddings)
+        self.theta = _rope_theta(config)
+        self.quantization_error = 0.0
+        base = model.model
+        dense = mode != "int4"
+        self.layers: list[dict[str, Any]] = []
+        with torch.no_grad():
+            for layer in base.layers:
+                att, mlp = layer.self_attn, layer.mlp
+                mats = {
+                    "qkv": torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),
+                    "o": att.o_proj.weight,
+                    "gate_up": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                    "down": mlp.down_proj.weight,
+                }
+                entry: dict[str, Any] = {
+                    "norm_attn": layer.input_layernorm.weight.detach().to(self.dtype).clone(),
+                    "norm_mlp": layer.post_attention_layernorm.weight.detach().to(self.dtype).clone(),
+                }
+                for name, w in mats.items():
+                    if native_mode:
+                        entry[name], err = _q41(w, half_scales=mode == "q4q8")
+                        self.quantization_error = max(self.quantization_error, err)
+                    elif dense:
+                        entry[name] = _Linear(w.detach().to(self.dtype).contiguous().clone(), w.shape[0])
+                        if mode == "float32":
+                            entry[name].weight_t = entry[name].weight.t().contiguous()
+                        else:
+                            entry[name].pad_single = True
+                    else:
+                        entry[name], err = _int4(w, self.dtype)
+                        self.quantization_error = max(self.quantization_error, err)
+                self.layers.append(entry)
+            self.embed = base.embed_tokens.weight.detach().to(self.dtype).contiguous().clone()
+            out_emb = model.get_output_embeddings()
+            # a head over a kept vocabulary (specdec.train.draftnets.TrimmedHead: the distilled drafts)
+            # gives full-width logits, -inf outside the kept ids
+            self.kept = getattr(out_emb, "kept", None)
+            head = (out_emb.kept_weight if self.kept is not None else out_emb.weight).detach()
+            tied = head.data_ptr() == base.embed_tokens.weight.data_ptr()
+            if native_mode:  # the head in Q8_0 (SmolLM2's GGUF stores it so)
+                self.head, err = _q80(head, half_scales=mode == "q4q8")
+                self.quantization_error = max(self.quantization_error, err)
+            elif self.int8_head:  # the head as an 8-bit code in two int4 halves (SmolLM2's Q8_0)
+                self.head, err = _int8_split(head, self.dtype)
+                self.quantization_error = max(self.quantization_error, err)
+            else:
+                self.head = _Linear(
+                    self.embed if tied else head.to(self.dtype).contiguous().clone(), head.shape[0]
+                )
+            if mode == "float32":  # one-row steps take the GEMV layout (see _Linear)
+                self.head.weight_t = self.head.weight.t().contiguous()
+            elif not self.int8_head and not native_mode:  # a dense bf16 head: one kernel for every row count
+                self.head.pad_single = True
+            self.norm = base.norm.weight.detach().to(self.dtype).clone()
+        self.vocab_size = int(out_emb.vocab_size if self.kept is not None else self.head.out_features)
+        inv = 1.0 / self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
+        self._inv_freq = inv
+        self._cos = self._sin = torch.empty(0)
+        self._native: Any = None  # the C forward's model structure ("q4_1"), built on first use
+        # the "q4q8" forward's repacked model (native.Q8Forward), built on first use and shared
+        # with early-exit views (which run its first layers)
+        self._q8: dict[str, Any] = {}
+
+    # -- views ------------------------------------------------------------------------------------
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def early_exit(self, n_layers: int) -> LeanLlama:
+        """A view made of the first ``n_layers`` layers, the final norm and the LM head (shared)."""
+        if (
+            isinstance(n_layers, bool)
+            or not isinstance(n_layers, int)
+            or not 1 <= n_layers <= self.num_layers
+        ):
+            raise ValueError(f"n_layers must be an integer in [1, {self.num_layers}]; got {n_layers!r}")
+        view = object.__new__(LeanLlama)
+        view.__dict__.update(self.__dict__)
+        self._q8.setdefault("all_layers", self.layers)  # the shared q4q8 forward holds every layer
+        view.layers = self.layers[:n_layers]
+        view._native = None
+        return view
+
+    def session(self) -> LeanSession:
+        """A fresh decoding state (its own KV cache) over this model."""
+        return LeanSession(self)
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights one forward call reads (packed int4 counted as stored)."""
+        heads = [self.head.high, self.head.low] if isinstance(self.head, _Int8Split) else [self.head]
+        tensors = [self.norm]
+        for lin in heads:
+            if isinstance(lin, _Q80):
+                tensors += [lin.qs, lin.d]
+                continue
+            tensors.append(lin.weight)
+            if lin.scales_zeros is not None:
+                tensors.append(lin.scales_zeros)
+        for entry in self.layers:
+            for value in entry.values():
+                if isinstance(value, _Q41):
+                    tensors += [value.qs, value.d, value.m]
+                elif isinstance(value, _Linear):
+                    tensors.append(value.weight)
+                    if value.scales_zeros is not None:
+                        tensors.append(value.scales_zeros)
+                else:
+                    tensors.append(value)
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    # -- the forward ------------------------------------------------------------------------------
+
+    def _rotary(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cos.shape[0] < end:
+            size = min(self.max_positions, max(end, 2 * self._cos.shape[0], 256))
+            angles = torch.outer(torch.arange(size, dtype=torch.float32), self._inv_freq)
+            angles = torch.cat([angles, angles], dim=-1)
+            sign = torch.ones(self.head_dim)
+            sign[: self.head_dim // 2] = -1.0  # rotate_half's negated half, folded into sin
+            self._cos, self._sin = angles.cos().to(self.dtype), (angles.sin() * sign).to(self.dtype)
+        return self._cos, self._sin
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """RMSNorm computed in float32 (as transformers does), then cast and scaled."""
+        return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(self.dtype) * weight
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotary embedding, transformers' convention: x cos + rotate_half(x) sin, where
+        rotate_half(x) = (-x2, x1) = roll(x, half) with the first half's sign flipped; that
+        sign is folded into ``sin`` (see :meth:`_rotary`)."""
+        return x * cos + x.roll(self.head_dim // 2, dims=-1) * sin
+
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, end: int) -> torch.Tensor:
+        """One query row's attention over cached positions ``0 .. end-1``: (1, heads * head_dim).
+
+        One fused call (torch's scaled_dot_product_attention, grouped-query heads without
+        repeating keys), in float32: the cache is float32 in every mode (small, and CPU bf16
+        attention is slow). A verify call runs this once per row with the very shapes of a
+        one-token step, so that its rows equal the steps' bit for bit (matmuls of different
+        shapes sum in different orders; see the module docstring).
+        """
+        kv, hd = self.kv_heads, self.head_dim
+        out = F.scaled_dot_product_attention(
+            q.reshape(1, self.heads, 1, hd).float(),
+            keys[None, :, :end],
+            values[None, :, :end],
+            enable_gqa=kv != self.heads,
+        )
+        return out.reshape(1, self.heads * hd)
+
+    def verify_matches_steps(self, k: int = 5, context: int = 16, seed: int = 0) -> bool:
+        """True when one call over ``k`` tokens gives logits equal, bit for bit, to ``k`` steps.
+
+        Measured on the running machine (kernels differ between CPUs), on random token ids
+        after a prefill of ``context`` tokens; the cache is restored afterwards.
+        """
+        for name, value, low in (("k", k, 2), ("context", context, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+        ids = torch.randint(0, self.vocab_size, (context + k,), generator=torch.Generator().manual_seed(seed))
+        cache = self.new_cache(context + k)
+        self.forward(ids[:context], 0, cache)
+        block = self.forward(ids[context:], context, cache.clone())
+        steps = [self.forward(ids[context + i : context + i + 1], context + i, cache) for i in range(k)]
+        return torch.equal(block, torch.cat(steps))
+
+    def _attend_block(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int
+    ) -> torch.Tensor:
+        """All k query rows in one causal-masked call (``exact_verify=False``): (k, heads * head_dim)."""
+        k, hd = q.shape[0], self.head_dim
+        end = start + k
+        mask = torch.ones(k, end, dtype=torch.bool).tril(start)  # query i sees keys 0 .. start + i
+        out = F.scaled_dot_product_attention(
+            q.reshape(k, self.heads, hd).transpose(0, 1)[None].float(),
+            keys[None, :, :end],
+            values[None, :, :end],
+            attn_mask=mask,
+            enable_gqa=self.kv_heads != self.heads,
+        )  # (1, heads, k, hd)
+        return out[0].transpose(0, 1).reshape(k, self.heads * hd)
+
+    @torch.inference_mode()
+    def forward(
+        self, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None = None
+    ) -> torch.Tensor:
+        """Logits (float32) of the tokens ``ids`` (1-D) placed at positions ``start ..``.
+
+        ``cache`` is a (layers, 2, kv_heads, capacity, head_dim) tensor holding keys and
+        values of positions ``0 .. start-1``; this call writes those of the new tokens.
+        Returns (len(ids), V), or the last ``keep`` rows.
+        """
+        if self.mode in NATIVE_MODES:
+            return self._full_logits(self._native_forward(ids, start, cache, keep))
+        k = int(ids.shape[0])
+        end = start + k
+        cos_all, sin_all = self._rotary(end)
+        cos, sin = cos_all[start:end, None, :], sin_all[start:end, None, :]
+        kv, hd = self.kv_heads, self.head_dim
+        x = self.embed[ids]  # a new tensor (advanced indexing): the residual adds run in place
+        for layer, entry in enumerate(self.layers):
+            h = self._rms(x, entry["norm_attn"])
+            qk, value = entry["qkv"](h).split([(self.heads + kv) * hd, kv * hd], dim=-1)
+            qk = self._rotate(qk.view(k, self.heads + kv, hd), cos, sin)  # queries and keys at once
+            q, key = qk[:, : self.heads], qk[:, self.heads :]
+            cache[layer, 0, :, start:end] = key.transpose(0, 1)
+            cache[layer, 1, :, start:end] = value.view(k, kv, hd).transpose(0, 1)
+            keys, values = cache[layer, 0], cache[layer, 1]
+            if self.exact_verify or k == 1:
+                # row i attends to positions 0 .. start + i exactly as a one-token step there would
+                rows = [self._attend(q[i], keys, values, start + i + 1) for i in range(k)]
+                out = (rows[0] if k == 1 else torch.cat(rows)).to(self.dtype)
+            else:
+                out = self._attend_block(q, keys, values, start).to(self.dtype)
+            x.add_(entry["o"](out))
+            gate, up = entry["gate_up"](self._rms(x, entry["norm_mlp"])).chunk(2, dim=-1)
+            x.add_(entry["down"](F.silu(gate) * up))
+        if keep is not None:
+            x = x[-keep:]
+        return self._full_logits(self.head(self._rms(x, self.norm)).float())
+
+    def _full_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """A kept-vocabulary head's logits widened to the full vocabulary (-inf elsewhere)."""
+        if self.kept is None:
+            return logits
+        full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
+        full[:, self.kept] = logits
+        return full
+
+    def _native_structure(self) -> Any:
+        """The C forward's model structure over this model's tensors (kept alive by ``self``)."""
+        from specdec.engine import native
+
+        if self._native is None:
+            cos, sin = self._rotary(self.max_positions)
+            layers = (native.Layer * len(self.layers))()
+            for i, entry in enumerate(self.layers):
+                layers[i] = native.Layer(
+                    entry["norm_attn"].data_ptr(),
+                    entry["norm_mlp"].data_ptr(),
+                    *(entry[name].struct() for name in ("qkv", "o", "gate_up", "down")),
+                )
+            inter = self.layers[0]["down"].qs.shape[1] * 2
+            self._native = native.Model(
+                len(self.layers), self.hidden, self.heads, self.kv_heads, self.head_dim, inter,
+                self.max_positions, self.eps, self.embed.data_ptr(), layers, self.norm.data_ptr(),
+                self.head.struct(), cos.data_ptr(), sin.data_ptr(),
+            )  # fmt: skip
+            self._native_keep = (layers, cos, sin)
+        return self._native
+
+    def q8_forward(self) -> Any:
+        """The ``"q4q8"`` C forward's repacked model (:class:`specdec.engine.native.Q8Forward`), built on
+        first use over the whole model (an early-exit view shares it and runs its first layers)."""
+        from specdec.engine import native
+
+        if self.mode != "q4q8":
+            raise ValueError(f"q8_forward needs mode 'q4q8'; this model's mode is {self.mode!r}")
+        if "forward" not in self._q8:
+            layers = self._q8.get("all_layers", self.layers)
+            cos, sin = self._rotary(self.max_positions)
+            table = (native.Layer * len(layers))()
+            for i, entry in enumerate(layers):
+                table[i] = native.Layer(
+                    entry["norm_attn"].data_ptr(),
+                    entry["norm_mlp"].data_ptr(),
+                    *(entry[name].struct() for name in ("qkv", "o", "gate_up", "down")),
+                )
+            inter = layers[0]["down"].qs.shape[1] * 2
+            desc = native.ModelQ8(
+                len(layers), self.hidden, self.heads, self.kv_heads, self.head_dim, inter,
+                self.max_positions, self.eps, self.embed.data_ptr(), table, self.norm.data_ptr(),
+                self.head.struct(), cos.data_ptr(), sin.data_ptr(), int(self.embed.shape[0]),
+            )  # fmt: skip
+            self._q8["forward"] = native.Q8Forward(desc)
+            self._q8["keep"] = (cos, sin)  # read in place by the C forward
+        return self._q8["forward"]
+
+    def _native_forward(
+        self, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None
+    ) -> torch.Tensor:
+        from specdec.engine import native
+
+        k = int(ids.shape[0])
+        rows = k if keep is None else keep
+        shape = (self.num_layers, 2, self.kv_heads, int(cache.shape[3]), self.head_dim)
+        if cache.dtype != torch.float32 or not cache.is_contiguous() or tuple(cache.shape) != shape:
+            raise ValueError(
+                f"cache must be a contiguous float32 tensor of shape {shape} (LeanLlama.new_cache)"
+            )
+        # the C code indexes raw memory: check what torch's indexing would have checked
+        if k < 1 or not 1 <= rows <= k:
+            raise ValueError(f"need 1 <= keep <= len(ids) (len(ids) = {k}); got keep={keep!r}")
+        if start < 0 or start + k > min(int(cache.shape[3]), self.max_positions):
+            raise ValueError(
+                f"positions {start}..{start + k - 1} do not fit the cache ({int(cache.shape[3])} slots) "
+                f"and max_position_embeddings ({self.max_positions})"
+            )
+        if ids.dim() != 1 or ids.is_floating_point():
+            raise ValueError(f"ids must be a 1-D integer tensor; got shape {tuple(ids.shape)}, {ids.dtype}")
+        ids = ids.to(torch.int64).contiguous()
+        if int(ids.min()) < 0 or int(ids.max()) >= self.embed.shape[0]:
+            raise ValueError(f"token ids must lie in [0, {self.embed.shape[0]}); got {ids.tolist()!r}")
+        logits = torch.empty(rows, self.head.out_features, dtype=torch.float32)
+        if self.mode == "q4q8":
+            self.q8_forward().forward(
+                ids.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]), logits.data_ptr(), rows,
+                self.num_layers, self.threads,
+            )  # fmt: skip
+            return logits
+        status = native.library().specdec_q4_forward(
+            ctypes.byref(self._native_structure()), ids.data_ptr(), k, start, cache.data_ptr(),
+            int(cache.shape[3]), logits.data_ptr(), rows,
+        )  # fmt: skip
+        if status == -2:
+            raise ValueError(f"the C forward refused its arguments: k={k}, start={start}, keep={rows}")
+        if status != 0:
+            raise MemoryError("the C forward could not allocate its work buffers")
+        return logits
+
+    def new_cache(self, capacity: int) -> torch.Tensor:
+        """An empty KV cache for ``capacity`` positions (float32 in every mode)."""
+        return torch.zeros(self.num_layers, 2, self.kv_heads, capacity, self.head_dim, dtype=torch.float32)
+
+
+class LeanSession(Session):
+    """A :class:`LeanLlama` plus the KV cache of the tokens it has seen (CachedLM's interface).
+
+    The cache starts at 256 positions and doubles when full, up to the model's
+    ``max_position_embeddings``; feeding past that limit raises ValueError.
+    """
+
+    def __init__(self, model: LeanLlama) -> None:
+        self.model = model
+        self.device, self.dtype = model.device, model.dtype
+        self.vocab_size = model.vocab_size
+        self.calls = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.ids: list[int] = []
+        self.cache = self.model.new_cache(min(256, self.model.max_positions))
+
+    def _reserve(self, end: int) -> None:
+        if end > self.model.max_positions:
+            raise ValueError(
+                f"the sequence would reach {end} tokens; the model's max_position_embeddings is "
+                f"{self.model.max_positions}"
+            )
+        capacity = self.cache.shape[3]
+        if end > capacity:
+            new = self.model.new_cache(min(self.model.max_positions, max(end, 2 * capacity)))
+            new[:, :, :, : len(self.ids)] = self.cache[:, :, :, : len(self.ids)]
+            self.cache = new
+
+    def forward(self, new_ids: Sequence[int], keep: int | None = None) -> torch.Tensor:
+        """Feed ``new_ids`` after the cached tokens in one call; float32 logits (n, V), or the last ``keep``
+        rows."""
+        n = self._check_forward(new_ids, keep)
+        start = len(self.ids)
+        self._reserve(start + n)
+        ids = torch.tensor([int(t) for t in new_ids], dtype=torch.long)
+        logits = self.model.forward(ids, start, self.cache, keep)
+        self.calls += 1
+        self.ids.extend(int(t) for t in new_ids)
+        return logits
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` cached tokens (later slots are simply overwritten)."""
+        self._check_crop(n)
+        del self.ids[n:]

@@ -1,0 +1,196 @@
+"""A causal language model with a KV cache that can be cropped: the state both decoding loops share.
+
+:class:`CachedLM` wraps a Hugging Face causal LM (e.g. ``LlamaForCausalLM``) together with a
+``transformers.DynamicCache`` and the list of token ids whose keys and values the cache holds.
+The cache is *position-indexed*, as in gpt-fast: cache slot ``i`` holds token ``ids[i]``, and a
+token fed next gets position id ``len(ids)`` (gpt-fast's ``input_pos``). Rolling back after a
+rejection is therefore a crop of every layer to a length, never a reset.
+
+Everything runs under ``torch.inference_mode()``; device and dtype are the model's, and the
+logits come back as float32 rows whatever the model's dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from specdec.theory.tokens import common_prefix_len
+
+__all__ = [
+    "CachedLM",
+    "Session",
+    "cache_argument",
+    "common_prefix_len",
+    "forward_kwargs",
+    "new_cache",
+    "open_lm",
+    "vocab_size",
+]
+
+
+def vocab_size(model: torch.nn.Module) -> int:
+    """V: the width of the model's logits rows (rows of its output embedding)."""
+    if not hasattr(model, "get_output_embeddings"):  # a specdec.engine.lean.LeanLlama
+        return int(model.vocab_size)
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.vocab_size)
+
+
+def open_lm(model: object) -> Session:
+    """A fresh decoding state over ``model``: a :class:`CachedLM` for a Hugging Face model, a
+    :class:`specdec.engine.lean.LeanSession` (same interface) for a :class:`specdec.engine.lean.LeanLlama`."""
+    session = getattr(model, "session", None)
+    if callable(session):
+        return session()
+    return CachedLM(model)
+
+
+@functools.cache
+def _forward_params(model_class: type) -> tuple[str, str | None]:
+    params = inspect.signature(model_class.forward).parameters
+    cache_arg = "cache" if "cache" in params else "past_key_values"
+    keep_arg = next((a for a in ("logits_to_keep", "num_logits_to_keep") if a in params), None)
+    return cache_arg, keep_arg
+
+
+def forward_kwargs(model: object) -> tuple[str, str | None]:
+    """The names of a transformers model's forward arguments that moved between versions:
+    ``(cache argument, keep-last-logits argument or None)``. transformers 5.x names the cache
+    argument ``cache``, 4.x ``past_key_values``; the logits argument is ``logits_to_keep``
+    (``num_logits_to_keep`` before 4.50). The one place that asks."""
+    return _forward_params(model if isinstance(model, type) else type(model))
+
+
+def cache_argument(model: object) -> str:
+    """The name of the forward's cache argument (:func:`forward_kwargs`)."""
+    return forward_kwargs(model)[0]
+
+
+def new_cache(config: object) -> Any:
+    """An empty DynamicCache (transformers >= 4.56 takes the config; older versions do not).
+    transformers is imported here, not at import: sessions without transformers (the GPU run)."""
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=config)
+    except TypeError:
+        return DynamicCache()
+
+
+class Session:
+    """What every decoding state shares: the cached ids, argument checks, and :meth:`sync`.
+
+    Subclasses (:class:`CachedLM`, :class:`specdec.engine.lean.LeanSession`,
+    :class:`specdec.engine.llamacpp.LlamaCppSession`) implement ``forward`` and ``crop``.
+    """
+
+    ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def forward(self, new_ids: Sequence[int], keep: int | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def crop(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _check_forward(self, new_ids: Sequence[int], keep: int | None) -> int:
+        """Refuse an empty feed or a ``keep`` outside [1, n]; return n."""
+        n = len(new_ids)
+        if n == 0:
+            raise ValueError("new_ids must hold at least one token id")
+        if keep is not None and not 1 <= keep <= n:
+            raise ValueError(f"keep must lie in [1, {n}] or be None; got {keep!r}")
+        return n
+
+    def _check_crop(self, n: int) -> None:
+        if not 0 <= n <= len(self.ids):
+            raise ValueError(f"n must lie in [0, {len(self.ids)}] (the cached length); got {n!r}")
+
+    def sync(self, prefix: Sequence[int]) -> torch.Tensor:
+        """Make the cache hold exactly ``prefix``; return the logits after its last token, (1, V).
+
+        Cached keys and values depend only on the tokens up to their position, so the
+        longest common prefix of ``ids`` and ``prefix`` stays; the rest is cropped and the
+        missing tokens are fed in one call (at least the last token, whose logits are
+        returned). This is how a draft model catches up after a round: one token after a
+        rejection, two after a full accept (the last draft, which the draft never fed, and
+        the bonus token: the "draft-cache gap" that gpt-fast closes with an extra forward).
+        """
+        if len(prefix) == 0:
+            raise ValueError("prefix must hold at least one token id")
+        keep = min(common_prefix_len(self.ids, prefix), len(prefix) - 1)
+        self.crop(keep)
+        return self.forward(prefix[keep:], keep=1)
+
+
+class CachedLM(Session):
+    """A Hugging Face causal LM plus the KV cache of the tokens it has already seen.
+
+    ``ids`` lists the cached tokens in order. :meth:`forward` feeds new tokens after them
+    and returns their logits; :meth:`crop` forgets a suffix (every layer alike);
+    :meth:`sync` makes the cache hold a given prefix by keeping the longest common prefix
+    and feeding only what is missing. ``calls`` counts model forward calls.
+
+    The model is put in eval mode (dropout off). Batch size is 1.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model.eval() if model.training else model
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.vocab_size = vocab_size(model)
+        self._cache_arg = cache_argument(model)
+        self.calls = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every cached token."""
+        self.cache = new_cache(self.model.config)
+        self.ids: list[int] = []
+
+    @torch.inference_mode()
+    def forward(self, new_ids: Sequence[int], keep: int | None = None) -> torch.Tensor:
+        """Feed ``new_ids`` after the cached tokens in one model call; return their logits.
+
+        Returns a float32 tensor of shape (n, V) on the model's device, row j being the
+        logits of the token that follows ``new_ids[j]`` (only the last ``keep`` rows when
+        ``keep`` is given: transformers' ``logits_to_keep``, which skips the LM head elsewhere).
+        """
+        n = self._check_forward(new_ids, keep)
+        start = len(self.ids)
+        input_ids = torch.tensor([[int(t) for t in new_ids]], dtype=torch.long, device=self.device)
+        position_ids = torch.arange(start, start + n, device=self.device).unsqueeze(0)
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=keep or 0,
+            **{self._cache_arg: self.cache},
+        )
+        self.calls += 1
+        self.ids.extend(int(t) for t in new_ids)
+        return out.logits[0].float()
+
+    @torch.inference_mode()
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` cached tokens and drop the rest from every layer."""
+        self._check_crop(n)
+        drop = len(self.ids) - n
+        if drop == 0:
+            return
+        if n == 0:
+            self.reset()
+            return
+        # A negative argument removes that many tokens, in transformers 4.x and 5.x alike
+        # (5.x refuses positive "keep this many" arguments).
+        self.cache.crop(-drop)
+        del self.ids[n:]

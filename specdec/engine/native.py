@@ -1,0 +1,519 @@
+"""specdec's own C forward for the ``"q4_1"`` lean mode: built on the running machine, loaded by ctypes.
+
+torch's CPU int4 kernel runs a 4-bit weight with bfloat16 activations and decodes the weights
+again for every row of a call, and a decode step in eager torch pays a few microseconds of
+dispatch for each of its ~750 small operations. ``csrc/leanq4.c`` is the whole forward of a
+Llama decoder in one call: the GGUF's Q4_1 code for every decoder linear layer, the Q8_0 code
+for the LM head, float32 activations and sums, a float32 KV cache laid out as
+:class:`specdec.engine.lean.LeanLlama`'s. Each row of a call runs the same instructions in the same
+order whatever the number of rows, so a verify call's rows equal single steps bit for bit by
+construction (the tests check it).
+
+The C source is compiled here, on first use, with the system's C compiler (``$CC``, which may
+name a launcher such as ``ccache gcc``, else ``cc``) at ``-O3 -march=native`` (the machine's
+own vector unit: AVX-512, AVX2 or SSE), and the library is cached under the package cache keyed
+by the source, the flags, the compiler and the CPU's flags, so another machine builds its own.
+Under the Makefile's emulated CPUs (``SPECDEC_EMULATED_CPU`` = ``avx2`` or ``baseline``) it is
+built for that CPU level instead (``-march=x86-64-v3`` or ``-march=x86-64``). Where no compiler
+works, :func:`available` says why and the mode is simply not offered
+(:func:`specdec.measure.modes.available_modes`).
+
+The ``"q4q8"`` mode's forward (``csrc/leanq8.c``, :class:`Q8Forward`) is built the same way, with
+``-ffp-contract=off`` (no fused multiply-adds: its float arithmetic is the same whatever the
+instruction set) and ``-pthread`` (a small thread pool per model, whose waiters yield the CPU
+rather than spin on a machine shared with other processes). It
+repacks the GGUF's 4-bit weights at load and computes integer dot products by the best
+instruction set the build targets (AVX512-VNNI, AVX-VNNI, AVX2, else portable C: :func:`isa`).
+
+A cached library is checked before it is loaded (its size and SHA-256 against a sidecar written
+when it was built): a damaged one (truncated, emptied, replaced) is rebuilt, and a line says
+so, instead of crashing the process that maps it."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "KINDS",
+    "PHASES",
+    "SOURCE",
+    "SOURCE_Q8",
+    "Q8Forward",
+    "available",
+    "build_flags",
+    "build_info",
+    "check_threads",
+    "default_threads",
+    "isa",
+    "library",
+    "profile_step",
+    "unavailable_reason",
+]
+
+#: The C source of the ``"q4_1"`` forward.
+SOURCE = Path(__file__).with_name("csrc") / "leanq4.c"
+#: The C source of the ``"q4q8"`` forward (integer dot products).
+SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
+#: The C forwards, by the lean mode that runs them.
+KINDS = ("q4_1", "q4q8")
+#: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
+Q8_ABI = 2
+
+
+def _source(kind: str) -> Path:
+    return SOURCE if kind == "q4_1" else SOURCE_Q8
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
+
+
+def default_threads() -> int:
+    """The cores this process may use (its CPU affinity), the C forward's default thread count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def check_threads(threads: Any, name: str = "threads") -> int:
+    """``threads`` as an int >= 1 (None: :func:`default_threads`); ValueError naming ``name`` otherwise."""
+    if threads is None:
+        return default_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024:
+        raise ValueError(
+            f"{name} must be an integer in [1, 1024] (or None: all usable cores); got {threads!r}"
+        )
+    return threads
+
+
+_MARCH = {"native": "-march=native", "avx2": "-march=x86-64-v3", "baseline": "-march=x86-64"}
+
+
+def build_flags(kind: str = "q4_1") -> list[str]:
+    """The compiler flags of a forward (``kind``: ``"q4_1"`` or ``"q4q8"``), for this CPU or for the
+    CPU the test suite emulates."""
+    _check_kind(kind)
+    target = os.environ.get("SPECDEC_EMULATED_CPU", "native")
+    if target not in _MARCH:
+        raise ValueError(f"SPECDEC_EMULATED_CPU must be one of {sorted(_MARCH)}; got {target!r}")
+    flags = ["-O3", _MARCH[target], "-std=gnu11", "-shared", "-fPIC"]
+    if kind == "q4q8":  # no contraction into FMAs: the float epilogue is the same on every ISA
+        flags += ["-ffp-contract=off", "-pthread"]
+    return flags
+
+
+def _compiler() -> tuple[str, ...] | None:
+    """The compiler command: ``$CC`` (default ``cc``) split into words, the first resolved on PATH
+    (so ``CC="ccache gcc"`` works); None if there is no such program."""
+    words = shlex.split(os.environ.get("CC", "cc"))
+    found = shutil.which(words[0]) if words else None
+    return (found, *words[1:]) if found else None
+
+
+def _compiler_version(cc: tuple[str, ...]) -> str:
+    try:
+        return subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _library_path(cc: tuple[str, ...], flags: list[str], kind: str = "q4_1") -> Path:
+    from specdec.engine.models import cache_root
+    from specdec.measure.roofline import cpu_flags
+
+    source = _source(kind)
+    key = hashlib.sha256()
+    for part in (source.read_bytes(), " ".join(flags).encode(), _compiler_version(cc).encode()):
+        key.update(part + b"\0")
+    key.update(" ".join(sorted(cpu_flags())).encode() + platform.machine().encode())
+    return cache_root() / "native" / f"{source.stem}-{key.hexdigest()[:20]}.so"
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".check.json")
+
+
+def _digest(path: Path) -> tuple[int, str]:
+    data = path.read_bytes()
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+def _damage(path: Path) -> str | None:
+    """Why the cached library at ``path`` must not be loaded (None: it is as built)."""
+    try:
+        size, sha = _digest(path)
+    except OSError as err:
+        return f"unreadable: {err}"
+    if size == 0:
+        return "empty file"
+    try:
+        check = json.loads(_sidecar(path).read_text(encoding="utf-8"))
+        want_size, want_sha = int(check["size"]), str(check["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "no valid size and checksum record beside it"
+    if size != want_size:
+        return f"{size} bytes, built as {want_size}"
+    if sha != want_sha:
+        return "checksum differs from the build's"
+    return None
+
+
+def _run_compiler(cc: tuple[str, ...], flags: list[str], out: Path, source: Path) -> str | None:
+    """Compile; None on success, else why (never empty: stderr, else stdout, else the exit status)."""
+    done = subprocess.run(
+        [*cc, *flags, "-o", str(out), str(source), "-lm"], capture_output=True, text=True, timeout=300
+    )
+    if done.returncode == 0 and out.exists():
+        return None
+    said = done.stderr.strip() or done.stdout.strip()
+    why = f"exit status {done.returncode}" + (f": {said[-2000:]}" if said else " and no output")
+    if done.returncode == 0:
+        why = "the compiler wrote no library"
+    return f"{' '.join(cc)} failed to build {source.name}: {why}"
+
+
+def _build(cc: tuple[str, ...], flags: list[str], target: Path, kind: str = "q4_1") -> None:
+    source = _source(kind)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / target.name
+        error = _run_compiler(cc, flags, out, source)
+        if error is not None:
+            raise OSError(error)
+        size, sha = _digest(out)
+        side = Path(tmp) / "check.json"
+        side.write_text(json.dumps({"size": size, "sha256": sha}), encoding="utf-8")
+        # the record first, then the library, each by an atomic rename: a reader that sees the
+        # new library sees its record; one that sees a new record beside an old library rebuilds
+        os.replace(side, _sidecar(target))
+        os.replace(out, target)
+
+
+class Q41(ctypes.Structure):
+    """A Q4_1 weight: nibbles (n, k/2) uint8, scales d and minimums m (n, k/32) float32."""
+
+    _fields_ = [
+        ("qs", ctypes.c_void_p),
+        ("d", ctypes.c_void_p),
+        ("m", ctypes.c_void_p),
+        ("n", ctypes.c_int32),
+        ("k", ctypes.c_int32),
+    ]
+
+
+class Q80(ctypes.Structure):
+    """A Q8_0 weight: int8 codes (n, k) and scales d (n, k/32) float32."""
+
+    _fields_ = [("qs", ctypes.c_void_p), ("d", ctypes.c_void_p), ("n", ctypes.c_int32), ("k", ctypes.c_int32)]
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [
+        ("norm_attn", ctypes.c_void_p),
+        ("norm_mlp", ctypes.c_void_p),
+        ("qkv", Q41),
+        ("o", Q41),
+        ("gate_up", Q41),
+        ("down", Q41),
+    ]
+
+
+class Model(ctypes.Structure):
+    _fields_ = [
+        ("n_layers", ctypes.c_int32),
+        ("hidden", ctypes.c_int32),
+        ("heads", ctypes.c_int32),
+        ("kv_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("inter", ctypes.c_int32),
+        ("positions", ctypes.c_int32),
+        ("eps", ctypes.c_float),
+        ("embed", ctypes.c_void_p),
+        ("layers", ctypes.POINTER(Layer)),
+        ("norm", ctypes.c_void_p),
+        ("head", Q80),
+        ("cos", ctypes.c_void_p),
+        ("sin", ctypes.c_void_p),
+    ]
+
+
+class ModelQ8(Model):
+    """leanq8.c's model description: :class:`Model` plus the embedding's rows (ids are checked in C)."""
+
+    _fields_ = [("vocab", ctypes.c_int32)]
+
+
+#: Return codes of leanq8.c's exported functions.
+_ERR_MEMORY, _ERR_ARGUMENT = -1, -2
+
+
+def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
+    p, i32 = ctypes.c_void_p, ctypes.c_int32
+    lib.specdec_q8_abi.argtypes = [ctypes.POINTER(ctypes.c_int64), i32]
+    lib.specdec_q8_abi.restype = i32
+    lib.specdec_q8_isa.argtypes = []
+    lib.specdec_q8_isa.restype = ctypes.c_char_p
+    lib.specdec_q8_new.argtypes = [ctypes.POINTER(ModelQ8), ctypes.POINTER(i32)]
+    lib.specdec_q8_new.restype = p
+    lib.specdec_q8_free.argtypes = [p]
+    lib.specdec_q8_free.restype = None
+    lib.specdec_q8_forward.argtypes = [p, p, i32, i32, p, i32, p, i32, i32, i32]
+    lib.specdec_q8_forward.restype = i32
+    lib.specdec_q8_set_profiling.argtypes = [p, i32]
+    lib.specdec_q8_set_profiling.restype = i32
+    lib.specdec_q8_profile.argtypes = [p, ctypes.POINTER(ctypes.c_double), i32]
+    lib.specdec_q8_profile.restype = i32
+    return lib
+
+
+class Q8Forward:
+    """A model repacked for leanq8.c (the ``"q4q8"`` mode): owns the C handle, frees it when dropped.
+
+    ``description`` is a :class:`ModelQ8` over tensors the caller keeps alive (the embedding,
+    norms and rotary tables are read in place; the linear layers and head are copied into the
+    repacked layout). Each instance has its own phase clocks.
+    """
+
+    def __init__(self, description: ModelQ8) -> None:
+        self.lib = library("q4q8")
+        status = ctypes.c_int32(0)
+        handle = self.lib.specdec_q8_new(ctypes.byref(description), ctypes.byref(status))
+        if not handle:
+            if status.value == _ERR_MEMORY:
+                raise MemoryError("the C forward could not allocate the repacked weights")
+            raise ValueError(f"the C forward refused the model description (code {status.value})")
+        self.handle = handle
+        self.layers = int(description.n_layers)
+        self._free = weakref.finalize(self, self.lib.specdec_q8_free, handle)
+
+    def forward(
+        self,
+        ids: Any,
+        k: int,
+        start: int,
+        cache: Any,
+        capacity: int,
+        logits: Any,
+        keep: int,
+        layers: int,
+        threads: int,
+    ) -> None:
+        """Run leanq8.c's forward on raw pointers (``ids``, ``cache``, ``logits``: addresses)."""
+        status = self.lib.specdec_q8_forward(
+            self.handle, ids, k, start, cache, capacity, logits, keep, layers, threads
+        )
+        if status == _ERR_MEMORY:
+            raise MemoryError("the C forward could not allocate its work buffers")
+        if status != 0:
+            raise ValueError(
+                f"the C forward refused its arguments (code {status}): k={k}, start={start}, "
+                f"capacity={capacity}, keep={keep}, layers={layers} (of {self.layers}), threads={threads}, "
+                "or a token id outside the vocabulary"
+            )
+
+    def set_profiling(self, on: bool) -> None:
+        self.lib.specdec_q8_set_profiling(self.handle, int(on))
+
+    def read_clocks(self) -> list[float]:
+        """The phase clocks (seconds, in :data:`PHASES` order) since the last read, which resets them."""
+        out = (ctypes.c_double * len(PHASES))()
+        if self.lib.specdec_q8_profile(self.handle, out, len(PHASES)) != 0:
+            raise ValueError("specdec_q8_profile refused its arguments")
+        return list(out)
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    p = ctypes.c_void_p
+    lib.specdec_q4_forward.argtypes = [
+        ctypes.POINTER(Model),
+        p,
+        ctypes.c_int32,
+        ctypes.c_int32,
+        p,
+        ctypes.c_int32,
+        p,
+        ctypes.c_int32,
+    ]
+    lib.specdec_q4_forward.restype = ctypes.c_int
+    lib.specdec_q41_mm.argtypes = [ctypes.POINTER(Q41), p, ctypes.c_int32, p]
+    lib.specdec_q41_mm.restype = None
+    lib.specdec_q80_mm.argtypes = [ctypes.POINTER(Q80), p, ctypes.c_int32, p]
+    lib.specdec_q80_mm.restype = None
+    lib.specdec_q4_set_profiling.argtypes = [ctypes.c_int]
+    lib.specdec_q4_set_profiling.restype = None
+    lib.specdec_q4_profile.argtypes = [ctypes.POINTER(ctypes.c_double)]
+    lib.specdec_q4_profile.restype = None
+    return lib
+
+
+def _check_abi(lib: ctypes.CDLL) -> None:
+    """The C structures must match the ctypes ones (a stale or foreign library must not be used)."""
+    sizes = (ctypes.c_int64 * 4)()
+    version = lib.specdec_q8_abi(sizes, 4)
+    want = [ctypes.sizeof(t) for t in (Q41, Q80, Layer, ModelQ8)]
+    if version != Q8_ABI or list(sizes) != want:
+        raise OSError(
+            f"leanq8 ABI mismatch: the library has version {version} and structure sizes {list(sizes)}, "
+            f"Python expects version {Q8_ABI} and {want}"
+        )
+
+
+@functools.cache
+def _load(flags: tuple[str, ...], kind: str = "q4_1") -> ctypes.CDLL | str:
+    cc = _compiler()
+    if cc is None:
+        return f"no C compiler found (looked for {os.environ.get('CC', 'cc')!r}; set $CC)"
+    path = _library_path(cc, list(flags), kind)
+    try:
+        if path.exists():
+            why = _damage(path)
+            if why is not None:
+                print(f"specdec: rebuilding damaged library {path} ({why})", file=sys.stderr)
+                path.unlink(missing_ok=True)
+        if not path.exists():
+            _build(cc, list(flags), path, kind)
+        lib = ctypes.CDLL(str(path))
+        if kind == "q4q8":
+            _declare_q8(lib)
+            _check_abi(lib)
+            return lib
+        return _declare(lib)
+    except (OSError, subprocess.SubprocessError) as err:
+        return str(err) or type(err).__name__
+
+
+def library(kind: str = "q4_1") -> ctypes.CDLL:
+    """The compiled forward of ``kind`` for this machine (built and cached on first use); OSError if
+    it cannot be."""
+    _check_kind(kind)
+    lib = _load(tuple(build_flags(kind)), kind)
+    if isinstance(lib, str):
+        raise OSError(f"specdec's C forward is unavailable ({kind}): {lib}")
+    return lib
+
+
+def unavailable_reason(kind: str = "q4_1") -> str | None:
+    """None when the C forward of ``kind`` builds and loads here, else why not."""
+    _check_kind(kind)
+    lib = _load(tuple(build_flags(kind)), kind)
+    return lib if isinstance(lib, str) else None
+
+
+def available(kind: str = "q4_1") -> bool:
+    """True when the C forward of ``kind`` builds and loads on this machine."""
+    return unavailable_reason(kind) is None
+
+
+def isa(kind: str = "q4q8") -> str | None:
+    """The integer instruction set the ``"q4q8"`` library was compiled for (``"avx512vnni"``,
+    ``"avxvnni"``, ``"avx2"`` or ``"portable"``), or None where it is unavailable."""
+    if not available(kind):
+        return None
+    return library(kind).specdec_q8_isa().decode()
+
+
+def build_info(kind: str = "q4_1") -> dict[str, Any] | None:
+    """What a record names about the C forward it ran: the compiler, its version line, the flags
+    and the cached library's file name (and, for ``"q4q8"``, the integer path); None where the
+    forward is unavailable."""
+    cc = _compiler()
+    if cc is None or not available(kind):
+        return None
+    flags = build_flags(kind)
+    version = _compiler_version(cc).splitlines()
+    info = {
+        "compiler": " ".join(cc),
+        "compiler_version": version[0] if version else "",
+        "flags": flags,
+        "emulated_cpu": os.environ.get("SPECDEC_EMULATED_CPU", "native"),
+        "library": _library_path(cc, flags, kind).name,
+    }
+    if kind == "q4q8":
+        lib = library(kind)
+        info |= {"isa": lib.specdec_q8_isa().decode()}
+    return info
+
+
+#: The phases the C forward clocks, in the order of its ``phase_s`` array (the names of
+#: :func:`specdec.measure.roofline.profile_step`'s buckets where they mean the same).
+PHASES = ("linear", "lm_head", "attention", "other ops")
+
+
+def profile_step(
+    forward_fn: Callable[[int], object],
+    k: int = 1,
+    repeats: int = 5,
+    *,
+    warmup: int = 1,
+    reset: Callable[[], object] | None = None,
+    clocks: Q8Forward | None = None,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Where one C forward's time goes, from its own phase clocks (the torch profiler sees one call).
+
+    The C counterpart of :func:`specdec.measure.roofline.profile_step`, with the same arguments and
+    result keys: ``buckets_ms`` per call holds ``linear`` (the decoder's Q4_1 layers),
+    ``lm_head`` (the Q8_0 head), ``attention`` (rotary, cache writes, attention), ``other ops``
+    (embedding, norms, SiLU) and ``framework overhead`` (the call's wall time minus the phases:
+    Python, ctypes, the session's bookkeeping); ``wall_ms_unprofiled`` is the median of as many
+    calls with the clocks off. ``clocks``: a ``"q4q8"`` model's :class:`Q8Forward`, whose own
+    clocks are read (default: the ``"q4_1"`` library's); ``threads``: what the record names.
+    """
+    for name, value, low in (("k", k, 1), ("repeats", repeats, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    from specdec.measure.roofline import timed_call
+
+    call = timed_call(forward_fn, k, reset)
+    for _ in range(warmup):
+        call()
+    unprofiled = [call() for _ in range(repeats)]
+    if clocks is not None:
+        clocks.read_clocks()  # clears them
+        clocks.set_profiling(True)
+        try:
+            walls = [call() for _ in range(repeats)]
+            out = clocks.read_clocks()
+        finally:
+            clocks.set_profiling(False)
+    else:
+        lib = library()
+        out = (ctypes.c_double * len(PHASES))()
+        lib.specdec_q4_profile(out)  # clears the clocks
+        lib.specdec_q4_set_profiling(1)
+        try:
+            walls = [call() for _ in range(repeats)]
+            lib.specdec_q4_profile(out)
+        finally:
+            lib.specdec_q4_set_profiling(0)
+    phases = {name: 1e3 * out[i] / repeats for i, name in enumerate(PHASES)}
+    wall_ms = 1e3 * float(np.mean(walls))
+    buckets = phases | {"framework overhead": max(0.0, wall_ms - sum(phases.values()))}
+    return {
+        "k": k,
+        "repeats": repeats,
+        "threads": threads,
+        "wall_ms": wall_ms,
+        "wall_ms_unprofiled": 1e3 * float(np.median(unprofiled)),
+        "bucketing": "C phase clocks",
+        "buckets_ms": buckets,
+        "top_ops": [],
+    }

@@ -1,0 +1,436 @@
+"""The engine's mode chosen by measuring the running machine, never by a constant.
+
+Which weight format decodes fastest depends on the CPU: bfloat16 matmuls are fast only with
+AVX512-BF16 or AMX, the int4 kernel's speed depends on the vector units, and memory
+bandwidth sets the floor. :func:`probe_modes` times, on this machine and thread count, one
+decode step T(1) and one verify call T(k) of every lean mode (:mod:`specdec.engine.lean`) on the
+given model, interleaved and repeated; :func:`choose_mode` picks the mode with the lowest
+median T(1) (the baseline every speedup divides by) and caches the probe, keyed by the
+machine's identity (CPU name, torch's and numpy's SIMD dispatch, versions, threads) and the
+model's shape, so later calls on the same machine reuse it and a different machine measures
+anew. :func:`lean_model` builds the model in the chosen mode, and :func:`draft_length` picks
+the draft length gamma from the probe's verify curve and the drafter's alpha and c.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from specdec.engine.lean import MODES, LeanLlama, int4_supported
+from specdec.measure.core import cpu_name, time_forwards, write_record
+from specdec.theory.checks import check_float, check_int
+
+__all__ = [
+    "DRAFT_MODES",
+    "available_modes",
+    "choose_mode",
+    "draft_length",
+    "lean_draft",
+    "lean_model",
+    "machine_identity",
+    "probe_modes",
+    "probe_summary",
+]
+
+#: Bump when the probe's method changes: older cached probes are then ignored.
+PROBE_VERSION = 5
+
+
+def available_modes() -> tuple[str, ...]:
+    """The lean modes this machine can run (int4 needs torch's CPU int4 kernels, q4_1 and q4q8 a C
+    compiler)."""
+    from specdec.engine import native
+
+    runs = {"int4": int4_supported(), "q4_1": native.available("q4_1"), "q4q8": native.available("q4q8")}
+    return tuple(m for m in MODES if runs.get(m, True))
+
+
+def left_out_modes() -> dict[str, str]:
+    """The lean modes of :data:`specdec.engine.lean.MODES` this machine cannot run, each with why (empty if
+    none)."""
+    from specdec.engine import native
+
+    runs = available_modes()
+    missing = [m for m in MODES if m not in runs]
+    if not missing:
+        return {}
+    why = native.unavailable_reason() or "no reason given"
+    own = {"int4": "torch has no CPU int4 kernels here (torch.ops.aten._weight_int4pack_mm_for_cpu)"}
+    return {m: own.get(m, f"the C forward cannot be built or loaded: {why}") for m in missing}
+
+
+def _say(line: str) -> None:
+    """One line for the user (a UserWarning; the ``specdec`` command prints it as one line)."""
+    warnings.warn(line, UserWarning, stacklevel=3)
+
+
+def machine_identity() -> dict[str, Any]:
+    """What makes timings comparable: CPU name and flags digest, SIMD dispatch, torch version, threads."""
+    from specdec.measure.roofline import cpu_flags, numpy_simd
+
+    flags = " ".join(sorted(cpu_flags()))
+    return {
+        "cpu": cpu_name(),
+        "cpu_flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16],
+        "torch_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "numpy_simd": numpy_simd()["dispatch"],
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _model_key(model: Any) -> dict[str, Any]:
+    c = model.config
+    return {
+        name: getattr(c, name, None)
+        for name in (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "vocab_size",
+        )
+    }
+
+
+#: The call sizes a probe times: the step (1) and verify calls for gamma = 1..15.
+PROBE_KS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+
+
+def probe_modes(
+    model: Any,
+    modes: Sequence[str] | None = None,
+    *,
+    ks: Sequence[int] = PROBE_KS,
+    k: int = 4,
+    context: int = 128,
+    repeats: int = 5,
+    warmup: int = 1,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """Time the calls T(k) of each mode on this machine, for every k in ``ks``.
+
+    ``model`` is a Hugging Face Llama (the weights are converted per mode). After a prefill
+    of ``context`` tokens, each pass times one call of every size in ``ks`` for every mode,
+    modes in a fresh order per pass (interleaved, so drift affects all modes alike), cropping
+    back each time; ``warmup`` passes are discarded. Returns per mode the medians ``step_s``
+    (k = 1) and ``verify_s`` (k = ``k``), ``verify_cost`` = their ratio, the whole curve
+    ``curve`` ({k: median T(k) / median T(1)}), ``exact`` (whether a verify call's rows equal
+    single steps bit for bit on this machine, :meth:`LeanLlama.verify_matches_steps`) and the
+    samples, plus the machine's identity. ``threads``: the C forward's threads in ``"q4q8"``
+    (default: the cores this process may use; torch's modes run on torch's threads).
+    """
+    from specdec.engine import native
+
+    threads = native.check_threads(threads)
+    modes = tuple(modes) if modes is not None else available_modes()
+    unknown = [m for m in modes if m not in MODES]
+    if not modes or unknown:
+        raise ValueError(f"modes must be a non-empty subset of {MODES}; got {modes!r}")
+    for name, value, low in (
+        ("k", k, 2),
+        ("context", context, 1),
+        ("repeats", repeats, 1),
+        ("warmup", warmup, 0),
+    ):
+        check_int(name, value, low=low)
+    sizes = sorted({1, k, *(int(n) for n in ks)})
+    if sizes[0] < 1:
+        raise ValueError(f"ks must hold integers >= 1; got {list(ks)!r}")
+    gen = np.random.default_rng(0)
+    vocab = int(model.config.vocab_size)
+    ids = gen.integers(0, vocab, context + sizes[-1]).tolist()
+    sessions = {}
+    exact = {}
+    bar = _progress_bar(len(modes) + warmup + repeats, f"timing the lean modes ({', '.join(modes)})")
+    for mode in modes:
+        bar.set_postfix_str(f"preparing {mode}", refresh=True)
+        lean = LeanLlama(model, mode, threads=threads)
+        exact[mode] = lean.verify_matches_steps(k=max(sizes))  # the longest verify call probed
+        s = lean.session()
+        s.forward(ids[:context], keep=1)
+        sessions[mode] = s
+        bar.update()
+    bar.set_postfix_str("timing", refresh=True)
+    counters, start = _cpu_counters(), time.perf_counter()
+    times = time_forwards(
+        sessions,
+        dict.fromkeys(modes, ids[context:]),
+        sizes,
+        repeats=repeats,
+        warmup=warmup,
+        order="names",
+        rng=gen,
+    )
+    load = _load_during(
+        counters,
+        _cpu_counters(),
+        time.perf_counter() - start,
+        max(torch.get_num_threads(), threads if "q4q8" in modes else 1),  # the C pool only in q4q8
+    )
+    bar.update(warmup + repeats)
+    bar.close()
+    result = {}
+    for mode in modes:
+        med = {n: float(np.median(times[mode][n])) for n in sizes}
+        result[mode] = {
+            "step_s": med[1],
+            "verify_s": med[k],
+            "verify_cost": med[k] / med[1],
+            "curve": {str(n): med[n] / med[1] for n in sizes},
+            "exact": exact[mode],
+            "samples_s": {str(n): times[mode][n] for n in sizes},
+        }
+    return {
+        "probe_version": PROBE_VERSION,
+        "k": k,
+        "ks": sizes,
+        "context": context,
+        "repeats": repeats,
+        "native_threads": threads,
+        "machine": machine_identity(),
+        "model": _model_key(model),
+        "modes": result,
+        "load": load,
+    }
+
+
+def _progress_bar(total: int, desc: str) -> Any:
+    """A tqdm bar on stderr (off when stderr is not a terminal, as the command line's bars)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, disable=None)
+
+
+def _cpu_counters() -> dict[str, float]:
+    """CPU seconds so far: this process's (``own_s``, all its threads) and, where /proc/stat
+    exists, the busy time of every CPU of the machine (``busy_s``, steal included) and ``cpus``."""
+    out = {"own_s": time.process_time()}
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            lines = handle.read().splitlines()
+        ticks = [int(x) for x in lines[0].split()[1:9]]  # user nice system idle iowait irq softirq steal
+        out["busy_s"] = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+        out["cpus"] = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+#: A probe is *loaded* (not cached) when other processes left fewer free CPUs than its threads
+#: need, less this margin: its timings then measure the contention, not the modes.
+LOAD_MARGIN = 0.25
+
+
+def _load_during(before: dict[str, float], after: dict[str, float], wall_s: float, threads: int) -> dict:
+    """How busy the machine was while the probe timed: this process's CPU time, its share of its
+    threads' worth (``cpu_share``), and from /proc/stat the CPUs kept busy by other processes
+    (``others_busy_cpus``, steal included); ``loaded`` when the free CPUs fell below ``threads``
+    (less :data:`LOAD_MARGIN`). Without /proc/stat, the 1-minute load average against the CPUs."""
+    own = after["own_s"] - before["own_s"]
+    wall_s = max(wall_s, 1e-9)
+    load: dict[str, Any] = {
+        "wall_s": wall_s,
+        "cpu_s": own,
+        "threads": threads,
+        "cpu_share": own / wall_s / threads,
+    }
+    if "busy_s" in before and "busy_s" in after:
+        others = max(0.0, after["busy_s"] - before["busy_s"] - own) / wall_s
+        load |= {"cpus": int(after["cpus"]), "others_busy_cpus": others}
+        load["loaded"] = after["cpus"] - others < threads - LOAD_MARGIN
+    else:
+        average = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        load |= {"cpus": os.cpu_count() or 1, "load_average_1min": average}
+        load["loaded"] = average > load["cpus"] + LOAD_MARGIN
+    return load
+
+
+def draft_length(
+    probe: dict[str, Any], alpha: float, c: float = 0.0, mode: str | None = None
+) -> dict[str, Any]:
+    """The draft length gamma that maximises Theorem 3.8 with this machine's verify curve.
+
+    ``probe`` is :func:`choose_mode`'s (or :func:`probe_modes`') result; ``mode`` defaults to
+    the chosen one. ``alpha`` is the drafter's acceptance rate on your workload (measure it:
+    prompt lookup's ranged from about 0.2 to 0.6 over Part IV's tasks) and ``c`` its cost per
+    drafted token in target steps (about 0 for prompt lookup). Returns ``gamma``, the
+    predicted ``speedup`` and the ``mode``. It replaces a fixed default measured elsewhere.
+    """
+    from specdec.theory.speedup import best_gamma_on_curve
+
+    mode = mode or probe.get("mode")
+    if mode not in probe.get("modes", {}):
+        raise ValueError(
+            f"mode must be one of the probed modes {sorted(probe.get('modes', {}))}; got {mode!r}"
+        )
+    if not 0.0 <= alpha < 1.0:
+        raise ValueError(f"alpha must lie in [0, 1); got {alpha!r}")
+    c = check_float("c", c, low=0.0)
+    curve = {int(n): float(v) for n, v in probe["modes"][mode]["curve"].items()}
+    gamma, speedup = best_gamma_on_curve(alpha, c, curve)
+    return {"gamma": gamma, "speedup": speedup, "mode": mode}
+
+
+def _cache_file(root: Path | None) -> Path:
+    from specdec.engine.models import cache_root
+
+    return (root if root is not None else cache_root()) / "mode-probes.json"
+
+
+def _probe_key(model: Any, threads: int | None = None) -> str:
+    from specdec.engine import native
+
+    key = {"probe_version": PROBE_VERSION, "machine": machine_identity(), "model": _model_key(model)}
+    if threads is not None and threads != native.default_threads():  # the C forward's own threads
+        key["native_threads"] = threads
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def choose_mode(
+    model: Any,
+    *,
+    refresh: bool = False,
+    cache: Path | None = None,
+    modes: Sequence[str] | None = None,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """The fastest lean mode for ``model`` on this machine, from a probe (cached per machine).
+
+    The rule: the lowest median single-step time T(1), since plain decoding at T(1) is the
+    baseline of every speedup; ties (equal medians) go to the more precise mode, in the order
+    of :data:`specdec.engine.lean.MODES`. Returns the probe with ``"mode"`` (the choice), ``"rule"``
+    and ``"cached"`` (True when read from the cache). ``refresh`` re-measures; ``cache`` is
+    the folder of the cache file (default: :func:`specdec.engine.models.cache_root`); ``threads`` the C
+    forward's threads in ``"q4q8"`` (default: the usable cores). An unreadable cache file is
+    ignored and rewritten. Each of these is said in one line (a UserWarning): modes this machine
+    cannot run (:func:`left_out_modes`, when ``modes`` is not given); a cache that cannot be
+    written (the probe is then kept in memory for this process); a probe timed while other
+    processes kept the CPUs busy (its ``load``, :func:`_load_during`): it is used for this call
+    but not cached, so the next call measures again.
+    """
+    from specdec.engine import native
+
+    threads = native.check_threads(threads)
+    path = _cache_file(cache)
+    key = _probe_key(model, threads)
+    if modes is None and (missing := left_out_modes()):
+        reasons = "; ".join(f"{m}: {why}" for m, why in missing.items())
+        _say_once(f"lean modes left out on this machine ({reasons}); the mode is chosen among the others")
+    asked = None if modes is None else tuple(modes)
+    if not refresh and (path, key, asked) in _IN_MEMORY:
+        return {**_IN_MEMORY[path, key, asked], "cached": True}
+    store: dict[str, Any] = {}
+    try:
+        store = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(store, dict):
+            store = {}
+    except (OSError, ValueError):
+        store = {}
+    wanted = tuple(modes) if modes is not None else available_modes()
+    entry = store.get(key)
+    if (
+        not refresh
+        and isinstance(entry, dict)
+        and tuple(entry.get("modes", {})) == wanted
+        and "mode" in entry
+    ):
+        return {**entry, "cached": True}
+    probe = probe_modes(model, wanted, threads=threads)
+    order = {m: i for i, m in enumerate(MODES)}
+    best = min(wanted, key=lambda m: (probe["modes"][m]["step_s"], order[m]))
+    entry = {**probe, "mode": best, "rule": "lowest median T(1); ties to the more precise mode"}
+    load = probe.get("load") or {}
+    if load.get("loaded"):
+        _say(
+            f"mode probe not cached: other processes kept {load.get('others_busy_cpus', 0):.1f} of "
+            f"{load.get('cpus')} CPUs busy while it timed {load.get('threads')} thread(s), so its "
+            "timings may not hold; used for this call only, measured again next time (on a quieter machine)"
+        )
+        return {**entry, "cached": False}
+    store[key] = entry
+    try:
+        write_record(path, store, indent=1, sort_keys=False)  # one temporary file per writer; atomic
+    except OSError as exc:  # an unwritable cache: keep the probe for this process
+        _IN_MEMORY[path, key, asked] = entry
+        _say(
+            f"mode probe kept for this process only: cannot write {path} ({exc.strerror or exc}); "
+            "set SPECDEC_CACHE to a writable folder to keep it"
+        )
+    return {**entry, "cached": False}
+
+
+#: Probes whose cache file could not be written, by (file, key, modes asked): kept for the process.
+_IN_MEMORY: dict[tuple[Path, str, Any], dict[str, Any]] = {}
+_SAID: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    if line not in _SAID:
+        _SAID.add(line)
+        _say(line)
+
+
+def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:
+    """What a record keeps of a probe (:func:`choose_mode`'s answer): the rule, the chosen mode,
+    whether it came from the cache, the machine, and each mode's single-step time in ms."""
+    return {
+        "rule": probe["rule"],
+        "chosen": probe["mode"],
+        "cached": probe.get("cached", False),
+        "step_ms": {m: 1e3 * v["step_s"] for m, v in probe["modes"].items()},
+        "machine": probe["machine"],
+    }
+
+
+def lean_model(
+    model: Any, mode: str = "auto", *, threads: int | None = None, **choose: Any
+) -> tuple[LeanLlama, dict[str, Any] | None]:
+    """``model`` as a :class:`~specdec.engine.lean.LeanLlama` in ``mode``; ``"auto"`` measures first.
+
+    ``threads``: the C forward's threads (``"q4q8"``; default: the cores this process may use).
+    Returns the lean model and the probe behind an ``"auto"`` choice (None for a named mode).
+    """
+    from specdec.engine import native
+
+    threads = native.check_threads(threads)
+    if mode == "auto":
+        probe = choose_mode(model, threads=threads, **choose)
+        return LeanLlama(model, probe["mode"], threads=threads), probe
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'auto' or one of {MODES}; got {mode!r}")
+    return LeanLlama(model, mode, threads=threads), None
+
+
+#: The lean modes that keep a draft's trained weights as they are (int4 would re-quantize them).
+DRAFT_MODES = ("float32", "bfloat16")
+
+
+def lean_draft(model: Any, mode: str = "auto", **choose: Any) -> tuple[LeanLlama, dict[str, Any] | None]:
+    """A draft model (e.g. :func:`specdec.train.draftnets.load_draft`) in the lean engine.
+
+    ``"auto"`` picks the faster of :data:`DRAFT_MODES` on this machine by :func:`choose_mode`
+    (cached like the target's probe); int4 is left out because it would round the draft's own
+    trained weights to a 4-bit code, changing the draft. A small draft is where the lean
+    engine saves most: its step is mostly fixed overhead, and c is the draft's step over the
+    target's. Returns the lean draft and the probe behind an ``"auto"`` choice.
+    """
+    if mode == "auto":
+        available = tuple(m for m in DRAFT_MODES if m in available_modes())
+        probe = choose_mode(model, modes=available, **choose)
+        return LeanLlama(model, probe["mode"]), probe
+    if mode not in DRAFT_MODES:
+        raise ValueError(f"mode must be 'auto' or one of {DRAFT_MODES}; got {mode!r}")
+    return LeanLlama(model, mode), None

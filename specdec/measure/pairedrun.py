@@ -1,0 +1,175 @@
+"""The one paired plain-vs-speculative run: timed generations, interleaved per repetition.
+
+A measured speedup compares plain decoding with speculative decoding of the same prompt, run
+back to back so that drift (other jobs, clocks) hits both alike. ``specdec measure``
+(:mod:`specdec.analysis.usermeasure`), Part IV's benchmark (``benchmarks/real_decoding.py``) and the
+engine benchmark (``benchmarks/bench_engine.py``) all time their runs here:
+
+* :func:`timed_generation` -- one plain (``drafter`` None) or speculative generation, timed as
+  a whole (the prompt's prefill is in :attr:`specdec.engine.stats.Stats.prefill_s`).
+* :func:`timing_row` -- what every repetition keeps: times and round counts.
+* :func:`paired_block` -- one repetition: plain and every configuration once, in an order drawn
+  from the caller's generator (plain first on even repetitions and last on odd ones, or first
+  with probability 1/2).
+* :func:`finish_cell` -- a cell's runs slimmed for a record, with each run's first divergence
+  from plain decoding.
+
+c (Definition 3.7) of each speculative run against its paired plain run's step is
+:func:`specdec.engine.stats.cost_coefficient`; the gap between Theorem 3.8 and the measured speedup
+is :func:`specdec.analysis.realrun.speedup_gap`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from specdec.theory.tokens import first_divergence
+
+__all__ = ["finish_cell", "paired_block", "timed_generation", "timing_row"]
+
+
+def timed_generation(
+    target: Any,
+    drafter: Any,
+    ids: Sequence[int],
+    *,
+    gamma: int = 0,
+    temperature: float = 0.0,
+    new_tokens: int,
+    seed: int = 0,
+    lenience: float = 1.0,
+    eos_token_id: int | None = None,
+    exact_length: bool = False,
+) -> tuple[list[int], Any, float]:
+    """One generation, timed as a whole: plain decoding when ``drafter`` is None, else speculative
+    decoding at ``gamma``. Returns ``(tokens, stats, total_s)``; the decoding time alone is
+    ``total_s - stats.prefill_s``. With ``exact_length`` (and no EOS) a generation of other
+    than ``new_tokens`` tokens is an error (Part IV times fixed-length runs)."""
+    from specdec.engine.decoding import autoregressive, speculative
+
+    start = time.perf_counter()
+    if drafter is None:
+        g = autoregressive(
+            target,
+            ids,
+            max_new_tokens=new_tokens,
+            temperature=temperature,
+            seed=seed,
+            eos_token_id=eos_token_id,
+        )
+    else:
+        g = speculative(
+            target,
+            drafter,
+            ids,
+            gamma=gamma,
+            max_new_tokens=new_tokens,
+            temperature=temperature,
+            lenience=lenience,
+            seed=seed,
+            eos_token_id=eos_token_id,
+        )
+    total = time.perf_counter() - start
+    if exact_length and len(g.tokens) != new_tokens:
+        raise RuntimeError(f"a generation made {len(g.tokens)} tokens instead of {new_tokens}")
+    return [int(t) for t in g.tokens], g.stats, total
+
+
+def timing_row(stats: Any, total_s: float) -> dict[str, Any]:
+    """What every repetition keeps: times and round counts."""
+    return {
+        "decode_s": total_s - stats.prefill_s,
+        "prefill_s": stats.prefill_s,
+        "draft_s": stats.draft_s,
+        "target_s": stats.target_s,
+        "verify_s": stats.verify_s,
+        "rounds": stats.rounds,
+        "target_calls": stats.target_calls,
+        "new_tokens": stats.new_tokens,
+    }
+
+
+PLAIN = {"drafter": "plain", "object": None, "gamma": 0, "lenience": 1.0}
+
+
+def paired_block(
+    target: Any,
+    configs: Sequence[Mapping[str, Any]],
+    ids: Sequence[int],
+    *,
+    temperature: float,
+    new_tokens: int,
+    seed: int,
+    rep: int,
+    rng: np.random.Generator,
+    plain_at: str = "alternate",
+    eos_token_id: int | None = None,
+    exact_length: bool = True,
+    timer: Callable[..., tuple[list[int], Any, float]] = timed_generation,
+) -> list[dict[str, Any]]:
+    """One repetition of a cell: plain decoding and every configuration once, the same ``seed`` for all.
+
+    ``configs`` hold ``drafter`` (a name), ``object`` (the drafter), ``gamma`` and ``lenience``.
+    The configurations run in an order drawn from ``rng``; plain decoding runs first on even
+    repetitions and last on odd ones (``plain_at="alternate"``), or first with probability 1/2
+    (``"random"``, one draw). Returns one row per run: ``drafter``, ``gamma``, ``lenience``,
+    ``rep``, :func:`timing_row`, and the private ``_tokens`` and ``_stats``.
+    """
+    if plain_at not in ("alternate", "random"):
+        raise ValueError(f"plain_at must be 'alternate' or 'random'; got {plain_at!r}")
+    if plain_at == "random":
+        first = rng.random() < 0.5
+        order = [configs[i] for i in rng.permutation(len(configs))] if len(configs) > 1 else list(configs)
+    else:
+        order = [configs[i] for i in rng.permutation(len(configs))]
+        first = rep % 2 == 0
+    order = [PLAIN, *order] if first else [*order, PLAIN]
+    rows = []
+    for cfg in order:
+        tokens, stats, total = timer(
+            target,
+            cfg["object"],
+            ids,
+            gamma=cfg["gamma"],
+            temperature=temperature,
+            new_tokens=new_tokens,
+            seed=seed,
+            lenience=cfg["lenience"],
+            eos_token_id=eos_token_id,
+            exact_length=exact_length,
+        )
+        rows.append(
+            {"drafter": cfg["drafter"], "gamma": cfg["gamma"], "lenience": cfg["lenience"], "rep": rep}
+            | timing_row(stats, total)
+            | {"_tokens": tokens, "_stats": stats}
+        )
+    return rows
+
+
+def finish_cell(
+    rows: list[dict[str, Any]],
+    base: dict[str, Any],
+    keep_tokens: Callable[[dict[str, Any]], bool] = lambda r: False,
+) -> list[dict[str, Any]]:
+    """Slim a cell's runs for the record: every repetition keeps its times and whether its tokens
+    equal repetition 0's; repetition 0 keeps its Stats summary and its first divergence from plain,
+    and its tokens where ``keep_tokens(run)`` says so."""
+    key = ("drafter", "gamma", "lenience")
+    first = {tuple(r[k] for k in key): r for r in rows if r["rep"] == 0}
+    plain = next(r for r in rows if r["drafter"] == "plain" and r["rep"] == 0)["_tokens"]
+    out = []
+    for r in rows:
+        ref = first[tuple(r[k] for k in key)]
+        slim = {k: v for k, v in r.items() if not k.startswith("_")} | base
+        slim["same_as_rep0"] = r["_tokens"] == ref["_tokens"]
+        if r["rep"] == 0:
+            slim["stats"] = {k: v for k, v in r["_stats"].summary().items() if not k.endswith("_s")}
+            slim["first_divergence_from_plain"] = first_divergence(r["_tokens"], plain)
+            if keep_tokens(r):
+                slim["tokens"] = r["_tokens"]
+        out.append(slim)
+    return out

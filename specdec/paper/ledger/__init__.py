@@ -1,0 +1,37 @@
+"""The claims ledger of the source article: every claim checked, judged, shown and exported.
+
+The article's claims and printed tables are data (:mod:`specdec.paper.article`); this subpackage
+judges them. One job per module:
+
+* :mod:`specdec.paper.ledger.registry` -- the verdicts, what a check returns, and how one claim is
+  judged (:func:`~specdec.paper.ledger.registry.evaluate`).
+* :mod:`specdec.paper.ledger.checks`   -- the check of each checkable claim, keyed by claim id.
+* :mod:`specdec.paper.ledger.build`    -- the whole ledger, in the article's order, with its counts.
+* :mod:`specdec.paper.ledger.render`   -- the HTML tables, the summary table and the CSV export.
+* :mod:`specdec.paper.ledger.measured` -- measured verdicts of the article's hardware and load claims
+  (一, D1, D2, 第三, 第六) from the book's benchmark records.
+
+Needs sympy and pandas (the ``book`` extra). Used by the chapter "Claims ledger of the source
+article" (``notebooks/src/claims-ledger.md``), which writes ``results/ledger/``.
+"""
+
+from __future__ import annotations
+
+from specdec.paper.ledger.build import Ledger, build_ledger
+from specdec.paper.ledger.registry import IMPRECISE, NOT_CHECKABLE, SEED, VERDICTS, LedgerRow, Result
+from specdec.paper.ledger.render import ledger_records, section_html, summary_frame, write_ledger_csv
+
+__all__ = [
+    "IMPRECISE",
+    "NOT_CHECKABLE",
+    "SEED",
+    "VERDICTS",
+    "Ledger",
+    "LedgerRow",
+    "Result",
+    "build_ledger",
+    "ledger_records",
+    "section_html",
+    "summary_frame",
+    "write_ledger_csv",
+]

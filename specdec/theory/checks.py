@@ -1,0 +1,89 @@
+"""The one argument checker: integers, integer lists, real numbers and probabilities.
+
+Every public function of the package checks its arguments with these (except
+:mod:`specdec.engine.native` and :mod:`specdec.engine.lean`, which still carry their own checks). Each raises
+:class:`ValueError` naming the argument, the valid range and the value it got, e.g.
+``repeats must be an integer >= 1; got 0``. Booleans are refused where a number is asked
+(``True`` is an ``int`` in Python). Pure Python and numpy: the theory layer uses it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+
+__all__ = ["check_float", "check_int", "check_ints", "check_probability", "is_int"]
+
+
+def is_int(value: object) -> bool:
+    """True for an integer (Python's or numpy's), False for anything else, bool included."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral)
+
+
+def _range(low: float | None, high: float | None, *, open_low: bool = False) -> str:
+    if low is not None and high is not None:
+        return f"in ({low}, {high}]" if open_low else f"in [{low}, {high}]"
+    if low is not None:
+        return f"> {low}" if open_low else f">= {low}"
+    if high is not None:
+        return f"<= {high}"
+    return ""
+
+
+def _fail(name: str, kind: str, where: str, note: str | None, value: object) -> ValueError:
+    return ValueError(
+        f"{name} must be {kind}{' ' + where if where else ''}{f' ({note})' if note else ''}; got {value!r}"
+    )
+
+
+def check_int(
+    name: str, value: object, *, low: int | None = None, high: int | None = None, note: str | None = None
+) -> int:
+    """``value`` as an ``int`` when it is an integer (numpy's included, bool not) in ``[low, high]``;
+    otherwise ValueError ``"<name> must be an integer >= <low>; got <value>"`` (``in [low, high]``
+    with both bounds; ``note``, e.g. what the bound is, in parentheses before ``; got``)."""
+    if is_int(value) and (low is None or value >= low) and (high is None or value <= high):
+        return int(value)
+    raise _fail(name, "an integer", _range(low, high), note, value)
+
+
+def check_ints(
+    name: str, values: Iterable[object], *, low: int | None = None, distinct: bool = False
+) -> tuple[int, ...]:
+    """A non-empty list of integers >= ``low`` (and without repeats when ``distinct``) as a tuple."""
+    out = tuple(values)
+    ok = not isinstance(out, str) and all(is_int(v) and (low is None or v >= low) for v in out)
+    if not out or not ok:
+        where = _range(low, None)
+        raise ValueError(
+            f"{name} must be a non-empty list of integers{' ' + where if where else ''}; got {out!r}"
+        )
+    if distinct and len(set(out)) != len(out):
+        raise ValueError(f"{name} must not repeat a value; got {out!r}")
+    return tuple(int(v) for v in out)
+
+
+def check_float(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    open_low: bool = False,
+    note: str | None = None,
+) -> float:
+    """``value`` as a finite ``float`` in ``[low, high]`` (``(low, high]`` with ``open_low``);
+    otherwise ValueError ``"<name> must be a finite number ...; got <value>"``."""
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
+    if ok:
+        v = float(value)
+        above = low is None or (v > low if open_low else v >= low)
+        if above and (high is None or v <= high):
+            return v
+    raise _fail(name, "a finite number", _range(low, high, open_low=open_low), note, value)
+
+
+def check_probability(name: str, value: object) -> float:
+    """A probability: a finite number in [0, 1]."""
+    return check_float(name, value, low=0.0, high=1.0)

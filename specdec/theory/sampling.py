@@ -1,0 +1,233 @@
+"""Speculative sampling on probability rows: Algorithm 1 of Leviathan et al. (2023).
+
+No models here: the functions take the target's distributions ``p`` and the draft's ``q``
+as arrays (numpy arrays, or torch tensors on any device) and a numpy ``Generator`` that
+supplies every random number. One generator per decoding call, seeded once, and one fresh
+uniform per drafted position: the proof of losslessness (Appendix A.1)
+needs independent uniforms.
+
+* :func:`warp` turns logits into the distribution that is actually sampled from
+  (temperature, top-k, top-p). Apply the *same* call to target and draft logits.
+* :func:`verify` accepts or rejects a block of drafted tokens and returns the round's
+  extra token (the correction after a rejection, or the bonus token after a full accept).
+* :func:`residual` is the distribution a rejection resamples from, norm(max(0, p - l q)).
+* :func:`verify_argmax` is the greedy variant with lenience of Appendix A.5 (deterministic;
+  keep x while p(x) >= l max p).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from specdec.theory.checks import check_int
+
+__all__ = ["residual", "sample", "verify", "verify_argmax", "warp"]
+
+Array = Any  # numpy.ndarray or torch.Tensor
+
+
+def _is_torch(x: object) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _check_lenience(lenience: float) -> None:
+    if not 0.0 < lenience <= 1.0:
+        raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
+
+
+def _draft_ids(p: Array, draft: Array) -> list[int]:
+    """The drafted ids as ints, checked against p: gamma + 1 rows, ids in [0, V)."""
+    ids = [int(t) for t in (draft.tolist() if hasattr(draft, "tolist") else draft)]
+    if p.ndim != 2 or p.shape[0] != len(ids) + 1:
+        raise ValueError(f"p must have gamma + 1 = {len(ids) + 1} rows; got shape {tuple(p.shape)}")
+    if any(not 0 <= t < p.shape[1] for t in ids):
+        raise ValueError(f"draft token ids must lie in [0, {p.shape[1]}); got {ids}")
+    return ids
+
+
+def _to_float(x: Array) -> float:
+    return float(x.item()) if hasattr(x, "item") else float(x)
+
+
+def sample(probs: Array, rng: np.random.Generator) -> int:
+    """Draw one index from a row of non-negative weights by inverting its CDF with one uniform.
+
+    The weights need not be normalised; their total must be positive. The uniform comes
+    from ``rng``, so the draw is reproducible on CPU and GPU alike.
+    """
+    if _is_torch(probs):
+        import torch
+
+        cdf = torch.cumsum(probs.double(), dim=-1)
+        total = cdf[-1].item()
+        if not total > 0:
+            raise ValueError("cannot sample from a row whose total mass is 0")
+        u = torch.tensor([rng.random() * total], dtype=cdf.dtype, device=cdf.device)
+        idx = int(torch.searchsorted(cdf, u, right=True).item())
+        last = int(torch.nonzero(probs > 0)[-1].item())
+    else:
+        row = np.asarray(probs, dtype=float)
+        cdf = np.cumsum(row)
+        total = cdf[-1]
+        if not total > 0:
+            raise ValueError("cannot sample from a row whose total mass is 0")
+        idx = int(np.searchsorted(cdf, rng.random() * total, side="right"))
+        last = int(np.flatnonzero(row > 0)[-1])
+    # Rounding at the top of the CDF can point past the last index with positive mass.
+    return min(idx, last)
+
+
+def residual(p: Array, q: Array | None, lenience: float = 1.0, token: int | None = None) -> Array:
+    """norm(max(0, p - l q)): what a rejected position resamples from (Algorithm 1, A.5).
+
+    ``q`` is one row of draft probabilities, or ``None`` for a deterministic drafter, whose
+    distribution is the point mass at ``token``. When the residual has no mass (p <= l q
+    everywhere, e.g. p == q), a rejection has probability 0 in exact arithmetic; floating
+    point can still reach it, and then ``p`` itself is returned, which is the limit of the
+    residual law and keeps the output exact.
+    """
+    _check_lenience(lenience)
+    if q is None:
+        if token is None:
+            raise ValueError("residual needs the drafted token when q is None")
+        r = p.clone() if _is_torch(p) else np.array(p, dtype=float, copy=True)
+        r[token] = max(_to_float(p[token]) - lenience, 0.0)
+    else:
+        diff = p - lenience * q
+        r = diff.clamp(min=0) if _is_torch(diff) else np.maximum(diff, 0.0)
+    total = _to_float(r.sum())
+    if total <= 0.0:
+        return p
+    return r / total
+
+
+def verify(
+    p: Array,
+    q: Array | None,
+    draft: Array,
+    rng: np.random.Generator,
+    lenience: float = 1.0,
+) -> tuple[int, int]:
+    """Accept or reject drafted tokens; Algorithm 1 of the paper (lenience: Appendix A.5).
+
+    Parameters
+    ----------
+    p : (gamma + 1, V) target distributions at each drafted position and at the bonus
+        position after the last draft, already warped (temperature, top-k, top-p).
+    q : (gamma, V) draft distributions the drafts were sampled from, warped the same way,
+        or ``None`` for a deterministic drafter (each draft is then a point mass).
+    draft : the gamma drafted token ids.
+    rng : a numpy ``Generator``; one uniform per examined position, one more for the
+        resample or the bonus token.
+    lenience : l in (0, 1]; 1 is lossless.
+
+    Returns
+    -------
+    (n_accepted, next_token) : the drafts ``draft[:n_accepted]`` are kept and ``next_token``
+    follows them. Draft i is accepted iff ``u * l * q_i(x_i) < p_i(x_i)`` with u ~ U[0, 1),
+    i.e. with probability min(1, p_i(x_i) / (l q_i(x_i))); a draft with q_i(x_i) = 0 is
+    accepted iff p_i(x_i) > 0. On the first rejection the token is drawn from
+    :func:`residual`; after a full accept it is drawn from p[gamma] (the bonus token).
+    Greedy decoding is the same call with one-hot rows.
+    """
+    _check_lenience(lenience)
+    draft_ids = _draft_ids(p, draft)
+    gamma, vocab = len(draft_ids), p.shape[1]
+    if q is not None and (q.ndim != 2 or tuple(q.shape) != (gamma, vocab)):
+        raise ValueError(
+            f"q must have shape (gamma, V) = ({gamma}, {vocab}) like p's rows; got {tuple(q.shape)}"
+        )
+
+    for i, x in enumerate(draft_ids):
+        p_x = _to_float(p[i, x])
+        q_x = 1.0 if q is None else _to_float(q[i, x])
+        if rng.random() * lenience * q_x < p_x:
+            continue
+        r = residual(p[i], None if q is None else q[i], lenience, token=x)
+        return i, sample(r, rng)
+    return gamma, sample(p[gamma], rng)
+
+
+def verify_argmax(p: Array, draft: Array, lenience: float = 1.0) -> tuple[int, int]:
+    """Greedy verification with lenience: the argmax case of Appendix A.5 of the paper.
+
+    ``p`` is (gamma + 1, V): the target's probabilities at temperature 1 (not one-hot rows),
+    ``draft`` the gamma drafted ids. Draft i is accepted iff it is the argmax of p_i, or
+    ``lenience`` l < 1 and p_i(x_i) >= l max p_i. On the first rejection the round's token is
+    argmax p_i; after a full accept it is argmax p_gamma. Deterministic: no uniforms.
+
+    With l = 1 this is exact matching, i.e. greedy decoding, token for token (ties go to the
+    smallest id, like :func:`warp` at temperature 0). With l < 1 it is *not* lossless: it may
+    keep a drafted token the target would not have chosen, as long as the target gives it at
+    least l times the probability of its favourite.
+    """
+    _check_lenience(lenience)
+    draft_ids = _draft_ids(p, draft)
+    gamma = len(draft_ids)
+    for i, x in enumerate(draft_ids):
+        best = int(p[i].argmax())
+        if x == best or (lenience < 1.0 and _to_float(p[i, x]) >= lenience * _to_float(p[i, best])):
+            continue
+        return i, best
+    return gamma, int(p[gamma].argmax())
+
+
+def warp(
+    logits: Array,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> Array:
+    """Logits -> the probabilities actually sampled from, over the last axis.
+
+    Temperature 0 gives a one-hot row at the argmax (greedy). Otherwise logits are divided
+    by the temperature, then top-k keeps the k largest, then top-p keeps the smallest set
+    of most probable tokens whose mass reaches ``top_p`` (the token that crosses it
+    included), and the result is renormalised. Use the same settings for p and q: the
+    proof needs q to be exactly the law the draft sampled from.
+    """
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0; got {temperature!r}")
+    if top_k is not None:
+        check_int("top_k", top_k, low=1, note="or None")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1] or be None; got {top_p!r}")
+    if _is_torch(logits):
+        import torch
+
+        x = logits.float()
+        if temperature == 0:
+            return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(x.dtype)
+        x = x / temperature
+        if top_k is not None and top_k < x.shape[-1]:
+            kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+            x = x.masked_fill(x < kth, float("-inf"))
+        probs = torch.softmax(x, dim=-1)
+        if top_p is not None and top_p < 1.0:
+            sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+            keep_sorted = (torch.cumsum(sorted_p, dim=-1) - sorted_p) < top_p
+            keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+            probs = probs * keep
+            probs = probs / probs.sum(-1, keepdim=True)
+        return probs
+    x = np.asarray(logits, dtype=float)
+    if temperature == 0:
+        return np.eye(x.shape[-1])[x.argmax(-1)]
+    x = x / temperature
+    if top_k is not None and top_k < x.shape[-1]:
+        kth = np.sort(x, axis=-1)[..., -top_k][..., None]
+        x = np.where(x < kth, -np.inf, x)
+    x = x - x.max(-1, keepdims=True)
+    probs = np.exp(x)
+    probs = probs / probs.sum(-1, keepdims=True)
+    if top_p is not None and top_p < 1.0:
+        order = np.argsort(-probs, axis=-1, kind="stable")
+        sorted_p = np.take_along_axis(probs, order, -1)
+        keep_sorted = (np.cumsum(sorted_p, -1) - sorted_p) < top_p
+        keep = np.zeros_like(keep_sorted)
+        np.put_along_axis(keep, order, keep_sorted, -1)
+        probs = probs * keep
+        probs = probs / probs.sum(-1, keepdims=True)
+    return probs

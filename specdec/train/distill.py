@@ -1,0 +1,322 @@
+"""Distillation of draft models from the target: data generation and the command line.
+
+Data (``gen-data``). The target samples responses to :func:`specdec.train.workloads.training_prompts`
+at temperature 1 (no top-k, no top-p: the samples have the target's own law p) in batches,
+with a plain batched sampling loop (:func:`_sample_batch`; data making, not the measured
+engine). At every response position the target's top-``TOP_K`` log-probabilities are kept as
+soft labels (float16), next to the sampled token. Each batch is one shard ``shard-NNNNN.npz``
+in the format of :mod:`specdec.train.shards`, its only writer and reader (``load_shards`` is
+re-exported here).
+
+Training (``train``) and the draft models live in :mod:`specdec.train.draftnets`. The book's drafts
+were made with (each ``specdec/data/drafts/<name>/card.json`` holds the exact command)::
+
+    # three data folders: the first (float32, unsorted) from an earlier session, then two
+    # bfloat16 processes side by side, one thread each
+    python -m specdec.train.distill gen-data --tokens 800000 --minutes 22 --out data/distill --seed 0 \
+        --batch-size 64 --max-new-tokens 192 --threads 1
+    python -m specdec.train.distill gen-data --tokens 400000 --minutes 36 --out data/distill-s1 --seed 1 \
+        --batch-size 64 --max-new-tokens 192 --dtype bfloat16 --threads 1 --sort-window 8
+    python -m specdec.train.distill gen-data --tokens 400000 --minutes 36 --out data/distill-s2 --seed 2 \
+        --batch-size 64 --max-new-tokens 192 --dtype bfloat16 --threads 1 --sort-window 8
+    # the three drafts side by side, one thread each, bfloat16 autocast
+    python -m specdec.train.distill train --data data/distill data/distill-s1 data/distill-s2 \
+        --layers 1 --name distil-l1 --steps 3600 --lr 1e-3 --batch-tokens 1024 --seed 0 \
+        --threads 1 --autocast --out-root data/drafts-new    # then copy into specdec/data/drafts
+    # ... and --layers 2 --name distil-l2 --steps 2600, --layers 4 --name distil-l4 --steps 2000
+
+Sampling is seeded, but a ``--minutes`` budget makes the amount of data depend on the machine's
+speed; ``meta.json`` in each folder records what was made, and ``--tokens <its tokens>``
+without ``--minutes`` draws the same batches again (the same samples where the arithmetic
+rounds alike: bfloat16 sampling on another CPU may pick other tokens after a near-tie).
+
+Use 1 thread on a machine whose cores are shared: with 2 threads on 2 busy cores each
+parallel region waits for a descheduled thread, and gen-data ran about 10x slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from specdec.theory.checks import check_int
+from specdec.train.shards import load_shards, response_tokens, shard_paths, write_shard
+
+__all__ = ["TOP_K", "generate_data", "load_shards", "main"]
+
+#: How many of the target's log-probabilities are kept per response position.
+TOP_K = 32
+
+
+def _sample_batch(
+    model: Any,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    pad_id: int,
+    eos_id: int,
+    top_k: int,
+    generator: torch.Generator,
+) -> list[tuple[list[int], list[int], np.ndarray, np.ndarray]]:
+    """Sample one response per prompt at temperature 1; returns (prompt, response, top_ids, top_logp).
+
+    A plain batched loop over the model with a KV cache (left padding, an attention mask and
+    explicit position ids): the rows of p are log_softmax of the float32 logits, the token is
+    drawn from p with ``torch.multinomial`` (no top-k, no top-p), and a row leaves the batch
+    (and the cache) once it has emitted EOS or ``max_new_tokens`` tokens, so finished rows cost
+    nothing. The response ends at its first EOS (kept).
+    """
+    from transformers import DynamicCache
+
+    width = max(map(len, prompts))
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for i, p in enumerate(prompts):  # left padding
+        input_ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    resp: list[list[int]] = [[] for _ in prompts]
+    tops: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in prompts]
+    alive = torch.arange(len(prompts))
+    with torch.inference_mode():
+        out = model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=cache, logits_to_keep=1
+        )
+        next_pos = positions[:, -1] + 1
+        for step in range(max_new_tokens):
+            logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+            top = logp.topk(top_k, dim=-1)
+            tok = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]
+            for j, row in enumerate(alive.tolist()):
+                resp[row].append(int(tok[j]))
+                tops[row].append((top.indices[j], top.values[j]))
+            keep = tok != eos_id
+            if step + 1 == max_new_tokens or not bool(keep.any()):
+                break
+            if not bool(keep.all()):
+                idx = keep.nonzero()[:, 0]
+                cache.batch_select_indices(idx)
+                mask, tok, next_pos, alive = mask[idx], tok[idx], next_pos[idx], alive[idx]
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            out = model(
+                input_ids=tok[:, None],
+                attention_mask=mask,
+                position_ids=next_pos[:, None],
+                cache=cache,
+            )
+            next_pos = next_pos + 1
+    rows = []
+    for p, r, t in zip(prompts, resp, tops, strict=True):
+        ids = torch.stack([i for i, _ in t]).to(torch.int32).numpy()
+        logp = torch.stack([v for _, v in t]).to(torch.float16).numpy()
+        rows.append((p, r, ids, logp))
+    return rows
+
+
+def generate_data(
+    model: Any,
+    tokenizer: Any,
+    out: str | Path,
+    *,
+    tokens: int,
+    seed: int = 0,
+    batch_size: int = 64,
+    max_new_tokens: int = 256,
+    top_k: int = TOP_K,
+    minutes: float | None = None,
+    prompt_ids: list[list[int]] | None = None,
+    sort_window: int = 1,
+    progress: bool = True,
+) -> dict:
+    """Sample target responses until ``tokens`` response tokens are stored under ``out``.
+
+    Prompts are :func:`specdec.train.workloads.training_prompts` (seed ``seed``), in order; one
+    ``torch.Generator`` seeded with ``seed`` draws every token. Existing shards in ``out`` are
+    kept and counted (a run can be resumed; it reseeds with an offset by the shard index).
+    ``prompt_ids`` replaces the templated prompts by token-id prompts, used in turn (tests).
+    With ``minutes``, no new batch starts after that much wall time (fewer tokens may result).
+    With ``sort_window`` w > 1, each run of w consecutive batches draws the same w x batch_size
+    prompts, sorted by token length (stable), so a batch pads its prompts to similar lengths.
+    A run that stops inside a window has drawn that window's shorter prompts only, which skews
+    the mix of prompt kinds a little (passage tasks are the longest prompts); the skew is at
+    most one window, w x batch_size prompts. Resuming needs the same seed, batch size and window.
+    Writes ``meta.json`` (settings, tokens, throughput) and returns it.
+    """
+    from specdec.train.workloads import chat_prompt_ids, training_prompts
+
+    checks = {"tokens": tokens, "batch_size": batch_size, "top_k": top_k, "sort_window": sort_window}
+    for name, value in checks.items():
+        check_int(name, value, low=1)
+    check_int("max_new_tokens", max_new_tokens, low=1)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    shards = shard_paths(out)
+    meta_path = out / "meta.json"
+    if shards and meta_path.exists():  # a resumed run must draw prompts the way the first one did
+        old = json.loads(meta_path.read_text())
+        for key, value in (("seed", seed), ("batch_size", batch_size), ("sort_window", sort_window)):
+            if old.get(key, 1 if key == "sort_window" else None) != value:
+                raise ValueError(f"{out} was made with {key}={old.get(key)!r}; resume it with the same value")
+    done = response_tokens(out)
+    # enough prompts if responses average 4 tokens or more (they average well over 100)
+    n_batches = len(shards) + math.ceil(max(tokens - done, 0) / (4 * batch_size)) + 1
+    if prompt_ids is None:
+        texts = [p.prompt for p in training_prompts(n_batches * batch_size, seed)]
+        n_prompts: int | None = len(texts)
+
+        def base(i: int) -> list[int]:
+            return chat_prompt_ids(tokenizer, texts[i])
+
+    else:
+        if not prompt_ids or not all(len(p) for p in prompt_ids):
+            raise ValueError("prompt_ids must be a non-empty list of non-empty token-id lists")
+        n_prompts = None
+
+        def base(i: int) -> list[int]:
+            return list(prompt_ids[i % len(prompt_ids)])
+
+    prompt = base if sort_window == 1 else _sorted_windows(base, sort_window * batch_size, n_prompts)
+    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else model.config.eos_token_id
+    pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else model.config.pad_token_id
+    pad = 0 if pad is None else pad
+    generator = torch.Generator().manual_seed(seed)
+    bar = _bar(tokens, done, progress)
+    start, made, b = time.perf_counter(), 0, len(shards)
+    while done < tokens and (minutes is None or time.perf_counter() - start < 60 * minutes):
+        if b == len(shards) and b > 0:  # a resumed run: a fresh stream, distinct from the first
+            generator.manual_seed(seed * 1_000_003 + b)
+        if prompt_ids is None and b >= n_batches:
+            raise RuntimeError(f"ran out of prompts after {b} batches: responses average under 4 tokens")
+        batch = [prompt(i) for i in range(b * batch_size, (b + 1) * batch_size)]
+        rows = _sample_batch(model, batch, max_new_tokens, pad, eos, top_k, generator)
+        n = write_shard(out / f"shard-{b:05d}.npz", rows)
+        done, made, b = done + n, made + n, b + 1
+        bar.update(n)
+    bar.close()
+    seconds = time.perf_counter() - start
+    meta = {
+        "tokens": done,
+        "shards": b,
+        "seed": seed,
+        "batch_size": batch_size,
+        "max_new_tokens": max_new_tokens,
+        "minutes": minutes,
+        "top_k": top_k,
+        "sort_window": sort_window,
+        "temperature": 1.0,
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),
+        "this_run_tokens": made,
+        "this_run_seconds": round(seconds, 1),
+        "tokens_per_s": round(made / seconds, 1) if seconds > 0 else None,
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def _sorted_windows(base: Any, span: int, n: int | None) -> Any:
+    """Prompt i of ``base`` re-ordered: each window of ``span`` prompts sorted by token length (stable)."""
+    window: dict[int, list[list[int]]] = {}
+
+    def prompt(i: int) -> list[int]:
+        lo = (i // span) * span
+        if lo not in window:  # one window at a time: batches are taken in order
+            window.clear()
+            hi = lo + span if n is None else min(lo + span, n)
+            window[lo] = sorted((base(j) for j in range(lo, hi)), key=len)
+        return window[lo][i - lo]
+
+    return prompt
+
+
+def _bar(total: int, initial: int, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, unit="tok", disable=not enabled, mininterval=5, file=sys.stderr)
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec.train.distill", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("gen-data", help="sample target responses with top-k soft labels")
+    g.add_argument("--tokens", type=int, required=True, help="response tokens to store")
+    g.add_argument("--out", required=True, help="output folder (shards are appended)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--batch-size", type=int, default=64)
+    g.add_argument("--max-new-tokens", type=int, default=256)
+    g.add_argument("--minutes", type=float, default=None, help="stop starting batches after this")
+    g.add_argument("--dtype", default="float32")
+    g.add_argument("--sort-window", type=int, default=1, help="batches sorted together by prompt length")
+    g.add_argument("--threads", type=int, default=2)
+
+    t = sub.add_parser("train", help="train one draft of the family on gen-data shards")
+    t.add_argument("--data", required=True, nargs="+", help="one or more gen-data folders")
+    t.add_argument("--layers", type=int, required=True, help="trainable decoder layers k")
+    t.add_argument("--name", required=True, help="draft name: specdec/data/drafts/<name>/")
+    when = t.add_mutually_exclusive_group(required=True)
+    when.add_argument("--minutes", type=float, help="time budget (steps from the first 5 steps' pace)")
+    when.add_argument("--steps", type=int, help="optimizer steps (reproduces a card exactly)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--vocab", type=int, default=16384, help="kept vocabulary size")
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--batch-tokens", type=int, default=1024)
+    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--autocast", action="store_true", help="train in bfloat16 autocast (CPU)")
+    t.add_argument("--out-root", default=None, help="folder of drafts (default: the package's)")
+    args = parser.parse_args(argv)
+
+    from specdec.engine.models import load_target, set_threads
+
+    set_threads(args.threads)
+    if args.command == "gen-data":
+        loaded = load_target(args.dtype, quiet=True)
+        meta = generate_data(
+            loaded.model,
+            loaded.tokenizer,
+            args.out,
+            tokens=args.tokens,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            max_new_tokens=args.max_new_tokens,
+            minutes=args.minutes,
+            sort_window=args.sort_window,
+        )
+        print(json.dumps(meta))
+        return 0
+    from specdec.train.draftnets import train_draft
+
+    loaded = load_target("float32", quiet=True)
+    _, card = train_draft(
+        loaded.model,
+        args.data,
+        layers=args.layers,
+        name=args.name,
+        minutes=args.minutes,
+        steps=args.steps,
+        seed=args.seed,
+        vocab=args.vocab,
+        lr=args.lr,
+        batch_tokens=args.batch_tokens,
+        autocast=args.autocast,
+        out_root=args.out_root,
+        command="python -m specdec.train.distill " + " ".join(argv if argv is not None else sys.argv[1:]),
+    )
+    print(json.dumps({k: v for k, v in card.items() if k != "history"}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
