@@ -314,3 +314,21 @@ def test_every_module_lives_in_a_layer_folder():
     folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
     assert flat == [], f"modules outside the layer folders: {flat}"
     assert set(folders) == set(RANK), f"package folders {folders} are not the layers {sorted(RANK)}"
+
+
+def test_the_flat_layout_names_still_import_as_the_same_modules():
+    """The shim of ``specdec/__init__.py``: old dotted names are the moved modules, not copies, and
+    ``python -m specdec.distill`` (the README's and the drafts' command) still runs."""
+    import importlib
+
+    import specdec
+
+    for old, new in specdec.MOVED.items():
+        assert importlib.import_module(f"specdec.{old}") is importlib.import_module(new), old
+    assert importlib.import_module("specdec.ledger.checks") is importlib.import_module(
+        "specdec.paper.ledger.checks"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "specdec.distill", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "gen-data" in done.stdout, done.stderr
