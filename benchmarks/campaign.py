@@ -58,7 +58,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-adaptive", action="store_true", help="leave out the heuristic policy")
     ap.add_argument("--mode", default="auto", help="the lean mode (auto: the probe's choice)")
     ap.add_argument("--threads", default=None, help="thread counts of the engines (default: 1 and all cores)")
-    ap.add_argument("--llamacpp-gguf", default=None, help="GGUF for llama.cpp (default: the shipped Q4_1)")
+    ap.add_argument(
+        "--llamacpp-gguf",
+        default=None,
+        help="GGUF for llama.cpp (default: Q4_0 requantized from the shipped Q4_1, its best CPU format)",
+    )
     ap.add_argument("--no-llamacpp", action="store_true", help="leave llama.cpp out")
     ap.add_argument("--no-hf", action="store_true", help="leave transformers out")
     ap.add_argument(

@@ -391,9 +391,10 @@ def build_real(
 
     Plain decoders: the lean engine in ``mode`` ("auto": :func:`specdec.measure.modes.lean_model`'s probe,
     per thread count) at each of ``thread_counts`` (default 1 and every usable core), llama.cpp
-    on ``llamacpp_gguf`` (default: the shipped Q4_1 GGUF; pass a requantized Q4_0 for its best
-    format) at the same thread counts when ``llama_cpp`` imports, transformers float32 at every
-    core. Speculative, on every lean engine: prompt lookup, each distilled draft (``drafts``;
+    on ``llamacpp_gguf`` (default: its best CPU format, Q4_0 requantized from the shipped Q4_1 GGUF
+    by :func:`specdec.engine.llamacpp.requantized`; not the same weights) at the same thread
+    counts when ``llama_cpp`` imports, transformers float32 at every core. Speculative, on every
+    lean engine: prompt lookup, each distilled draft (``drafts``;
     None: every saved one, in the lean engine via :func:`specdec.measure.modes.lean_draft`), early exit
     at each of ``early_exit`` layers, each at every gamma, and the heuristic policy on lookup and
     each draft (``adaptive``); prompt lookup on llama.cpp. What cannot run is left out and said
@@ -445,11 +446,19 @@ def build_real(
         policy_on = ["lookup", *draft_objects] if adaptive else []
         configs += spec_configs(name, drafters, gammas, adaptive=policy_on)
     if llamacpp and lc.available():
-        gguf = Path(llamacpp_gguf) if llamacpp_gguf else smollm2_gguf_path()
+        if llamacpp_gguf:
+            gguf, fmt = Path(llamacpp_gguf), "as given"
+        else:
+            gguf = lc.requantized(smollm2_gguf_path(), "q4_0")
+            fmt = (
+                "Q4_0 requantized from the shipped Q4_1 GGUF "
+                "(llama.cpp's best CPU format; not the same weights)"
+            )
         for t in counts:
             name = f"llama.cpp-{t}t"
             model = lc.LlamaCppModel(gguf, threads=t)
-            engines.append(Engine(name, model, t, {"engine": "llama.cpp", "gguf": gguf.name, "threads": t}))
+            info = {"engine": "llama.cpp", "gguf": gguf.name, "format": fmt, "threads": t}
+            engines.append(Engine(name, model, t, info))
             configs += spec_configs(name, {"lookup": PromptLookupDrafter(max_ngram=3, min_ngram=1)}, gammas)
     elif llamacpp:
         left_out.append("llama.cpp left out: llama_cpp is not importable (pip install llama-cpp-python)")
