@@ -95,3 +95,43 @@ def test_the_measure_commands_engines_are_the_lean_modes():
     from specdec.analysis.usermeasure import ENGINES
 
     assert ENGINES == ("auto", *MODES, "hf-float32", "hf-bfloat16")
+
+
+def test_the_probe_times_q4q8_with_torch_on_one_thread(model, monkeypatch):
+    """The probe times each mode as it decodes: q4q8 (its own C threads) with torch on one thread,
+    torch's modes on torch's threads (a probe with torch's workers spinning beside the C pool chose
+    q4_1 at 2 threads where q4q8 is twice as fast)."""
+    import torch
+
+    class Stub:
+        def __init__(self, model, mode, threads=None):
+            self.mode = mode
+
+        def verify_matches_steps(self, k):
+            return True
+
+        def session(self):
+            class S:
+                def forward(self, ids, keep=1):
+                    return None
+
+            return S()
+
+    seen = {}
+
+    def fake_time_forwards(sessions, ids, sizes, *, around, **kw):
+        for name in sessions:
+            with around[name]():
+                seen[name] = torch.get_num_threads()
+        return {name: {n: [1e-3] * 2 for n in sizes} for name in sessions}
+
+    monkeypatch.setattr(modes, "LeanLlama", Stub)
+    monkeypatch.setattr(modes, "time_forwards", fake_time_forwards)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        modes.probe_modes(model, ("float32", "q4q8"), ks=(1, 2), k=2, context=4, repeats=2, warmup=0)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == {"float32": 2, "q4q8": 1}

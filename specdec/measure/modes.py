@@ -21,13 +21,14 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from specdec.engine.lean import MODES, LeanLlama, int4_supported
+from specdec.engine.lean import MODES, LeanLlama, int4_supported, torch_threads_for
 from specdec.measure.core import cpu_name, time_forwards, write_record
 from specdec.theory.checks import check_float, check_int
 
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 #: Bump when the probe's method changes: older cached probes are then ignored.
-PROBE_VERSION = 5
+PROBE_VERSION = 6
 
 
 def available_modes() -> tuple[str, ...]:
@@ -153,11 +154,12 @@ def probe_modes(
     vocab = int(model.config.vocab_size)
     ids = gen.integers(0, vocab, context + sizes[-1]).tolist()
     sessions = {}
+    leans = {}
     exact = {}
     bar = _progress_bar(len(modes) + warmup + repeats, f"timing the lean modes ({', '.join(modes)})")
     for mode in modes:
         bar.set_postfix_str(f"preparing {mode}", refresh=True)
-        lean = LeanLlama(model, mode, threads=threads)
+        lean = leans[mode] = LeanLlama(model, mode, threads=threads)
         exact[mode] = lean.verify_matches_steps(k=max(sizes))  # the longest verify call probed
         s = lean.session()
         s.forward(ids[:context], keep=1)
@@ -173,6 +175,8 @@ def probe_modes(
         warmup=warmup,
         order="names",
         rng=gen,
+        # q4q8's C threads need the cores: torch on one thread while it runs (as when it decodes)
+        around={mode: partial(torch_threads_for, leans[mode]) for mode in modes},
     )
     load = _load_during(
         counters,

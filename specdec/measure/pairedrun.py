@@ -49,34 +49,50 @@ def timed_generation(
     decoding at ``gamma``. Returns ``(tokens, stats, total_s)``; the decoding time alone is
     ``total_s - stats.prefill_s``. With ``exact_length`` (and no EOS) a generation of other
     than ``new_tokens`` tokens is an error (Part IV times fixed-length runs)."""
-    from specdec.engine.decoding import autoregressive, speculative
+    from specdec.engine.lean import torch_threads_for
 
-    start = time.perf_counter()
-    if drafter is None:
-        g = autoregressive(
-            target,
-            ids,
-            max_new_tokens=new_tokens,
-            temperature=temperature,
-            seed=seed,
-            eos_token_id=eos_token_id,
-        )
-    else:
-        g = speculative(
-            target,
-            drafter,
-            ids,
-            gamma=gamma,
-            max_new_tokens=new_tokens,
-            temperature=temperature,
-            lenience=lenience,
-            seed=seed,
-            eos_token_id=eos_token_id,
-        )
-    total = time.perf_counter() - start
+    with torch_threads_for(target):  # a q4q8 target's C threads get the cores (torch on one)
+        start = time.perf_counter()
+        g = _generate(target, drafter, ids, gamma, temperature, new_tokens, seed, lenience, eos_token_id)
+        total = time.perf_counter() - start
     if exact_length and len(g.tokens) != new_tokens:
         raise RuntimeError(f"a generation made {len(g.tokens)} tokens instead of {new_tokens}")
     return [int(t) for t in g.tokens], g.stats, total
+
+
+def _generate(
+    target: Any,
+    drafter: Any,
+    ids: Sequence[int],
+    gamma: int,
+    temperature: float,
+    new_tokens: int,
+    seed: int,
+    lenience: float,
+    eos_token_id: int | None,
+) -> Any:
+    from specdec.engine.decoding import autoregressive, speculative
+
+    if drafter is None:
+        return autoregressive(
+            target,
+            ids,
+            max_new_tokens=new_tokens,
+            temperature=temperature,
+            seed=seed,
+            eos_token_id=eos_token_id,
+        )
+    return speculative(
+        target,
+        drafter,
+        ids,
+        gamma=gamma,
+        max_new_tokens=new_tokens,
+        temperature=temperature,
+        lenience=lenience,
+        seed=seed,
+        eos_token_id=eos_token_id,
+    )
 
 
 def timing_row(stats: Any, total_s: float) -> dict[str, Any]:
