@@ -135,3 +135,34 @@ def test_analyse_recomputes_from_stored_timings():
     g4 = np.array([med[(0.0, t, p, "a/lookup/g4")] for t, p in units])
     assert fixed["a/lookup/g4"]["vs_same_plain"]["estimate"] == pytest.approx(np.exp(np.log(g4 / own).mean()))
     assert fixed["a/lookup/g4"]["vs_same_plain"]["verdict"] == "slower"
+
+
+def test_any_speculative_is_chosen_across_engines_on_the_other_half():
+    """One family of every speculative configuration: on each half the configuration best on the
+    other half is reported (here b/lookup/g2 on half 0's prompts, a/lookup/g1 elsewhere), against
+    the cross-fitted fastest plain decoder; recomputed from the stored timings."""
+    configs = [*CONFIGS, {"id": "b/lookup/g2", "engine": "b", "family": "b/lookup", "plain": False}]
+
+    def rate(task, i):
+        # b/lookup/g2 is fastest on odd prompts (half 1) only, a/lookup/g1 on even ones (half 0)
+        return {"a/plain": 100.0, "b/plain": 150.0, "a/lookup/g1": 200.0 if i % 2 == 0 else 120.0,
+                "a/lookup/g4": 90.0, "b/lookup/g2": 130.0 if i % 2 == 0 else 250.0}  # fmt: skip
+
+    runs = _runs(rate)
+    folds = {(r["task"], r["prompt"]): fold_of(int(r["prompt"].split("-")[1])) for r in runs}
+    every = {s["task"]: s for s in analyse(runs, configs, folds, n_boot=200)["strata"]}["all"]
+    anyspec = every["any_speculative"]
+    assert anyspec["configs"] == 3
+    assert anyspec["chosen_on_half"] == {"0": "a/lookup/g1", "1": "b/lookup/g2"}
+    med = prompt_rates(runs)
+    units = [tuple(u) for u in every["prompts"]]
+    # half-0 prompts get the half-1 choice and vice versa
+    oof = np.array(
+        [
+            med[(0.0, t, p, "b/lookup/g2" if fold_of(int(p.split("-")[1])) == 0 else "a/lookup/g1")]
+            for t, p in units
+        ]
+    )
+    fast = np.array([med[(0.0, t, p, "b/plain")] for t, p in units])
+    assert anyspec["vs_fastest_plain"]["estimate"] == pytest.approx(np.exp(np.log(oof / fast).mean()))
+    assert anyspec["per_prompt"]["tok_s"] == pytest.approx(oof.tolist())
