@@ -137,11 +137,67 @@ def test_q4q8_is_close_to_float32_on_the_gguf_grid():
 
 
 def _logits_with(monkeypatch, flags, hf, seq):
+    """Logits of ``hf`` in q4q8 with both layer codes (Q4_1 and Q8_0) from a library built with ``flags``."""
     monkeypatch.setattr(native, "build_flags", lambda kind="q4_1": list(flags))
     assert native.available("q4q8"), native.unavailable_reason("q4q8")
+    out = []
+    for codes in ("q4_1", "q8_0"):
+        model = LeanLlama(hf, "q4q8", threads=2, codes=codes)
+        out.append(model.forward(seq, 0, model.new_cache(32)))
+    return torch.cat(out), native.isa()
+
+
+def int8_rows(model):
+    """``model`` with every decoder matrix rounded to int8 per output row (as the distilled drafts
+    are saved, specdec.train.draftnets.quantize_int8), marked ``int8_rows``."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for lin in (*vars(layer.self_attn)["_modules"].values(), *vars(layer.mlp)["_modules"].values()):
+                if isinstance(lin, torch.nn.Linear):
+                    w = lin.weight
+                    scale = (w.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-12)
+                    w.copy_(torch.round(w / scale).clamp(-127, 127) * scale)
+    model.int8_rows = True
+    return model
+
+
+def test_q8_0_layer_codes_keep_an_int8_row_model_and_stay_exact():
+    """codes="q8_0" (chosen by default for a model marked int8_rows, as the distilled drafts are):
+    the layers' own int8 codes with half-precision scales, close to float32, exact across rows and
+    threads; refused outside q4q8, naming the argument."""
+    needs_q8()
+    from test_lean import on_q4_1_grid
+
+    hf = int8_rows(on_q4_1_grid(wide_model(), half=True))  # the head on the Q8_0 grid, exactly
     model = LeanLlama(hf, "q4q8", threads=2)
-    isa = native.isa()
-    return model.forward(seq, 0, model.new_cache(32)), isa
+    assert model.codes == "q8_0" and LeanLlama(hf, "float32").codes == "q4_1"
+    assert LeanLlama(wide_model(), "q4q8").codes == "q4_1"
+    biggest = max(float(p.abs().max()) for n, p in hf.model.layers.named_parameters() if p.ndim == 2)
+    # only the scales are rounded: |q d - w| <= |w| * 2^-11 (half precision's relative rounding)
+    assert 0.0 < model.quantization_error <= biggest * 2.0**-11
+    for k in (2, 9, 16):
+        assert model.verify_matches_steps(k=k, context=7 + k, seed=k)
+    seq = torch.randint(0, 70, (13,), generator=torch.Generator().manual_seed(4))
+    outs = [LeanLlama(hf, "q4q8", threads=t).forward(seq, 0, model.new_cache(16)) for t in (1, 3)]
+    assert torch.equal(outs[0], outs[1])
+    full = LeanLlama(hf, "float32").forward(seq, 0, model.new_cache(16))
+    assert 0.0 < float((outs[0] - full).abs().max()) < 0.05 * float(full.abs().max())
+    with pytest.raises(ValueError, match="codes must be 'q4_1' or, in mode 'q4q8' only, 'q8_0'"):
+        LeanLlama(hf, "float32", codes="q8_0")
+    with pytest.raises(ValueError, match="codes must be"):
+        LeanLlama(hf, "q4q8", codes="q4_0")
+
+
+def test_a_draft_of_int8_rows_may_run_in_q4q8_and_no_other_draft_may():
+    from specdec.measure import modes
+
+    needs_q8()
+    assert "q4q8" in modes.draft_modes(int8_rows(wide_model()))
+    assert "q4q8" not in modes.draft_modes(wide_model())
+    with pytest.raises(ValueError, match="mode must be 'auto' or one of"):
+        modes.lean_draft(wide_model(), "q4q8")
+    lean, probe = modes.lean_draft(int8_rows(wide_model()), "q4q8", threads=1)
+    assert lean.mode == "q4q8" and lean.codes == "q8_0" and lean.threads == 1 and probe is None
 
 
 def test_every_instruction_set_gives_the_same_logits_bit_for_bit(monkeypatch):

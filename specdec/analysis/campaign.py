@@ -284,6 +284,7 @@ def run_campaign(
     if record is None:
         record = jsonable(
             {
+                "kind": "campaign",
                 "format": RECORD_FORMAT,
                 "settings": settings,
                 **dict(header or {}),
@@ -395,7 +396,8 @@ def build_real(
     by :func:`specdec.engine.llamacpp.requantized`; not the same weights) at the same thread
     counts when ``llama_cpp`` imports, transformers float32 at every core. Speculative, on every
     lean engine: prompt lookup, each distilled draft (``drafts``;
-    None: every saved one, in the lean engine via :func:`specdec.measure.modes.lean_draft`), early exit
+    None: every saved one, in the lean engine via :func:`specdec.measure.modes.lean_draft` at the
+    engine's threads), early exit
     at each of ``early_exit`` layers, each at every gamma, and the heuristic policy on lookup and
     each draft (``adaptive``); prompt lookup on llama.cpp. What cannot run is left out and said
     (``left_out``). Returns engines, configs, tokenizer, left_out, probes.
@@ -413,7 +415,7 @@ def build_real(
     configs: list[Config] = []
     left_out: list[str] = []
     probes: dict[str, Any] = {}
-    draft_objects: dict[str, Any] = {}
+    hf_drafts: dict[str, Any] = {}
     if drafts is None:
         from specdec.train.draftnets import list_drafts
 
@@ -422,21 +424,26 @@ def build_real(
         from specdec.train.draftnets import load_draft
 
         try:
-            lean, probe = lean_draft(load_draft(name, loaded.model))
+            hf_drafts[name] = load_draft(name, loaded.model)
         except (OSError, ValueError, RuntimeError) as exc:
             left_out.append(f"draft-{name} left out: {exc}")
-            continue
-        draft_objects[f"draft-{name}"] = ModelDrafter(lean, target=loaded.model)
-        probes[f"draft-{name}"] = {
-            "mode": lean.mode,
-            "probe": None if probe is None else probe_summary(probe),
-        }
     for t in counts:
         set_threads(t)
         target, probe = lean_model(loaded.model, mode, threads=t)
         name = f"lean-{target.mode}-{t}t"
         engines.append(Engine(name, target, t, {"engine": "lean", "mode": target.mode, "threads": t}))
         probes[name] = None if probe is None else probe_summary(probe)
+        # each draft in the lean engine at this engine's threads, by its own probe (q4q8 on the
+        # distilled drafts' own int8 codes where that is fastest)
+        draft_objects: dict[str, Any] = {}
+        for dname, hf_draft in hf_drafts.items():
+            lean, dprobe = lean_draft(hf_draft, threads=t)
+            draft_objects[f"draft-{dname}"] = ModelDrafter(lean, target=loaded.model)
+            probes[f"draft-{dname}-{t}t"] = {
+                "mode": lean.mode,
+                "codes": lean.codes,
+                "probe": None if dprobe is None else probe_summary(dprobe),
+            }
         drafters: dict[str, Any] = {"lookup": PromptLookupDrafter(max_ngram=3, min_ngram=1), **draft_objects}
         for n_layers in early_exit:
             try:

@@ -16,7 +16,11 @@ preallocated, position-indexed KV cache (gpt-fast's design). Its weight **modes*
   by integer dot products (AVX512-VNNI, AVX-VNNI, AVX2 or portable C, ``csrc/leanq8.c``), on
   ``threads`` threads; exact across rows, threads and instruction sets by construction. Its
   logits differ from float32's by the activations' 8-bit rounding (measure it on your model:
-  ``tests/test_native_q8.py`` and the engine benchmark's record report it);
+  ``tests/test_native_q8.py`` and the engine benchmark's record report it). With
+  ``codes="q8_0"`` the decoder layers are Q8_0 instead, each row's own symmetric int8 code with
+  its scale in every block: a model whose matrices are int8 per output row (the distilled
+  drafts, :func:`specdec.train.draftnets.load_draft`, which marks them ``int8_rows``) keeps its
+  own weights, only the scales rounded to half precision (:attr:`LeanLlama.quantization_error`);
 * ``"int4"``     the decoder layers' weights as 4-bit integers in groups of 32 along the input
   dimension with a scale and a zero per group (torch's CPU int4 weight-only kernel,
   ``aten._weight_int4pack_mm_for_cpu``), bfloat16 activations; the LM head as an 8-bit
@@ -246,6 +250,8 @@ class _Q41:
         n, half = self.qs.shape
         return native.Q41(self.qs.data_ptr(), self.d.data_ptr(), self.m.data_ptr(), n, 2 * half)
 
+    layer_struct = struct
+
 
 def _q41(weight: torch.Tensor, half_scales: bool = False) -> tuple[_Q41, float]:
     """The Q4_1 code of ``weight``; ``half_scales`` rounds the scales and minimums to IEEE half
@@ -275,6 +281,14 @@ class _Q80:
         n, k = self.qs.shape
         return native.Q80(self.qs.data_ptr(), self.d.data_ptr(), n, k)
 
+    def layer_struct(self) -> Any:
+        """A decoder layer's entry (leanq8.c's layer_t holds Q4_1 entries; with layer_codes 1 they
+        carry Q8_0 codes: int8 (n, k) in qs, scales in d, no minimums)."""
+        from specdec.engine import native
+
+        n, k = self.qs.shape
+        return native.Q41(self.qs.data_ptr(), self.d.data_ptr(), None, n, k)
+
 
 def _q80(weight: torch.Tensor, half_scales: bool = False) -> tuple[_Q80, float]:
     q, d, error = _symmetric_code(weight)
@@ -284,6 +298,24 @@ def _q80(weight: torch.Tensor, half_scales: bool = False) -> tuple[_Q80, float]:
         groups = weight.detach().float().view(n, k // GROUP_SIZE, GROUP_SIZE)
         error = float((q * d[..., None] - groups).abs().max())
     return _Q80(q.to(torch.int8).view(n, k).contiguous(), d.contiguous(), n), error
+
+
+def _q80_rows(weight: torch.Tensor) -> tuple[_Q80, float]:
+    """A Q8_0 code of ``weight`` that keeps a per-row int8 code: each row's symmetric code
+    (d = max |row| / 127) with the row's d, rounded to half precision, in every block of 32.
+    Returns the code and the largest absolute error against ``weight`` (for a matrix of int8
+    rows, the scales' half-precision rounding alone)."""
+    w = weight.detach().float()
+    n, k = w.shape
+    if k % GROUP_SIZE:
+        raise ValueError(f"codes 'q8_0' need every input dimension divisible by {GROUP_SIZE}; got {k}")
+    d = w.abs().amax(dim=1) / 127
+    safe = torch.where(d > 0, d, torch.ones_like(d))
+    q = torch.round(w / safe[:, None]).clamp(-127, 127)
+    d = d.half().float()
+    error = float((q * d[:, None] - w).abs().max())
+    blocks = d[:, None].expand(n, k // GROUP_SIZE).contiguous()
+    return _Q80(q.to(torch.int8).contiguous(), blocks, n), error
 
 
 def _config_value(config: Any, name: str, default: Any = None) -> Any:
@@ -332,9 +364,18 @@ class LeanLlama:
         int8_head: bool | None = None,
         exact_verify: bool = True,
         threads: int | None = None,
+        codes: str | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+        if codes is None:  # a model of int8 rows (the distilled drafts) keeps its codes in q4q8
+            codes = "q8_0" if mode == "q4q8" and getattr(model, "int8_rows", False) else "q4_1"
+        if codes not in ("q4_1", "q8_0") or (codes == "q8_0" and mode != "q4q8"):
+            raise ValueError(
+                f"codes must be 'q4_1' or, in mode 'q4q8' only, 'q8_0'; got {codes!r} in mode {mode!r}"
+            )
+        #: the decoder layers' code in the C forwards: "q4_1" (the GGUF's) or "q8_0" (int8 rows)
+        self.codes = codes
         native_mode = mode in NATIVE_MODES
         if int8_head is None:
             int8_head = mode == "int4" or native_mode
@@ -399,7 +440,10 @@ class LeanLlama:
                     "norm_mlp": layer.post_attention_layernorm.weight.detach().to(self.dtype).clone(),
                 }
                 for name, w in mats.items():
-                    if native_mode:
+                    if codes == "q8_0":
+                        entry[name], err = _q80_rows(w)
+                        self.quantization_error = max(self.quantization_error, err)
+                    elif native_mode:
                         entry[name], err = _q41(w, half_scales=mode == "q4q8")
                         self.quantization_error = max(self.quantization_error, err)
                     elif dense:
@@ -647,13 +691,15 @@ class LeanLlama:
                 table[i] = native.Layer(
                     entry["norm_attn"].data_ptr(),
                     entry["norm_mlp"].data_ptr(),
-                    *(entry[name].struct() for name in ("qkv", "o", "gate_up", "down")),
+                    *(entry[name].layer_struct() for name in ("qkv", "o", "gate_up", "down")),
                 )
-            inter = layers[0]["down"].qs.shape[1] * 2
+            q8_layers = self.codes == "q8_0"
+            inter = layers[0]["down"].qs.shape[1] * (1 if q8_layers else 2)
             desc = native.ModelQ8(
                 len(layers), self.hidden, self.heads, self.kv_heads, self.head_dim, inter,
                 self.max_positions, self.eps, self.embed.data_ptr(), table, self.norm.data_ptr(),
                 self.head.struct(), cos.data_ptr(), sin.data_ptr(), int(self.embed.shape[0]),
+                int(q8_layers),
             )  # fmt: skip
             self._q8["forward"] = native.Q8Forward(desc)
             self._q8["keep"] = (cos, sin)  # read in place by the C forward

@@ -73,7 +73,7 @@ SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
 #: The C forwards, by the lean mode that runs them.
 KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
-Q8_ABI = 2
+Q8_ABI = 3
 
 
 def _source(kind: str) -> Path:
@@ -256,9 +256,11 @@ class Model(ctypes.Structure):
 
 
 class ModelQ8(Model):
-    """leanq8.c's model description: :class:`Model` plus the embedding's rows (ids are checked in C)."""
+    """leanq8.c's model description: :class:`Model` plus the embedding's rows (ids are checked in C)
+    and the layers' code (``layer_codes``: 0 Q4_1, 1 Q8_0, whose :class:`Q41` entries then hold
+    int8 codes (n, k) in ``qs``, scales in ``d`` and no ``m``)."""
 
-    _fields_ = [("vocab", ctypes.c_int32)]
+    _fields_ = [("vocab", ctypes.c_int32), ("layer_codes", ctypes.c_int32)]
 
 
 #: Return codes of leanq8.c's exported functions.

@@ -37,6 +37,7 @@ __all__ = [
     "available_modes",
     "choose_mode",
     "draft_length",
+    "draft_modes",
     "lean_draft",
     "lean_model",
     "machine_identity",
@@ -418,23 +419,40 @@ def lean_model(
     return LeanLlama(model, mode, threads=threads), None
 
 
-#: The lean modes that keep a draft's trained weights as they are (int4 would re-quantize them).
-DRAFT_MODES = ("float32", "bfloat16")
+#: The lean modes that keep a draft's trained weights as they are (int4 and q4_1 would re-quantize
+#: them to 4 bits); "q4q8" only for a model of int8 rows (``int8_rows``: the distilled drafts),
+#: whose codes it keeps (Q8_0 layers, :class:`specdec.engine.lean.LeanLlama`'s ``codes``).
+DRAFT_MODES = ("float32", "bfloat16", "q4q8")
 
 
-def lean_draft(model: Any, mode: str = "auto", **choose: Any) -> tuple[LeanLlama, dict[str, Any] | None]:
+def draft_modes(model: Any) -> tuple[str, ...]:
+    """The :data:`DRAFT_MODES` that keep ``model``'s weights and run on this machine."""
+    keeps = [m for m in DRAFT_MODES if m != "q4q8" or getattr(model, "int8_rows", False)]
+    return tuple(m for m in keeps if m in available_modes())
+
+
+def lean_draft(
+    model: Any, mode: str = "auto", *, threads: int | None = None, **choose: Any
+) -> tuple[LeanLlama, dict[str, Any] | None]:
     """A draft model (e.g. :func:`specdec.train.draftnets.load_draft`) in the lean engine.
 
-    ``"auto"`` picks the faster of :data:`DRAFT_MODES` on this machine by :func:`choose_mode`
-    (cached like the target's probe); int4 is left out because it would round the draft's own
-    trained weights to a 4-bit code, changing the draft. A small draft is where the lean
-    engine saves most: its step is mostly fixed overhead, and c is the draft's step over the
-    target's. Returns the lean draft and the probe behind an ``"auto"`` choice.
+    ``"auto"`` picks the fastest of :func:`draft_modes` on this machine by :func:`choose_mode`
+    (cached like the target's probe); the 4-bit modes are left out because they would round the
+    draft's own trained weights to a 4-bit code, changing the draft, and q4q8 runs a draft of int8
+    rows on its own codes. A small draft is where the lean engine saves most: its step is mostly
+    fixed overhead, and c is the draft's step over the target's. ``threads``: the C forward's
+    threads in q4q8 (default: the cores this process may use). Returns the lean draft and the
+    probe behind an ``"auto"`` choice.
     """
+    from specdec.engine import native
+
+    threads = native.check_threads(threads)
+    allowed = draft_modes(model)
     if mode == "auto":
-        available = tuple(m for m in DRAFT_MODES if m in available_modes())
-        probe = choose_mode(model, modes=available, **choose)
-        return LeanLlama(model, probe["mode"]), probe
-    if mode not in DRAFT_MODES:
-        raise ValueError(f"mode must be 'auto' or one of {DRAFT_MODES}; got {mode!r}")
-    return LeanLlama(model, mode), None
+        probe = choose_mode(model, modes=allowed, threads=threads, **choose)
+        return LeanLlama(model, probe["mode"], threads=threads), probe
+    if mode not in allowed:
+        raise ValueError(
+            f"mode must be 'auto' or one of {allowed} for this draft (of {DRAFT_MODES}); got {mode!r}"
+        )
+    return LeanLlama(model, mode, threads=threads), None

@@ -259,6 +259,7 @@ def load_draft(name: str, target: torch.nn.Module, root: str | Path | None = Non
             else:
                 p.copy_(tensors[pname].to(p.dtype))
     draft.requires_grad_(False)
+    draft.int8_rows = True  # its matrices are int8 per output row: the lean q4q8 engine keeps the codes
     return draft.eval()
 
 

@@ -1,7 +1,8 @@
 /* The lean Llama forward of specdec's "q4q8" mode, in C (see specdec/native.py).
  *
  * Weights: the GGUF's Q4_1 decoder layers (w = d q + m, q in 0..15, groups of 32 along the
- * input) and its Q8_0 LM head (w = d q, q in -127..127), repacked at load (specdec_q8_new) into
+ * input; or, for the distilled drafts, Q8_0 layers holding their own int8 codes) and its Q8_0 LM
+ * head (w = d q, q in -127..127), repacked at load (specdec_q8_new) into
  * tiles of 16 output columns: for each tile and block of 32 inputs, the codes of the 16 columns
  * laid out one column per 32-bit lane, 4 consecutive inputs per lane, so that one load (and, for
  * 4-bit codes, one and/shift) gives the unsigned-byte operand of an integer dot product for all 16
@@ -36,7 +37,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#define SPECDEC_Q8_ABI 2
+#define SPECDEC_Q8_ABI 3
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ISA "avx512vnni"
@@ -82,6 +83,9 @@ typedef struct {
     q80_t head;
     const float *cos, *sin; /* (positions, head_dim); sin with rotate_half's sign folded in */
     int32_t vocab;          /* rows of embed */
+    /* the decoder layers' code: 0 = Q4_1 (the GGUF's), 1 = Q8_0 (qs: (n, k) int8 bytes, d its
+     * scales, m unused; the distilled drafts' own int8 weights) */
+    int32_t layer_codes;
 } model_t;
 
 /* Sizes of the structures, for the ctypes check at load; returns the ABI version. */
@@ -276,6 +280,7 @@ typedef struct {
 typedef struct {
     const float *norm_attn, *norm_mlp;
     pq_t qkv, o, gate_up, down;
+    int q4; /* 1: the matrices hold Q4_1 tiles, 0: Q8_0 tiles */
 } player_t;
 
 enum { PH_LINEAR, PH_HEAD, PH_ATTENTION, PH_OTHER, PHASES };
@@ -371,7 +376,8 @@ handle_t *specdec_q8_new(const model_t *m, int32_t *status) {
     if (!m || !status) goto fail;
     if (m->n_layers < 1 || m->hidden < 32 || m->hidden % 32 || m->heads < 1 || m->kv_heads < 1 ||
         m->heads % m->kv_heads || m->head_dim < 2 || m->head_dim % 2 || m->inter < 32 || m->inter % 32 ||
-        m->positions < 1 || m->vocab < 1 || !m->embed || !m->layers || !m->norm || !m->cos || !m->sin)
+        m->positions < 1 || m->vocab < 1 || !m->embed || !m->layers || !m->norm || !m->cos || !m->sin ||
+        (m->layer_codes != 0 && m->layer_codes != 1))
         goto fail;
     if ((m->heads * m->head_dim) % 32 || m->head.k != m->hidden) goto fail;
     st = ERR_MEMORY;
@@ -393,10 +399,19 @@ handle_t *specdec_q8_new(const model_t *m, int32_t *status) {
             L->gate_up.n != 2 * m->inter || L->gate_up.k != m->hidden || L->down.n != m->hidden ||
             L->down.k != m->inter)
             goto fail;
-        P->norm_attn = L->norm_attn, P->norm_mlp = L->norm_mlp;
-        if ((st = pack_q41(&L->qkv, &P->qkv)) || (st = pack_q41(&L->o, &P->o)) ||
-            (st = pack_q41(&L->gate_up, &P->gate_up)) || (st = pack_q41(&L->down, &P->down)))
-            goto fail;
+        P->norm_attn = L->norm_attn, P->norm_mlp = L->norm_mlp, P->q4 = m->layer_codes == 0;
+        if (P->q4) {
+            if ((st = pack_q41(&L->qkv, &P->qkv)) || (st = pack_q41(&L->o, &P->o)) ||
+                (st = pack_q41(&L->gate_up, &P->gate_up)) || (st = pack_q41(&L->down, &P->down)))
+                goto fail;
+        } else {
+            const q41_t *w[4] = {&L->qkv, &L->o, &L->gate_up, &L->down};
+            pq_t *out[4] = {&P->qkv, &P->o, &P->gate_up, &P->down};
+            for (int i = 0; i < 4; i++) {
+                const q80_t c = {w[i]->qs, w[i]->d, w[i]->n, w[i]->k};
+                if ((st = pack_q80(&c, out[i]))) goto fail;
+            }
+        }
     }
     if ((st = pack_q80(&m->head, &h->head))) goto fail;
     *status = OK;
@@ -919,15 +934,15 @@ static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t st
             for (int r = 0; r < k; r++) rms(x + (size_t)r * H, L->norm_attn, H, h->eps, hb + (size_t)r * H);
             quantize(hb, k, H, &qx);
         });
-        PHASE(PH_LINEAR, matmul(&L->qkv, 1, &qx, k, qkv, qkv_n, 0, pool));
+        PHASE(PH_LINEAR, matmul(&L->qkv, L->q4, &qx, k, qkv, qkv_n, 0, pool));
         PHASE(PH_ATTENTION, attention(h, qkv, k, start, kc, vc, capacity, scores, att, pool));
         PHASE(PH_OTHER, quantize(att, k, AD, &qx));
-        PHASE(PH_LINEAR, matmul(&L->o, 1, &qx, k, x, H, 1, pool));
+        PHASE(PH_LINEAR, matmul(&L->o, L->q4, &qx, k, x, H, 1, pool));
         PHASE(PH_OTHER, {
             for (int r = 0; r < k; r++) rms(x + (size_t)r * H, L->norm_mlp, H, h->eps, hb + (size_t)r * H);
             quantize(hb, k, H, &qx);
         });
-        PHASE(PH_LINEAR, matmul(&L->gate_up, 1, &qx, k, gu, 2 * I, 0, pool));
+        PHASE(PH_LINEAR, matmul(&L->gate_up, L->q4, &qx, k, gu, 2 * I, 0, pool));
         PHASE(PH_OTHER, {
             for (int r = 0; r < k; r++) {
                 const float *g = gu + (size_t)r * 2 * I, *u = g + I;
@@ -936,7 +951,7 @@ static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t st
             }
             quantize(act, k, I, &qx);
         });
-        PHASE(PH_LINEAR, matmul(&L->down, 1, &qx, k, x, H, 1, pool));
+        PHASE(PH_LINEAR, matmul(&L->down, L->q4, &qx, k, x, H, 1, pool));
     }
     const int first = k - keep;
     PHASE(PH_OTHER, {
