@@ -647,6 +647,7 @@ static inline __attribute__((always_inline)) v16i dot_q8(const tilew_t *t, const
 /* rows per pass over a tile: 5 keeps the accumulators and decoded weights in registers (at 6 and
  * more GCC spilled them on AVX-512, and a call over 6 rows cost far more than one over 5) */
 #define RCHUNK 5
+_Static_assert(RCHUNK == 5, "TILE_CASES spells out the row counts 1 .. RCHUNK");
 
 /* Rows r0 .. r0+R-1 of one tile: y[r][n] (+)= sum over blocks, in block order, of
  * ((d dx) isum + m s) (Q4_1) or (d dx) isum (Q8_0). */
@@ -683,16 +684,15 @@ static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, int q
     }
 }
 
+/* R is 1 .. RCHUNK (5): one constant-R copy of tile_rows each (no case past RCHUNK, whose
+ * accumulators would lie outside acc[RCHUNK]). */
 #define TILE_CASES(Q4)                                                                                 \
     switch (R) {                                                                                       \
     case 1: tile_rows(w, Q4, tile, x, r0, 1, y, ldy, add); break;                                      \
     case 2: tile_rows(w, Q4, tile, x, r0, 2, y, ldy, add); break;                                      \
     case 3: tile_rows(w, Q4, tile, x, r0, 3, y, ldy, add); break;                                      \
     case 4: tile_rows(w, Q4, tile, x, r0, 4, y, ldy, add); break;                                      \
-    case 5: tile_rows(w, Q4, tile, x, r0, 5, y, ldy, add); break;                                      \
-    case 6: tile_rows(w, Q4, tile, x, r0, 6, y, ldy, add); break;                                      \
-    case 7: tile_rows(w, Q4, tile, x, r0, 7, y, ldy, add); break;                                      \
-    default: tile_rows(w, Q4, tile, x, r0, 8, y, ldy, add); break;                                     \
+    default: tile_rows(w, Q4, tile, x, r0, RCHUNK, y, ldy, add); break;                                \
     }
 
 static void tile_q4(const pq_t *w, int tile, const qx_t *x, int rows, float *y, int ldy, int add) {
@@ -769,9 +769,73 @@ static void rms(const float *x, const float *w, int n, float eps, float *out) {
 
 static void rotate(float *x, const float *cos, const float *sin, int hd) {
     float t[hd];
-    const int half = hd / 2;
-    for (int i = 0; i < hd; i++) t[i] = x[i] * cos[i] + x[(i + half) % hd] * sin[i];
+    const int half = hd / 2; /* element i pairs with i + half (mod hd): two loops, no division */
+    for (int i = 0; i < half; i++) t[i] = x[i] * cos[i] + x[i + half] * sin[i];
+    for (int i = half; i < hd; i++) t[i] = x[i] * cos[i] + x[i - half] * sin[i];
     memcpy(x, t, sizeof(float) * hd);
+}
+
+/* e^x on 16 lanes by IEEE additions and multiplications only (no libm, no FMA: -ffp-contract=off),
+ * so every instruction set and every lane gives the same bits: x = n ln2 + r (Cody-Waite, n by
+ * the rounding trick), e^r by Cephes' expf polynomial (about 1 ulp), times 2^n built in the
+ * exponent bits. Below -87 the result is 0 (e^-87 < 2^-125: nothing a softmax or SiLU keeps),
+ * above 88 it is +inf. */
+static inline v16f vexp(v16f x) {
+    const v16f lo = (v16f){0} - 87.0f, hi = (v16f){0} + 88.0f;
+    const v16i under = x < lo, over = x > hi;
+    v16f c;
+    { /* clamp (selects, not min/max, so NaN handling is the same everywhere) */
+        const v16i xi = (v16i)x, loi = (v16i)lo, hii = (v16i)hi;
+        c = (v16f)((xi & ~(under | over)) | (loi & under) | (hii & over));
+    }
+    const v16f n = (c * 1.44269504088896341f + ROUND_MAGIC) - ROUND_MAGIC;
+    v16f r = c - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    v16f p = (v16f){0} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    const v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
+    v16f y = p * (v16f)bits;
+    const v16i yi = (v16i)y, inf = (v16i){0} + 0x7f800000;
+    return (v16f)((yi & ~(under | over)) | (inf & over));
+}
+
+/* e^x element by element over n floats (in place), through vexp (a partial last vector padded). */
+static void exp_inplace(float *x, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) storef(x + i, vexp(loadf(x + i)));
+    if (i < n) {
+        float t[16] = {0};
+        memcpy(t, x + i, sizeof(float) * (n - i));
+        storef(t, vexp(loadf(t)));
+        memcpy(x + i, t, sizeof(float) * (n - i));
+    }
+}
+
+/* Sum of each of 16 vectors: out[j] = the 16 lanes of a[j] added pairwise, (l, l + 8), then
+ * (l, l + 4), (l, l + 2), (l, l + 1): a fixed tree, so a key's score has one summation order. */
+static inline v16f hsum16(const v16f *a) {
+    typedef int32_t m16 __attribute__((vector_size(64)));
+    const m16 L1 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    const m16 H1 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    const m16 L2 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+    const m16 H2 = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+    const m16 L3 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
+    const m16 H3 = {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31};
+    const m16 L4 = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const m16 H4 = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    v16f b[8], c[4], d[2];
+    for (int i = 0; i < 8; i++)
+        b[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], L1) + __builtin_shuffle(a[2 * i], a[2 * i + 1], H1);
+    for (int i = 0; i < 4; i++)
+        c[i] = __builtin_shuffle(b[2 * i], b[2 * i + 1], L2) + __builtin_shuffle(b[2 * i], b[2 * i + 1], H2);
+    for (int i = 0; i < 2; i++)
+        d[i] = __builtin_shuffle(c[2 * i], c[2 * i + 1], L3) + __builtin_shuffle(c[2 * i], c[2 * i + 1], H3);
+    return __builtin_shuffle(d[0], d[1], L4) + __builtin_shuffle(d[0], d[1], H4);
 }
 
 static inline float dot(const float *a, const float *b, int n) {
@@ -783,31 +847,113 @@ static inline float dot(const float *a, const float *b, int n) {
     return s;
 }
 
-static void attend(const float *q, const float *keys, const float *values, int end, int hd, float *scores,
-                   float *out) {
+/* One row's G query heads that share a key/value head (grouped-query attention):
+ * softmax(q_g K^T / sqrt(hd)) V over positions 0 .. end-1 for g < G (q_g at q + g hd, its scores
+ * at scores + g sstride, its output at out + g hd). Each head's arithmetic is that of a head alone
+ * (its own accumulators, the same order), the heads only share the loads of K and V: a block of
+ * 16 keys is read once from memory for all G heads. The scores of whole blocks of 16 keys come
+ * from hsum16 (head_dim a multiple of 16), the rest from dot(); which path a key takes depends on
+ * end only, so a verify row and the single step at its position compute the same bits. */
+static inline __attribute__((always_inline)) void attend_g(const float *q, const int G, const float *keys,
+                                                           const float *values, int end, int hd, float *scores,
+                                                           int sstride, float *out) {
     const float scale = 1.0f / sqrtf((float)hd);
-    float top = -INFINITY;
-    for (int t = 0; t < end; t++) {
-        const float s = dot(q, keys + (size_t)t * hd, hd) * scale;
-        scores[t] = s;
-        if (s > top) top = s;
+    const int blocked = hd % 16 == 0 ? end - end % 16 : 0;
+    for (int t0 = 0; t0 < blocked; t0 += 16)
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * hd;
+            v16f acc[16];
+            for (int j = 0; j < 16; j++) {
+                const float *key = keys + (size_t)(t0 + j) * hd;
+                v16f a = loadf(qg) * loadf(key);
+                for (int i = 16; i < hd; i += 16) a = a + loadf(qg + i) * loadf(key + i);
+                acc[j] = a;
+            }
+            storef(scores + (size_t)g * sstride + t0, hsum16(acc) * scale);
+        }
+    float inv[G];
+    for (int g = 0; g < G; g++) {
+        float *sc = scores + (size_t)g * sstride;
+        for (int t = blocked; t < end; t++) sc[t] = dot(q + (size_t)g * hd, keys + (size_t)t * hd, hd) * scale;
+        float top = -INFINITY;
+        for (int t = 0; t < end; t++)
+            if (sc[t] > top) top = sc[t];
+        for (int t = 0; t < end; t++) sc[t] = sc[t] - top;
+        exp_inplace(sc, end);
+        /* the softmax's total: 16 lane sums over whole blocks (hsum), then the rest in order */
+        const int whole = end - end % 16;
+        v16f lanes = {0};
+        for (int t = 0; t < whole; t += 16) lanes = lanes + loadf(sc + t);
+        float total = hsum(lanes);
+        for (int t = whole; t < end; t++) total = total + sc[t];
+        inv[g] = 1.0f / total;
     }
-    float total = 0.0f;
-    for (int t = 0; t < end; t++) {
-        scores[t] = expf(scores[t] - top);
-        total = total + scores[t];
-    }
-    const float inv = 1.0f / total;
     const int nv = hd - hd % 16;
-    for (int i = 0; i < nv; i += 16) {
-        v16f acc = {0};
-        for (int t = 0; t < end; t++) acc = acc + scores[t] * loadf(values + (size_t)t * hd + i);
-        storef(out + i, acc * inv);
+    if (nv == 64 && G <= 4) { /* SmolLM2's head_dim: per head four accumulators, each summed over t in order */
+        v16f a[4][4];
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < 4; c++) a[g][c] = (v16f){0};
+        for (int t = 0; t < end; t++) {
+            const float *v = values + (size_t)t * hd;
+            const v16f v0 = loadf(v), v1 = loadf(v + 16), v2 = loadf(v + 32), v3 = loadf(v + 48);
+            for (int g = 0; g < G; g++) {
+                const float w = scores[(size_t)g * sstride + t];
+                a[g][0] = a[g][0] + w * v0, a[g][1] = a[g][1] + w * v1;
+                a[g][2] = a[g][2] + w * v2, a[g][3] = a[g][3] + w * v3;
+            }
+        }
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < 4; c++) storef(out + (size_t)g * hd + 16 * c, a[g][c] * inv[g]);
+    } else {
+        for (int g = 0; g < G; g++) {
+            const float *sc = scores + (size_t)g * sstride;
+            for (int i = 0; i < nv; i += 16) {
+                v16f acc = {0};
+                for (int t = 0; t < end; t++) acc = acc + sc[t] * loadf(values + (size_t)t * hd + i);
+                storef(out + (size_t)g * hd + i, acc * inv[g]);
+            }
+        }
     }
-    for (int i = nv; i < hd; i++) {
-        float acc = 0.0f;
-        for (int t = 0; t < end; t++) acc = acc + scores[t] * values[(size_t)t * hd + i];
-        out[i] = acc * inv;
+    for (int g = 0; g < G; g++) {
+        const float *sc = scores + (size_t)g * sstride;
+        for (int i = nv; i < hd; i++) {
+            float acc = 0.0f;
+            for (int t = 0; t < end; t++) acc = acc + sc[t] * values[(size_t)t * hd + i];
+            out[(size_t)g * hd + i] = acc * inv[g];
+        }
+    }
+}
+
+/* attend_g with the group size a constant (its accumulators then stay in registers); a group of
+ * more than 4 heads runs head by head (the same arithmetic per head). */
+static void attend_group(const float *q, int G, const float *keys, const float *values, int end, int hd,
+                         float *scores, int sstride, float *out) {
+    switch (G) {
+    case 1: attend_g(q, 1, keys, values, end, hd, scores, sstride, out); break;
+    case 2: attend_g(q, 2, keys, values, end, hd, scores, sstride, out); break;
+    case 3: attend_g(q, 3, keys, values, end, hd, scores, sstride, out); break;
+    case 4: attend_g(q, 4, keys, values, end, hd, scores, sstride, out); break;
+    default:
+        for (int g = 0; g < G; g++)
+            attend_g(q + (size_t)g * hd, 1, keys, values, end, hd, scores + (size_t)g * sstride, sstride,
+                     out + (size_t)g * hd);
+    }
+}
+
+/* SiLU(g) u over n elements (gate g, up u): g / (1 + e^-g) * u, through vexp. */
+static void silu_mul(const float *g, const float *u, int n, float *out) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const v16f gv = loadf(g + i);
+        storef(out + i, gv / (1.0f + vexp(-gv)) * loadf(u + i));
+    }
+    if (i < n) {
+        float tg[16] = {0}, tu[16] = {0}, to[16];
+        memcpy(tg, g + i, sizeof(float) * (n - i));
+        memcpy(tu, u + i, sizeof(float) * (n - i));
+        const v16f gv = loadf(tg);
+        storef(to, gv / (1.0f + vexp(-gv)) * loadf(tu));
+        memcpy(out + i, to, sizeof(float) * (n - i));
     }
 }
 
@@ -821,20 +967,22 @@ typedef struct {
 static void att_part(void *arg, int part, int parts) {
     const att_job_t *j = arg;
     const handle_t *h = j->h;
-    const int hd = h->head_dim, nh = h->heads, group = nh / h->kv_heads;
-    const int qkv_n = (nh + 2 * h->kv_heads) * hd, AD = nh * hd, end_max = j->start + j->k;
-    const int pairs = j->k * nh, p0 = (int)((int64_t)pairs * part / parts), p1 = (int)((int64_t)pairs * (part + 1) / parts);
-    for (int p = p0; p < p1; p++) {
-        const int r = p / nh, jh = p % nh, kvh = jh / group;
+    const int hd = h->head_dim, nh = h->heads, kv = h->kv_heads, group = nh / kv;
+    const int qkv_n = (nh + 2 * kv) * hd, AD = nh * hd, end_max = j->start + j->k;
+    /* units: (row, key/value head), each with its group of query heads */
+    const int units = j->k * kv, u0 = (int)((int64_t)units * part / parts), u1 = (int)((int64_t)units * (part + 1) / parts);
+    for (int u = u0; u < u1; u++) {
+        const int r = u / kv, kvh = u % kv, jh = kvh * group;
         const float *row = j->qkv + (size_t)r * qkv_n;
-        attend(row + (size_t)jh * hd, j->kc + (size_t)kvh * j->capacity * hd, j->vc + (size_t)kvh * j->capacity * hd,
-               j->start + r + 1, hd, j->scores + (size_t)p * end_max, j->att + (size_t)r * AD + (size_t)jh * hd);
+        attend_group(row + (size_t)jh * hd, group, j->kc + (size_t)kvh * j->capacity * hd,
+                     j->vc + (size_t)kvh * j->capacity * hd, j->start + r + 1, hd,
+                     j->scores + ((size_t)r * nh + jh) * end_max, end_max, j->att + (size_t)r * AD + (size_t)jh * hd);
     }
 }
 
 /* Rotary embedding and cache writes for the k new rows, then attention: row r attends to
- * positions 0 .. start + r, exactly as a one-token step there; each (row, head) pair is
- * computed whole by one thread. */
+ * positions 0 .. start + r, exactly as a one-token step there; each (row, key/value head) unit,
+ * with its group of query heads, is computed whole by one thread. */
 static void attention(const handle_t *h, float *qkv, int k, int start, float *kc, float *vc, int capacity,
                       float *scores, float *att, pool_t *pool) {
     const int hd = h->head_dim, nh = h->heads, kv = h->kv_heads;
@@ -850,9 +998,9 @@ static void attention(const handle_t *h, float *qkv, int k, int start, float *kc
         }
     }
     att_job_t job = {h, qkv, kc, vc, k, start, capacity, scores, att};
-    const int pairs = k * nh, threads = pool ? pool->workers + 1 : 1;
+    const int pairs = k * nh, units = k * kv, threads = pool ? pool->workers + 1 : 1;
     /* short contexts are not worth waking a thread for */
-    const int parts = (size_t)(start + k) * pairs < 4096 ? 1 : (threads < pairs ? threads : pairs);
+    const int parts = (size_t)(start + k) * pairs < 4096 ? 1 : (threads < units ? threads : units);
     pool_run(pool, att_part, &job, parts);
 }
 
@@ -945,9 +1093,8 @@ static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t st
         PHASE(PH_LINEAR, matmul(&L->gate_up, L->q4, &qx, k, gu, 2 * I, 0, pool));
         PHASE(PH_OTHER, {
             for (int r = 0; r < k; r++) {
-                const float *g = gu + (size_t)r * 2 * I, *u = g + I;
-                float *a = act + (size_t)r * I;
-                for (int i = 0; i < I; i++) a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+                const float *g = gu + (size_t)r * 2 * I;
+                silu_mul(g, g + I, I, act + (size_t)r * I);
             }
             quantize(act, k, I, &qx);
         });
