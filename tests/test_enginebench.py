@@ -87,3 +87,29 @@ def test_a_default_list_leaves_out_what_cannot_run(monkeypatch):
     kept = resolve_engines("lean-float32,lean-q4_1,llama.cpp", log=said.append, strict=False)
     assert kept == ("lean-float32",)
     assert any("no C compiler" in line for line in said) and any("llama_cpp" in line for line in said)
+
+
+def test_draft_costs_time_each_draft_mode_against_the_target_and_keep_the_samples(monkeypatch):
+    """c of every draft in every mode that keeps its weights (q4q8 only for int8 rows) and of the
+    early exit, each recomputable from the stored paired samples."""
+    import numpy as np
+    from test_native_q8 import int8_rows, needs_q8, wide_model
+
+    import specdec.train.draftnets as dn
+    from specdec.engine.lean import LeanLlama
+    from specdec.measure import enginebench
+
+    needs_q8()
+    drafts = {"int8": int8_rows(wide_model(seed=7)), "float": wide_model(seed=8)}
+    monkeypatch.setattr(dn, "list_drafts", lambda: list(drafts))
+    monkeypatch.setattr(dn, "load_draft", lambda name, target: drafts[name])
+    target = LeanLlama(wide_model(), "q4q8", threads=1)
+    res = enginebench.draft_costs(target, None, list(range(1, 20)), 1, repeats=3, early_exit=(1,), log=None)
+    assert set(res["drafts"]) == {"int8/float32", "int8/bfloat16", "int8/q4q8", "float/float32",
+                                  "float/bfloat16", "ee-1/q4q8"}  # fmt: skip
+    base = np.asarray(res["target_samples_s"])
+    for row in res["drafts"].values():
+        t = np.asarray(row["samples_s"])
+        assert len(t) == len(base) == 3
+        assert row["c"] == pytest.approx(float(np.exp(np.log(t / base).mean())))
+        assert row["c_ci"][0] <= row["c"] <= row["c_ci"][1]

@@ -15,6 +15,8 @@ Steps (:func:`run_bench`), all interleaved (a fresh engine order per pass) and r
                    tokens/s of each (decoding time: the prompt's prefill excluded);
    ``profile``  -- where a step's and a verify call's CPU time goes, per torch engine;
    ``roofline`` -- the machine's measured roof and the step it predicts per weight format;
+   ``draft_costs`` -- c of every distilled draft in each mode that keeps its weights, and of
+                   the early-exit draft, against the lean target's step (:func:`draft_costs`);
 3. ``summarize`` -- per engine: T(1), T(4)/T(1) and T(8)/T(1), plain tokens/s, lookup over
                    plain, each with a 95 % bootstrap interval over prompts (specdec.theory.intervals),
                    and every engine's plain tokens/s over llama.cpp's and over hf-float32's.
@@ -41,6 +43,7 @@ __all__ = [
     "BenchSettings",
     "build_engines",
     "decode",
+    "draft_costs",
     "profile",
     "resolve_engines",
     "roofline",
@@ -188,6 +191,59 @@ def build_engines(names: Sequence[str], threads: int) -> tuple[dict[str, Any], A
             gguf = llamacpp.requantized(smollm2_gguf_path(), "q4_0", threads=threads)
             engines[name] = llamacpp.LlamaCppModel(gguf, threads=threads)
     return engines, base
+
+
+def draft_costs(
+    target: Any,
+    base_model: Any,
+    prompt_ids: Sequence[int],
+    threads: int,
+    *,
+    repeats: int = 9,
+    early_exit: Sequence[int] = (8,),
+    log: Log | None = _print,
+) -> dict[str, Any]:
+    """c (Definition 3.7) of every saved distilled draft in each mode that keeps its weights
+    (:func:`specdec.measure.modes.draft_modes`: the torch modes, and q4q8 on the drafts' own int8
+    codes) and of the early-exit drafts of ``target``, against ``target``'s step: T(1) of each,
+    interleaved with the target's in one run (:func:`specdec.measure.core.engine_verify_curves`),
+    c = the geometric mean over passes of T_draft(1) / T_target(1), paired by pass, with its 95 %
+    bootstrap interval. Every draft runs at ``threads`` (torch's modes on torch's threads)."""
+    from specdec.engine.lean import LeanLlama
+    from specdec.measure.core import engine_verify_curves
+    from specdec.measure.modes import draft_modes
+    from specdec.theory.intervals import ratio_ci
+    from specdec.train.draftnets import list_drafts, load_draft
+
+    models: dict[str, Any] = {"target": target}
+    for name in list_drafts():
+        hf = load_draft(name, base_model)
+        for mode in draft_modes(hf):
+            models[f"{name}/{mode}"] = LeanLlama(hf, mode, threads=threads)
+    if isinstance(target, LeanLlama):
+        for n in early_exit:
+            if 1 <= n < target.num_layers:
+                models[f"ee-{n}/{target.mode}"] = target.early_exit(n)
+    curves = engine_verify_curves(models, prompt_ids, [1], repeats, log=log)["engines"]
+    base = np.asarray(curves["target"][0]["samples_s"])
+    out = {}
+    for name, cells in curves.items():
+        if name == "target":
+            continue
+        t = np.asarray(cells[0]["samples_s"])
+        c, lo, hi = ratio_ci(t, base)
+        out[name] = {"step_ms": 1e3 * float(np.median(t)), "c": c, "c_ci": [lo, hi], "samples_s": t.tolist()}
+        if log is not None:
+            log(f"  c of {name}: {c:.3f} [{lo:.3f}, {hi:.3f}] ({out[name]['step_ms']:.2f} ms per step)")
+    return {
+        "target": getattr(target, "mode", type(target).__name__),
+        "target_step_ms": 1e3 * float(np.median(base)),
+        "target_samples_s": base.tolist(),
+        "threads": threads,
+        "context": len(prompt_ids),
+        "rule": "geometric mean over passes of T_draft(1) / T_target(1), paired by pass; 95 % bootstrap",
+        "drafts": out,
+    }
 
 
 def decode(
@@ -368,6 +424,17 @@ def run_bench(
     prof = profile(engines, plist[0]["ids"], log=log) if with_profile else None
     dec = decode(engines, plist, settings.new_tokens, settings.gamma, settings.repeats, log=log)
     summary = summarize(verify, dec, list(engines), log=log)
+    lean_target = next((engines[n] for n in ("lean-q4q8", "lean-q4_1") if n in engines), None)
+    costs = None
+    if lean_target is not None:
+        costs = draft_costs(
+            lean_target,
+            base.model,
+            plist[0]["ids"],
+            settings.threads,
+            repeats=settings.verify_repeats,
+            log=log,
+        )
     record = {
         "kind": "engine-modes",
         "command": command,
@@ -378,6 +445,7 @@ def run_bench(
         "profile": prof,
         "decode": dec,
         "summary": summary,
+        "draft_costs": costs,
         "wall_s": time.time() - t0,
     }
     if "lean-q4_1" in engines or "lean-q4q8" in engines:
