@@ -3,6 +3,7 @@
     python benchmarks/campaign.py --quick              # a smoke run (minutes); prints the full run's estimate
     python benchmarks/campaign.py --budget-s 9000      # the full run, stopped cleanly after 150 minutes
     python benchmarks/campaign.py --budget-s 9000      # the same command again resumes it
+    python benchmarks/campaign.py --reanalyse results/campaign/<record>.json   # the analysis, anew
 
 On one machine, in one interleaved run, the same held-out prompts (--prompts per task, the three
 tasks, temperatures 0 and 1) through every plain decoder (the lean engine in its chosen mode at 1
@@ -75,6 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--out", default=None, help="the record's path (default: results/campaign/<cpu>-<n>t.json)"
     )
+    ap.add_argument(
+        "--reanalyse",
+        metavar="RECORD",
+        default=None,
+        help="recompute a complete record's cross-fit analysis from its stored runs and rewrite it",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         for key, value in cp.QUICK.items():
@@ -102,6 +109,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.reanalyse:
+        cp.reanalyse(args.reanalyse)
+        print(f"[campaign] reanalysed {args.reanalyse}", file=sys.stderr)
+        return 0
     from specdec.engine.models import set_threads
     from specdec.measure.core import cpu_name, environment
     from specdec.measure.modes import machine_identity

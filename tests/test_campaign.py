@@ -178,3 +178,23 @@ def test_script_arguments_quick_and_refusals(capsys):
         with pytest.raises(SystemExit):
             script.parse_args(bad)
     assert "--prompts must be an integer >= 2" in capsys.readouterr().err
+
+
+def test_reanalyse_recomputes_the_stored_analysis_and_refuses_a_partial_record(setup, tmp_path):
+    from specdec.analysis.campaign import reanalyse
+
+    out = tmp_path / "c.json"
+    run(setup, out)
+    saved = json.loads(out.read_text())
+    assert saved["kind"] == "campaign"
+    broken = dict(saved, crossfit={"n_boot": 100, "strata": []})
+    out.write_text(json.dumps(broken))
+    again = reanalyse(out)
+    assert (
+        json.loads(out.read_text())["crossfit"]
+        == saved["crossfit"]
+        == json.loads(json.dumps(again["crossfit"]))
+    )
+    out.write_text(json.dumps(dict(saved, complete=False)))
+    with pytest.raises(ValueError, match="not a complete campaign record"):
+        reanalyse(out)

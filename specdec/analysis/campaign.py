@@ -44,6 +44,7 @@ __all__ = [
     "calibrate",
     "cells",
     "estimate_seconds",
+    "reanalyse",
     "run_campaign",
     "spec_configs",
 ]
@@ -352,6 +353,23 @@ def run_campaign(
     write_record(out, record, indent=1, sort_keys=False)
     part.unlink(missing_ok=True)
     log(f"[campaign] complete: {out}")
+    return record
+
+
+def reanalyse(path: str | Path, *, n_boot: int | None = None) -> dict[str, Any]:
+    """Recompute a complete record's cross-fit analysis from its stored runs (the analysis is a pure
+    function of them: :func:`specdec.analysis.crossfit.analyse`), e.g. after the analysis gained a
+    table, and rewrite the record. The seed is the run's; ``n_boot`` defaults to the record's."""
+    path = Path(path)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if not record.get("complete"):
+        raise ValueError(f"{path} is not a complete campaign record: finish the run first")
+    folds = {(p["task"], p["id"]): fold_of(p["index"]) for p in record["prompts"]}
+    n_boot = int(n_boot if n_boot is not None else record["crossfit"]["n_boot"])
+    seed = int(record["settings"].get("seed", 0))
+    record.setdefault("kind", "campaign")
+    record["crossfit"] = analyse(record["runs"], record["configs"], folds, n_boot=n_boot, seed=seed)
+    write_record(path, record, indent=1, sort_keys=False)
     return record
 
 

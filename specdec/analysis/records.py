@@ -1,0 +1,191 @@
+"""Which committed record a chapter reads, and where it came from (issue #22's provenance).
+
+One truth across chapters: a chapter reads the *newest* record of its kind (by the UTC timestamp
+its environment stored), never the first file in name order; records compared side by side come
+from one machine identity, or the text says otherwise. This module is the one way chapters read
+records:
+
+* :func:`newest` -- the newest record of a kind under a folder (``history/`` is never read),
+  optionally narrowed by the thread count or the file name's stem;
+* :func:`describe` -- one provenance row: file, kind, machine identity (CPU name and the digest of
+  its flags where the record stored them), engine, mode, threads, commit, dirty tree, time;
+* :func:`provenance` -- the rows of every record a chapter read through :func:`newest`, in order
+  (the chapter prints them as its provenance table), and :func:`machines_note`, the sentence that
+  says when they come from more than one machine identity.
+
+``tests/test_provenance.py`` fails when a chapter's stored provenance table names a record that a
+newer record of the same kind supersedes, or lists several machine identities without the note.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["clear", "describe", "kind_of", "machine_of", "machines_note", "newest", "provenance", "read"]
+
+#: The records read in this process through :func:`newest` / :func:`read`, in order.
+_READ: list[dict[str, Any]] = []
+
+
+def clear() -> None:
+    """Forget the records read so far (a chapter calls it first)."""
+    _READ.clear()
+
+
+def kind_of(record: Mapping[str, Any], path: str | Path) -> str:
+    """A record's kind: its ``kind`` field, else its folder's name (``gpu``, ``campaign``...); a
+    smoke run (``settings.quick`` or a ``-quick`` file) is its own kind, ``<kind>-quick``."""
+    p = Path(path)
+    kind = str(record.get("kind") or ("gpu" if p.parent.name == "gpu" else p.parent.name))
+    settings = record.get("settings") if isinstance(record.get("settings"), Mapping) else {}
+    quick = bool(settings.get("quick")) or p.stem.endswith("-quick") or bool(record.get("quick"))
+    return f"{kind}-quick" if quick and not kind.endswith("-quick") else kind
+
+
+def machine_of(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The machine identity a record stored: CPU (or device) name and the digest of its CPU flags
+    (None where the record did not store one: such records cannot be shown to share a machine)."""
+    env = record.get("environment") if isinstance(record.get("environment"), Mapping) else {}
+    chosen = record.get("chosen_mode") if isinstance(record.get("chosen_mode"), Mapping) else {}
+    settings = record.get("settings") if isinstance(record.get("settings"), Mapping) else {}
+    candidates = [record.get("machine"), chosen.get("machine"), settings.get("machine")]
+    for m in candidates:
+        if isinstance(m, Mapping) and m.get("cpu_flags_sha256"):
+            return {
+                "name": str(m.get("cpu") or env.get("device_name")),
+                "flags_sha256": m["cpu_flags_sha256"],
+            }
+    name = env.get("device_name") or record.get("device") or "unknown"
+    if isinstance(name, Mapping):
+        name = name.get("name", "unknown")
+    return {"name": str(name), "flags_sha256": None}
+
+
+def _timestamp(record: Mapping[str, Any]) -> str:
+    env = record.get("environment") if isinstance(record.get("environment"), Mapping) else {}
+    return str(env.get("timestamp_utc") or "")
+
+
+def _threads(record: Mapping[str, Any]) -> Any:
+    env = record.get("environment") if isinstance(record.get("environment"), Mapping) else {}
+    settings = record.get("settings") if isinstance(record.get("settings"), Mapping) else {}
+    machine = record.get("machine") if isinstance(record.get("machine"), Mapping) else {}
+    for value in (settings.get("threads"), record.get("threads"), machine.get("threads"), env.get("threads")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def describe(path: str | Path, record: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One provenance row of the record at ``path`` (read from disk unless given)."""
+    p = Path(path)
+    rec = record if record is not None else json.loads(p.read_text(encoding="utf-8"))
+    env = rec.get("environment") if isinstance(rec.get("environment"), Mapping) else {}
+    machine = machine_of(rec)
+    engines = rec.get("engines")
+    if isinstance(engines, Mapping):  # a campaign: its engines by name
+        engine = ", ".join(engines)
+    elif isinstance(rec.get("engine"), str):
+        engine = rec["engine"]
+    elif isinstance(rec.get("settings"), Mapping) and rec["settings"].get("engine_names"):
+        engine = ", ".join(rec["settings"]["engine_names"])
+    else:
+        engine = rec.get("benchmark") or ""
+    mode = rec.get("mode") or (rec.get("chosen_mode") or {}).get("mode") if isinstance(rec, Mapping) else None
+    commit = env.get("git_commit")
+    return {
+        "file": f"{p.parent.name}/{p.name}",
+        "kind": kind_of(rec, p),
+        "machine": machine["name"],
+        "machine_id": machine["flags_sha256"] or "not recorded",
+        "engine": str(engine)[:80],
+        "mode": str(mode or ""),
+        "threads": _threads(rec),
+        "commit": str(commit)[:8] if commit else "not recorded",
+        "dirty": env.get("git_dirty"),
+        "timestamp_utc": _timestamp(rec) or "not recorded",
+    }
+
+
+def _candidates(root: Path) -> Iterable[Path]:
+    for p in sorted(root.rglob("*.json")):
+        rel = p.relative_to(root).parts
+        if "history" in rel or p.name.endswith(".partial.json"):
+            continue
+        yield p
+
+
+def newest(
+    root: str | Path,
+    kind: str,
+    *,
+    threads: int | None = None,
+    stem: str | None = None,
+    note: bool = True,
+) -> dict[str, Any]:
+    """The newest record of ``kind`` under ``root`` (by its stored UTC timestamp; name order breaks
+    a tie), optionally with ``threads`` threads or a file name containing ``stem``; with its file
+    name under ``"file"`` and its path under ``"path"``. ``note`` adds it to :func:`provenance`.
+    Raises FileNotFoundError naming what was looked for when none matches."""
+    root = Path(root)
+    found = []
+    for p in _candidates(root):
+        try:
+            rec = json.loads(p.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or kind_of(rec, p) != kind:
+            continue
+        if threads is not None and _threads(rec) != threads:
+            continue
+        if stem is not None and stem not in p.stem:
+            continue
+        found.append((_timestamp(rec), p.name, p, rec))
+    if not found:
+        raise FileNotFoundError(
+            f"no record of kind {kind!r}{f' with {threads} thread(s)' if threads else ''} under {root}"
+        )
+    _, _, path, rec = max(found, key=lambda f: (f[0], f[1]))
+    if note:
+        _READ.append(describe(path, rec))
+    return {**rec, "file": path.name, "path": str(path)}
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """A record named by its path (for records of which only one exists by design, e.g. a fixed
+    CLI example), noted in :func:`provenance` like :func:`newest`'s."""
+    p = Path(path)
+    rec = json.loads(p.read_text(encoding="utf-8"))
+    _READ.append(describe(p, rec))
+    return {**rec, "file": p.name, "path": str(p)}
+
+
+def provenance() -> list[dict[str, Any]]:
+    """The provenance rows of the records read so far (each file once, in order)."""
+    seen, rows = set(), []
+    for row in _READ:
+        if row["file"] not in seen:
+            seen.add(row["file"])
+            rows.append(row)
+    return rows
+
+
+def machines_note(rows: Iterable[Mapping[str, Any]]) -> str:
+    """One sentence: all the records come from one machine identity, or which identities there are
+    (a record without a flags digest counts as its own, unknown identity)."""
+    rows = list(rows)
+    ids = sorted({(r["machine"], r["machine_id"]) for r in rows})
+    if len(ids) == 1 and ids[0][1] != "not recorded":
+        return f"All {len(rows)} records come from one machine identity ({ids[0][0]}, CPU flags {ids[0][1]})."
+    parts = []
+    for name, mid in ids:
+        files = [r["file"] for r in rows if (r["machine"], r["machine_id"]) == (name, mid)]
+        flags = f"flags {mid}" if mid != "not recorded" else "flags not recorded"
+        parts.append(f"{name} ({flags}): {', '.join(files)}")
+    return (
+        f"These records come from {len(ids)} machine identities, so numbers from different groups are not "
+        "measured on one machine: " + "; ".join(parts) + "."
+    )
