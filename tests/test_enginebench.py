@@ -107,8 +107,10 @@ def test_draft_costs_time_each_draft_mode_against_the_target_and_keep_the_sample
     res = enginebench.draft_costs(target, None, list(range(1, 20)), 1, repeats=3, early_exit=(1,), log=None)
     assert set(res["drafts"]) == {"int8/float32", "int8/bfloat16", "int8/q4q8", "float/float32",
                                   "float/bfloat16", "ee-1/q4q8"}  # fmt: skip
-    base = np.asarray(res["target_samples_s"])
+    assert {r["group"] for r in res["drafts"].values()} == {"C forward", "torch"}
+    assert res["drafts"]["int8/q4q8"]["group"] == res["drafts"]["ee-1/q4q8"]["group"] == "C forward"
     for row in res["drafts"].values():
+        base = np.asarray(res["groups"][row["group"]]["target_samples_s"])
         t = np.asarray(row["samples_s"])
         assert len(t) == len(base) == 3
         assert row["c"] == pytest.approx(float(np.exp(np.log(t / base).mean())))
