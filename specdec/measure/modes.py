@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec.engine.lean import MODES, LeanLlama, int4_supported, torch_threads_for
+from specdec.engine.lean import MODES, NATIVE_MODES, LeanLlama, int4_supported, torch_threads_for
 from specdec.measure.core import cpu_name, time_forwards, write_record
 from specdec.theory.checks import check_float, check_int
 
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 #: Bump when the probe's method changes: older cached probes are then ignored.
-PROBE_VERSION = 6
+PROBE_VERSION = 7
 
 
 def available_modes() -> tuple[str, ...]:
@@ -126,7 +126,8 @@ def probe_modes(
 
     ``model`` is a Hugging Face Llama (the weights are converted per mode). After a prefill
     of ``context`` tokens, each pass times one call of every size in ``ks`` for every mode,
-    modes in a fresh order per pass (interleaved, so drift affects all modes alike), cropping
+    modes in a fresh order per pass (interleaved, so drift affects all modes alike; the C forwards'
+    modes and torch's in two such groups, one after the other), cropping
     back each time; ``warmup`` passes are discarded. Returns per mode the medians ``step_s``
     (k = 1) and ``verify_s`` (k = ``k``), ``verify_cost`` = their ratio, the whole curve
     ``curve`` ({k: median T(k) / median T(1)}), ``exact`` (whether a verify call's rows equal
@@ -168,17 +169,22 @@ def probe_modes(
         bar.update()
     bar.set_postfix_str("timing", refresh=True)
     counters, start = _cpu_counters(), time.perf_counter()
-    times = time_forwards(
-        sessions,
-        dict.fromkeys(modes, ids[context:]),
-        sizes,
-        repeats=repeats,
-        warmup=warmup,
-        order="names",
-        rng=gen,
-        # q4q8's C threads need the cores: torch on one thread while it runs (as when it decodes)
-        around={mode: partial(torch_threads_for, leans[mode]) for mode in modes},
-    )
+    # the C forwards' modes and torch's in two groups, each interleaved: torch's OpenMP workers keep
+    # spinning after an op on several threads and would take the cores of the next C call
+    times: dict[str, Any] = {}
+    for group in ([m for m in modes if m in NATIVE_MODES], [m for m in modes if m not in NATIVE_MODES]):
+        if group:
+            times |= time_forwards(
+                {m: sessions[m] for m in group},
+                dict.fromkeys(group, ids[context:]),
+                sizes,
+                repeats=repeats,
+                warmup=warmup,
+                order="names",
+                rng=gen,
+                # q4q8's C threads need the cores: torch on one thread while it runs (as when it decodes)
+                around={mode: partial(torch_threads_for, leans[mode]) for mode in group},
+            )
     load = _load_during(
         counters,
         _cpu_counters(),
