@@ -100,10 +100,35 @@ def test_plan_below_break_even(capsys):
         assert (
             r["optimal_speedup"] == float(walltime_speedup(float(alpha), 0, float(c))) == pytest.approx(1.0)
         )
-    # with a verify cost too: no gamma >= 1 gains, so the optimum is plain decoding
-    r = plan_json(capsys, "--alpha", "0.3", "--c", "0.3", "--verify-cost", "1.5")
+    # with a verify curve too: no gamma >= 1 gains, so the optimum is plain decoding
+    r = plan_json(capsys, "--alpha", "0.3", "--c", "0.3", "--verify-curve", "2:1.5,3:1.7,5:2.0")
     assert (r["optimal_gamma"], r["verify_cost"]) == (0, 1.0)  # gamma = 0: no verify pass, T(1)/T(1)
     assert r["optimal_speedup"] == r["speedup_with_verify"] == pytest.approx(1.0)
+
+
+def test_plan_says_one_thing_about_break_even_when_the_verify_pass_is_priced(capsys):
+    """alpha > c (Corollary 3.9) is the bar for V = 1; with measured verify costs the text states
+    the priced bar (break_even_alpha) and agrees with the optimum (the referee's 0.46 / 0.26 case)."""
+    from specdec.theory.speedup import break_even_alpha
+
+    curve = "2:1.3,3:1.5,5:1.9"
+    code, out, _ = run(capsys, "plan", "--alpha", "0.46", "--c", "0.26", "--verify-curve", curve)
+    bar = break_even_alpha(0.26, {2: 1.3, 3: 1.5, 5: 1.9})
+    assert code == 0 and bar > 0.46
+    assert "optimal gamma = 0" in out and "no gamma gains" in out
+    assert f"alpha must exceed {bar:.4f}; alpha = 0.46 does not" in out
+    assert "so some gamma gains" not in out
+    r = plan_json(capsys, "--alpha", "0.8", "--c", "0.05", "--verify-curve", curve)
+    assert r["optimal_gamma"] > 0 and r["break_even_priced_alpha"] < 0.8
+    code, out, _ = run(capsys, "plan", "--alpha", "0.8", "--c", "0.05", "--verify-curve", curve)
+    assert "clears it" in out
+
+
+def test_a_scalar_verify_cost_prices_only_the_gamma_it_was_measured_at(capsys):
+    code, out, err = run(capsys, "plan", "--alpha", "0.7", "--c", "0.05", "--verify-cost", "2.26")
+    assert code == 2 and "--verify-cost V prices the one gamma it was measured at" in err
+    r = plan_json(capsys, "--alpha", "0.7", "--c", "0.05", "--gamma", "7", "--verify-cost", "2.26")
+    assert r["gamma"] == 7 and r["verify_cost"] == 2.26
 
 
 def test_plan_text_names_the_results(capsys):
@@ -113,7 +138,9 @@ def test_plan_text_names_the_results(capsys):
     assert code == 0 and err == ""
     assert f"{float(walltime_speedup(0.8, 4, 0.05)):.4f}x by Theorem 3.8" in out
     assert f"{float(walltime_speedup_measured(0.8, 4, 0.05, 1.3)):.4f}x" in out
-    assert "Corollary 3.9" in out and "holds" in out and "1/(1 - alpha) = 5.0000x" in out
+    assert "Corollary 3.9" in out and "clears it" in out and "1/(1 - alpha) = 5.0000x" in out
+    code, out, _ = run(capsys, "plan", "--alpha", "0.8", "--c", "0.05", "--gamma", "4")
+    assert "Corollary 3.9" in out and "holds" in out
     code, out, _ = run(capsys, "plan", "--alpha", "0.1", "--c", "0.2")
     assert code == 0 and "fails" in out and "decode without speculation" in out
 

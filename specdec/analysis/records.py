@@ -24,7 +24,18 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["clear", "describe", "kind_of", "machine_of", "machines_note", "newest", "provenance", "read"]
+__all__ = [
+    "clear",
+    "describe",
+    "kind_of",
+    "machine_of",
+    "machines_note",
+    "manifest",
+    "newest",
+    "provenance",
+    "read",
+    "table",
+]
 
 #: The records read in this process through :func:`newest` / :func:`read`, in order.
 _READ: list[dict[str, Any]] = []
@@ -150,7 +161,8 @@ def newest(
         )
     _, _, path, rec = max(found, key=lambda f: (f[0], f[1]))
     if note:
-        _READ.append(describe(path, rec))
+        query = {"kind": kind, "threads": threads, "stem": stem}
+        _READ.append(describe(path, rec) | {"query": {k: v for k, v in query.items() if v is not None}})
     return {**rec, "file": path.name, "path": str(path)}
 
 
@@ -159,7 +171,7 @@ def read(path: str | Path) -> dict[str, Any]:
     CLI example), noted in :func:`provenance` like :func:`newest`'s."""
     p = Path(path)
     rec = json.loads(p.read_text(encoding="utf-8"))
-    _READ.append(describe(p, rec))
+    _READ.append(describe(p, rec) | {"query": {"path": f"{p.parent.name}/{p.name}"}})
     return {**rec, "file": p.name, "path": str(p)}
 
 
@@ -171,6 +183,19 @@ def provenance() -> list[dict[str, Any]]:
             seen.add(row["file"])
             rows.append(row)
     return rows
+
+
+def manifest(rows: Iterable[Mapping[str, Any]]) -> str:
+    """One line naming every record read and the query that found it (``tests/test_provenance.py``
+    re-runs each query against ``results/`` and fails when it now finds another, newer record)."""
+    return "records read: " + json.dumps(
+        [{"file": r["file"], **dict(r.get("query") or {})} for r in rows], sort_keys=True
+    )
+
+
+def table(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The provenance rows as a chapter shows them (the query left out)."""
+    return [{k: v for k, v in r.items() if k != "query"} for r in rows]
 
 
 def machines_note(rows: Iterable[Mapping[str, Any]]) -> str:

@@ -161,6 +161,7 @@ def plan(
     """
     from specdec.theory.speedup import (
         best_gamma_on_curve,
+        break_even_alpha,
         expected_tokens,
         optimal_gamma,
         speedup_ceiling,
@@ -233,6 +234,13 @@ def plan(
         rule = "Theorem 3.8"
     g = best_g if gamma is None else gamma
     v = cost_of(g)
+    # the bar alpha must clear when the verify pass is priced as measured (Corollary 3.9's alpha > c
+    # is the bar for V = 1): over the measured curve, or at the one gamma a scalar V was measured at
+    priced_bar = None
+    if verify_curve is not None:
+        priced_bar = float(break_even_alpha(c, curve))
+    elif verify_cost is not None and g >= 1:
+        priced_bar = float(break_even_alpha(c, {g + 1: verify_cost}))
     return {
         "alpha": alpha,
         "c": c,
@@ -249,6 +257,7 @@ def plan(
         "max_gamma": max_gamma,
         "optimal_at_max_gamma": best_g == max_gamma,
         "break_even": alpha > c,
+        "break_even_priced_alpha": priced_bar,
         "break_even_gamma1_speedup": float(walltime_speedup(alpha, 1, c)),
         "ceiling": float(speedup_ceiling(alpha)),
     }
@@ -298,7 +307,19 @@ def _print_plan(r: dict[str, Any]) -> None:
     elif r["optimal_at_max_gamma"]:
         line += " -- at the limit: raise --max-gamma"
     print(line)
-    if r["break_even"]:
+    bar = r.get("break_even_priced_alpha")
+    if bar is not None:
+        where = (
+            "over the measured verify curve"
+            if r["verify_curve"]
+            else f"at gamma = {g} with V = {r['verify_cost']:g}"
+        )
+        verdict = "clears it" if a > bar else "does not: no gamma gains, decode without speculation"
+        print(
+            f"break-even with the verify pass priced ({where}): alpha must exceed {bar:.4f}; "
+            f"alpha = {a:g} {verdict} (Corollary 3.9's alpha > c = {c:g} is the bar when V = 1)"
+        )
+    elif r["break_even"]:
         print(
             f"break-even (Corollary 3.9): alpha = {a:g} > c = {c:g} holds, so some gamma gains; "
             f"gamma = 1 gives (1 + alpha)/(1 + c) = {r['break_even_gamma1_speedup']:.4f}x"
@@ -324,6 +345,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             )
     verify_cost = None if args.verify_cost is None else _verify_cost(args.verify_cost)
     verify_curve = None if args.verify_curve is None else _verify_curve(args.verify_curve)
+    if verify_cost is not None and args.gamma is None:
+        raise UsageError(
+            "--verify-cost V prices the one gamma it was measured at (V = T(gamma+1)/T(1)): give that "
+            "--gamma, or --verify-curve k:T(k)/T(1),... to choose gamma from measured costs"
+        )
     r = plan(
         alpha, c, args.gamma, verify_cost=verify_cost, verify_curve=verify_curve, max_gamma=args.max_gamma
     )
@@ -817,8 +843,8 @@ def _parser() -> _Parser:
         type=float,
         default=None,
         metavar="V",
-        help="measured verify cost V = T(gamma+1)/T(1) > 0 (Theorem 3.8 assumes 1); the optimal "
-        "gamma then assumes the same V for every gamma -- give --verify-curve for a V per gamma",
+        help="measured verify cost V = T(gamma+1)/T(1) > 0 at the --gamma it was measured at (required "
+        "with it; Theorem 3.8 assumes 1) -- give --verify-curve to choose gamma from measured costs",
     )
     v.add_argument(
         "--verify-curve",
