@@ -21,7 +21,9 @@ Engine (torch + transformers, the ``models`` extra):
   croppable KV cache; the transformers forward's version-dependent argument names.
 * :mod:`specdec.engine.lean`      -- a lean Llama forward (preallocated cache, fused weights) in float32,
   bfloat16 or int4 (the GGUF's Q4_1 code), behind the same interface.
-* :mod:`specdec.engine.native`    -- the C forward of the ``"q4_1"`` lean mode (``csrc/``), built here.
+* :mod:`specdec.engine.native`    -- the C forwards of the ``"q4_1"`` and ``"q4q8"`` lean modes (``csrc/``),
+  built here.
+* :mod:`specdec.engine.machine`   -- the running CPU's feature flags.
 * :mod:`specdec.engine.llamacpp`  -- llama.cpp as a target of the same loops (optional).
 * :mod:`specdec.engine.models`    -- loading the SmolLM2 target from its PyPI GGUF, or any model.
 * :mod:`specdec.engine.drafters`  -- the drafter protocol and the model / early-exit / prompt-lookup /
@@ -65,6 +67,9 @@ Analysis (Part IV and V's readers):
   the same engine's plain and the fastest plain decoder, with intervals (numpy only).
 * :mod:`specdec.analysis.campaign`  -- the campaign runner: every plain decoder and speculative
   configuration on the same prompts, interleaved, resumable (``benchmarks/campaign.py``).
+* :mod:`specdec.analysis.answer`    -- Part VI's reading of the campaign: "faster than what?".
+* :mod:`specdec.analysis.records`   -- the one way chapters read records: the newest of a kind, and
+  where each came from (provenance).
 
 The paper and the book:
 

@@ -453,3 +453,16 @@ def test_plan_from_python_takes_alpha_one_and_both_verify_prices():
     assert plan(1.0, 0.05, verify_cost=1.2)["optimal_gamma"] >= 1
     both = plan(0.8, 0.05, verify_cost=1.3, verify_curve={2: 1.1, 3: 1.2, 5: 1.4})
     assert both["optimal_gamma"] in (1, 2, 4)  # read from the curve, whose k are 2, 3 and 5
+
+
+def test_each_left_out_c_mode_says_its_own_reason(monkeypatch):
+    """q4q8 failing while q4_1 builds is reported with q4q8's reason, not q4_1's (empty) one."""
+    from specdec.engine import native
+    from specdec.measure import modes
+
+    monkeypatch.setattr(modes, "available_modes", lambda: ("float32", "q4_1", "bfloat16", "int4"))
+    reasons = {"q4_1": None, "q4q8": "leanq8.c: unknown instruction (test)"}
+    monkeypatch.setattr(native, "unavailable_reason", lambda kind="q4_1": reasons[kind])
+    assert modes.left_out_modes() == {
+        "q4q8": "the C forward cannot be built or loaded: leanq8.c: unknown instruction (test)"
+    }

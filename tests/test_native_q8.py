@@ -18,6 +18,7 @@ from tiny_models import tiny_llama
 
 from specdec.engine import native
 from specdec.engine.lean import LeanLlama
+from specdec.measure import roofline
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -204,7 +205,7 @@ def test_every_instruction_set_gives_the_same_logits_bit_for_bit(monkeypatch):
     """Integer sums are exact and the float epilogue is pinned (no FMA contraction), so the builds
     for AVX512-VNNI / AVX-VNNI / AVX2 / portable C give identical logits on this machine."""
     needs_q8()
-    from specdec.measure.roofline import cpu_flags
+    from specdec.engine.machine import cpu_flags
 
     hf = wide_model()
     seq = torch.randint(0, 70, (19,), generator=torch.Generator().manual_seed(2))
@@ -278,7 +279,7 @@ def test_phase_clocks_are_per_model(monkeypatch):
     b = LeanLlama(wide_model(), "q4q8", threads=1)
     s = a.session()
     s.forward([5, 17, 42, 8])
-    prof = native.profile_step(
+    prof = roofline.profile_native_step(
         lambda k: s.forward([1] * k), k=3, repeats=3, reset=lambda: s.crop(4), clocks=a.q8_forward()
     )
     assert prof["buckets_ms"]["linear"] > 0 and prof["buckets_ms"]["lm_head"] > 0

@@ -43,11 +43,8 @@ import subprocess
 import sys
 import tempfile
 import weakref
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 __all__ = [
     "KINDS",
@@ -62,7 +59,6 @@ __all__ = [
     "default_threads",
     "isa",
     "library",
-    "profile_step",
     "unavailable_reason",
 ]
 
@@ -136,8 +132,8 @@ def _compiler_version(cc: tuple[str, ...]) -> str:
 
 
 def _library_path(cc: tuple[str, ...], flags: list[str], kind: str = "q4_1") -> Path:
+    from specdec.engine.machine import cpu_flags
     from specdec.engine.models import cache_root
-    from specdec.measure.roofline import cpu_flags
 
     source = _source(kind)
     key = hashlib.sha256()
@@ -193,6 +189,11 @@ def _run_compiler(cc: tuple[str, ...], flags: list[str], out: Path, source: Path
 def _build(cc: tuple[str, ...], flags: list[str], target: Path, kind: str = "q4_1") -> None:
     source = _source(kind)
     target.parent.mkdir(parents=True, exist_ok=True)
+    # a first use is slow (seconds): say what is happening, once per build, on a terminal (as the
+    # command line's progress bars: a notebook's or a log's stored output must not depend on a cache)
+    if sys.stderr is not None and sys.stderr.isatty():
+        print(f"[specdec] compiling the {kind} C forward ({source.name}, {cc[0]}) into {target.parent} ...",
+              file=sys.stderr, flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
         error = _run_compiler(cc, flags, out, source)
@@ -457,65 +458,3 @@ def build_info(kind: str = "q4_1") -> dict[str, Any] | None:
 #: The phases the C forward clocks, in the order of its ``phase_s`` array (the names of
 #: :func:`specdec.measure.roofline.profile_step`'s buckets where they mean the same).
 PHASES = ("linear", "lm_head", "attention", "other ops")
-
-
-def profile_step(
-    forward_fn: Callable[[int], object],
-    k: int = 1,
-    repeats: int = 5,
-    *,
-    warmup: int = 1,
-    reset: Callable[[], object] | None = None,
-    clocks: Q8Forward | None = None,
-    threads: int = 1,
-) -> dict[str, Any]:
-    """Where one C forward's time goes, from its own phase clocks (the torch profiler sees one call).
-
-    The C counterpart of :func:`specdec.measure.roofline.profile_step`, with the same arguments and
-    result keys: ``buckets_ms`` per call holds ``linear`` (the decoder's Q4_1 layers),
-    ``lm_head`` (the Q8_0 head), ``attention`` (rotary, cache writes, attention), ``other ops``
-    (embedding, norms, SiLU) and ``framework overhead`` (the call's wall time minus the phases:
-    Python, ctypes, the session's bookkeeping); ``wall_ms_unprofiled`` is the median of as many
-    calls with the clocks off. ``clocks``: a ``"q4q8"`` model's :class:`Q8Forward`, whose own
-    clocks are read (default: the ``"q4_1"`` library's); ``threads``: what the record names.
-    """
-    for name, value, low in (("k", k, 1), ("repeats", repeats, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    from specdec.measure.roofline import timed_call
-
-    call = timed_call(forward_fn, k, reset)
-    for _ in range(warmup):
-        call()
-    unprofiled = [call() for _ in range(repeats)]
-    if clocks is not None:
-        clocks.read_clocks()  # clears them
-        clocks.set_profiling(True)
-        try:
-            walls = [call() for _ in range(repeats)]
-            out = clocks.read_clocks()
-        finally:
-            clocks.set_profiling(False)
-    else:
-        lib = library()
-        out = (ctypes.c_double * len(PHASES))()
-        lib.specdec_q4_profile(out)  # clears the clocks
-        lib.specdec_q4_set_profiling(1)
-        try:
-            walls = [call() for _ in range(repeats)]
-            lib.specdec_q4_profile(out)
-        finally:
-            lib.specdec_q4_set_profiling(0)
-    phases = {name: 1e3 * out[i] / repeats for i, name in enumerate(PHASES)}
-    wall_ms = 1e3 * float(np.mean(walls))
-    buckets = phases | {"framework overhead": max(0.0, wall_ms - sum(phases.values()))}
-    return {
-        "k": k,
-        "repeats": repeats,
-        "threads": threads,
-        "wall_ms": wall_ms,
-        "wall_ms_unprofiled": 1e3 * float(np.median(unprofiled)),
-        "bucketing": "C phase clocks",
-        "buckets_ms": buckets,
-        "top_ops": [],
-    }

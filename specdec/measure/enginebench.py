@@ -310,10 +310,9 @@ def profile(
 ) -> dict:
     """Where a step's (k = 1) and a verify call's (k = 4) CPU time goes, per engine but llama.cpp
     (specdec.measure.roofline.profile_step: linear layers, attention, other ops, framework overhead;
-    for lean-q4_1 the C forward's own phase clocks, specdec.engine.native.profile_step)."""
-    from specdec.engine import native
+    for the C forwards their own phase clocks, specdec.measure.roofline.profile_native_step)."""
     from specdec.engine.lm import open_lm
-    from specdec.measure.roofline import profile_step
+    from specdec.measure.roofline import profile_native_step, profile_step
 
     out: dict[str, Any] = {}
     new = list(range(1000, 1000 + max(ks)))
@@ -327,12 +326,12 @@ def profile(
         for k in ks:
             mode = getattr(model, "mode", None)
             if mode == "q4q8":
-                prof = native.profile_step(
+                prof = profile_native_step(
                     partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context),
                     clocks=model.q8_forward(), threads=model.threads,
                 )  # fmt: skip
             else:
-                step = native.profile_step if mode == "q4_1" else profile_step
+                step = profile_native_step if mode == "q4_1" else profile_step
                 prof = step(partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context))
             out[name][str(k)] = {
                 key: prof[key] for key in ("buckets_ms", "wall_ms", "wall_ms_unprofiled", "top_ops")

@@ -67,9 +67,14 @@ def left_out_modes() -> dict[str, str]:
     missing = [m for m in MODES if m not in runs]
     if not missing:
         return {}
-    why = native.unavailable_reason() or "no reason given"
     own = {"int4": "torch has no CPU int4 kernels here (torch.ops.aten._weight_int4pack_mm_for_cpu)"}
-    return {m: own.get(m, f"the C forward cannot be built or loaded: {why}") for m in missing}
+    out = {}
+    for m in missing:  # each C forward says why it cannot run (q4_1's and q4q8's may differ)
+        why = own.get(m) or (
+            f"the C forward cannot be built or loaded: {native.unavailable_reason(m) or 'no reason given'}"
+        )
+        out[m] = why
+    return out
 
 
 def _say(line: str) -> None:

@@ -47,6 +47,7 @@ No function here asserts or assumes a speed; timing thresholds belong in benchma
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import numbers
 import os
@@ -58,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from specdec.engine.machine import cpu_flags
 from specdec.measure.core import cpu_name, environment, summarize_times, time_once
 from specdec.theory.checks import check_int
 
@@ -76,6 +78,7 @@ __all__ = [
     "numpy_simd",
     "predict_step_time",
     "predict_verify_curve",
+    "profile_native_step",
     "profile_step",
     "step_cost",
 ]
@@ -177,17 +180,6 @@ def _last_level_cache() -> int | None:
     """The largest cache's size in bytes, or None where the OS does not say."""
     sizes = _cache_sizes()
     return max(sizes.values()) if sizes else None
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where there is no such file)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def numpy_simd() -> dict[str, Any]:
@@ -1061,4 +1053,67 @@ def profile_step(
         "by_op_ms": by_op_ms,
         "by_label_ms": by_label_ms,
         "top_ops": [{"name": name, "self_ms": v * scale} for name, v in top_ops],
+    }
+
+
+def profile_native_step(
+    forward_fn: Callable[[int], object],
+    k: int = 1,
+    repeats: int = 5,
+    *,
+    warmup: int = 1,
+    reset: Callable[[], object] | None = None,
+    clocks: Any = None,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Where one C forward's time goes, from its own phase clocks (the torch profiler sees one call).
+
+    The C counterpart of :func:`profile_step` (it lives here, in the measurement layer, beside the
+    timer it shares; the C forwards only keep the clocks), with the same arguments and
+    result keys: ``buckets_ms`` per call holds ``linear`` (the decoder's Q4_1 layers),
+    ``lm_head`` (the Q8_0 head), ``attention`` (rotary, cache writes, attention), ``other ops``
+    (embedding, norms, SiLU) and ``framework overhead`` (the call's wall time minus the phases:
+    Python, ctypes, the session's bookkeeping); ``wall_ms_unprofiled`` is the median of as many
+    calls with the clocks off. ``clocks``: a ``"q4q8"`` model's :class:`Q8Forward`, whose own
+    clocks are read (default: the ``"q4_1"`` library's); ``threads``: what the record names.
+    """
+    for name, value, low in (("k", k, 1), ("repeats", repeats, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    from specdec.engine.native import PHASES, library
+
+    call = timed_call(forward_fn, k, reset)
+    for _ in range(warmup):
+        call()
+    unprofiled = [call() for _ in range(repeats)]
+    if clocks is not None:
+        clocks.read_clocks()  # clears them
+        clocks.set_profiling(True)
+        try:
+            walls = [call() for _ in range(repeats)]
+            out = clocks.read_clocks()
+        finally:
+            clocks.set_profiling(False)
+    else:
+        lib = library()
+        out = (ctypes.c_double * len(PHASES))()
+        lib.specdec_q4_profile(out)  # clears the clocks
+        lib.specdec_q4_set_profiling(1)
+        try:
+            walls = [call() for _ in range(repeats)]
+            lib.specdec_q4_profile(out)
+        finally:
+            lib.specdec_q4_set_profiling(0)
+    phases = {name: 1e3 * out[i] / repeats for i, name in enumerate(PHASES)}
+    wall_ms = 1e3 * float(np.mean(walls))
+    buckets = phases | {"framework overhead": max(0.0, wall_ms - sum(phases.values()))}
+    return {
+        "k": k,
+        "repeats": repeats,
+        "threads": threads,
+        "wall_ms": wall_ms,
+        "wall_ms_unprofiled": 1e3 * float(np.median(unprofiled)),
+        "bucketing": "C phase clocks",
+        "buckets_ms": buckets,
+        "top_ops": [],
     }
