@@ -259,7 +259,7 @@ def speedup_page(browser, html: Path):
 def _expected(alpha: float, c: float, gamma: int, v: float | None) -> dict:
     """What the calculator must show, from specdec.theory.speedup (and `specdec plan` with a verify cost)."""
     # at c = 0 (alpha > 0) E[T] rises with gamma: the limit, as `specdec plan` (not a floating tie)
-    g_star = MAX_GAMMA if c == 0 and alpha > 0 else int(theory.optimal_gamma(alpha, c, max_gamma=MAX_GAMMA))
+    g_star = int(theory.optimal_gamma(alpha, c, max_gamma=MAX_GAMMA))  # the limit at c = 0, alpha > 0
     out = {
         "expected_tokens": float(theory.expected_tokens(alpha, gamma)),
         "speedup": float(theory.walltime_speedup(alpha, gamma, c)),

@@ -354,7 +354,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         alpha, c, args.gamma, verify_cost=verify_cost, verify_curve=verify_curve, max_gamma=args.max_gamma
     )
     if args.json:
-        print(json.dumps(r, indent=1))
+        print(_json_out(r))
     else:
         _print_plan(r)
     return 0
@@ -440,7 +440,7 @@ def _cmd_modes(args: argparse.Namespace) -> int:
         "speedup": None if draft is None else draft["speedup"],
     }
     if args.json:
-        print(json.dumps(out, indent=1))
+        print(_json_out(out))
         return 0
     cpu = (out["machine"] or {}).get("cpu", "this machine")
     src = "cached probe (--refresh re-measures)" if out["cached"] else "measured just now"

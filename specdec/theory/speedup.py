@@ -205,14 +205,16 @@ def optimal_gamma(alpha: ArrayLike, c: ArrayLike, max_gamma: int = 64) -> NDArra
     """The integer gamma in [0, max_gamma] that maximises Theorem 3.8 (Section 3.5).
 
     Found by scanning every integer; ties (equal speedups in floating point) go to the
-    smaller gamma. When c = 0 and 0 < alpha the speedup grows without bound in gamma
-    (up to rounding), so the answer is then limited by ``max_gamma``.
+    smaller gamma. When c = 0 and 0 < alpha the speedup E[T] rises strictly with gamma, so
+    the answer is ``max_gamma`` exactly (not a floating-point tie below it, as a scan would
+    find where alpha^(gamma+1) underflows the last digit; ``specdec plan`` says the same).
     """
     check_int("max_gamma", max_gamma, low=0)
     a, cc = np.broadcast_arrays(_check_alpha(alpha), _check_cost(c, "c"))
     grid = np.arange(max_gamma + 1).reshape((-1,) + (1,) * a.ndim)
     speedups = walltime_speedup(a[None, ...], grid, cc[None, ...])
-    return _scalar_or_array(np.argmax(speedups, axis=0))
+    best = np.where((cc == 0) & (a > 0), max_gamma, np.argmax(speedups, axis=0))
+    return _scalar_or_array(best)
 
 
 def speedup_ceiling(alpha: ArrayLike) -> NDArray | np.floating:
