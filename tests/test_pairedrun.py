@@ -155,12 +155,18 @@ def test_a_q4q8_target_decodes_with_torch_on_one_thread(monkeypatch):
         def __init__(self, mode):
             self.mode = mode
 
+    class LlamaLike(Target):
+        runs_outside_torch = True  # as specdec.engine.llamacpp.LlamaCppModel
+
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        for mode in ("q4q8", "q4_1"):
-            pairedrun.timed_generation(Target(mode), None, [1], new_tokens=2)
+        for target in (Target("q4q8"), Target("q4_1"), LlamaLike(None)):
+            pairedrun.timed_generation(target, None, [1], new_tokens=2)
             assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
-    assert seen == [("q4q8", 1), ("q4_1", 2)]
+    assert seen == [("q4q8", 1), ("q4_1", 2), (None, 1)]
+    from specdec.engine.llamacpp import LlamaCppModel
+
+    assert LlamaCppModel.runs_outside_torch is True

@@ -88,12 +88,14 @@ __all__ = [
 
 @contextlib.contextmanager
 def torch_threads_for(model: Any) -> Iterator[None]:
-    """Run torch on one thread while ``model`` decodes, when it is a ``"q4q8"`` model (its C
-    forward has its own threads). torch's OpenMP workers spin for a while after each torch op
-    (sampling, argmax) and would hold the cores the C forward's threads need: measured on a
-    2-core EPYC, plain decoding at 2 C threads ran at less than half the speed with torch on 2
-    threads than on 1. Any other model: nothing changes."""
-    if getattr(model, "mode", None) != "q4q8" or torch.get_num_threads() == 1:
+    """Run torch on one thread while ``model`` decodes, when its forward runs on threads of its
+    own: a ``"q4q8"`` model (its C forward) or one marked ``runs_outside_torch`` (llama.cpp).
+    torch's OpenMP workers spin for a while after each torch op (sampling, argmax) and would
+    hold the cores those threads need: measured on a 2-core EPYC, plain decoding at 2 C threads
+    ran at less than half the speed with torch on 2 threads than on 1. Any other model:
+    nothing changes."""
+    own_threads = getattr(model, "mode", None) == "q4q8" or getattr(model, "runs_outside_torch", False)
+    if not own_threads or torch.get_num_threads() == 1:
         yield
         return
     before = torch.get_num_threads()

@@ -71,6 +71,10 @@ class LlamaCppModel:
     ``n_ctx`` its context (every position's logits are kept: a verify call needs them all).
     """
 
+    #: its forward runs on its own threads, outside torch (:func:`specdec.engine.lean.torch_threads_for`
+    #: then keeps torch on one thread, so that torch's spinning workers leave it the cores)
+    runs_outside_torch = True
+
     def __init__(self, gguf: str | Path, *, threads: int = 1, n_ctx: int = 2048) -> None:
         try:
             from llama_cpp import Llama
