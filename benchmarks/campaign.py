@@ -82,6 +82,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="recompute a complete record's cross-fit analysis from its stored runs and rewrite it",
     )
+    ap.add_argument(
+        "--reopen",
+        nargs=3,
+        metavar=("RECORD", "TEMPERATURE", "WHY"),
+        default=None,
+        help="discard a complete record's cells at TEMPERATURE (saying WHY) so that its own command times "
+        "them again",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         for key, value in cp.QUICK.items():
@@ -109,6 +117,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.reopen:
+        rec, temp, why = args.reopen
+        part = cp.reopen(rec, temperature=float(temp), why=why)
+        print(
+            f"[campaign] reopened {rec}: rerun its command to time the cells again ({part})", file=sys.stderr
+        )
+        return 0
     if args.reanalyse:
         cp.reanalyse(args.reanalyse)
         print(f"[campaign] reanalysed {args.reanalyse}", file=sys.stderr)

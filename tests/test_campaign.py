@@ -62,7 +62,7 @@ def strip_times(record):
     """The record without anything measured in seconds (what a resumed run must equal)."""
     timed = ("decode_s", "prefill_s", "draft_s", "target_s", "verify_s")
     runs = [{k: v for k, v in r.items() if k not in timed} for r in record["runs"]]
-    skip = ("runs", "crossfit", "cell_seconds", "sessions")
+    skip = ("runs", "crossfit", "cell_seconds", "cell_load", "sessions")
     return {k: v for k, v in record.items() if k not in skip} | {"runs": runs}
 
 
@@ -198,3 +198,27 @@ def test_reanalyse_recomputes_the_stored_analysis_and_refuses_a_partial_record(s
     out.write_text(json.dumps(dict(saved, complete=False)))
     with pytest.raises(ValueError, match="not a complete campaign record"):
         reanalyse(out)
+
+
+def test_every_cell_records_the_load_and_a_reopened_temperature_is_timed_again(setup, tmp_path):
+    from specdec.analysis.campaign import reopen
+
+    out = tmp_path / "c.json"
+    first = run(setup, out)
+    assert set(first["cell_load"]) == set(first["done"])
+    assert all("others_busy_cpus" in v or "load_average_1min" in v for v in first["cell_load"].values())
+    part = reopen(out, temperature=0.0, why="test")
+    assert part == partial_path(out) and not out.exists()
+    mid = json.loads(part.read_text())
+    assert all(not c.startswith("0|") for c in mid["done"]) and mid["reopened"][0]["why"] == "test"
+    assert {r["temperature"] for r in mid["runs"]} == {1.0}
+    again = run(setup, out)  # the same command resumes: only the reopened cells run
+
+    def same(rec):
+        key = ("temperature", "task", "prompt", "config", "rep")
+        out = strip_times(rec) | {"reopened": None, "done": sorted(rec["done"])}
+        return out | {"runs": sorted(out["runs"], key=lambda r: tuple(str(r[k]) for k in key))}
+
+    assert again["complete"] and same(again) == same(first)
+    with pytest.raises(ValueError, match="temperature must be one of"):
+        reopen(out, temperature=0.5, why="x")

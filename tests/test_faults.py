@@ -270,11 +270,11 @@ def test_a_probe_timed_on_a_busy_machine_is_not_cached(monkeypatch, tmp_path):
     from specdec.measure import modes
 
     busy = iter([{"own_s": 0.0, "busy_s": 100.0, "cpus": 2}, {"own_s": 1.0, "busy_s": 104.0, "cpus": 2}])
-    monkeypatch.setattr(modes, "_cpu_counters", lambda: next(busy))
-    load = modes._load_during(*[modes._cpu_counters() for _ in range(2)], wall_s=2.0, threads=1)
+    monkeypatch.setattr(modes, "cpu_counters", lambda: next(busy))
+    load = modes.load_during(*[modes.cpu_counters() for _ in range(2)], wall_s=2.0, threads=1)
     assert load["others_busy_cpus"] == pytest.approx(1.5) and load["loaded"] is True
     assert load["cpu_share"] == pytest.approx(0.5)
-    quiet = modes._load_during(
+    quiet = modes.load_during(
         {"own_s": 0.0, "busy_s": 0.0, "cpus": 2}, {"own_s": 2.0, "busy_s": 2.2, "cpus": 2}, 2.0, 1
     )
     assert quiet["loaded"] is False

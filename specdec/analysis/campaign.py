@@ -34,6 +34,7 @@ import numpy as np
 
 from specdec.analysis.crossfit import analyse, fold_of
 from specdec.measure.core import jsonable, write_record
+from specdec.measure.modes import cpu_counters, load_during
 from specdec.measure.pairedrun import finish_cell, paired_block
 from specdec.theory.checks import check_float, check_int, check_ints
 
@@ -45,6 +46,7 @@ __all__ = [
     "cells",
     "estimate_seconds",
     "reanalyse",
+    "reopen",
     "run_campaign",
     "spec_configs",
 ]
@@ -321,7 +323,7 @@ def run_campaign(
             continue
         if stopped:
             break
-        t0 = time.perf_counter()
+        t0, counters = time.perf_counter(), cpu_counters()
         record["runs"] += jsonable(
             _run_cell(
                 engines,
@@ -337,6 +339,11 @@ def run_campaign(
         )  # fmt: skip  (as the file stores them: NaN -> None, so a resumed record equals a whole one)
         record["done"].append(cid)
         record["cell_seconds"][cid] = time.perf_counter() - t0
+        # what else ran meanwhile (other processes' busy CPUs from /proc/stat): a cell timed on a
+        # shared machine says so in the record
+        most = max(e.threads for e in engines)
+        load = load_during(counters, cpu_counters(), record["cell_seconds"][cid], most)
+        record.setdefault("cell_load", {})[cid] = jsonable(load)
         write_record(part, record, indent=None, sort_keys=False)
         if bar is not None:
             bar.update(1)
@@ -371,6 +378,38 @@ def reanalyse(path: str | Path, *, n_boot: int | None = None) -> dict[str, Any]:
     record["crossfit"] = analyse(record["runs"], record["configs"], folds, n_boot=n_boot, seed=seed)
     write_record(path, record, indent=1, sort_keys=False)
     return record
+
+
+def reopen(path: str | Path, *, temperature: float, why: str) -> Path:
+    """Discard a complete record's cells at ``temperature`` (their runs, times and loads) and its
+    analysis, and write what remains as the partial record, so that rerunning the record's own
+    command times those cells again (e.g. cells timed while other work shared the machine). The
+    record keeps, under ``reopened``, which cells were discarded, when and why. Returns the partial
+    record's path."""
+    path = Path(path)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if not record.get("complete"):
+        raise ValueError(f"{path} is not a complete campaign record")
+    temps = [float(t) for t in record["temperatures"]]
+    if float(temperature) not in temps:
+        raise ValueError(f"temperature must be one of the record's {temps}; got {temperature!r}")
+    if not str(why).strip():
+        raise ValueError("why must say why the cells are timed again")
+    drop = [c for c in record["done"] if float(c.split("|", 1)[0]) == float(temperature)]
+    record["done"] = [c for c in record["done"] if c not in drop]
+    record["runs"] = [r for r in record["runs"] if float(r["temperature"]) != float(temperature)]
+    for key in ("cell_seconds", "cell_load"):
+        record[key] = {c: v for c, v in record.get(key, {}).items() if c not in drop}
+    record.pop("crossfit", None)
+    record["complete"] = False
+    from specdec.measure.core import environment
+
+    stamp = environment().get("timestamp_utc")
+    record.setdefault("reopened", []).append({"cells": drop, "why": str(why), "at_utc": stamp})
+    part = partial_path(path)
+    write_record(part, record, indent=None, sort_keys=False)
+    path.unlink()
+    return part
 
 
 # -- the real campaign: SmolLM2's engines and drafters -------------------------------------------------

@@ -36,10 +36,12 @@ __all__ = [
     "DRAFT_MODES",
     "available_modes",
     "choose_mode",
+    "cpu_counters",
     "draft_length",
     "draft_modes",
     "lean_draft",
     "lean_model",
+    "load_during",
     "machine_identity",
     "probe_modes",
     "probe_summary",
@@ -173,7 +175,7 @@ def probe_modes(
         sessions[mode] = s
         bar.update()
     bar.set_postfix_str("timing", refresh=True)
-    counters, start = _cpu_counters(), time.perf_counter()
+    counters, start = cpu_counters(), time.perf_counter()
     # the C forwards' modes and torch's in two groups, each interleaved: torch's OpenMP workers keep
     # spinning after an op on several threads and would take the cores of the next C call
     times: dict[str, Any] = {}
@@ -190,9 +192,9 @@ def probe_modes(
                 # q4q8's C threads need the cores: torch on one thread while it runs (as when it decodes)
                 around={mode: partial(torch_threads_for, leans[mode]) for mode in group},
             )
-    load = _load_during(
+    load = load_during(
         counters,
-        _cpu_counters(),
+        cpu_counters(),
         time.perf_counter() - start,
         max(torch.get_num_threads(), threads if "q4q8" in modes else 1),  # the C pool only in q4q8
     )
@@ -230,7 +232,7 @@ def _progress_bar(total: int, desc: str) -> Any:
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, disable=None)
 
 
-def _cpu_counters() -> dict[str, float]:
+def cpu_counters() -> dict[str, float]:
     """CPU seconds so far: this process's (``own_s``, all its threads) and, where /proc/stat
     exists, the busy time of every CPU of the machine (``busy_s``, steal included) and ``cpus``."""
     out = {"own_s": time.process_time()}
@@ -250,7 +252,7 @@ def _cpu_counters() -> dict[str, float]:
 LOAD_MARGIN = 0.25
 
 
-def _load_during(before: dict[str, float], after: dict[str, float], wall_s: float, threads: int) -> dict:
+def load_during(before: dict[str, float], after: dict[str, float], wall_s: float, threads: int) -> dict:
     """How busy the machine was while the probe timed: this process's CPU time, its share of its
     threads' worth (``cpu_share``), and from /proc/stat the CPUs kept busy by other processes
     (``others_busy_cpus``, steal included); ``loaded`` when the free CPUs fell below ``threads``
@@ -334,7 +336,7 @@ def choose_mode(
     ignored and rewritten. Each of these is said in one line (a UserWarning): modes this machine
     cannot run (:func:`left_out_modes`, when ``modes`` is not given); a cache that cannot be
     written (the probe is then kept in memory for this process); a probe timed while other
-    processes kept the CPUs busy (its ``load``, :func:`_load_during`): it is used for this call
+    processes kept the CPUs busy (its ``load``, :func:`load_during`): it is used for this call
     but not cached, so the next call measures again.
     """
     from specdec.engine import native
