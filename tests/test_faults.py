@@ -81,17 +81,20 @@ def _limited(args: list[str], limit_bytes: int = 1 << 30) -> subprocess.Complete
     [
         ["--alpha", "0.9", "--c", "0.01"],
         ["--alpha", "0.5", "--c", "0"],
-        ["--alpha", "0.9", "--c", "0.01", "--verify-cost", "1.3"],
-        ["--alpha", "0.9", "--c", "0", "--verify-cost", "1.3"],
+        ["--alpha", "0.9", "--c", "0.01", "--verify-curve", "2:1.1,3:1.2,5:1.3"],
+        ["--alpha", "0.9", "--c", "0", "--verify-curve", "2:1.1,3:1.2,5:1.3"],
     ],
 )
 def test_plan_huge_max_gamma_under_a_memory_limit(extra):
-    """--max-gamma 10**9 under a 1 GiB address space: an answer, not a numpy MemoryError."""
+    """--max-gamma 10**9 under a 1 GiB address space: an answer, not a numpy MemoryError (a scalar
+    --verify-cost without --gamma is refused in one line now: test_cli)."""
     done = _limited(["plan", *extra, "--max-gamma", "1000000000", "--json"])
     assert done.returncode == 0, done.stderr
     r = json.loads(done.stdout)
-    if extra[3] == "0":  # c = 0: the speedup rises with gamma, the optimum is the limit itself
+    if extra[3] == "0" and "--verify-curve" not in extra:  # c = 0, V = 1: the optimum is the limit itself
         assert r["optimal_gamma"] == 10**9 and r["optimal_at_max_gamma"]
+    elif "--verify-curve" in extra:  # the best of the measured gammas (1, 2, 4)
+        assert r["optimal_gamma"] in (1, 2, 4)
     else:
         assert 1 <= r["optimal_gamma"] < 100
 
