@@ -103,9 +103,10 @@ def test_the_probe_times_q4q8_with_torch_on_one_thread(model, monkeypatch):
     q4_1 at 2 threads where q4q8 is twice as fast)."""
     import torch
 
-    class Stub:
+    class Stub:  # as a LeanLlama: runs_outside_torch in q4q8 only
         def __init__(self, model, mode, threads=None):
             self.mode = mode
+            self.runs_outside_torch = mode == "q4q8"
 
         def verify_matches_steps(self, k):
             return True

@@ -151,17 +151,19 @@ def test_a_q4q8_target_decodes_with_torch_on_one_thread(monkeypatch):
 
     monkeypatch.setattr(pairedrun, "_generate", fake_generate)
 
-    class Target:
+    class Target:  # as a LeanLlama: runs_outside_torch in q4q8 only
         def __init__(self, mode):
             self.mode = mode
+            self.runs_outside_torch = mode == "q4q8"
 
-    class LlamaLike(Target):
+    class LlamaLike:
+        mode = None
         runs_outside_torch = True  # as specdec.engine.llamacpp.LlamaCppModel
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        for target in (Target("q4q8"), Target("q4_1"), LlamaLike(None)):
+        for target in (Target("q4q8"), Target("q4_1"), LlamaLike()):
             pairedrun.timed_generation(target, None, [1], new_tokens=2)
             assert torch.get_num_threads() == 2
     finally:

@@ -105,7 +105,8 @@ def describe(path: str | Path, record: Mapping[str, Any] | None = None) -> dict[
         engine = ", ".join(rec["settings"]["engine_names"])
     else:
         engine = rec.get("benchmark") or ""
-    mode = rec.get("mode") or (rec.get("chosen_mode") or {}).get("mode") if isinstance(rec, Mapping) else None
+    chosen = rec.get("chosen_mode") if isinstance(rec.get("chosen_mode"), Mapping) else {}
+    mode = rec.get("mode") or chosen.get("mode")
     commit = env.get("git_commit")
     return {
         "file": f"{p.parent.name}/{p.name}",

@@ -89,13 +89,12 @@ __all__ = [
 @contextlib.contextmanager
 def torch_threads_for(model: Any) -> Iterator[None]:
     """Run torch on one thread while ``model`` decodes, when its forward runs on threads of its
-    own: a ``"q4q8"`` model (its C forward) or one marked ``runs_outside_torch`` (llama.cpp).
+    own: a model marked ``runs_outside_torch`` (a ``"q4q8"`` :class:`LeanLlama`, llama.cpp).
     torch's OpenMP workers spin for a while after each torch op (sampling, argmax) and would
     hold the cores those threads need: measured on a 2-core EPYC, plain decoding at 2 C threads
     ran at less than half the speed with torch on 2 threads than on 1. Any other model:
     nothing changes."""
-    own_threads = getattr(model, "mode", None) == "q4q8" or getattr(model, "runs_outside_torch", False)
-    if not own_threads or torch.get_num_threads() == 1:
+    if not getattr(model, "runs_outside_torch", False) or torch.get_num_threads() == 1:
         yield
         return
     before = torch.get_num_threads()
@@ -168,15 +167,18 @@ def _affine_code(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torc
     return q, step, low, error
 
 
-def _symmetric_code(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """The Q8_0 code of a dense (N, K) weight in groups of 32: w = d q, q in -127..127 with
-    d = max |w| / 127. Returns q (N, K/32, 32) as float, d (N, K/32) and the largest absolute
-    reconstruction error (0 for a weight that was Q8_0 already)."""
+def _symmetric_code(
+    weight: torch.Tensor, group: int = GROUP_SIZE
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The Q8_0 code of a dense (N, K) weight in groups of ``group`` (32; K: one code per row):
+    w = d q, q in -127..127 with d = max |w| / 127. Returns q (N, K/group, group) as float,
+    d (N, K/group) and the largest absolute reconstruction error (0 for a weight that was Q8_0
+    already)."""
     w = weight.detach().float()
     n, k = w.shape
     if k % GROUP_SIZE:
         raise ValueError(f"a 4-bit mode needs every input dimension divisible by {GROUP_SIZE}; got {k}")
-    groups = w.view(n, k // GROUP_SIZE, GROUP_SIZE)
+    groups = w.view(n, k // group, group)
     d = groups.abs().amax(-1) / 127
     safe = torch.where(d > 0, d, torch.ones_like(d))
     q = torch.round(groups / safe[..., None]).clamp(-127, 127)
@@ -311,10 +313,8 @@ def _q80_rows(weight: torch.Tensor) -> tuple[_Q80, float]:
     n, k = w.shape
     if k % GROUP_SIZE:
         raise ValueError(f"codes 'q8_0' need every input dimension divisible by {GROUP_SIZE}; got {k}")
-    d = w.abs().amax(dim=1) / 127
-    safe = torch.where(d > 0, d, torch.ones_like(d))
-    q = torch.round(w / safe[:, None]).clamp(-127, 127)
-    d = d.half().float()
+    q, d, _ = _symmetric_code(w, group=k)  # one group per row: (n, 1, k) and (n, 1)
+    q, d = q.view(n, k), d.view(n).half().float()
     error = float((q * d[:, None] - w).abs().max())
     blocks = d[:, None].expand(n, k // GROUP_SIZE).contiguous()
     return _Q80(q.to(torch.int8).contiguous(), blocks, n), error
@@ -490,6 +490,11 @@ class LeanLlama:
         self._q8: dict[str, Any] = {}
 
     # -- views ------------------------------------------------------------------------------------
+
+    @property
+    def runs_outside_torch(self) -> bool:
+        """True in ``"q4q8"``: its forward runs on the C forward's own threads (:func:`torch_threads_for`)."""
+        return self.mode == "q4q8"
 
     @property
     def num_layers(self) -> int:

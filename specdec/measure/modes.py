@@ -70,13 +70,12 @@ def left_out_modes() -> dict[str, str]:
     if not missing:
         return {}
     own = {"int4": "torch has no CPU int4 kernels here (torch.ops.aten._weight_int4pack_mm_for_cpu)"}
-    out = {}
-    for m in missing:  # each C forward says why it cannot run (q4_1's and q4q8's may differ)
-        why = own.get(m) or (
-            f"the C forward cannot be built or loaded: {native.unavailable_reason(m) or 'no reason given'}"
-        )
-        out[m] = why
-    return out
+    # each C forward says why it cannot run (q4_1's and q4q8's reasons may differ)
+    return {
+        m: own.get(m)
+        or f"the C forward cannot be built or loaded: {native.unavailable_reason(m) or 'no reason given'}"
+        for m in missing
+    }
 
 
 def _say(line: str) -> None:

@@ -1078,8 +1078,7 @@ def profile_native_step(
     clocks are read (default: the ``"q4_1"`` library's); ``threads``: what the record names.
     """
     for name, value, low in (("k", k, 1), ("repeats", repeats, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+        check_int(name, value, low=low)
     from specdec.engine.native import PHASES, library
 
     call = timed_call(forward_fn, k, reset)
