@@ -410,10 +410,10 @@ def step_analysis(args, record) -> None:
 
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
+    from specdec.engine.machine import cpu_identity
     from specdec.engine.models import set_threads
     from specdec.measure.core import environment
     from specdec.measure.gpurecord import device_slug
-    from specdec.measure.roofline import cpu_identity
 
     set_threads(args.threads)
     command = "python benchmarks/batch_surface.py " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -41,7 +41,7 @@ def _cpu_dispatch() -> tuple[list[str], str]:
     """numpy's dispatch targets in use on this CPU (after NPY_DISABLE_CPU_FEATURES), torch's level."""
     import torch
 
-    from specdec.measure.roofline import numpy_simd
+    from specdec.engine.machine import numpy_simd
 
     return list(numpy_simd()["dispatch"] or []), str(torch.backends.cpu.get_cpu_capability())
 

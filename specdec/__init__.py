@@ -14,6 +14,10 @@ Theory (numpy only, no torch):
 * :mod:`specdec.theory.intervals` -- geometric means, paired ratios and bootstrap intervals, verdicts.
 * :mod:`specdec.theory.checks`    -- the one argument checker (integers, lists, numbers, probabilities).
 * :mod:`specdec.theory.tokens`    -- comparing token lists: common prefix, first divergence.
+* :mod:`specdec.theory.plan`      -- ``specdec plan``'s numbers: Theorem 3.8 for alpha, c, gamma and a verify
+  cost, the optimal gamma by a bounded search.
+* :mod:`specdec.theory.cost`      -- a forward's bytes and FLOPs by part and weight format, and the step
+  time and verify curve the roofline predicts from them (pure arithmetic).
 
 Engine (torch + transformers, the ``models`` extra):
 
@@ -23,7 +27,7 @@ Engine (torch + transformers, the ``models`` extra):
   bfloat16 or int4 (the GGUF's Q4_1 code), behind the same interface.
 * :mod:`specdec.engine.native`    -- the C forwards of the ``"q4_1"`` and ``"q4q8"`` lean modes (``csrc/``),
   built here.
-* :mod:`specdec.engine.machine`   -- the running CPU's feature flags.
+* :mod:`specdec.engine.machine`   -- the running machine's identity: CPU name, flags, caches, SIMD levels.
 * :mod:`specdec.engine.llamacpp`  -- llama.cpp as a target of the same loops (optional).
 * :mod:`specdec.engine.models`    -- loading the SmolLM2 target from its PyPI GGUF, or any model.
 * :mod:`specdec.engine.drafters`  -- the drafter protocol and the model / early-exit / prompt-lookup /
@@ -46,8 +50,9 @@ Measurement:
 * :mod:`specdec.measure.core`   -- the one timer and the one T(k) loop over any session, the
   verify-cost curves, environment records and the one record writer.
 * :mod:`specdec.measure.pairedrun` -- the one paired plain-vs-speculative run driver.
-* :mod:`specdec.measure.roofline`  -- the running machine's roofline (bandwidth, matmul GFLOP/s, ridge),
-  a forward's bytes and FLOPs, the step time they predict, and a profile of where it goes.
+* :mod:`specdec.measure.roofline`  -- the running machine's roofline, measured (bandwidth, matmul GFLOP/s,
+  ridge).
+* :mod:`specdec.measure.profile`   -- where one forward's time goes (torch profiler buckets, C phase clocks).
 * :mod:`specdec.measure.modes`     -- the lean mode chosen by measuring the running machine (cached).
 * :mod:`specdec.measure.acceptance` -- the paper's alpha on target-generated text, by teacher forcing.
 * :mod:`specdec.measure.enginebench` -- the engine benchmark: every engine side by side (``specdec bench``).
@@ -82,7 +87,12 @@ The paper and the book:
 * :mod:`specdec.paper.book`      -- what the notebooks share: portable values and
   :func:`~specdec.paper.book.keep`.
 
-Interface: :mod:`specdec.cli.app` (``specdec``, also ``python -m specdec``: :mod:`specdec.__main__`).
+Interface (the command line, ``specdec``, also ``python -m specdec``: :mod:`specdec.__main__`):
+
+* :mod:`specdec.cli.app`     -- the parser, assembled from each command's part, and ``main``.
+* :mod:`specdec.cli.common`  -- what the commands share: the one-line usage error, the paper's names.
+* :mod:`specdec.cli.plan`, :mod:`specdec.cli.modes`, :mod:`specdec.cli.measure`, :mod:`specdec.cli.bench`
+  -- one module per command.
 
 The engine's names are importable from the package root too, but lazily, so that
 ``import specdec`` stays free of torch for readers who only want the theory.

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec.cli.app import plan
 from specdec.theory import speedup as theory
+from specdec.theory.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "_build" / "browser-screenshots"

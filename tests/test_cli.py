@@ -18,6 +18,8 @@ import pytest
 
 from specdec.analysis.hardware import best_gamma_on_curve
 from specdec.cli import app as cli
+from specdec.cli import modes as modes_command
+from specdec.cli import plan as plan_command
 from specdec.theory.speedup import (
     expected_tokens,
     optimal_gamma,
@@ -193,7 +195,7 @@ def test_modes_bad_arguments_are_one_line(capsys, monkeypatch, argv, names):
     def never(*a, **k):
         raise AssertionError("a bad argument must be refused before loading the model")
 
-    monkeypatch.setattr(cli, "_load_target", never)
+    monkeypatch.setattr(modes_command, "load_target", never)
     code, out, err = run(capsys, "modes", *argv)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -204,7 +206,7 @@ def test_library_value_errors_are_one_line(capsys, monkeypatch):
     def refuse(*a, **k):
         raise ValueError("alpha must lie in [0, 1]; got 2")
 
-    monkeypatch.setattr(cli, "plan", refuse)
+    monkeypatch.setattr(plan_command, "plan", refuse)
     code, out, err = run(capsys, "plan", "--alpha", "0.5", "--c", "0")
     assert (code, out) == (2, "")
     assert err == "specdec plan: error: alpha must lie in [0, 1]; got 2\n"
@@ -214,7 +216,7 @@ def test_missing_models_extra_is_one_line(capsys, monkeypatch):
     def no_torch(threads):
         raise ModuleNotFoundError("No module named 'torch'", name="torch")
 
-    monkeypatch.setattr(cli, "_load_target", no_torch)
+    monkeypatch.setattr(modes_command, "load_target", no_torch)
     code, out, err = run(capsys, "modes", "--alpha", "0.4")
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -252,8 +254,8 @@ def test_modes_reports_the_probe_and_draft_length(capsys, monkeypatch):
     pytest.importorskip("torch")
     from specdec.measure.modes import draft_length
 
-    monkeypatch.setattr(cli, "_load_target", lambda threads: type("T", (), {"model": None})())
-    monkeypatch.setattr(cli, "_choose_mode", lambda model, refresh, threads=1: FAKE_PROBE)
+    monkeypatch.setattr(modes_command, "load_target", lambda threads: type("T", (), {"model": None})())
+    monkeypatch.setattr(modes_command, "run_probe", lambda model, refresh, threads=1: FAKE_PROBE)
     code, out, err = run(capsys, "modes", "--alpha", "0.4", "--c", "0.01", "--json")
     assert code == 0, err
     assert "timing the modes on this machine" in err

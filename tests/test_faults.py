@@ -102,7 +102,7 @@ def test_plan_huge_max_gamma_under_a_memory_limit(extra):
 def test_plan_search_costs_the_same_for_any_max_gamma(monkeypatch):
     """The optimum takes O(log max_gamma) speedup evaluations and no array of max_gamma values."""
     import specdec.theory.speedup
-    from specdec.cli.app import plan
+    from specdec.theory.plan import plan
 
     calls = []
     real = specdec.theory.speedup.walltime_speedup
@@ -126,7 +126,7 @@ def test_plan_search_costs_the_same_for_any_max_gamma(monkeypatch):
 @pytest.mark.parametrize(("alpha", "verify"), [(0.5, None), (0.8, None), (0.5, 1.3)])
 def test_plan_c_zero_reports_the_limit_not_a_floating_tie(alpha, verify):
     """With c = 0 and alpha > 0, E[T] rises with every gamma: --help promises the limit."""
-    from specdec.cli.app import plan
+    from specdec.theory.plan import plan
 
     for max_gamma in (64, 200):
         r = plan(alpha, 0.0, verify_cost=verify, max_gamma=max_gamma)
@@ -212,6 +212,7 @@ def test_lean_model_auto_says_which_modes_are_left_out_and_why(no_compiler):
 def test_specdec_modes_lists_the_left_out_modes(capsys, monkeypatch):
     pytest.importorskip("torch")
     from specdec.cli import app as cli
+    from specdec.cli import modes as modes_command
     from specdec.measure import modes
 
     probe = {
@@ -225,8 +226,8 @@ def test_specdec_modes_lists_the_left_out_modes(capsys, monkeypatch):
             for m in ("float32", "bfloat16", "int4")
         },
     }
-    monkeypatch.setattr(cli, "_load_target", lambda threads: type("T", (), {"model": None})())
-    monkeypatch.setattr(cli, "_choose_mode", lambda model, refresh, threads=None: probe)
+    monkeypatch.setattr(modes_command, "load_target", lambda threads: type("T", (), {"model": None})())
+    monkeypatch.setattr(modes_command, "run_probe", lambda model, refresh, threads=None: probe)
     monkeypatch.setattr(modes, "left_out_modes", lambda: {"q4_1": "no C compiler found (set $CC)"})
     assert cli.main(["modes"]) == 0
     assert "q4_1      left out: no C compiler found (set $CC)" in capsys.readouterr().out
@@ -338,11 +339,9 @@ def test_the_cli_prints_a_library_warning_as_one_line(capsys, monkeypatch):
         warnings.warn("could not write the model cache /x: read-only", UserWarning, stacklevel=1)
         return 0
 
-    monkeypatch.setattr(cli, "_cmd_plan", warn)
-    monkeypatch.setattr(cli, "plan", None)
-    parser = cli._parser()
-    cli._subparser(parser, "plan").set_defaults(run=warn)
-    monkeypatch.setattr(cli, "_parser", lambda: parser)
+    parser = cli.parser()
+    cli.subparser(parser, "plan").set_defaults(run=warn)
+    monkeypatch.setattr(cli, "parser", lambda: parser)
     assert cli.main(["plan", "--alpha", "0.5", "--c", "0"]) == 0
     assert capsys.readouterr().err == "specdec plan: warning: could not write the model cache /x: read-only\n"
 
@@ -360,10 +359,11 @@ def test_an_unknown_option_under_a_command_is_reported_by_that_command(capsys):
 
 def test_bench_help_counts_the_engines_it_runs(capsys):
     from specdec.cli import app as cli
+    from specdec.cli.bench import BENCH_QUICK
 
     assert cli.main(["bench", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    quick = cli._BENCH_QUICK["engines"].split(",")
+    quick = BENCH_QUICK["engines"].split(",")
     assert f"{len(quick)} engines ({', '.join(quick)}" in out and "four engines" not in out
 
 
@@ -422,16 +422,18 @@ def test_the_stored_quick_record_command_is_accepted(rd):
 def test_plan_refuses_a_gamma_beyond_its_documented_maximum(capsys):
     """2**63 - 1 overflowed int64 to a speedup of -inf; now one line naming the range."""
     from specdec.cli import app as cli
+    from specdec.theory.plan import MAX_GAMMA
 
+    what = {"--gamma": "drafted tokens per round", "--max-gamma": "the largest gamma the optimum may take"}
     for option in ("--gamma", "--max-gamma"):
         assert cli.main(["plan", "--alpha", "0.5", "--c", "0", option, str(2**63 - 1)]) == 2
         err = capsys.readouterr().err
         assert err == (
-            f"specdec plan: error: {option} must lie in 1 .. {cli.MAX_GAMMA} (10**15: beyond it gamma + 1 "
-            f"loses digits in the formulas); got {2**63 - 1}\n"
+            f"specdec plan: error: {option} must be an integer in [1, {MAX_GAMMA}] ({what[option]}; 10**15: "
+            f"beyond it gamma + 1 loses digits in the formulas); got {2**63 - 1}\n"
         )
-    assert cli.main(["plan", "--alpha", "0.5", "--c", "0", "--max-gamma", str(cli.MAX_GAMMA), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["optimal_gamma"] == cli.MAX_GAMMA
+    assert cli.main(["plan", "--alpha", "0.5", "--c", "0", "--max-gamma", str(MAX_GAMMA), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["optimal_gamma"] == MAX_GAMMA
 
 
 def test_batched_speculative_refuses_a_draft_with_a_shorter_context():
@@ -450,7 +452,7 @@ def test_batched_speculative_refuses_a_draft_with_a_shorter_context():
 def test_plan_from_python_takes_alpha_one_and_both_verify_prices():
     """The referee's two regressions of the bounded search: alpha = 1 divided by zero, and a
     verify curve given beside a scalar left the scalar branch without its bound."""
-    from specdec.cli.app import plan
+    from specdec.theory.plan import plan
 
     assert plan(1.0, 0.05)["optimal_gamma"] == 64  # every draft accepted: the limit, as on main
     assert plan(1.0, 0.05, verify_cost=1.2)["optimal_gamma"] >= 1

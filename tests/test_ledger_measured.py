@@ -13,7 +13,6 @@ import pytest
 pytest.importorskip("pandas")
 
 from specdec.analysis.hardware import adaptive_vs_fixed, batch_gains, verify_intervals  # noqa: E402
-from specdec.measure.roofline import step_cost  # noqa: E402
 from specdec.paper.ledger import measured  # noqa: E402
 from specdec.paper.ledger.measured import (  # noqa: E402
     FAILS,
@@ -32,6 +31,7 @@ from specdec.paper.ledger.measured import (  # noqa: E402
     weights_only_verdicts,
 )
 from specdec.paper.ledger.render import measured_counts, measured_html, measured_records  # noqa: E402
+from specdec.theory.cost import step_cost  # noqa: E402
 from specdec.theory.speedup import expected_tokens  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from tiny_models import tiny_llama
 
 from specdec.engine import native
 from specdec.engine.lean import LeanLlama
-from specdec.measure import roofline
+from specdec.measure import profile as measure_profile
 
 
 @pytest.fixture
@@ -86,13 +86,15 @@ def test_the_phase_clocks_account_for_a_call():
     model = LeanLlama(tiny_llama(0), "q4_1")
     s = model.session()
     s.forward([5, 17, 42, 8])
-    prof = roofline.profile_native_step(lambda k: s.forward([1] * k), k=3, repeats=3, reset=lambda: s.crop(4))
+    prof = measure_profile.profile_native_step(
+        lambda k: s.forward([1] * k), k=3, repeats=3, reset=lambda: s.crop(4)
+    )
     buckets = prof["buckets_ms"]
     assert set(buckets) == {*native.PHASES, "framework overhead"}
     assert all(v >= 0 for v in buckets.values()) and buckets["linear"] > 0
     assert sum(buckets.values()) == pytest.approx(prof["wall_ms"], rel=1e-6)
     with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
-        roofline.profile_native_step(lambda k: None, repeats=0)
+        measure_profile.profile_native_step(lambda k: None, repeats=0)
 
 
 def test_the_c_forward_checks_what_torch_indexing_would_have_checked():

@@ -18,7 +18,7 @@ from tiny_models import tiny_llama
 
 from specdec.engine import native
 from specdec.engine.lean import LeanLlama
-from specdec.measure import roofline
+from specdec.measure import profile as measure_profile
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -279,7 +279,7 @@ def test_phase_clocks_are_per_model(monkeypatch):
     b = LeanLlama(wide_model(), "q4q8", threads=1)
     s = a.session()
     s.forward([5, 17, 42, 8])
-    prof = roofline.profile_native_step(
+    prof = measure_profile.profile_native_step(
         lambda k: s.forward([1] * k), k=3, repeats=3, reset=lambda: s.crop(4), clocks=a.q8_forward()
     )
     assert prof["buckets_ms"]["linear"] > 0 and prof["buckets_ms"]["lm_head"] > 0

@@ -1,4 +1,4 @@
-"""specdec.measure.roofline: the accounting by hand, the predictions' arithmetic, and the measurements' shape.
+"""The cost accounting by hand (theory.cost), its predictions' arithmetic, and the measurements' shape.
 
 No test asserts a speed: the measurements run with tiny sizes and are checked for their keys,
 units (positive, finite, consistent with the bytes and FLOPs they report) and for restoring
@@ -11,8 +11,10 @@ import math
 
 import pytest
 
+from specdec.measure import core as measure_core
+from specdec.measure import profile as measure_profile
 from specdec.measure import roofline
-from specdec.measure.roofline import (
+from specdec.theory.cost import (
     WEIGHT_FORMATS,
     predict_step_time,
     predict_verify_curve,
@@ -291,7 +293,7 @@ def test_bandwidth_and_gflops_on_a_scripted_clock(torch_threads, monkeypatch):
         fn()
         return next(script)
 
-    monkeypatch.setattr(roofline, "time_once", fake_time_once)
+    monkeypatch.setattr(measure_core, "time_once", fake_time_once)  # the one timer, under time_calls
     bw = roofline.measure_bandwidth(threads=1, size_mib=2, repeats=3)
     assert bw["read"]["median_s"] == 0.002 and bw["copy"]["median_s"] == 0.008
     assert bw["read_gbps"] == pytest.approx(1.048576, rel=1e-12)  # 2 MiB read in 2 ms
@@ -379,7 +381,7 @@ def test_machine_roofline_arithmetic(torch_threads):
 
 def test_default_threads_are_one_and_all(monkeypatch, torch_threads):
     seen = []
-    monkeypatch.setattr(roofline, "_available_cpus", lambda: 2)
+    monkeypatch.setattr(roofline, "available_cpus", lambda: 2)
     monkeypatch.setattr(
         roofline, "measure_bandwidth", lambda n, **kw: seen.append(n) or {"bandwidth_gbps": 1.0}
     )
@@ -395,7 +397,7 @@ def test_default_threads_are_one_and_all(monkeypatch, torch_threads):
 
 # --------------------------------------------------------------------------- profile
 def test_op_buckets():
-    bucket = roofline._op_bucket
+    bucket = measure_profile._op_bucket
     assert bucket("aten::mm") == bucket("aten::addmm") == bucket("aten::linear") == "linear"
     assert bucket("aten::_weight_int4pack_mm_for_cpu") == bucket("aten::_weight_int8pack_mm") == "linear"
     assert bucket("aten::scaled_dot_product_attention") == bucket("aten::_softmax") == "attention"
@@ -414,7 +416,9 @@ def test_profile_step_by_op_names(torch_threads):
         x = torch.randn(k, 64) @ w
         return torch.softmax(x, dim=-1) * 2.0
 
-    prof = roofline.profile_step(forward, k=3, repeats=2, warmup=1, reset=lambda: calls.append("reset"))
+    prof = measure_profile.profile_step(
+        forward, k=3, repeats=2, warmup=1, reset=lambda: calls.append("reset")
+    )
     assert calls == [3, "reset"] * 5  # warm-up, unprofiled, profiled: each followed by the reset
     assert prof["bucketing"] == "op names" and prof["by_label_ms"] is None
     assert set(prof["buckets_ms"]) == {"linear", "attention", "other ops", "framework overhead"}
@@ -426,9 +430,9 @@ def test_profile_step_by_op_names(torch_threads):
     assert prof["k"] == 3 and prof["repeats"] == 2 and _positive(prof["wall_ms_unprofiled"])
     assert {op["name"] for op in prof["top_ops"]} >= {"aten::mm"}
     with pytest.raises(ValueError, match="k must be an integer >= 1"):
-        roofline.profile_step(forward, k=0)
+        measure_profile.profile_step(forward, k=0)
     with pytest.raises(ValueError, match="forward_fn must be callable"):
-        roofline.profile_step(None)
+        measure_profile.profile_step(None)
 
 
 def test_profile_step_by_labels_on_a_llama(torch_threads):
@@ -443,20 +447,20 @@ def test_profile_step_by_labels_on_a_llama(torch_threads):
     gen = torch.Generator().manual_seed(0)
     session = TensorSession(model, torch.randint(0, 97, (1, 8), generator=gen))
     new = torch.randint(0, 97, (1, 4), generator=gen)
-    with roofline.label_modules(model) as labelled:
+    with measure_profile.label_modules(model) as labelled:
         assert "lm_head" in labelled and "model.layers.0.self_attn" in labelled and "model.norm" in labelled
-        prof = roofline.profile_step(
+        prof = measure_profile.profile_step(
             lambda k: session.forward(new[:, :k]), k=4, repeats=2, reset=lambda: session.crop(8)
         )
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())  # removed
     assert prof["bucketing"] == "labels"
-    assert set(prof["buckets_ms"]) == {*roofline.LABELS, "other ops", "framework overhead"}
+    assert set(prof["buckets_ms"]) == {*measure_profile.LABELS, "other ops", "framework overhead"}
     for label in ("lm_head", "attention", "mlp", "norm"):
         assert prof["buckets_ms"][label] > 0, label
     assert prof["by_op_ms"]["framework overhead"] == prof["buckets_ms"]["framework overhead"]
     assert sum(prof["by_op_ms"].values()) == pytest.approx(sum(prof["buckets_ms"].values()))
     with pytest.raises(ValueError, match="labels must map to"):
-        with roofline.label_modules(model, {"mlp": "ffn"}):
+        with measure_profile.label_modules(model, {"mlp": "ffn"}):
             pass
 
 
@@ -476,7 +480,7 @@ def test_the_accounting_needs_no_torch(root, tmp_path):
     code = (
         "import sys\n"
         "sys.modules['torch'] = None  # import torch now raises ImportError\n"
-        "from specdec.measure.roofline import predict_verify_curve, step_cost\n"
+        "from specdec.theory.cost import predict_verify_curve, step_cost\n"
         "cfg = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,\n"
         "           num_key_value_heads=2, vocab_size=97)\n"
         "roof = {'bandwidth_gbps': 10.0, 'peak_gflops': {'float32': 100.0}}\n"

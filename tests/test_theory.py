@@ -204,7 +204,7 @@ def test_walltime_speedup_measured_bad_input(call, message):
 def test_optimal_gamma_at_c_0_is_the_limit_exactly_as_plan_says():
     """With a free draft E[T] rises strictly in gamma: the optimum is max_gamma, not the floating
     tie a scan finds where alpha^(gamma+1) stops changing the sum (53 for alpha = 0.5 before)."""
-    from specdec.cli.app import plan
+    from specdec.theory.plan import plan
     from specdec.theory.speedup import optimal_gamma
 
     for alpha in (0.3, 0.5, 0.9):

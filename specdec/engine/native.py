@@ -456,5 +456,5 @@ def build_info(kind: str = "q4_1") -> dict[str, Any] | None:
 
 
 #: The phases the C forward clocks, in the order of its ``phase_s`` array (the names of
-#: :func:`specdec.measure.roofline.profile_step`'s buckets where they mean the same).
+#: :func:`specdec.measure.profile.profile_step`'s buckets where they mean the same).
 PHASES = ("linear", "lm_head", "attention", "other ops")

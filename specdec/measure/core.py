@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from specdec.theory.checks import check_int
+from specdec.engine.machine import cpu_name
+from specdec.theory.checks import check_float, check_int
 
 __all__ = [
     "TensorSession",
@@ -142,21 +143,37 @@ def time_once(fn: Callable[[], object], synchronize: Callable[[], None] | None =
 
 
 def time_calls(
-    fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, sync: bool | None = None
+    fn: Callable[[], object],
+    *,
+    warmup: int = 3,
+    repeats: int = 20,
+    sync: bool | None = None,
+    budget_s: float = math.inf,
 ) -> Timing:
     """Call ``fn()`` ``warmup`` times untimed, then time ``repeats`` calls one by one (:func:`time_once`).
 
     With ``sync`` (by default: whenever CUDA is in use) the GPU is synchronised before the
-    clock starts and before it stops, so each time covers the kernels ``fn`` launched.
+    clock starts and before it stops, so each time covers the kernels ``fn`` launched. A finite
+    ``budget_s`` (seconds, with ``warmup`` >= 1) times the first warm-up call and cuts the timed
+    calls to ``max(1, min(repeats, int(budget_s / first) - 1))``: a slow call is not repeated past
+    the budget, and at least one timed call always runs.
     """
     if not callable(fn):
         raise ValueError(f"fn must be callable; got {type(fn).__name__}")
     check_int("warmup", warmup, low=0)
     check_int("repeats", repeats, low=1)
+    budget_s = math.inf if budget_s == math.inf else check_float("budget_s", budget_s, low=0, open_low=True)
+    if math.isfinite(budget_s) and warmup < 1:
+        raise ValueError(
+            f"warmup must be an integer >= 1 with a finite budget_s (it sizes the calls); got {warmup}"
+        )
     synchronize = sync_hook(sync)
-    for _ in range(warmup):
-        fn()
-    return summarize_times(time_once(fn, synchronize) for _ in range(repeats))
+    n = repeats
+    for i in range(warmup):
+        first = time_once(fn, synchronize)
+        if i == 0 and math.isfinite(budget_s) and first > 0:
+            n = max(1, min(repeats, int(budget_s / first) - 1))
+    return summarize_times(time_once(fn, synchronize) for _ in range(n))
 
 
 # --------------------------------------------------------------------------- forwards on a cache
@@ -459,17 +476,6 @@ def _version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
-
-
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def git_output(*args: str) -> str | None:

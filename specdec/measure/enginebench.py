@@ -309,10 +309,10 @@ def profile(
     engines: dict[str, Any], prompt_ids: list[int], ks: tuple[int, ...] = (1, 4), *, log: Log = _print
 ) -> dict:
     """Where a step's (k = 1) and a verify call's (k = 4) CPU time goes, per engine but llama.cpp
-    (specdec.measure.roofline.profile_step: linear layers, attention, other ops, framework overhead;
-    for the C forwards their own phase clocks, specdec.measure.roofline.profile_native_step)."""
+    (specdec.measure.profile.profile_step: linear layers, attention, other ops, framework overhead;
+    for the C forwards their own phase clocks, specdec.measure.profile.profile_native_step)."""
     from specdec.engine.lm import open_lm
-    from specdec.measure.roofline import profile_native_step, profile_step
+    from specdec.measure.profile import profile_native_step, profile_step
 
     out: dict[str, Any] = {}
     new = list(range(1000, 1000 + max(ks)))
@@ -343,7 +343,8 @@ def profile(
 
 def roofline(threads: int, config: Any) -> dict:
     """The machine's measured roof at these threads, and the step it predicts per weight format."""
-    from specdec.measure.roofline import machine_roofline, predict_verify_curve
+    from specdec.measure.roofline import machine_roofline
+    from specdec.theory.cost import predict_verify_curve
 
     roof = machine_roofline(threads=threads)
     predictions = {}

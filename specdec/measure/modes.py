@@ -85,7 +85,7 @@ def _say(line: str) -> None:
 
 def machine_identity() -> dict[str, Any]:
     """What makes timings comparable: CPU name and flags digest, SIMD dispatch, torch version, threads."""
-    from specdec.measure.roofline import cpu_flags, numpy_simd
+    from specdec.engine.machine import cpu_flags, numpy_simd
 
     flags = " ".join(sorted(cpu_flags()))
     return {

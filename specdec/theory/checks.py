@@ -21,13 +21,13 @@ def is_int(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, numbers.Integral)
 
 
-def _range(low: float | None, high: float | None, *, open_low: bool = False) -> str:
+def _range(low: float | None, high: float | None, *, open_low: bool = False, open_high: bool = False) -> str:
     if low is not None and high is not None:
-        return f"in ({low}, {high}]" if open_low else f"in [{low}, {high}]"
+        return f"in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
     if low is not None:
         return f"> {low}" if open_low else f">= {low}"
     if high is not None:
-        return f"<= {high}"
+        return f"< {high}" if open_high else f"<= {high}"
     return ""
 
 
@@ -71,17 +71,21 @@ def check_float(
     low: float | None = None,
     high: float | None = None,
     open_low: bool = False,
+    open_high: bool = False,
     note: str | None = None,
 ) -> float:
-    """``value`` as a finite ``float`` in ``[low, high]`` (``(low, high]`` with ``open_low``);
-    otherwise ValueError ``"<name> must be a finite number ...; got <value>"``."""
+    """``value`` as a finite ``float`` in ``[low, high]`` (``(low, ...`` with ``open_low``, ``..., high)``
+    with ``open_high``); otherwise ValueError ``"<name> must be a finite number ...; got <value>"``."""
     ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
     if ok:
         v = float(value)
         above = low is None or (v > low if open_low else v >= low)
-        if above and (high is None or v <= high):
+        below = high is None or (v < high if open_high else v <= high)
+        if above and below:
             return v
-    raise _fail(name, "a finite number", _range(low, high, open_low=open_low), note, value)
+    raise _fail(
+        name, "a finite number", _range(low, high, open_low=open_low, open_high=open_high), note, value
+    )
 
 
 def check_probability(name: str, value: object) -> float:

@@ -43,11 +43,11 @@ from specdec.analysis.hardware import (
     verify_intervals,
 )
 from specdec.analysis.oracle import summarize_record
-from specdec.measure.roofline import step_cost
 from specdec.paper import published
 from specdec.paper.article import load_article_claims, printed_values
 from specdec.paper.audit import agrees, parse_printed
 from specdec.theory.checks import check_int
+from specdec.theory.cost import step_cost
 
 __all__ = [
     "DEFAULT_GAMMA",
@@ -93,7 +93,7 @@ RULES: dict[str, tuple[str, str]] = {
     "D2": (
         "D2",
         "D2's estimate, weight bytes ÷ bandwidth, on the measured bandwidth and a 16-bit step's weight "
-        "bytes (specdec.measure.roofline.step_cost), holds 'to an order of magnitude' "
+        "bytes (specdec.theory.cost.step_cost), holds 'to an order of magnitude' "
         "(D2's own words, 仅示数量级) "
         "when log10(measured tokens/s ÷ estimate) rounds to 0, i.e. the two lie within a factor √10.",
     ),

@@ -1,0 +1,178 @@
+"""What the ``specdec`` commands share: the one-line usage error, the parser class, the paper's names,
+and the printing and argument helpers (each command's module is :mod:`specdec.cli.plan`,
+:mod:`specdec.cli.modes`, :mod:`specdec.cli.measure`, :mod:`specdec.cli.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+__all__ = [
+    "COUNTS",
+    "NAMES",
+    "USAGE_ERROR",
+    "Parser",
+    "UsageError",
+    "alpha_arg",
+    "at_least",
+    "c_arg",
+    "checked",
+    "fmt",
+    "interval",
+    "json_out",
+    "log",
+    "needs_models",
+    "one_line",
+    "para",
+    "progress",
+    "read_record",
+]
+
+#: Exit status of every usage error (argparse's convention).
+USAGE_ERROR = 2
+
+NAMES = """\
+The paper's names (Leviathan, Kalman & Matias, ICML 2023, arXiv:2211.17192):
+  alpha  acceptance rate: the chance that the target accepts one drafted token
+         (Corollary 3.6: alpha = E[sum_x min(p(x), q(x))]); 0 <= alpha < 1
+  c      cost coefficient: the time of one draft step over one target step (Definition 3.7)
+  gamma  drafted tokens per round; a round emits E[T] tokens on average (Eq. 1)
+  V      verify cost T(gamma+1)/T(1): one target call over gamma + 1 tokens over one
+         single-token step; Theorem 3.8 assumes V = 1, real hardware measures more
+Theorem 3.8 gives the expected wall-clock speedup over plain decoding:
+  E[T] / (gamma c + 1), with E[T] = (1 - alpha^(gamma+1)) / (1 - alpha);
+with a verify cost V the denominator is gamma c + V.
+"""
+
+
+class UsageError(Exception):
+    """A bad argument: reported as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (no usage block) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def checked(check: Callable[..., Any], name: str, value: Any, **bounds: Any) -> Any:
+    """``check(name, value, **bounds)`` (one of :mod:`specdec.theory.checks`), its ValueError as a
+    :class:`UsageError` (one line, exit status 2)."""
+    try:
+        return check(name, value, **bounds)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def alpha_arg(value: float) -> float:
+    """--alpha: the acceptance rate, in [0, 1)."""
+    from specdec.theory.checks import check_float
+
+    return checked(
+        check_float,
+        "--alpha",
+        value,
+        low=0,
+        high=1,
+        open_high=True,
+        note="the acceptance rate, Corollary 3.6",
+    )
+
+
+def c_arg(value: float) -> float:
+    """--c: a draft step's time in target steps, >= 0."""
+    from specdec.theory.checks import check_float
+
+    return checked(
+        check_float, "--c", value, low=0, note="a draft step's time in target steps, Definition 3.7"
+    )
+
+
+def at_least(name: str, value: int | None, low: int, what: str) -> None:
+    """An integer option >= ``low`` (None: not given)."""
+    from specdec.theory.checks import check_int
+
+    if value is not None:
+        checked(check_int, name, value, low=low, note=what)
+
+
+#: What each count means, for the error messages.
+COUNTS = {
+    "gamma": "drafted tokens per round",
+    "new_tokens": "tokens to generate per prompt",
+    "repeats": "passes over the prompts",
+    "verify_repeats": "timed passes of the verify curve",
+    "threads": "torch threads",
+    "prompts_per_task": "prompts per task",
+}
+
+
+def para(text: str) -> str:
+    """A description paragraph, wrapped (the raw formatter keeps NAMES's layout as written)."""
+    return textwrap.fill(text, 88) + "\n\n"
+
+
+def needs_models(command: str, exc: BaseException) -> int:
+    """One line for a missing 'models' extra (ImportError) or default target (FileNotFoundError)."""
+    if isinstance(exc, ImportError):
+        missing = f" ({exc.name} is missing)" if getattr(exc, "name", None) else f" ({exc})"
+        message = (
+            f"needs torch and transformers, the 'models' extra{missing}; "
+            "install them with: pip install 'specdec[models]'"
+        )
+    else:
+        message = str(exc)
+    print(f"specdec {command}: error: {one_line(message)}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def progress(items: Any, desc: str) -> Any:
+    """A progress bar on stderr (tqdm, a dependency of the 'models' extra; off when stderr is no terminal)."""
+    from tqdm import tqdm
+
+    items = list(items)
+    return tqdm(items, desc=desc, total=len(items), file=sys.stderr, leave=False, disable=None)
+
+
+def json_out(record: Any) -> str:
+    from specdec.measure.core import jsonable
+
+    return json.dumps(jsonable(record), indent=1, allow_nan=False)  # the records' rule: NaN -> null
+
+
+def fmt(value: Any, spec: str = ".4f", missing: str = "n/a") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def interval(triple: Any) -> str:
+    est, lo, hi = triple
+    ci = "" if lo is None else f"  [{lo:.3f}, {hi:.3f}] (95% bootstrap interval over prompts)"
+    return f"{est:.3f}x{ci}"
+
+
+def read_record(path: str, kind: str, command: str) -> dict[str, Any]:
+    """A JSON record of ``kind`` saved by ``specdec COMMAND --json`` (or its benchmark script)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--from-json: no such file {path!r}")
+    try:
+        record = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise UsageError(f"--from-json: {path!r} is not JSON ({exc})") from None
+    if not isinstance(record, dict) or record.get("kind") != kind:
+        raise UsageError(f"--from-json: {path!r} is not a record of 'specdec {command} --json'")
+    return record

