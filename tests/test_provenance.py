@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 NOTEBOOKS = ROOT / "notebooks"
 #: Chapters that read records through their own, older readers (not yet through
-#: specdec.analysis.records): the claims ledger (specdec.paper.ledger.find_records) and Part IV
-#: (specdec.analysis.realrun.main_record, newest of the current format by its own rule).
-OWN_READERS = {"claims-ledger", "real-decoding"}
+#: specdec.analysis.records): Part IV (specdec.analysis.realrun.main_record, newest of the current
+#: format by its own rule).
+OWN_READERS = {"real-decoding"}
 
 
 def manifests():
@@ -49,7 +49,7 @@ def manifests():
 
 def test_the_chapters_that_read_records_show_their_provenance():
     names = {name for name, _, _ in manifests()}
-    assert {"answer", "dynamic-gamma", "command-line", "hardware"} <= names
+    assert {"answer", "dynamic-gamma", "command-line", "hardware", "claims-ledger"} <= names
 
 
 @pytest.mark.parametrize("name,entries,note", manifests(), ids=[m[0] for m in manifests()])

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from specdec.analysis import records
 from specdec.analysis.hardware import (
     adaptive_vs_fixed,
     batch_gains,
@@ -611,24 +612,29 @@ def batch_verdicts(gpu: Mapping[str, Any] | None, cpu_batch: Mapping[str, Any] |
 def find_records(results: str | Path) -> dict[str, dict[str, Any] | None]:
     """The records the measured verdicts read, from a ``results/`` folder (None where absent).
 
-    Keys: ``cpu`` (``bench/engine-modes-*.json``), ``gpu`` (``gpu/*.json``), ``dynamic``
-    (``bench/dynamic-gamma-*.json``), ``oracle`` (``bench/oracle-gamma-*.json``), ``batch``
-    (``bench/batch-surface-*.json``); where several files match, the first by name.
+    Keys: ``cpu`` (the engine benchmark at one thread, kind ``engine-modes``, in ``bench/``),
+    ``gpu`` (``gpu/``), ``dynamic`` (``dynamic-gamma``), ``oracle`` (``oracle-gamma``), ``batch``
+    (``batch-surface``): each the newest of its kind by its stored timestamp
+    (:func:`specdec.analysis.records.newest`, which also notes it for the chapter's provenance table).
     """
     root = Path(results)
     if not root.is_dir():
         raise ValueError(f"results must be an existing folder; got {root}")
-    patterns = {
-        "cpu": BENCH / "engine-modes-*.json",
-        "gpu": GPU / "*.json",
-        "dynamic": BENCH / "dynamic-gamma-*.json",
-        "batch": BENCH / "batch-surface-*.json",
-        "oracle": BENCH / "oracle-gamma-*.json",
+    queries = {
+        "cpu": (BENCH, "engine-modes", 1),
+        "gpu": (GPU, "gpu", None),
+        "dynamic": (BENCH, "dynamic-gamma", None),
+        "batch": (BENCH, "batch-surface", None),
+        "oracle": (BENCH, "oracle-gamma", None),
     }
     out: dict[str, dict[str, Any] | None] = {}
-    for key, pattern in patterns.items():
-        files = sorted(root.glob(str(pattern)))
-        out[key] = load_record(files[0]) if files else None
+    for key, (folder, kind, threads) in queries.items():
+        try:
+            found = records.newest(root / folder, kind, threads=threads)
+        except FileNotFoundError:
+            out[key] = None
+        else:
+            out[key] = load_record(found["path"])
     return out
 
 
