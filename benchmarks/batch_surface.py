@@ -152,9 +152,8 @@ def load_models(args: argparse.Namespace) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     if args.tiny:
-        from specdec.measure.gpurecord import tiny_models
+        from specdec.engine import tinymodels as tm
 
-        tm = tiny_models()
         gen = torch.Generator().manual_seed(args.seed)
         lengths = [int(n) for n in torch.randint(3, 30, (8,), generator=gen)]
         pool = [torch.randint(0, tm.VOCAB, (n,), generator=gen).tolist() for n in lengths]
@@ -413,7 +412,7 @@ def main(argv: list[str] | None = None) -> Path:
     from specdec.engine.machine import cpu_identity
     from specdec.engine.models import set_threads
     from specdec.measure.core import environment
-    from specdec.measure.gpurecord import device_slug
+    from specdec.measure.device import device_slug
 
     set_threads(args.threads)
     command = "python benchmarks/batch_surface.py " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
 from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
 from specdec.engine.models import load_target, set_threads  # noqa: E402
 from specdec.measure.core import environment, write_result  # noqa: E402
-from specdec.measure.gpurecord import device_slug  # noqa: E402
+from specdec.measure.device import device_slug  # noqa: E402
 from specdec.measure.modes import lean_model  # noqa: E402
 from specdec.measure.pairedrun import timed_generation  # noqa: E402
 from specdec.theory.intervals import bootstrap_ci, geomean  # noqa: E402

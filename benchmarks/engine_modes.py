@@ -21,8 +21,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from specdec.measure.core import write_result  # noqa: E402
+from specdec.measure.device import device_slug  # noqa: E402
 from specdec.measure.enginebench import ALL_ENGINES, BenchSettings, resolve_engines, run_bench  # noqa: E402
-from specdec.measure.gpurecord import device_slug  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

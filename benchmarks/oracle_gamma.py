@@ -40,7 +40,7 @@ from specdec.engine.decoding import autoregressive, speculative  # noqa: E402
 from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
 from specdec.engine.models import load_target, set_threads  # noqa: E402
 from specdec.measure.core import environment, write_result  # noqa: E402
-from specdec.measure.gpurecord import device_slug  # noqa: E402
+from specdec.measure.device import device_slug  # noqa: E402
 from specdec.measure.modes import lean_model, probe_modes  # noqa: E402
 from specdec.train.draftnets import load_draft, require_drafts  # noqa: E402
 from specdec.train.workloads import evaluation_prompts  # noqa: E402

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> Path:
     from specdec.engine.lean import LeanLlama
     from specdec.engine.models import load_target
     from specdec.measure.core import environment, write_result
-    from specdec.measure.gpurecord import device_slug
+    from specdec.measure.device import device_slug
     from specdec.train.workloads import evaluation_prompts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -18,6 +18,8 @@ Theory (numpy only, no torch):
   cost, the optimal gamma by a bounded search.
 * :mod:`specdec.theory.cost`      -- a forward's bytes and FLOPs by part and weight format, and the step
   time and verify curve the roofline predicts from them (pure arithmetic).
+* :mod:`specdec.theory.chisquare` -- Pearson's chi-square against a law, its one p-value path (scipy or
+  the tested fallback, named in the result).
 
 Engine (torch + transformers, the ``models`` extra):
 
@@ -36,6 +38,7 @@ Engine (torch + transformers, the ``models`` extra):
 * :mod:`specdec.engine.batched`   -- speculative decoding of a batch of prompts (ragged or common cut).
 * :mod:`specdec.engine.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
 * :mod:`specdec.engine.tinymodels` -- tiny random Llama models for the tests and the GPU record.
+* :mod:`specdec.engine.randomllama` -- Llama models at real shapes with random weights (cost surfaces).
 
 Training data and drafts:
 
@@ -56,9 +59,14 @@ Measurement:
 * :mod:`specdec.measure.modes`     -- the lean mode chosen by measuring the running machine (cached).
 * :mod:`specdec.measure.acceptance` -- the paper's alpha on target-generated text, by teacher forcing.
 * :mod:`specdec.measure.enginebench` -- the engine benchmark: every engine side by side (``specdec bench``).
-* :mod:`specdec.measure.gpurecord` -- the GPU record: the CUDA paths checked, the cost surface T(b, k).
-* :mod:`specdec.measure.gpureal` -- the real target on a GPU: the device payload, CUDA graphs, the one device
-  run.
+* :mod:`specdec.measure.recorder` -- a run's time budget and its JSON record, saved after every section.
+* :mod:`specdec.measure.device`  -- the accelerator's identity, its memory, its measured roofline.
+* :mod:`specdec.measure.devicechecks` -- greedy equality and losslessness checked on a device.
+* :mod:`specdec.measure.surfaces` -- cost surfaces T(b, k) by the one T(k) loop: wall clock, kernels' time.
+* :mod:`specdec.measure.gpurecord` -- the GPU record's run: the CUDA paths checked, the cost surfaces.
+* :mod:`specdec.measure.gpureal` -- the real target on a GPU: the device payload, the static-cache engine
+  with CUDA graphs, the run's tables.
+* :mod:`specdec.measure.gpurun`  -- the real-weights GPU run, section by section (timers, decoding).
 
 Analysis (Part IV and V's readers):
 

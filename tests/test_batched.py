@@ -38,7 +38,7 @@ from specdec.analysis.batchcost import (
 from specdec.engine.batched import BatchedLM, batched_autoregressive, batched_speculative
 from specdec.engine.decoding import autoregressive, speculative
 from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
-from specdec.measure.gpurecord import chi_square_pvalue
+from specdec.theory.chisquare import chi_square_pvalue
 from specdec.theory.sampling import warp
 from specdec.theory.speedup import expected_tokens
 

@@ -31,7 +31,7 @@ from specdec.engine.drafters import (
 )
 from specdec.engine.lm import CachedLM
 from specdec.engine.stats import Stats
-from specdec.measure.gpurecord import chi_square_pvalue as chi_square_pvalue_record
+from specdec.theory.chisquare import chi_square_pvalue as chi_square_pvalue_record
 from specdec.theory.sampling import warp
 from specdec.theory.speedup import acceptance_rate
 
@@ -164,7 +164,7 @@ def exact_two_token_law(target, prefix, **warp_kw):
 def chi_square_pvalue(counts, law, min_expected=5.0):
     """Pearson's chi-square p-value of observed counts against a law, rare cells pooled.
 
-    The package's one implementation (:func:`specdec.measure.gpurecord.chi_square_pvalue`, which the
+    The package's one implementation (:func:`specdec.theory.chisquare.chi_square_pvalue`, which the
     GPU record also runs); tests/test_gpu_record.py checks its pooling and its p-value.
     """
     return chi_square_pvalue_record(counts, law, min_expected)["pvalue"]

@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec.measure import gpureal  # noqa: E402
+from specdec.measure import gpureal, gpurun  # noqa: E402
 from specdec.theory.intervals import geomean  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small torch ops: one thread is fastest
@@ -95,25 +95,79 @@ def test_safetensors_reader_matches_the_package(root):
     assert all(mine[k].dtype == ref[k].dtype and np.array_equal(mine[k], ref[k]) for k in ref)
 
 
-def test_plan_and_order(script):
+def test_plan_cells_goes_prompt_by_prompt():
     prompts = [{"task": t, "id": f"{t}-{i}", "ids": [1, 2]} for t in ("code", "instruct") for i in range(3)]
-    cells = script.plan_cells(prompts, ["code", "instruct"], [0.0, 1.0], 2)
+    cells = gpurun.plan_cells(prompts, ["code", "instruct"], [0.0, 1.0], 2)
     assert [(c["index"], c["temperature"], c["task"]) for c in cells[:4]] == [
         (0, 0.0, "code"), (0, 0.0, "instruct"), (0, 1.0, "code"), (0, 1.0, "instruct"),
     ]  # fmt: skip
     assert len(cells) == 8 and cells[-1]["prompt"]["id"] == "instruct-1"
-    import random
-
-    rng = random.Random(0)
-    methods = ["plain", "lookup", "ee-2"]
-    for rep in range(4):
-        order = script.run_order(methods, ["graph", "eager"], rep, rng)
-        assert sorted(order) == sorted((e, m) for e in ("graph", "eager") for m in methods)
-        plain_at = [i for i, (_, m) in enumerate(order) if m == "plain"]
-        assert plain_at == ([0, 1] if rep % 2 == 0 else [len(order) - 2, len(order) - 1])
 
 
-def test_plain_tokens_are_compared_across_engines(script):
+def test_fixed_start_writes_after_the_same_positions():
+    """The cost timers' session: every call runs the engine at the cached length, cropping moves it back."""
+
+    class Engine:
+        def __init__(self):
+            self.calls = []
+
+        def run(self, ids, start):
+            self.calls.append((list(ids), start))
+
+    engine = Engine()
+    from specdec.measure.core import time_forwards
+
+    s = gpurun.FixedStart(engine, 16)
+    times = time_forwards({"eager": s}, {"eager": [5, 6, 7]}, [1, 3], repeats=2, warmup=1, order="fixed")
+    assert engine.calls == [([5], 16), ([5, 6, 7], 16)] * 3 and len(s) == 16
+    assert [len(v) for v in times["eager"].values()] == [2, 2]
+
+
+class _FakeEngine:
+    """Records every call: ids, start position and whether it replayed graphs."""
+
+    def __init__(self):
+        self.device, self.use_graphs, self.calls, self.prefilled = torch.device("cpu"), False, [], []
+
+    def session(self):
+        engine = self
+
+        class S:
+            def forward(self, ids):
+                engine.prefilled.append(list(ids))
+
+        return S()
+
+    def run(self, ids, start):
+        self.calls.append((len(ids), start, self.use_graphs))
+
+
+def test_cost_curves_time_every_timer_and_k_through_the_one_loop():
+    engines = {"target": _FakeEngine(), "draft-x": _FakeEngine()}
+    ctx = list(range(10))
+    costs = gpurun.cost_curves(
+        engines, ctx, [1, 3], repeats=2, timers=["eager", "graph"], kernel=False, log=lambda m: None
+    )
+    target, draft = engines["target"], engines["draft-x"]
+    assert target.prefilled == [ctx] and draft.prefilled == [ctx]
+    # 2 warm-up + 2 timed passes, each (timer, k) once: graphs replayed for "graph" only, always at 10
+    assert sorted(target.calls) == sorted(
+        [(k, 10, t == "graph") for t in ("eager", "graph") for k in (1, 3)] * 4
+    )
+    assert sorted(draft.calls) == sorted([(1, 10, False), (1, 10, True)] * 4)
+    assert not target.use_graphs and not draft.use_graphs  # eager again after the loop
+    assert set(costs["raw"]["target"]) == {"eager", "graph"} and list(costs["raw"]["target"]["eager"]) == [
+        "1",
+        "3",
+    ]
+    assert all(len(v) == 2 for v in costs["raw"]["target"]["graph"].values())
+    assert costs["models"]["draft-x"]["eager"]["1"] == pytest.approx(
+        np.median(costs["raw"]["draft-x"]["eager"]["1"])
+    )
+    assert "errors" not in costs
+
+
+def test_plain_tokens_are_compared_across_engines():
     gens = [
         {"engine": "graph", "temperature": 0.0, "task": "code", "prompt": "a", "plain": [1, 2]},
         {"engine": "eager", "temperature": 0.0, "task": "code", "prompt": "a", "plain": [1, 2]},
@@ -121,7 +175,7 @@ def test_plain_tokens_are_compared_across_engines(script):
         {"engine": "eager", "temperature": 1.0, "task": "code", "prompt": "a", "plain": [3, 5]},
         {"engine": "graph", "temperature": 0.0, "task": "code", "prompt": "b", "plain": [1]},  # alone
     ]
-    got = script.plain_engines_equal(gens)
+    got = gpurun.plain_engines_equal(gens)
     assert got == {"cells": 2, "equal": 1, "equal_greedy": 1, "cells_greedy": 1}
 
 
@@ -266,6 +320,14 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
     runs = dec["runs"]
     assert len(runs) == dec["cells_planned"] * len(methods) * quick["repeats"]
     assert all(r["new_tokens"] == quick["new_tokens"] for r in runs)
+    by_block = {}
+    for r in runs:  # one repetition of a cell: every method once, plain first (repetition 0)
+        by_block.setdefault((r["engine"], r["temperature"], r["task"], r["prompt"], r["rep"]), []).append(r)
+    for block in by_block.values():
+        assert sorted(r["order"] for r in block) == list(range(len(methods)))
+        assert sorted(r["method"] for r in block) == sorted(methods)
+        assert next(r["order"] for r in block if r["method"] == "plain") == 0
+        assert all(r["target_graph_calls"] == 0 and r["target_eager_calls"] > 0 for r in block)
     greedy = [r for r in runs if r["temperature"] == 0 and r["method"] != "plain"]
     assert greedy and all(r["equals_plain"] for r in greedy) and dec["greedy"]["all_equal"]
     assert dec["greedy"]["plain_engines_equal"]["cells"] == 0  # one engine on a CPU: nothing to compare

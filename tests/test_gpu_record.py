@@ -1,4 +1,5 @@
-"""The GPU record (benchmarks/gpu_record.py, specdec.measure.gpurecord) in its quick CPU mode.
+"""The GPU record (benchmarks/gpu_record.py, specdec.measure.gpurecord and the modules its steps come from:
+device, devicechecks, surfaces, recorder, engine.randomllama, theory.chisquare) in its quick CPU mode.
 
 The record is taken once, on a rented GPU machine that has torch and transformers but none of
 the book's other packages, and no install of ours (PYTHONPATH=.). So the end-to-end run here
@@ -20,7 +21,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from specdec.measure import gpurecord as gr
+from specdec.engine import randomllama as rl
+from specdec.measure import device, gpurecord, recorder, surfaces
+from specdec.theory import chisquare
 
 # What the GPU machine may lack; an unguarded import of any of them fails the run. (sympy, tqdm,
 # huggingface_hub and the like come with torch and transformers.)
@@ -70,7 +73,7 @@ def test_quick_run_checks_the_engine(quick_record):
         for name, d in run["drafters"].items():
             assert d["equal"] and d["first_difference"] is None and d["new_tokens"] == 20, (name, d)
     chi = rec["chi_square"]
-    assert chi["runs"] == 200 and chi["method"] == "specdec.measure.gpurecord.chi2_sf"  # scipy was blocked
+    assert chi["runs"] == 200 and chi["method"] == chisquare.FALLBACK_METHOD  # scipy was blocked
     assert chi["passed"] and 1e-3 < chi["pvalue"] <= 1 and chi["df"] >= 1
 
 
@@ -99,17 +102,17 @@ def tiny():
     import torch
 
     torch.set_num_threads(1)
-    return gr.random_llama(gr.QUICK_SHAPE, "cpu", torch.float32)
+    return rl.random_llama(rl.QUICK_SHAPE, "cpu", torch.float32)
 
 
 def test_a_spent_budget_skips_the_remaining_batches(tiny):
     now = [0.0]
-    deadline = gr.Deadline(10.0, clock=lambda: now[0])
+    deadline = recorder.Deadline(10.0, clock=lambda: now[0])
 
     def spend(result):  # the first batch uses up the budget
         now[0] = 11.0
 
-    out = gr.cost_surface(
+    out = surfaces.cost_surface(
         tiny,
         batches=(1, 2, 4),
         ks=(1, 2),
@@ -139,7 +142,7 @@ def test_cost_surface_times_k_tokens_per_row_on_the_context(tiny):
 
     handle = tiny.register_forward_pre_hook(hook, with_kwargs=True)
     try:
-        out = gr.cost_surface(
+        out = surfaces.cost_surface(
             tiny, batches=(1, 3), ks=(1, 2), b1_extra_ks=(4,), context=8, repeats=2, warmup=1
         )
     finally:
@@ -159,27 +162,27 @@ def test_cost_surface_refuses_a_cache_that_is_not_cropped(tiny, monkeypatch):
 
     monkeypatch.setattr(DynamicCache, "crop", lambda self, n: None)
     with pytest.raises(RuntimeError, match="not 8"):
-        gr.cost_surface(tiny, batches=(1,), ks=(1,), b1_extra_ks=(), context=8, repeats=1, warmup=0)
+        surfaces.cost_surface(tiny, batches=(1,), ks=(1,), b1_extra_ks=(), context=8, repeats=1, warmup=0)
 
 
 def test_random_llama_has_the_shape_and_dtype(tiny):
     import torch
 
-    model = gr.random_llama(gr.QUICK_SHAPE, "cpu", torch.bfloat16)
+    model = rl.random_llama(rl.QUICK_SHAPE, "cpu", torch.bfloat16)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert torch.get_default_dtype() == torch.float32  # restored
     assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, as SmolLM2
-    assert len(model.model.layers) == gr.QUICK_SHAPE["num_hidden_layers"]
+    assert len(model.model.layers) == rl.QUICK_SHAPE["num_hidden_layers"]
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in tiny.parameters())
 
 
 def test_shapes_are_the_real_ones():
-    s = gr.SHAPES["smollm2-135m"]  # the book's target, as read from its GGUF
+    s = rl.SHAPES["smollm2-135m"]  # the book's target, as read from its GGUF
     assert (s["hidden_size"], s["num_hidden_layers"], s["num_attention_heads"]) == (576, 30, 9)
     assert (s["num_key_value_heads"], s["intermediate_size"], s["vocab_size"]) == (3, 1536, 49152)
     # parameter counts from the shapes alone: ~135M, ~1.7B, ~6.7B
     for name, billions in {"smollm2-135m": 0.1345, "smollm2-1.7b": 1.711, "llama2-7b": 6.738}.items():
-        assert _params(gr.SHAPES[name]) / 1e9 == pytest.approx(billions, rel=2e-3), name
+        assert _params(rl.SHAPES[name]) / 1e9 == pytest.approx(billions, rel=2e-3), name
 
 
 def _params(s):
@@ -192,27 +195,84 @@ def _params(s):
 def test_chi2_sf_matches_scipy():
     for df in (1, 2, 7, 30, 300, 2000):
         for x in (0.0, 0.01, 0.5, 1.0, df / 2, df - 1, df, df + 3, 2 * df, 5 * df + 40):
-            assert gr.chi2_sf(x, df) == pytest.approx(scipy.stats.chi2.sf(x, df), rel=1e-9, abs=1e-300)
+            assert chisquare.chi2_sf(x, df) == pytest.approx(scipy.stats.chi2.sf(x, df), rel=1e-9, abs=1e-300)
+
+
+def test_chi2_pvalue_names_its_method_and_falls_back_only_without_scipy(monkeypatch):
+    assert chisquare.chi2_pvalue(12.5, 7) == (float(scipy.stats.chi2.sf(12.5, 7)), chisquare.SCIPY_METHOD)
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # import now raises ImportError
+    p, method = chisquare.chi2_pvalue(12.5, 7)
+    assert method == chisquare.FALLBACK_METHOD == "specdec.theory.chisquare.chi2_sf"
+    assert p == chisquare.chi2_sf(12.5, 7) == pytest.approx(scipy.stats.chi2.sf(12.5, 7), rel=1e-9)
+    rng = np.random.default_rng(1)
+    law = rng.dirichlet(np.full(10, 1.0))
+    assert chisquare.chi_square_pvalue(rng.multinomial(400, law), law)["method"] == chisquare.FALLBACK_METHOD
+
+
+def test_the_old_module_path_keeps_the_names():
+    """specdec.measure.gpurecord (and specdec.gpurecord) still hand out the moved names, the same objects."""
+    import specdec.gpurecord
+
+    assert specdec.gpurecord is gpurecord
+    for name in ("device_slug", "Recorder", "Deadline", "cost_surface", "random_llama", "chi_square_pvalue"):
+        assert name in gpurecord.__all__
+    assert gpurecord.cost_surface is surfaces.cost_surface and gpurecord.device_slug is device.device_slug
+    assert gpurecord.chi2_sf is chisquare.chi2_sf and gpurecord.Recorder is recorder.Recorder
+
+
+def test_time_forwards_takes_another_clock_per_name():
+    """The one T(k) loop with ``timers``: a name's calls go through its timer (CUDA events on a GPU),
+    the others through time_once; every call is still cropped back."""
+    from specdec.measure.core import time_forwards
+
+    class Counter:
+        def __init__(self):
+            self.n, self.fed = 4, []
+
+        def __len__(self):
+            return self.n
+
+        def forward(self, ids):
+            self.fed.append(list(ids))
+            self.n += len(ids)
+
+        def crop(self, n):
+            self.n = n
+
+    used = []
+
+    def fake(fn, synchronize):
+        used.append(synchronize)
+        fn()
+        return 42.0
+
+    sessions = {"a": Counter(), "b": Counter()}
+    times = time_forwards(
+        sessions, {"a": [1, 2], "b": [3, 4]}, [1, 2], repeats=2, warmup=1, timers={"b": fake}
+    )
+    assert times["b"] == {1: [42.0, 42.0], 2: [42.0, 42.0]} and len(used) == 6
+    assert all(0 <= t < 1 for ts in times["a"].values() for t in ts)
+    assert sorted(map(len, sessions["a"].fed)) == [1, 1, 1, 2, 2, 2] and sessions["a"].n == 4
 
 
 def test_chi_square_pvalue_pools_like_the_test_suite():
     rng = np.random.default_rng(0)
     law = rng.dirichlet(np.full(40, 0.3))
     counts = rng.multinomial(500, law).astype(float)
-    got = gr.chi_square_pvalue(counts, law)
+    got = chisquare.chi_square_pvalue(counts, law)
     expected = counts.sum() * law
     assert got["cells"] == int((expected >= 5).sum()) + (expected[expected < 5].sum() >= 5)
     assert got["method"] == "scipy.stats.chi2.sf" and 0 < got["pvalue"] <= 1
     bad = counts.copy()
     bad[np.argmax(law)] += 200  # far from the law
-    assert gr.chi_square_pvalue(bad, law)["pvalue"] < 1e-6
+    assert chisquare.chi_square_pvalue(bad, law)["pvalue"] < 1e-6
     impossible = np.zeros(3), np.array([0.5, 0.5, 0.0])
     impossible[0][2] = 1
-    assert gr.chi_square_pvalue(*impossible)["pvalue"] == 0.0
+    assert chisquare.chi_square_pvalue(*impossible)["pvalue"] == 0.0
 
 
 def test_recorder_keeps_going_after_a_failed_section(tmp_path):
-    rec = gr.Recorder(tmp_path / "r.json", settings={"a": 1}, log=lambda msg: None)
+    rec = recorder.Recorder(tmp_path / "r.json", settings={"a": 1}, log=lambda msg: None)
     with rec.section("broken") as out:
         out["partial"] = 1
         raise ValueError("boom")
@@ -230,8 +290,8 @@ def test_recorder_keeps_going_after_a_failed_section(tmp_path):
 
 
 def test_device_slug():
-    assert gr.device_slug("NVIDIA H200") == "nvidia-h200"
-    assert gr.device_slug("AMD EPYC 7B13 64-Core Processor") == "amd-epyc-7b13-64-core-processor"
+    assert device.device_slug("NVIDIA H200") == "nvidia-h200"
+    assert device.device_slug("AMD EPYC 7B13 64-Core Processor") == "amd-epyc-7b13-64-core-processor"
 
 
 def test_kernel_time_needs_cuda():
@@ -250,4 +310,59 @@ def test_kernel_time_needs_cuda():
     )
     assert next(model.parameters()).device == torch.device("cpu")
     with pytest.raises(ValueError, match="CUDA"):
-        gr.kernel_time_surface(model)
+        surfaces.kernel_time_surface(model)
+
+
+def test_kernel_seconds_profiles_the_one_loop(monkeypatch):
+    """Per k: one warm-up call outside the profile, then ``calls`` calls inside it, each cut back;
+    the profile's self device time (torch 2.x names, either one) summed and divided by ``calls``."""
+    import torch.profiler
+
+    class Session:
+        def __init__(self):
+            self.n, self.fed, self.profiling = 5, [], False
+
+        def __len__(self):
+            return self.n
+
+        def forward(self, ids):
+            self.fed.append((len(ids), self.profiling))
+            self.n += len(ids)
+
+        def crop(self, n):
+            self.n = n
+
+    session = Session()
+
+    class Event:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    class FakeProfile:
+        def __init__(self, activities):
+            assert activities == [torch.profiler.ProfilerActivity.CUDA]
+
+        def __enter__(self):
+            session.profiling = True
+            return self
+
+        def __exit__(self, *exc):
+            session.profiling = False
+
+        def key_averages(self):
+            return [Event(self_device_time_total=2000.0), Event(self_cuda_time_total=1000.0)]
+
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+    got = surfaces.kernel_seconds(session, [1, 2, 3], [1, 3], calls=3)
+    assert got == {1: pytest.approx(1e-3), 3: pytest.approx(1e-3)}
+    assert session.fed == [
+        (1, False),
+        (1, True),
+        (1, True),
+        (1, True),
+        (3, False),
+        (3, True),
+        (3, True),
+        (3, True),
+    ]
+    assert session.n == 5

@@ -6,7 +6,7 @@ hardware chapter reads the record. Issue #12, item 2.
 
 * :func:`measure_surface` -- T(b, k): the time of ONE forward call that feeds k new tokens to
   each of b sequences after a cached context, the convention of the GPU record
-  (:func:`specdec.measure.gpurecord.cost_surface`: every position's logits, the cache cropped back
+  (:func:`specdec.measure.surfaces.cost_surface`: every position's logits, the cache cropped back
   after each call), measured for several models (target and draft, each mode) in *passes*:
   a pass visits every (model, b) block once in a fresh seeded order, and times every k once in
   a fresh order inside the block, so slow phases of a shared machine hit every cell alike.

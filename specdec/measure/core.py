@@ -288,6 +288,7 @@ def time_forwards(
     synchronize: Callable[[], None] | None = None,
     reopen: Mapping[str, Callable[[], Any]] | None = None,
     around: Mapping[str, Callable[[], Any]] | None = None,
+    timers: Mapping[str, Callable[[Callable[[], object], Callable[[], None] | None], float]] | None = None,
 ) -> dict[str, dict[int, list[float]]]:
     """The one T(k) loop: times of ONE forward over k new tokens on a cache cut back afterwards.
 
@@ -307,6 +308,8 @@ def time_forwards(
     llama.cpp context per model). The timer is :func:`time_once` with ``synchronize``. The
     first ``warmup`` passes are discarded. ``around[name]()`` is a context manager entered around
     each of that name's timed calls, outside the clock (a q4q8 model: torch on one thread).
+    ``timers[name]`` replaces :func:`time_once` for that name: called as ``timer(fn, synchronize)``,
+    it returns the seconds of one call ``fn()`` by another clock (CUDA events on the device).
     Returns ``{name: {k: [seconds per kept pass]}}``.
     """
     if order not in ("pairs", "nested", "names", "fixed"):
@@ -320,12 +323,13 @@ def time_forwards(
     names = list(sessions)
     context = {name: len(s) for name, s in sessions.items()}
     rng = np.random.default_rng(0) if rng is None else rng
+    timer = dict(timers or {})
     times: dict[str, dict[int, list[float]]] = {n: {k: [] for k in ks} for n in names}
 
     def one(name: str, k: int, keep: bool) -> None:
         s, ids = sessions[name], _head(new_ids[name], k)
         with around[name]() if around and name in around else nullcontext():
-            elapsed = time_once(lambda: s.forward(ids), synchronize)
+            elapsed = timer.get(name, time_once)(lambda: s.forward(ids), synchronize)
         s.crop(context[name])
         if len(s) != context[name]:
             raise RuntimeError(f"after cropping, {name!r} holds {len(s)} tokens, not {context[name]}")

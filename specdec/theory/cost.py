@@ -18,7 +18,7 @@ A *roofline entry*, what the predictions take, is a dict with ``bandwidth_gbps``
 and ``peak_gflops`` (dtype name -> number). The running machine's entries are measured by
 :func:`specdec.measure.roofline.machine_roofline` (one per thread count under ``"rooflines"``);
 a hand-made one (another machine's published numbers, a GPU's from
-:func:`specdec.measure.gpurecord.device_roofline`) works as well.
+:func:`specdec.measure.device.device_roofline`) works as well.
 """
 
 from __future__ import annotations

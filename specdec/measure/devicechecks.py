@@ -1,0 +1,171 @@
+"""The engine's correctness checked on a device: greedy equality and losslessness at temperature 1.
+
+* :func:`greedy_equality` -- greedy speculative decoding equals greedy autoregressive decoding
+  on the device, with the test suite's tiny random Llama models (:mod:`specdec.engine.tinymodels`),
+  a model drafter and a prompt-lookup drafter, float32.
+* :func:`first_two_token_test` -- losslessness at temperature 1 on the device: Pearson's
+  chi-square (:func:`specdec.theory.chisquare.chi_square_pvalue`) of the joint law of the first
+  two tokens of N speculative runs against the target's exact law (:func:`exact_two_token_law`),
+  as ``tests/test_decoding.py`` does on the CPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from specdec.theory.chisquare import chi_square_pvalue
+from specdec.theory.tokens import first_divergence
+
+__all__ = ["PROMPTS", "exact_two_token_law", "first_two_token_test", "greedy_equality"]
+
+
+#: The prompts of tests/test_decoding.py (the last one repeats an n-gram: prompt lookup drafts).
+PROMPTS = ([7], [3, 14, 15, 92, 65], [11, 22, 33, 44, 11, 22, 33, 55, 66, 11, 22, 33])
+
+
+def greedy_equality(
+    device: str,
+    *,
+    prompts: Sequence[Sequence[int]] = PROMPTS,
+    gamma: int = 3,
+    max_new_tokens: int = 20,
+) -> dict[str, Any]:
+    """Greedy speculative == greedy autoregressive on ``device`` (float32, tiny random Llamas).
+
+    The target is ``tiny_llama(0)``; the drafters a perturbed copy of it (noise 0.05, alpha ~ 0.8:
+    both rejections and full accepts) and prompt lookup. The models are built on the CPU with
+    the test suite's seeds and then moved, so they are the tests' models. Also recorded: whether
+    the device's greedy tokens equal the CPU's (information: different kernels may break a
+    near-tie), and the largest difference between the logits of one k-token forward and of k
+    one-token forwards (what verification sees against what plain decoding sees).
+    """
+    import torch
+
+    from specdec.engine import tinymodels as tm
+    from specdec.engine.decoding import autoregressive, speculative
+    from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
+    from specdec.engine.lm import CachedLM
+
+    cpu_target = tm.tiny_llama(0)
+    target = tm.tiny_llama(0).to(device)
+    draft = tm.perturbed_copy(tm.tiny_llama(0), 0.05, 5).to(device)
+    drafters = {"model": ModelDrafter(draft, target=target), "prompt-lookup": PromptLookupDrafter()}
+    runs = []
+    for prompt in prompts:
+        ar = autoregressive(target, list(prompt), max_new_tokens=max_new_tokens)
+        cpu = autoregressive(cpu_target, list(prompt), max_new_tokens=max_new_tokens)
+        row: dict[str, Any] = {
+            "prompt": list(prompt),
+            "autoregressive": ar.tokens,
+            "matches_cpu": ar.tokens == cpu.tokens,
+            "drafters": {},
+        }
+        for name, drafter in drafters.items():
+            sp = speculative(target, drafter, list(prompt), gamma=gamma, max_new_tokens=max_new_tokens)
+            row["drafters"][name] = {
+                "equal": sp.tokens == ar.tokens,
+                "first_difference": first_divergence(sp.tokens, ar.tokens),
+                "new_tokens": len(sp.tokens),
+                "rounds": sp.stats.rounds,
+                "accepted_hist": sp.stats.accepted_hist,
+            }
+        runs.append(row)
+
+    # One forward over k tokens against k single-token forwards, same cache, same positions.
+    ids = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43]
+    block, step = CachedLM(target), CachedLM(target)
+    block.forward(ids[:4])
+    step.forward(ids[:4])
+    rows_block = block.forward(ids[4:])
+    rows_step = torch.cat([step.forward([t]) for t in ids[4:]])
+    diff = float((rows_block - rows_step).abs().max().cpu())
+    all_equal = all(d["equal"] for r in runs for d in r["drafters"].values())
+    return {
+        "dtype": "float32",
+        "gamma": gamma,
+        "max_new_tokens": max_new_tokens,
+        "all_equal": all_equal,
+        "all_match_cpu": all(r["matches_cpu"] for r in runs),
+        "block_vs_step_logits_max_abs_diff": diff,
+        "runs": runs,
+    }
+
+
+def exact_two_token_law(model: Any, prefix: Sequence[int], **warp_kw: Any) -> np.ndarray:
+    """P(x1, x2 | prefix) of ``model`` under ``warp`` from full (uncached) forwards, float64 (V, V)."""
+    import torch
+
+    from specdec.engine.lm import vocab_size
+    from specdec.theory.sampling import warp
+
+    device = next(model.parameters()).device
+    vocab = vocab_size(model)
+    with torch.inference_mode():
+        first = torch.tensor([list(prefix)], dtype=torch.long, device=device)
+        p1 = warp(model(input_ids=first, use_cache=False).logits[:, -1].float(), **warp_kw)[0].double()
+        second = torch.tensor([[*prefix, x] for x in range(vocab)], dtype=torch.long, device=device)
+        p2 = warp(model(input_ids=second, use_cache=False).logits[:, -1].float(), **warp_kw).double()
+    law = (p1[:, None] * p2).cpu().numpy()
+    return law / law.sum()
+
+
+def first_two_token_test(
+    device: str,
+    *,
+    n: int = 3000,
+    time_cap_s: float = 45.0,
+    gamma: int = 2,
+    prefix: Sequence[int] = (36,),
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Losslessness on ``device``: the first two tokens of speculative runs at temperature 1.
+
+    The target is the one-layer ``tiny_llama(0, layers=1)``, the drafter a perturbed copy (noise
+    0.3, alpha about 0.6 after the prefix [36]) -- the "model-gamma2" case of the test suite.
+    Runs use seeds 0, 1, ... until ``n`` runs or ``time_cap_s`` seconds (a stopping rule that
+    does not look at the outcomes), then the counts are tested against the exact law. The test
+    suite passes at p > 1e-3.
+    """
+    from specdec.engine import tinymodels as tm
+    from specdec.engine.decoding import speculative
+    from specdec.engine.drafters import ModelDrafter
+
+    target = tm.tiny_llama(0, layers=1).to(device)
+    draft = tm.perturbed_copy(tm.tiny_llama(0, layers=1), 0.3, 7).to(device)
+    drafter = ModelDrafter(draft, target=target)
+    vocab = tm.VOCAB
+    counts = np.zeros((vocab, vocab))
+    accepted = examined = 0
+    start = time.monotonic()
+    runs = 0
+    while runs < n and time.monotonic() - start < time_cap_s:
+        gen = speculative(
+            target, drafter, list(prefix), gamma=gamma, max_new_tokens=gamma + 1, temperature=1.0, seed=runs
+        )
+        counts[gen.tokens[0], gen.tokens[1]] += 1
+        accepted += gen.stats.accepted_tokens
+        examined += gen.stats.examined
+        runs += 1
+        if progress is not None and runs % 500 == 0:
+            progress(f"  chi-square: {runs} runs in {time.monotonic() - start:.1f} s")
+    elapsed = time.monotonic() - start
+    law = exact_two_token_law(target, prefix, temperature=1.0)
+    test = chi_square_pvalue(counts, law)
+    return {
+        "case": "model drafter (tiny_llama(0, layers=1) + 0.3 noise), temperature 1",
+        "prefix": list(prefix),
+        "gamma": gamma,
+        "runs": runs,
+        "runs_asked": n,
+        "stopped_by_time_cap": runs < n,
+        "elapsed_s": elapsed,
+        "ms_per_run": 1e3 * elapsed / max(runs, 1),
+        "alpha_accept_rate": accepted / examined if examined else None,
+        "pass_threshold": 1e-3,
+        "passed": test["pvalue"] > 1e-3,
+        **test,
+    }

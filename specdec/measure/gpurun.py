@@ -1,0 +1,716 @@
+"""Real weights on a GPU (issue #23): the run of ``benchmarks/gpu_real.py``, section by section.
+
+The script parses its command line and calls :func:`run_real` (or, for ``--check-payload``,
+:func:`preflight` and :func:`graph_smoke`); the payload, the static-cache engine and the tables
+are :mod:`specdec.measure.gpureal`'s. The sections of the record (``<device>-real.json``, a
+:class:`specdec.measure.recorder.Recorder` saved after every section):
+
+* ``payload``, ``engine``, ``graphs``, ``checks``, ``hf_check`` -- the weights loaded and
+  checked, the engines built and captured, their logits checked (:func:`run_real`);
+* ``costs_run`` -- :func:`cost_curves`: T(k) of the target and T(1) of each draft model by the
+  one T(k) loop (:func:`specdec.measure.core.time_forwards`) with the timers side by side:
+  ``eager`` and ``graph`` (the wall clock, :func:`specdec.measure.core.time_once`), ``graph_gpu``
+  (CUDA events, :func:`cuda_event_time`), ``kernel`` (the kernels' time,
+  :func:`specdec.measure.surfaces.kernel_seconds`) and ``hf_eager`` (transformers' own forward
+  through :class:`specdec.engine.lm.CachedLM`);
+* ``warmup``, ``decoding_run`` -- :func:`decode_cells`: every cell's repetitions run by the one
+  paired plain-vs-speculative driver (:func:`specdec.measure.pairedrun.paired_block`, its
+  ``timer`` hook choosing the engine and counting graph replays);
+* ``summary`` -- the tables recomputed from the stored timings
+  (:func:`specdec.measure.gpureal.summarize_runs`).
+
+torch and numpy only at import; transformers only for ``hf_check`` and ``hf_eager``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdec.measure.core import environment, sync_hook, time_forwards, time_once
+from specdec.measure.device import device_info, device_slug, free_memory
+from specdec.measure.pairedrun import paired_block, timed_generation
+from specdec.measure.recorder import Deadline, Recorder
+from specdec.measure.surfaces import kernel_seconds
+from specdec.theory.tokens import first_divergence
+
+__all__ = [
+    "FixedStart",
+    "check_settings",
+    "cost_curves",
+    "cuda_event_time",
+    "decode_cells",
+    "graph_smoke",
+    "hf_model",
+    "plain_engines_equal",
+    "plan_cells",
+    "preflight",
+    "run_real",
+]
+
+#: The modules the run imports (what :func:`preflight` checks on the device).
+RUN_MODULES = (
+    "torch",
+    "numpy",
+    "specdec.measure.gpureal",
+    "specdec.measure.gpurun",
+    "specdec.engine.decoding",
+    "specdec.engine.drafters",
+)
+
+
+def preflight(device: str) -> dict[str, Any]:
+    """What the run will find: its modules importable, the device, transformers (optional)."""
+    import importlib
+
+    out: dict[str, Any] = {}
+    for name in RUN_MODULES:
+        try:
+            importlib.import_module(name)
+            out[name] = "ok"
+        except Exception as exc:  # noqa: BLE001  (reported, not raised: this is a check)
+            out[name] = f"{type(exc).__name__}: {exc}"
+    try:
+        import transformers
+
+        out["transformers"] = transformers.__version__
+    except Exception as exc:  # noqa: BLE001
+        out["transformers"] = f"not importable ({type(exc).__name__}); the run skips hf_check"
+    import torch
+
+    out["torch_version"] = torch.__version__
+    out["cuda_available"] = torch.cuda.is_available()
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        out["device_name"] = torch.cuda.get_device_name(torch.device(device))
+    return out
+
+
+def graph_smoke(device: str) -> dict[str, Any]:
+    """A tiny random Llama in the run's engine on ``device``: graph replays against eager calls,
+    and greedy speculative decoding (an early-exit drafter) against plain, through the graphs
+    where the device has them. Seconds; reported, never raised (it is a check)."""
+    import torch
+
+    from specdec.engine.decoding import autoregressive, speculative
+    from specdec.engine.drafters import ModelDrafter
+    from specdec.measure.gpureal import StaticLlama
+
+    out: dict[str, Any] = {"device": device}
+    try:
+        cfg = {
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256, "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0, "max_position_embeddings": 256,
+        }  # fmt: skip
+        gen = torch.Generator().manual_seed(0)
+        shapes = {
+            "model.embed_tokens.weight": (256, 64), "model.norm.weight": (64,),
+            **{f"model.layers.{i}.{n}": s for i in range(2) for n, s in (
+                ("input_layernorm.weight", (64,)), ("post_attention_layernorm.weight", (64,)),
+                ("self_attn.q_proj.weight", (64, 64)), ("self_attn.k_proj.weight", (32, 64)),
+                ("self_attn.v_proj.weight", (32, 64)), ("self_attn.o_proj.weight", (64, 64)),
+                ("mlp.gate_proj.weight", (128, 64)), ("mlp.up_proj.weight", (128, 64)),
+                ("mlp.down_proj.weight", (64, 128)),
+            )},
+        }  # fmt: skip
+        weights = {
+            n: torch.randn(s, generator=gen) * (1.0 if len(s) == 1 else 0.3) for n, s in shapes.items()
+        }
+        target = StaticLlama.from_weights(weights, cfg, device=device, capacity=64)
+        early = target.early_exit(1)
+        prompt = torch.randint(0, 256, (9,), generator=gen).tolist()
+        if torch.device(device).type == "cuda":
+            target.capture(range(1, 5))
+            early.capture((1, 2))
+            s = target.session()
+            s.forward(prompt)
+            s.crop(5)
+            eager = s.forward(prompt[5:])
+            target.use_graphs = True
+            s.crop(5)
+            out["graph_equals_eager"] = bool(torch.equal(s.forward(prompt[5:]), eager))
+            target.use_graphs = early.use_graphs = True
+        else:
+            out["graph_equals_eager"] = f"skipped: no CUDA graphs on {device}"
+        calls = target.graph_calls
+        plain = autoregressive(target, prompt, max_new_tokens=12).tokens
+        spec = speculative(target, ModelDrafter(early), prompt, gamma=3, max_new_tokens=12).tokens
+        out["greedy_speculative_equals_plain"] = spec == plain
+        out["graph_calls"] = target.graph_calls - calls
+        out["ok"] = out["greedy_speculative_equals_plain"] and out["graph_equals_eager"] is not False
+    except Exception as exc:  # noqa: BLE001  (reported: the session decides whether to run)
+        out["ok"] = False
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+# --------------------------------------------------------------------------- costs
+class FixedStart:
+    """A static-cache engine (:class:`specdec.measure.gpureal.StaticLlama`) as a timing session: every
+    call ``engine.run(ids, start)`` writes after the ``start`` cached positions (the engine's cache
+    already holds them), and cropping only moves the length back (later slots are overwritten)."""
+
+    def __init__(self, engine: Any, start: int) -> None:
+        self.engine, self._len = engine, int(start)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def forward(self, new_ids: Sequence[int]) -> Any:
+        out = self.engine.run(new_ids, self._len)
+        self._len += len(new_ids)
+        return out
+
+    def crop(self, n: int) -> None:
+        self._len = int(n)
+
+
+def cuda_event_time(fn: Callable[[], object], synchronize: Callable[[], None] | None = None) -> float:
+    """The seconds of one call ``fn()`` by two CUDA events recorded around it (the GPU's clock), the
+    device synchronised before and after: a timer for :func:`specdec.measure.core.time_forwards`."""
+    import torch
+
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if synchronize is not None:
+        synchronize()
+    begin.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize() if synchronize is None else synchronize()
+    return begin.elapsed_time(end) / 1e3
+
+
+@contextmanager
+def _graphs(engine: Any, on: bool) -> Iterator[None]:
+    """``engine`` replays its CUDA graphs (``on``) or runs eagerly inside the block; eager after it."""
+    engine.use_graphs = on
+    try:
+        yield
+    finally:
+        engine.use_graphs = False
+
+
+def cost_curves(
+    engines: dict[str, Any],
+    ctx: Sequence[int],
+    ks: Sequence[int],
+    *,
+    repeats: int,
+    timers: Sequence[str],
+    kernel: bool,
+    hf: Any = None,
+    seed: int = 0,
+    on_model: Callable[[dict[str, Any]], None] | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """T(k) of ``engines["target"]`` over ``ks`` and T(1) of every other engine, per timer.
+
+    Each engine's cache holds ``ctx`` (its context); every timed call writes the first k ids of
+    ``ctx`` after it, at the same positions. The timers of ``timers`` (``eager``, ``graph``,
+    ``graph_gpu``) are names of one :func:`specdec.measure.core.time_forwards` loop over
+    :class:`FixedStart` sessions of the engine: two warm-up passes, then ``repeats`` passes, each
+    timing every (timer, k) once in a seeded random order; ``graph`` and ``graph_gpu`` replay the
+    engine's graphs, ``graph_gpu`` is timed by :func:`cuda_event_time`. With ``kernel`` the
+    kernels' time of eager calls (:func:`specdec.measure.surfaces.kernel_seconds`); with ``hf``
+    (transformers' model of the same weights) ``hf_eager``, its forward through
+    :class:`specdec.engine.lm.CachedLM`, in the target's entries. Returns ``models`` (name ->
+    timer -> k as a string -> median seconds), ``raw`` (the same with every time) and ``errors``
+    (a failed kernel or hf_eager timing, recorded; the other timers stand). ``on_model`` gets the
+    result so far after each engine (to save it).
+    """
+    sync = sync_hook(device=engines["target"].device)
+    rng = np.random.default_rng(seed)
+    out: dict[str, Any] = {"models": {}, "raw": {}}
+    for name, engine in engines.items():
+        model_ks = list(ks) if name == "target" else [1]
+        engine.session().forward(list(ctx))  # the cached context
+        sessions = {t: FixedStart(engine, len(ctx)) for t in timers}
+        times = time_forwards(
+            sessions,
+            {t: list(ctx) for t in timers},
+            model_ks,
+            repeats=repeats,
+            warmup=2,
+            rng=rng,
+            synchronize=sync,
+            around={t: partial(_graphs, engine, t != "eager") for t in timers},
+            timers={"graph_gpu": cuda_event_time} if "graph_gpu" in timers else None,
+        )
+        raw = {t: {str(k): v for k, v in curve.items()} for t, curve in times.items()}
+        med = {t: {k: float(np.median(v)) for k, v in curve.items()} for t, curve in raw.items()}
+        if kernel:  # the profiler times eager calls: no graph needed
+            try:
+                per_call = kernel_seconds(FixedStart(engine, len(ctx)), list(ctx), model_ks, synchronize=sync)
+                med["kernel"] = {str(k): v for k, v in per_call.items()}
+            except Exception as exc:  # noqa: BLE001  (recorded; the other timers stand)
+                out.setdefault("errors", {})[f"{name}:kernel"] = f"{type(exc).__name__}: {exc}"
+                log(f"  kernel time of {name} failed: {type(exc).__name__}: {exc}")
+        out["models"][name], out["raw"][name] = med, raw
+        if on_model is not None:
+            on_model(out)
+    if hf is not None and "target" in out["models"]:
+        try:
+            from specdec.engine.lm import CachedLM
+
+            lm = CachedLM(hf)
+            lm.forward(list(ctx))
+            times = time_forwards(
+                {"hf_eager": lm}, {"hf_eager": list(ctx)}, list(ks), repeats=repeats, warmup=2,
+                order="fixed", synchronize=sync,
+            )["hf_eager"]  # fmt: skip
+        except Exception as exc:  # noqa: BLE001  (recorded; the engine's timers stand)
+            out.setdefault("errors", {})["target:hf_eager"] = f"{type(exc).__name__}: {exc}"
+        else:
+            out["raw"]["target"]["hf_eager"] = {str(k): v for k, v in times.items()}
+            out["models"]["target"]["hf_eager"] = {str(k): float(np.median(v)) for k, v in times.items()}
+    return out
+
+
+def hf_model(payload: Any, device: str) -> Any:
+    """transformers' LlamaForCausalLM with the payload's float32 weights (for the logits check)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    c = payload.config
+    names = (
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "head_dim", "vocab_size", "rms_norm_eps", "max_position_embeddings", "tie_word_embeddings",
+    )  # fmt: skip
+    config = LlamaConfig(
+        **{k: c[k] for k in names},
+        rope_theta=c["rope_theta"],  # the legacy name and the 5.x one: either version reads one
+        rope_parameters={"rope_type": "default", "rope_theta": c["rope_theta"]},
+    )
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    model.load_state_dict({k: v for k, v in payload.weights.items()}, strict=False)
+    model.tie_weights()
+    return model.eval().requires_grad_(False)
+
+
+def plain_engines_equal(generations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Plain tokens of the engines compared cell by cell (same seed), where more than one ran it."""
+    by_cell: dict[tuple, dict[str, list[int]]] = {}
+    for g in generations:
+        by_cell.setdefault((g["temperature"], g["task"], g["prompt"]), {})[g["engine"]] = g["plain"]
+    shared = {c: e for c, e in by_cell.items() if len(e) > 1}
+    equal = [c for c, e in shared.items() if len({tuple(t) for t in e.values()}) == 1]
+    return {
+        "cells": len(shared),
+        "equal": len(equal),
+        "equal_greedy": sum(c[0] == 0 for c in equal),
+        "cells_greedy": sum(c[0] == 0 for c in shared),
+    }
+
+
+def plan_cells(prompts: list[dict], tasks: list[str], temps: list[float], per_task: int) -> list[dict]:
+    """Cells prompt by prompt: (temperature, task) for prompt 1 of every task, then prompt 2, ..."""
+    by_task = {t: [p for p in prompts if p["task"] == t][:per_task] for t in tasks}
+    cells = []
+    for i in range(per_task):
+        for temp in temps:
+            for task in tasks:
+                cells.append({"temperature": temp, "task": task, "prompt": by_task[task][i], "index": i})
+    return cells
+
+
+# --------------------------------------------------------------------------- decoding
+def decode_cells(
+    target: Any,
+    engines: dict[str, Any],
+    drafters: dict[str, Any],
+    cells: Sequence[dict[str, Any]],
+    *,
+    engine: str,
+    methods: Sequence[str],
+    gamma: int,
+    new_tokens: int,
+    repeats: int,
+    seed: int,
+    deadline: Deadline,
+    runs: list[dict[str, Any]],
+    generations: list[dict[str, Any]],
+    on_cell: Callable[[int, dict[str, Any], float], None],
+) -> str | None:
+    """One pass over ``cells`` on ``engine`` ("graph" or "eager"), prompt by prompt, appending rows.
+
+    Each cell (temperature, task, prompt) runs ``repeats`` repetitions of the one paired driver
+    (:func:`specdec.measure.pairedrun.paired_block`): plain decoding and every method once, the
+    same seed (``seed + 1000 * cell index``, the same on both engines), in an order drawn from the
+    cell's generator, plain first in even repetitions and last in odd ones. Its ``timer`` hook sets
+    every engine to ``engine``, times the whole generation between two device synchronisations
+    and counts the target's graph and eager calls. A run's row: engine, method, cell, repetition,
+    order, seed, its times and counts; greedy speculative rows also ``equals_plain`` and
+    ``first_divergence`` (against plain tokens of the same repetition); repetition 0 of each cell
+    appends plain's tokens to ``generations``. A cell starts only while ``deadline`` allows 1.2 times
+    the longest cell so far plus 5 s; the reason it stopped is returned (None: every cell ran).
+    ``on_cell(index, cell, seconds)`` follows each cell.
+    """
+    sync = sync_hook(device=target.device)
+    calls: list[tuple[int, int]] = []
+
+    def timer(model: Any, drafter: Any, ids: Sequence[int], **kw: Any) -> tuple[list[int], Any, float]:
+        for e in engines.values():
+            e.use_graphs = engine == "graph"
+        before = (target.graph_calls, target.eager_calls)
+        done = []
+        total = time_once(lambda: done.append(timed_generation(model, drafter, ids, **kw)), sync)
+        calls.append((target.graph_calls - before[0], target.eager_calls - before[1]))
+        tokens, stats, _ = done[0]
+        return tokens, stats, total
+
+    configs = [{"drafter": m, "object": drafters[m], "gamma": gamma, "lenience": 1.0} for m in methods[1:]]
+    longest = 0.0
+    for ci, cell in enumerate(cells):
+        if not deadline.allows(1.2 * longest + 5):
+            return f"budget: {deadline.left():.0f} s left before cell {ci} of {len(cells)}"
+        t_cell = time.perf_counter()
+        temp, task, prompt = cell["temperature"], cell["task"], cell["prompt"]
+        cell_seed = seed + 1000 * ci
+        rng = np.random.default_rng(cell_seed)
+        for rep in range(repeats):
+            del calls[:]
+            block = paired_block(
+                target, configs, prompt["ids"], temperature=temp, new_tokens=new_tokens, seed=cell_seed,
+                rep=rep, rng=rng, timer=timer,
+            )  # fmt: skip
+            tokens = {r["drafter"]: r["_tokens"] for r in block}
+            for order, (r, (graph_calls, eager_calls)) in enumerate(zip(block, calls, strict=True)):
+                st = r["_stats"]
+                row = {
+                    "engine": engine, "method": r["drafter"], "temperature": temp, "task": task,
+                    "prompt": prompt["id"], "rep": rep, "order": order, "seed": cell_seed,
+                    "decode_s": r["decode_s"], "prefill_s": r["prefill_s"], "new_tokens": st.new_tokens,
+                    "rounds": st.rounds, "gamma": st.gamma, "drafted": st.drafted_tokens,
+                    "accepted": st.accepted_tokens, "examined": st.examined, "draft_s": st.draft_s,
+                    "target_s": st.target_s, "verify_s": st.verify_s, "target_calls": st.target_calls,
+                    "draft_calls": st.draft_calls, "target_graph_calls": graph_calls,
+                    "target_eager_calls": eager_calls,
+                }  # fmt: skip
+                if r["drafter"] != "plain" and temp == 0:
+                    row["equals_plain"] = tokens[r["drafter"]] == tokens["plain"]
+                    row["first_divergence"] = first_divergence(tokens[r["drafter"]], tokens["plain"])
+                runs.append(row)
+            if rep == 0:
+                generations.append({
+                    "engine": engine, "temperature": temp, "task": task, "prompt": prompt["id"],
+                    "seed": cell_seed, "plain": tokens["plain"],
+                })  # fmt: skip
+        seconds = time.perf_counter() - t_cell
+        longest = max(longest, seconds)
+        on_cell(ci, cell, seconds)
+    return None
+
+
+# --------------------------------------------------------------------------- the run
+def check_settings(settings: Any, manifest: dict[str, Any], saved_drafts: Sequence[str]) -> list[str]:
+    """The settings checked against the payload's manifest and the saved drafts; the drafts to run.
+
+    ValueError, naming the option and its valid range, for drafts that are not saved, more
+    prompts per task than the payload holds, or an early exit outside the target's layers.
+    """
+    s = settings
+    drafts = list(saved_drafts) if s.drafts is None else [d.strip() for d in s.drafts.split(",") if d.strip()]
+    missing = [d for d in drafts if d not in saved_drafts]
+    if missing:
+        raise ValueError(f"--drafts {missing} are not saved drafts; saved: {list(saved_drafts)}")
+    available = min(sum(p["task"] == t for p in manifest["prompts"]) for t in s.task_list)
+    if s.prompts > available:
+        raise ValueError(
+            f"--prompts must lie in [2, {available}] (prompts per task in the payload); got {s.prompts}"
+        )
+    depth = int(manifest["config"]["num_hidden_layers"])
+    if not 1 <= s.early_exit < depth:
+        raise ValueError(
+            f"--early-exit must lie in [1, {depth - 1}] (the target has {depth} layers); got {s.early_exit}"
+        )
+    return drafts
+
+
+def run_real(
+    settings: Any,
+    *,
+    drafts: Sequence[str],
+    drafts_root: str | Path,
+    command: str,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """The device run of ``benchmarks/gpu_real.py``: every section of ``<out>/<device>-real[-quick].json``.
+
+    ``settings`` carries the script's options (parsed and range-checked there; ``task_list``,
+    ``temperature_list``, ``engine_list`` and ``cost_k_list`` as lists) and is recorded as the
+    record's ``settings``; ``drafts`` are the distilled drafts to run, folders of ``drafts_root``
+    (:func:`check_settings` checks both against the payload); ``command`` is recorded as it was
+    typed. Returns the record's path.
+    """
+    s = settings
+    deadline = Deadline(s.budget_s)
+    import torch
+
+    from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
+    from specdec.measure.gpureal import (
+        StaticLlama,
+        distilled_draft,
+        load_payload,
+        summarize_costs,
+        summarize_runs,
+    )
+
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    cuda = torch.device(s.device).type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("CUDA is not available here; on a CPU run with --device cpu --quick")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 means float32 (exactness checks)
+    dtype = getattr(torch, s.dtype)
+    draft_root = Path(drafts_root)
+    info = device_info(s.device)
+    slug = device_slug(info["name"]) + "-real" + ("-quick" if s.quick else "")
+    settings_rec = {k: v for k, v in vars(s).items() if k not in ("prepare", "check_payload")}
+    rec = Recorder(Path(s.out) / f"{slug}.json", settings=settings_rec, log=log)
+    rec.data["record"] = "gpu_real"
+    rec.data["device"] = info
+    rec.data["environment"] = environment(device=s.device, dtype=s.dtype)
+    env_commit = rec.data["environment"].get("git_commit")
+    rec.data["commit"] = {
+        "git": env_commit,
+        "given": s.commit,
+        "used": env_commit or s.commit,
+        "source": "git" if env_commit else ("--commit" if s.commit else None),
+    }
+    rec.data["command"] = command
+    rec.data["engine"] = (
+        "specdec.measure.gpureal.StaticLlama: torch ops over a static KV cache of fixed capacity "
+        "(position as a "
+        "device tensor, attention over the whole capacity with a causal mask); 'graph' replays one "
+        "torch.cuda.CUDAGraph per call length, 'eager' runs the same code without capture"
+    )
+    rec.save()
+    log(
+        f"gpu_real: {info['name']} | torch {info['torch']} | {s.dtype} | "
+        f"budget {s.budget_s:.0f} s -> {rec.path}"
+    )
+
+    # 1. the payload
+    payload = None
+    with rec.section("payload") as out:
+        payload = load_payload(s.payload, s.device)
+        out.update(payload.checks)
+        out["source"] = payload.manifest["source"]
+        out["prepared_commit"] = payload.manifest.get("prepared_commit")
+        out["prompt_source"] = payload.manifest["prompt_source"]
+        log(
+            f"  payload: {out['pieces']} pieces checked; the weights dequantized on {s.device} "
+            f"equal the CPU loader's ({len(out['redone_on_cpu'])} redone on the CPU)"
+        )
+    if payload is None:
+        return rec.finish()
+    cells = plan_cells(payload.prompts, s.task_list, s.temperature_list, s.prompts)
+    longest = max(len(c["prompt"]["ids"]) for c in cells)
+    capacity = -(-(max(longest + s.new_tokens + s.gamma + 2, s.context + max(s.cost_k_list))) // 64) * 64
+
+    # 2. the engines and their checks
+    engines: dict[str, Any] = {}
+    with rec.section("engine") as out:
+        t0 = time.perf_counter()
+        target = StaticLlama.from_weights(
+            payload.weights, payload.config, device=s.device, dtype=dtype, capacity=capacity
+        )
+        engines["target"] = target
+        engines[f"ee-{s.early_exit}"] = target.early_exit(s.early_exit)
+        for d in drafts:
+            engines[f"draft-{d}"] = distilled_draft(target, draft_root / d)
+        out.update(capacity=capacity, dtype=s.dtype, models=list(engines), build_s=time.perf_counter() - t0)
+    if "target" not in engines:
+        return rec.finish()
+    target = engines["target"]
+    ids = cells[0]["prompt"]["ids"]
+    graphs_ok = False
+    if cuda:
+        with rec.section("graphs") as out:
+            ks = sorted(set(s.cost_k_list) | set(range(1, s.gamma + 2)))
+            for name, e in engines.items():
+                out[name] = e.capture(ks if name == "target" else (1, 2))
+            graphs_ok = True
+            log(f"  graphs captured: target k = {ks}, drafts k = [1, 2]")
+    else:
+        rec.skip("graphs", f"CUDA graphs need a CUDA device; this run is on {s.device}")
+
+    n0 = min(len(ids) - s.gamma - 1, 48)
+    with rec.section("checks") as out:  # a verify call against single steps; graph against eager
+        out.update(_logit_checks(target, ids, n0, s.gamma, graphs_ok))
+        if graphs_ok:
+            log(f"  graph vs eager logits: bitwise equal {out['graph_vs_eager']['bitwise_equal']}")
+        out["memory"] = free_memory(s.device)
+
+    hf = None
+    try:
+        import transformers  # noqa: F401  (optional on the device)
+    except ImportError as exc:
+        rec.skip("hf_check", f"transformers is not importable ({exc}); no logits check, no hf_eager column")
+    else:
+        with rec.section("hf_check") as out:
+            hf = hf_model(payload, s.device)
+            out.update(_hf_checks(hf, target, payload.config, ids[:n0], s.device))
+            log(f"  logits vs transformers: max |diff| {out['logits_vs_transformers']['max_abs_diff']:.2e}")
+        if "hf_check" in rec.data["status"]["failed"]:
+            hf = None  # no hf_eager column from a model whose check failed
+
+    # 3. costs: T(k) of the target, T(1) of the draft models, by every timer
+    timers = ["eager", *(["graph", "graph_gpu"] if graphs_ok else [])]
+    if not graphs_ok:
+        rec.skip(
+            "costs:graph,graph_gpu" + ("" if cuda else ",kernel"),
+            f"no CUDA graphs (device {s.device})" + ("" if cuda else "; kernel timing needs CUDA"),
+        )
+    costs: dict[str, Any] = {"context": s.context, "repeats": s.cost_repeats, "models": {}, "raw": {}}
+    rec.data["costs"] = costs
+    if deadline.allows(30):
+        with rec.section("costs_run") as out:
+            ctx = [t for c in cells for t in c["prompt"]["ids"]][: s.context]
+
+            def save_costs(partial_costs: dict[str, Any]) -> None:
+                costs.update(partial_costs)
+                rec.save()
+
+            costs.update(
+                cost_curves(
+                    engines, ctx, s.cost_k_list, repeats=s.cost_repeats, timers=timers, kernel=cuda, hf=hf,
+                    seed=s.seed, on_model=save_costs, log=log,
+                )
+            )  # fmt: skip
+            costs["summary"] = summarize_costs(costs)
+            out["timers"] = sorted(costs["models"].get("target", {}))
+            for t, v in costs["summary"]["v"].items():
+                log(f"  v(k) {t}: " + " ".join(f"{k}:{x:.2f}" for k, x in v.items()))
+    else:
+        rec.skip("costs_run", f"budget: {deadline.left():.0f} s left")
+    hf = None
+    free_memory(s.device)
+
+    # 4. decoding
+    methods = ["plain", "lookup", f"ee-{s.early_exit}", *(f"draft-{d}" for d in drafts)]
+    drafters: dict[str, Any] = {"lookup": PromptLookupDrafter(max_ngram=3, min_ngram=1)}
+    for name in methods[2:]:
+        drafters[name] = ModelDrafter(engines[name])
+    runs: list[dict[str, Any]] = []
+    generations: list[dict[str, Any]] = []
+    dec = {"methods": methods, "engines": s.engine_list, "cells_planned": len(cells), "cells_done": 0}
+    dec.update(runs=runs, generations=generations)
+    rec.data["decoding"] = dec
+    engine_list = [e for e in s.engine_list if e == "eager" or graphs_ok]
+    if len(engine_list) < len(s.engine_list):
+        rec.skip("decoding:graph", f"no CUDA graphs (device {s.device}); decoding runs eager only")
+    dec["engines"] = engine_list
+    decode = partial(
+        decode_cells, target, engines, drafters, methods=methods, gamma=s.gamma, new_tokens=s.new_tokens,
+        seed=s.seed, deadline=deadline,
+    )  # fmt: skip
+    if not cuda:
+        rec.skip("warmup", f"no warm-up on {s.device} (it readies CUDA kernels and allocators)")
+    else:
+        with rec.section("warmup"):  # every method once per engine, on the first cell (not recorded)
+            for engine in engine_list:
+                decode(
+                    cells[:1], engine=engine, repeats=1, runs=[], generations=[], on_cell=lambda *a: None,
+                    deadline=Deadline(math.inf),
+                )  # fmt: skip
+    # one pass over every cell per engine, graph first: the launch-free engine gets all prompts,
+    # the eager one what the budget leaves (prompt by prompt, so its groups stay balanced)
+    dec["cells_done"] = {e: 0 for e in engine_list}
+    with rec.section("decoding_run") as out:
+        for engine in engine_list:
+
+            def cell_done(ci: int, cell: dict[str, Any], seconds: float, engine: str = engine) -> None:
+                dec["cells_done"][engine] = ci + 1
+                rec.save()
+                log(
+                    f"  {engine} cell {ci + 1}/{len(cells)} T={cell['temperature']:g} {cell['task']} "
+                    f"{cell['prompt']['id']} ({seconds:.1f} s)"
+                )
+
+            stopped = decode(
+                cells, engine=engine, repeats=s.repeats, runs=runs, generations=generations, on_cell=cell_done
+            )
+            if stopped is not None:
+                rec.skip(f"decoding_cells:{engine}", stopped)
+        out["cells_done"] = dict(dec["cells_done"])
+
+    # 5. tables from the stored timings
+    with rec.section("summary") as out:
+        dec["summary"] = summarize_runs(runs, seed=s.seed)
+        greedy = [r for r in runs if r["temperature"] == 0 and r["method"] != "plain"]
+        dec["greedy"] = {
+            "runs": len(greedy),
+            "equal": sum(r["equals_plain"] for r in greedy),
+            "all_equal": all(r["equals_plain"] for r in greedy),
+            "plain_engines_equal": plain_engines_equal(generations),
+        }
+        out["greedy"] = dec["greedy"]
+        for row in dec["summary"]:
+            if row["method"] != "plain" and row.get("speedup", {}).get("low") is not None:
+                sp = row["speedup"]
+                log(
+                    f"  {row['engine']:5s} T={row['temperature']:g} {row['task']:9s} {row['method']:16s} "
+                    f"{sp['estimate']:.2f} [{sp['low']:.2f}, {sp['high']:.2f}] alpha {row['alpha']:.2f}"
+                )
+    return rec.finish(deadline, f"cells done {dec['cells_done']}")
+
+
+def _logit_checks(target: Any, ids: Sequence[int], n0: int, gamma: int, graphs: bool) -> dict[str, Any]:
+    """A verify call over ``gamma + 1`` ids after ``n0`` against single steps; with ``graphs`` the
+    graph replay of that call against the eager one."""
+    import torch
+
+    s = target.session()
+    s.forward(ids[:n0])
+    block = s.forward(ids[n0 : n0 + gamma + 1])
+    s.crop(n0)
+    steps = torch.cat([s.forward([t]) for t in ids[n0 : n0 + gamma + 1]])
+    out: dict[str, Any] = {
+        "verify_vs_steps": {
+            "k": gamma + 1,
+            "max_abs_diff": float((block - steps).abs().max()),
+            "argmax_equal": bool(torch.equal(block.argmax(-1), steps.argmax(-1))),
+        }
+    }
+    if graphs:
+        target.use_graphs = True
+        s.crop(n0)
+        graph_block = s.forward(ids[n0 : n0 + gamma + 1])
+        target.use_graphs = False
+        out["graph_vs_eager"] = {
+            "bitwise_equal": bool(torch.equal(graph_block, block)),
+            "max_abs_diff": float((graph_block - block).abs().max()),
+        }
+    return out
+
+
+def _hf_checks(
+    hf: Any, target: Any, config: dict[str, Any], ids: Sequence[int], device: str
+) -> dict[str, Any]:
+    """The engine's logits over ``ids`` against transformers' (same weights), and its rotary base."""
+    import torch
+
+    with torch.no_grad():
+        ref = hf(torch.tensor([list(ids)], device=device)).logits[0].float()
+    mine = target.session().forward(list(ids))
+    hd, theta = config["head_dim"], config["rope_theta"]
+    want = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)
+    inv = getattr(getattr(hf.model, "rotary_emb", None), "inv_freq", None)
+    return {
+        "logits_vs_transformers": {
+            "tokens": len(ids),
+            "max_abs_diff": float((mine - ref).abs().max()),
+            "argmax_equal": bool(torch.equal(mine.argmax(-1), ref.argmax(-1))),
+        },
+        "rope_matches": None if inv is None else bool(torch.allclose(inv.float().cpu(), want)),
+    }
