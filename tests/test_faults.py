@@ -53,7 +53,7 @@ def test_stats_refuses_drafts_beyond_its_positions():
     assert s.accepted_hist == [0, 0, 0, 0]
     with pytest.raises(ValueError, match="max_drafts"):
         s.record_round(None, None, drafted=4, accepted=0, draft_calls=4)
-    with pytest.raises(ValueError, match="max_drafts must lie in"):
+    with pytest.raises(ValueError, match=r"max_drafts must be an integer in \[0, 2\]"):
         Stats(gamma=2, max_drafts=3)
 
 
@@ -196,6 +196,67 @@ def no_compiler(monkeypatch, tmp_path):
     clear()
     yield tmp_path / "cache"
     clear()
+
+
+@pytest.fixture
+def fake_build(monkeypatch, tmp_path):
+    """A compiler that writes a non-library (nothing is compiled) and a fresh fallback folder;
+    yields a function pointing SPECDEC_CACHE at a cache folder and returning the build's reason."""
+    from specdec.engine import native
+
+    def fake_compiler(cc, flags, out, source):
+        out.write_bytes(b"not a library")
+        return None
+
+    monkeypatch.setattr(native, "_compiler", lambda: ("cc",))
+    monkeypatch.setattr(native, "_run_compiler", fake_compiler)
+    monkeypatch.setattr(native, "fallback_folder", lambda: tmp_path / "fallback")
+
+    def reason(cache):
+        monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+        native._load.cache_clear()
+        return native.unavailable_reason("q4_1")
+
+    yield reason
+    native._load.cache_clear()
+
+
+def test_a_read_only_library_cache_builds_in_a_per_user_folder(fake_build, tmp_path, monkeypatch):
+    """It ended in a raw '[Errno 20]' / '[Errno 30]' / PermissionError; now one line says where the
+    library goes instead, or (no folder can be written) what failed, why and what to do."""
+    from specdec.engine import native
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a cache folder under a file cannot be created: like a read-only one
+    with pytest.warns(
+        UserWarning, match=r"cannot be written \(Not a directory\); the q4_1 C forward is built"
+    ):
+        why = fake_build(blocker / "cache")
+    assert "[Errno" not in why  # the (fake) library was built in the fallback, then failed to load
+    assert len(list((tmp_path / "fallback").glob("leanq4-*.so"))) == 1
+    monkeypatch.setattr(native, "fallback_folder", lambda: blocker / "fallback")
+    why = fake_build(blocker / "cache")
+    assert why.startswith("cannot build the q4_1 C forward: the cache folder ") and "[Errno" not in why
+    assert why.endswith("; point SPECDEC_CACHE at a writable folder") and "\n" not in why
+    with pytest.raises(OSError, match="point SPECDEC_CACHE at a writable folder$"):
+        native.library("q4_1")
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # open to others: a library found there must not be trusted
+    monkeypatch.setattr(native, "fallback_folder", lambda: shared)
+    assert "not this user's own private folder" in fake_build(blocker / "cache")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes a chmod 555 folder")
+def test_a_chmod_555_library_cache_builds_in_a_per_user_folder(fake_build, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o555)
+    try:
+        with pytest.warns(UserWarning, match=r"cannot be written \(Permission denied\)"):
+            assert "[Errno" not in fake_build(cache)
+    finally:
+        cache.chmod(0o755)
 
 
 def test_lean_model_auto_says_which_modes_are_left_out_and_why(no_compiler):

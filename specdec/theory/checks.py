@@ -1,10 +1,13 @@
 """The one argument checker: integers, integer lists, real numbers and probabilities.
 
-Every public function of the package checks its arguments with these (except
-:mod:`specdec.engine.native` and :mod:`specdec.engine.lean`, which still carry their own checks). Each raises
+Every public function of the package checks its integer and real arguments with these (the C
+forwards' own error codes aside, which :mod:`specdec.engine.native` maps to ValueError). Each raises
 :class:`ValueError` naming the argument, the valid range and the value it got, e.g.
 ``repeats must be an integer >= 1; got 0``. Booleans are refused where a number is asked
-(``True`` is an ``int`` in Python). Pure Python and numpy: the theory layer uses it.
+(``True`` is an ``int`` in Python). :func:`check_optional_int` and :func:`check_optional_float`
+let None through (their message says "or None"); :func:`check_array` applies the same rules to
+every entry of a scalar or array argument (the theory's vectorised formulas). Pure Python and
+numpy: the theory layer uses it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,19 @@ import math
 import numbers
 from collections.abc import Iterable
 
-__all__ = ["check_float", "check_int", "check_ints", "check_probability", "is_int"]
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "check_array",
+    "check_float",
+    "check_int",
+    "check_ints",
+    "check_optional_float",
+    "check_optional_int",
+    "check_probability",
+    "is_int",
+]
 
 
 def is_int(value: object) -> bool:
@@ -87,3 +102,65 @@ def check_float(
 def check_probability(name: str, value: object) -> float:
     """A probability: a finite number in [0, 1]."""
     return check_float(name, value, low=0.0, high=1.0)
+
+
+def check_optional_int(
+    name: str,
+    value: object,
+    *,
+    low: int | None = None,
+    high: int | None = None,
+    note: str = "or None",
+) -> int | None:
+    """None as None, otherwise :func:`check_int` (its message's note says None is allowed too)."""
+    return None if value is None else check_int(name, value, low=low, high=high, note=note)
+
+
+def check_optional_float(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    open_low: bool = False,
+    note: str = "or None",
+) -> float | None:
+    """None as None, otherwise :func:`check_float` (its message's note says None is allowed too)."""
+    if value is None:
+        return None
+    return check_float(name, value, low=low, high=high, open_low=open_low, note=note)
+
+
+def check_array(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    open_low: bool = False,
+    integer: bool = False,
+    note: str | None = None,
+) -> NDArray:
+    """``value`` (a number or an array of them) as a numpy array whose every entry follows the
+    scalar rules: finite, in ``[low, high]`` (``(low, high]`` with ``open_low``), whole with
+    ``integer`` (int64 then, float64 otherwise), booleans and strings refused. Otherwise
+    ValueError ``"<name> must be a finite number ...; got <value>"`` (``an integer``; ``integers``
+    or ``finite numbers`` for an array), as :func:`check_int` and :func:`check_float` word it."""
+    arr = np.asarray(value)
+    ok = np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    if ok:
+        f = arr.astype(float)
+        ok = bool(np.all(np.isfinite(f))) and (not integer or bool(np.all(f == np.round(f))))
+        if ok and low is not None:
+            ok = bool(np.all(f > low)) if open_low else bool(np.all(f >= low))
+        if ok and high is not None:
+            ok = bool(np.all(f <= high))
+        if ok:
+            return arr.astype(np.int64) if integer else f
+    scalar = arr.ndim == 0
+    kind = (
+        ("an integer" if scalar else "integers")
+        if integer
+        else ("a finite number" if scalar else "finite numbers")
+    )
+    raise _fail(name, kind, _range(low, high, open_low=open_low), note, value)
