@@ -84,3 +84,13 @@ def test_check_array_applies_the_scalar_rules_to_every_entry():
             check_array("g", bad, low=0, integer=integer)
     with pytest.raises(ValueError, match=r"^v must be a finite number > 0.0 \(T\(k\)\); got 0.0$"):
         check_array("v", 0.0, low=0.0, open_low=True, note="T(k)")
+
+
+def test_open_upper_bounds():
+    assert check_float("a", 0.0, low=0.0, high=1.0, open_high=True) == 0.0
+    with pytest.raises(ValueError, match=r"^a must be a finite number in \[0.0, 1.0\); got 1.0$"):
+        check_float("a", 1.0, low=0.0, high=1.0, open_high=True)
+    with pytest.raises(ValueError, match=r"^a must be a finite number < 2; got 2$"):
+        check_float("a", 2, high=2, open_high=True)
+    with pytest.raises(ValueError, match=r"^a must be finite numbers in \(0, 1\); got \[0.5, 1\]$"):
+        check_array("a", [0.5, 1], low=0, high=1, open_low=True, open_high=True)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from specdec.engine.stats import Stats
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_int
 from specdec.theory.speedup import (
     accepted_pmf,
     expected_tokens,
@@ -299,10 +299,8 @@ def speedup_gap(
     measured = theorem * factor_verify * factor_drafts * factor_acceptance * factor_overhead
     exactly; ``ratio`` = measured / theorem.
     """
-    if not (np.isfinite(measured) and measured > 0):
-        raise ValueError(f"measured must be a finite speedup > 0; got {measured!r}")
-    if not (np.isfinite(tokens_per_round) and tokens_per_round >= 1):
-        raise ValueError(f"tokens_per_round must be a finite number >= 1; got {tokens_per_round!r}")
+    check_float("measured", measured, low=0.0, open_low=True, note="a speedup")
+    check_float("tokens_per_round", tokens_per_round, low=1.0)
     a_thm = float(alpha) if alpha_theorem is None else float(alpha_theorem)
     if gamma + 1 not in curve:
         raise ValueError(f"curve lacks the call size gamma + 1 = {gamma + 1}")
@@ -417,8 +415,7 @@ def slower_accurate_pairs(table: Any, *, margin: float = 0.05) -> list[dict[str,
     ``accurate_low``/``accurate_high``/``faster_low``/``faster_high``; in table order.
     An empty list when none.
     """
-    if not (np.isfinite(margin) and margin >= 0):
-        raise ValueError(f"margin must be a finite number >= 0; got {margin!r}")
+    check_float("margin", margin, low=0.0)
     rows = _rows(table)
     groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for row in rows:

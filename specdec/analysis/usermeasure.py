@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from specdec.measure.core import engine_verify_curves, environment, jsonable
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_int
 
 __all__ = [
     "ENGINES",
@@ -238,8 +238,7 @@ def measure_drafter(
     ):
         check_int(name, value, low=low)
     _check_gamma_fits(gamma, new_tokens)
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
+    check_float("temperature", temperature, low=0.0)
     prompts = [[int(t) for t in p] for p in prompts]
     if not prompts or any(not p for p in prompts):
         raise ValueError("prompts must hold at least one non-empty list of token ids")
@@ -525,8 +524,7 @@ def measure_setup(
     ):
         check_int(name, value, low=low)
     _check_gamma_fits(gamma, new_tokens)
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
+    check_float("temperature", temperature, low=0.0)
     if dtype not in ENGINES:
         raise ValueError(f"dtype must be one of {', '.join(ENGINES)}; got {dtype!r}")
     kind, detail = parse_draft(draft)

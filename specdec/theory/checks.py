@@ -36,14 +36,19 @@ def is_int(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, numbers.Integral)
 
 
-def _range(low: float | None, high: float | None, *, open_low: bool = False) -> str:
+def _range(low: float | None, high: float | None, *, open_low: bool = False, open_high: bool = False) -> str:
     if low is not None and high is not None:
-        return f"in ({low}, {high}]" if open_low else f"in [{low}, {high}]"
+        return f"in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
     if low is not None:
         return f"> {low}" if open_low else f">= {low}"
     if high is not None:
-        return f"<= {high}"
+        return f"< {high}" if open_high else f"<= {high}"
     return ""
+
+
+def _within(v: float, low: float | None, high: float | None, open_low: bool, open_high: bool) -> bool:
+    above = low is None or (v > low if open_low else v >= low)
+    return above and (high is None or (v < high if open_high else v <= high))
 
 
 def _fail(name: str, kind: str, where: str, note: str | None, value: object) -> ValueError:
@@ -86,17 +91,17 @@ def check_float(
     low: float | None = None,
     high: float | None = None,
     open_low: bool = False,
+    open_high: bool = False,
     note: str | None = None,
 ) -> float:
-    """``value`` as a finite ``float`` in ``[low, high]`` (``(low, high]`` with ``open_low``);
-    otherwise ValueError ``"<name> must be a finite number ...; got <value>"``."""
+    """``value`` as a finite ``float`` in ``[low, high]`` (``open_low`` / ``open_high`` leave that
+    bound out: ``(low, high]``, ``[low, high)``); otherwise ValueError
+    ``"<name> must be a finite number ...; got <value>"``."""
     ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
-    if ok:
-        v = float(value)
-        above = low is None or (v > low if open_low else v >= low)
-        if above and (high is None or v <= high):
-            return v
-    raise _fail(name, "a finite number", _range(low, high, open_low=open_low), note, value)
+    if ok and _within(float(value), low, high, open_low, open_high):
+        return float(value)
+    where = _range(low, high, open_low=open_low, open_high=open_high)
+    raise _fail(name, "a finite number", where, note, value)
 
 
 def check_probability(name: str, value: object) -> float:
@@ -123,12 +128,13 @@ def check_optional_float(
     low: float | None = None,
     high: float | None = None,
     open_low: bool = False,
+    open_high: bool = False,
     note: str = "or None",
 ) -> float | None:
     """None as None, otherwise :func:`check_float` (its message's note says None is allowed too)."""
     if value is None:
         return None
-    return check_float(name, value, low=low, high=high, open_low=open_low, note=note)
+    return check_float(name, value, low=low, high=high, open_low=open_low, open_high=open_high, note=note)
 
 
 def check_array(
@@ -138,11 +144,12 @@ def check_array(
     low: float | None = None,
     high: float | None = None,
     open_low: bool = False,
+    open_high: bool = False,
     integer: bool = False,
     note: str | None = None,
 ) -> NDArray:
     """``value`` (a number or an array of them) as a numpy array whose every entry follows the
-    scalar rules: finite, in ``[low, high]`` (``(low, high]`` with ``open_low``), whole with
+    scalar rules: finite, in ``[low, high]`` (``open_low`` / ``open_high`` as :func:`check_float`), whole with
     ``integer`` (int64 then, float64 otherwise), booleans and strings refused. Otherwise
     ValueError ``"<name> must be a finite number ...; got <value>"`` (``an integer``; ``integers``
     or ``finite numbers`` for an array), as :func:`check_int` and :func:`check_float` word it."""
@@ -151,10 +158,9 @@ def check_array(
     if ok:
         f = arr.astype(float)
         ok = bool(np.all(np.isfinite(f))) and (not integer or bool(np.all(f == np.round(f))))
-        if ok and low is not None:
-            ok = bool(np.all(f > low)) if open_low else bool(np.all(f >= low))
-        if ok and high is not None:
-            ok = bool(np.all(f <= high))
+        if ok and f.size:
+            ok = _within(float(f.min()), low, None, open_low, open_high)
+            ok = ok and _within(float(f.max()), None, high, open_low, open_high)
         if ok:
             return arr.astype(np.int64) if integer else f
     scalar = arr.ndim == 0
@@ -163,4 +169,4 @@ def check_array(
         if integer
         else ("a finite number" if scalar else "finite numbers")
     )
-    raise _fail(name, kind, _range(low, high, open_low=open_low), note, value)
+    raise _fail(name, kind, _range(low, high, open_low=open_low, open_high=open_high), note, value)

@@ -277,8 +277,7 @@ def break_even_alpha(c: float, curve: Mapping[int, float], tol: float = 1e-9) ->
     (whose best speedup rises with alpha); returns 1.0 when no alpha below 1 suffices.
     """
     c = check_float("c", c, low=0.0)
-    if not 0.0 < tol < 0.5:
-        raise ValueError(f"tol must lie in (0, 0.5); got {tol!r}")
+    check_float("tol", tol, low=0.0, high=0.5, open_low=True, open_high=True)
 
     def wins(alpha: float) -> bool:
         return best_gamma_on_curve(alpha, c, curve)[1] > 1.0
