@@ -93,11 +93,8 @@ def full_round_counts(drafted: Sequence[int], accepted: Sequence[int], gamma: in
     for k, a in zip(drafted, accepted, strict=True):
         if k == gamma:
             hist[a] += 1
-    pos = np.arange(gamma)
-    a_values = np.arange(gamma + 1)
-    examined = np.array([hist[a_values >= i].sum() for i in pos], dtype=np.int64)
-    accepted_at = np.array([hist[a_values > i].sum() for i in pos], dtype=np.int64)
-    return {"hist": hist, "examined_at": examined, "accepted_at": accepted_at}
+    at_least = np.cumsum(hist[::-1])[::-1]  # index i: full rounds with A >= i (one pass, not gamma)
+    return {"hist": hist, "examined_at": at_least[:gamma].copy(), "accepted_at": at_least[1:].copy()}
 
 
 def pool_rounds(stats: Iterable[Stats | Mapping[str, Any]]) -> dict[str, Any]:
