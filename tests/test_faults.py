@@ -372,8 +372,24 @@ def test_the_probe_records_its_load_and_shows_progress(monkeypatch):
         return bar
 
     monkeypatch.setattr(modes, "_progress_bar", spy)
-    probe = modes.probe_modes(tiny_llama(0), ("float32",), ks=(1, 2), k=2, context=4, repeats=2, warmup=1)
+    # off a terminal (pytest's stderr) the bar is off: one line at the start and one at the end say
+    # what the slow first call does (it said nothing: issue #20)
+    with pytest.warns(UserWarning) as said:
+        probe = modes.probe_modes(tiny_llama(0), ("float32",), ks=(1, 2), k=2, context=4, repeats=2, warmup=1)
     assert bars == [(1 + 1 + 2, "timing the lean modes (float32)")]
+    lines = [str(w.message) for w in said]
+    assert lines[0] == "timing the lean modes (float32) on this machine (3 passes of every call size) ..."
+    assert lines[-1].startswith("timing the lean modes (float32): done in ") and lines[-1].endswith(" s")
+    import io
+    import warnings
+
+    from tqdm import tqdm
+
+    monkeypatch.setattr(modes, "_progress_bar", lambda total, desc: tqdm(total=total, file=io.StringIO()))
+    with warnings.catch_warnings(record=True) as on_a_terminal:  # the bar shows: no line besides it
+        warnings.simplefilter("always")
+        modes.probe_modes(tiny_llama(0), ("float32",), ks=(1, 2), k=2, context=4, repeats=2, warmup=1)
+    assert not [str(w.message) for w in on_a_terminal if "timing the lean modes" in str(w.message)]
     load = probe["load"]
     assert load["threads"] == 1 and load["wall_s"] > 0 and load["cpu_s"] >= 0 and "loaded" in load
 
