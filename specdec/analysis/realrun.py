@@ -196,8 +196,7 @@ def unit_bootstrap(
     resample is undefined.
     """
     check_int("n_units", n_units, low=2)
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1); got {level!r}")
+    check_float("level", level, low=0.0, high=1.0, open_low=True, open_high=True)
     check_int("n_boot", n_boot, low=100)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n_units, size=(n_boot, n_units))

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from specdec.engine.lm import CachedLM, open_lm, vocab_size
-from specdec.theory.checks import check_float, check_int, is_int
+from specdec.theory.checks import check_float, check_int, check_optional_float, is_int
 from specdec.theory.sampling import sample
 
 __all__ = [
@@ -150,8 +150,7 @@ class ModelDrafter(Drafter):
         target_tokenizer: object | None = None,
         confidence: float | None = None,
     ) -> None:
-        if confidence is not None and not 0.0 <= confidence < 1.0:
-            raise ValueError(f"confidence must lie in [0, 1) or be None; got {confidence!r}")
+        check_optional_float("confidence", confidence, low=0.0, high=1.0, open_high=True)
         self.confidence = confidence
         if target is not None:
             check_same_vocab(target, model)
