@@ -110,31 +110,19 @@ def check_probability(name: str, value: object) -> float:
 
 
 def check_optional_int(
-    name: str,
-    value: object,
-    *,
-    low: int | None = None,
-    high: int | None = None,
-    note: str = "or None",
+    name: str, value: object, *, note: str = "or None", **bounds: int | None
 ) -> int | None:
-    """None as None, otherwise :func:`check_int` (its message's note says None is allowed too)."""
-    return None if value is None else check_int(name, value, low=low, high=high, note=note)
+    """None as None, otherwise :func:`check_int` with the bounds ``low`` / ``high`` (the message's
+    ``note`` says None is allowed too)."""
+    return None if value is None else check_int(name, value, note=note, **bounds)
 
 
 def check_optional_float(
-    name: str,
-    value: object,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    open_low: bool = False,
-    open_high: bool = False,
-    note: str = "or None",
+    name: str, value: object, *, note: str = "or None", **bounds: float | bool | None
 ) -> float | None:
-    """None as None, otherwise :func:`check_float` (its message's note says None is allowed too)."""
-    if value is None:
-        return None
-    return check_float(name, value, low=low, high=high, open_low=open_low, open_high=open_high, note=note)
+    """None as None, otherwise :func:`check_float` with its bounds (``low``, ``high``, ``open_low``,
+    ``open_high``; the message's ``note`` says None is allowed too)."""
+    return None if value is None else check_float(name, value, note=note, **bounds)
 
 
 def check_array(
