@@ -247,16 +247,32 @@ def test_a_read_only_library_cache_builds_in_a_per_user_folder(fake_build, tmp_p
     assert "not this user's own private folder" in fake_build(blocker / "cache")
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes a chmod 555 folder")
-def test_a_chmod_555_library_cache_builds_in_a_per_user_folder(fake_build, tmp_path):
+def test_a_chmod_555_library_cache_builds_in_a_per_user_folder(fake_build, tmp_path, monkeypatch):
+    """SPECDEC_CACHE at a read-only folder (chmod 555; root may write anyway, so for root the write
+    is refused as it would be for another user)."""
+    import errno
+    import tempfile
+
+    from specdec.engine import native
+
     cache = tmp_path / "cache"
-    cache.mkdir()
-    cache.chmod(0o555)
+    (cache / "native").mkdir(parents=True)
+    (cache / "native").chmod(0o555)
+    if not hasattr(os, "geteuid") or os.geteuid() == 0:
+        real = tempfile.TemporaryFile
+
+        def refused(*args, dir=None, **kw):
+            if dir is not None and Path(dir) == cache / "native":
+                raise PermissionError(errno.EACCES, "Permission denied", str(dir))
+            return real(*args, dir=dir, **kw)
+
+        monkeypatch.setattr(native.tempfile, "TemporaryFile", refused)
     try:
         with pytest.warns(UserWarning, match=r"cannot be written \(Permission denied\)"):
             assert "[Errno" not in fake_build(cache)
     finally:
-        cache.chmod(0o755)
+        (cache / "native").chmod(0o755)
+    assert len(list((tmp_path / "fallback").glob("leanq4-*.so"))) == 1
 
 
 def test_lean_model_auto_says_which_modes_are_left_out_and_why(no_compiler):

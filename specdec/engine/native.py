@@ -438,7 +438,7 @@ def _placed(cc: tuple[str, ...], flags: list[str], path: Path, kind: str) -> Pat
             f"nor can {folder} ({other}); point SPECDEC_CACHE at a writable folder"
         )
     warnings.warn(
-        f"specdec: the cache folder {path.parent} cannot be written ({why}); the {kind} C forward is "
+        f"the C forward's cache folder {path.parent} cannot be written ({why}); the {kind} C forward is "
         f"built and kept in {folder} instead (point SPECDEC_CACHE at a writable folder to keep it there)",
         stacklevel=4,
     )
