@@ -73,12 +73,19 @@ def test_check_array_applies_the_scalar_rules_to_every_entry():
     g = check_array("g", np.array([0, 3.0]), low=0, integer=True)
     assert g.dtype == np.int64 and g.tolist() == [0, 3]
     assert check_array("g", 2, low=0, integer=True).ndim == 0
+    assert check_array("a", np.array([0.5, 1], dtype=object), low=0.0).tolist() == [
+        0.5,
+        1.0,
+    ]  # pandas' object
+    assert check_array("g", np.array([1, 2], dtype=object), integer=True).dtype == np.int64
     for bad, integer, msg in [
         (-1, True, r"^g must be an integer >= 0; got -1$"),
         (True, True, r"^g must be an integer >= 0; got True$"),
         ("3", True, r"^g must be an integer >= 0; got '3'$"),
         ([1, 2.5], True, r"^g must be integers >= 0; got \[1, 2.5\]$"),
         ([1.0, math.nan], False, r"^g must be finite numbers >= 0; got \[1.0, nan\]$"),
+        (np.array([1, None], dtype=object), False, r"^g must be finite numbers >= 0; got array"),
+        (np.array([1, True], dtype=object), True, r"^g must be integers >= 0; got array"),
     ]:
         with pytest.raises(ValueError, match=msg):
             check_array("g", bad, low=0, integer=integer)

@@ -36,6 +36,10 @@ def is_int(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, numbers.Integral)
 
 
+def _is_real(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Real)
+
+
 def _range(low: float | None, high: float | None, *, open_low: bool = False, open_high: bool = False) -> str:
     if low is not None and high is not None:
         return f"in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
@@ -97,7 +101,7 @@ def check_float(
     """``value`` as a finite ``float`` in ``[low, high]`` (``open_low`` / ``open_high`` leave that
     bound out: ``(low, high]``, ``[low, high)``); otherwise ValueError
     ``"<name> must be a finite number ...; got <value>"``."""
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
+    ok = _is_real(value) and math.isfinite(float(value))
     if ok and _within(float(value), low, high, open_low, open_high):
         return float(value)
     where = _range(low, high, open_low=open_low, open_high=open_high)
@@ -142,6 +146,8 @@ def check_array(
     ValueError ``"<name> must be a finite number ...; got <value>"`` (``an integer``; ``integers``
     or ``finite numbers`` for an array), as :func:`check_int` and :func:`check_float` word it."""
     arr = np.asarray(value)
+    if arr.dtype == object and all(is_int(v) or _is_real(v) for v in arr.flat):  # e.g. a pandas column
+        arr = arr.astype(np.int64 if all(is_int(v) for v in arr.flat) else float)
     ok = np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
     if ok:
         f = arr.astype(float)
