@@ -7,7 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from specdec.theory.checks import check_float, check_int, check_ints, check_probability, is_int
+from specdec.theory.checks import (
+    check_array,
+    check_float,
+    check_int,
+    check_ints,
+    check_optional_float,
+    check_optional_int,
+    check_probability,
+    is_int,
+)
 
 
 def test_check_int():
@@ -44,3 +53,51 @@ def test_check_float_and_probability():
         check_float("l", 0.0, low=0.0, high=1.0, open_low=True)
     with pytest.raises(ValueError, match=r"p must be a finite number in \[0.0, 1.0\]"):
         check_probability("p", 1.5)
+
+
+def test_optional_int_and_float_let_none_through():
+    assert check_optional_int("top_k", None, low=1) is None and check_optional_int("top_k", 3, low=1) == 3
+    assert check_optional_float("top_p", None, low=0.0) is None
+    with pytest.raises(ValueError, match=r"^top_k must be an integer >= 1 \(or None\); got 0$"):
+        check_optional_int("top_k", 0, low=1)
+    with pytest.raises(ValueError, match=r"^t must be an integer in \[1, 8\] \(or None: all\); got 9$"):
+        check_optional_int("t", 9, low=1, high=8, note="or None: all")
+    with pytest.raises(
+        ValueError, match=r"^top_p must be a finite number in \(0.0, 1.0\] \(or None\); got 0$"
+    ):
+        check_optional_float("top_p", 0, low=0.0, high=1.0, open_low=True)
+
+
+def test_check_array_applies_the_scalar_rules_to_every_entry():
+    assert check_array("a", [0.0, 1], low=0.0, high=1.0).dtype == np.float64
+    g = check_array("g", np.array([0, 3.0]), low=0, integer=True)
+    assert g.dtype == np.int64 and g.tolist() == [0, 3]
+    assert check_array("g", 2, low=0, integer=True).ndim == 0
+    assert check_array("a", np.array([0.5, 1], dtype=object), low=0.0).tolist() == [
+        0.5,
+        1.0,
+    ]  # pandas' object
+    assert check_array("g", np.array([1, 2], dtype=object), integer=True).dtype == np.int64
+    for bad, integer, msg in [
+        (-1, True, r"^g must be an integer >= 0; got -1$"),
+        (True, True, r"^g must be an integer >= 0; got True$"),
+        ("3", True, r"^g must be an integer >= 0; got '3'$"),
+        ([1, 2.5], True, r"^g must be integers >= 0; got \[1, 2.5\]$"),
+        ([1.0, math.nan], False, r"^g must be finite numbers >= 0; got \[1.0, nan\]$"),
+        (np.array([1, None], dtype=object), False, r"^g must be finite numbers >= 0; got array"),
+        (np.array([1, True], dtype=object), True, r"^g must be integers >= 0; got array"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            check_array("g", bad, low=0, integer=integer)
+    with pytest.raises(ValueError, match=r"^v must be a finite number > 0.0 \(T\(k\)\); got 0.0$"):
+        check_array("v", 0.0, low=0.0, open_low=True, note="T(k)")
+
+
+def test_open_upper_bounds():
+    assert check_float("a", 0.0, low=0.0, high=1.0, open_high=True) == 0.0
+    with pytest.raises(ValueError, match=r"^a must be a finite number in \[0.0, 1.0\); got 1.0$"):
+        check_float("a", 1.0, low=0.0, high=1.0, open_high=True)
+    with pytest.raises(ValueError, match=r"^a must be a finite number < 2; got 2$"):
+        check_float("a", 2, high=2, open_high=True)
+    with pytest.raises(ValueError, match=r"^a must be finite numbers in \(0, 1\); got \[0.5, 1\]$"):
+        check_array("a", [0.5, 1], low=0, high=1, open_low=True, open_high=True)

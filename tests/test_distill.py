@@ -247,6 +247,10 @@ def test_errors(target, data, tmp_path):
         train_draft(target, data[0], layers=1, name="x", out_root=tmp_path)
     with pytest.raises(ValueError, match=r"k \(draft layers\) must be an integer in \[1, 4\]"):
         train_draft(target, data[0], layers=5, name="x", steps=1, out_root=tmp_path)
+    with pytest.raises(ValueError, match=r"^minutes must be a finite number > 0.0 \(or None\); got 0$"):
+        train_draft(target, data[0], layers=1, name="x", minutes=0, out_root=tmp_path)
+    with pytest.raises(ValueError, match=r"^holdout must be a finite number in \(0.0, 1.0\); got 1.0$"):
+        train_draft(target, data[0], layers=1, name="x", steps=1, holdout=1.0, out_root=tmp_path)
     with pytest.raises(ValueError, match="no shard"):
         train_draft(target, tmp_path, layers=1, name="x", steps=1, out_root=tmp_path)
     with pytest.raises(ValueError, match=r"size \(kept vocabulary\) must be an integer in \[1, 97\]"):

@@ -53,7 +53,7 @@ def test_stats_refuses_drafts_beyond_its_positions():
     assert s.accepted_hist == [0, 0, 0, 0]
     with pytest.raises(ValueError, match="max_drafts"):
         s.record_round(None, None, drafted=4, accepted=0, draft_calls=4)
-    with pytest.raises(ValueError, match="max_drafts must lie in"):
+    with pytest.raises(ValueError, match=r"max_drafts must be an integer in \[0, 2\]"):
         Stats(gamma=2, max_drafts=3)
 
 
@@ -198,6 +198,83 @@ def no_compiler(monkeypatch, tmp_path):
     clear()
 
 
+@pytest.fixture
+def fake_build(monkeypatch, tmp_path):
+    """A compiler that writes a non-library (nothing is compiled) and a fresh fallback folder;
+    yields a function pointing SPECDEC_CACHE at a cache folder and returning the build's reason."""
+    from specdec.engine import native
+
+    def fake_compiler(cc, flags, out, source):
+        out.write_bytes(b"not a library")
+        return None
+
+    monkeypatch.setattr(native, "_compiler", lambda: ("cc",))
+    monkeypatch.setattr(native, "_run_compiler", fake_compiler)
+    monkeypatch.setattr(native, "fallback_folder", lambda: tmp_path / "fallback")
+
+    def reason(cache):
+        monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+        native._load.cache_clear()
+        return native.unavailable_reason("q4_1")
+
+    yield reason
+    native._load.cache_clear()
+
+
+def test_a_read_only_library_cache_builds_in_a_per_user_folder(fake_build, tmp_path, monkeypatch):
+    """It ended in a raw '[Errno 20]' / '[Errno 30]' / PermissionError; now one line says where the
+    library goes instead, or (no folder can be written) what failed, why and what to do."""
+    from specdec.engine import native
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a cache folder under a file cannot be created: like a read-only one
+    with pytest.warns(
+        UserWarning, match=r"cannot be written \(Not a directory\); the q4_1 C forward is built"
+    ):
+        why = fake_build(blocker / "cache")
+    assert "[Errno" not in why  # the (fake) library was built in the fallback, then failed to load
+    assert len(list((tmp_path / "fallback").glob("leanq4-*.so"))) == 1
+    monkeypatch.setattr(native, "fallback_folder", lambda: blocker / "fallback")
+    why = fake_build(blocker / "cache")
+    assert why.startswith("cannot build the q4_1 C forward: the cache folder ") and "[Errno" not in why
+    assert why.endswith("; point SPECDEC_CACHE at a writable folder") and "\n" not in why
+    with pytest.raises(OSError, match="point SPECDEC_CACHE at a writable folder$"):
+        native.library("q4_1")
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # open to others: a library found there must not be trusted
+    monkeypatch.setattr(native, "fallback_folder", lambda: shared)
+    assert "not this user's own private folder" in fake_build(blocker / "cache")
+
+
+def test_a_chmod_555_library_cache_builds_in_a_per_user_folder(fake_build, tmp_path, monkeypatch):
+    """SPECDEC_CACHE at a read-only folder (chmod 555; root may write anyway, so for root the write
+    is refused as it would be for another user)."""
+    import errno
+    import tempfile
+
+    from specdec.engine import native
+
+    cache = tmp_path / "cache"
+    (cache / "native").mkdir(parents=True)
+    (cache / "native").chmod(0o555)
+    if not hasattr(os, "geteuid") or os.geteuid() == 0:
+        real = tempfile.TemporaryFile
+
+        def refused(*args, dir=None, **kw):
+            if dir is not None and Path(dir) == cache / "native":
+                raise PermissionError(errno.EACCES, "Permission denied", str(dir))
+            return real(*args, dir=dir, **kw)
+
+        monkeypatch.setattr(native.tempfile, "TemporaryFile", refused)
+    try:
+        with pytest.warns(UserWarning, match=r"cannot be written \(Permission denied\)"):
+            assert "[Errno" not in fake_build(cache)
+    finally:
+        (cache / "native").chmod(0o755)
+    assert len(list((tmp_path / "fallback").glob("leanq4-*.so"))) == 1
+
+
 def test_lean_model_auto_says_which_modes_are_left_out_and_why(no_compiler):
     from tiny_models import tiny_llama
 
@@ -312,8 +389,24 @@ def test_the_probe_records_its_load_and_shows_progress(monkeypatch):
         return bar
 
     monkeypatch.setattr(modes, "_progress_bar", spy)
-    probe = modes.probe_modes(tiny_llama(0), ("float32",), ks=(1, 2), k=2, context=4, repeats=2, warmup=1)
+    # off a terminal (pytest's stderr) the bar is off: one line at the start and one at the end say
+    # what the slow first call does (it said nothing: issue #20)
+    with pytest.warns(UserWarning) as said:
+        probe = modes.probe_modes(tiny_llama(0), ("float32",), ks=(1, 2), k=2, context=4, repeats=2, warmup=1)
     assert bars == [(1 + 1 + 2, "timing the lean modes (float32)")]
+    lines = [str(w.message) for w in said]
+    assert lines[0] == "timing the lean modes (float32) on this machine (3 passes of every call size) ..."
+    assert lines[-1].startswith("timing the lean modes (float32): done in ") and lines[-1].endswith(" s")
+    import io
+    import warnings
+
+    from tqdm import tqdm
+
+    monkeypatch.setattr(modes, "_progress_bar", lambda total, desc: tqdm(total=total, file=io.StringIO()))
+    with warnings.catch_warnings(record=True) as on_a_terminal:  # the bar shows: no line besides it
+        warnings.simplefilter("always")
+        modes.probe_modes(tiny_llama(0), ("float32",), ks=(1, 2), k=2, context=4, repeats=2, warmup=1)
+    assert not [str(w.message) for w in on_a_terminal if "timing the lean modes" in str(w.message)]
     load = probe["load"]
     assert load["threads"] == 1 and load["wall_s"] > 0 and load["cpu_s"] >= 0 and "loaded" in load
 

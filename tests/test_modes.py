@@ -136,3 +136,16 @@ def test_the_probe_times_q4q8_with_torch_on_one_thread(model, monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert seen == {"float32": 2, "q4q8": 1}
+
+
+def test_timing_groups_split_c_forward_modes_from_torch_modes():
+    """The one split probe_modes and enginebench.draft_costs time in (C forwards first, then torch)."""
+    from specdec.measure.modes import TIMING_GROUPS, timing_groups
+
+    named = {"a/float32": "float32", "a/q4q8": "q4q8", "b/bfloat16": "bfloat16", "ee-1/q4_1": "q4_1"}
+    assert timing_groups(named) == [
+        ("C forward", ["a/q4q8", "ee-1/q4_1"]),
+        ("torch", ["a/float32", "b/bfloat16"]),
+    ]
+    assert timing_groups({"int4": "int4"}) == [("torch", ["int4"])] and timing_groups({}) == []
+    assert TIMING_GROUPS == ("C forward", "torch")

@@ -4,6 +4,7 @@ rates with their bootstrap intervals."""
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 
 import numpy as np
@@ -116,6 +117,24 @@ def test_speedup_gap_refuses_bad_input(change, match):
     }
     with pytest.raises(ValueError, match=match):
         speedup_gap(**(kw | change))
+
+
+def test_full_round_counts_is_linear_in_gamma():
+    """The same counts as the per-position sums it replaced (O(gamma^2)), and a huge gamma is fast."""
+    rng = np.random.default_rng(0)
+    for gamma in (1, 2, 5, 9):
+        drafted = rng.integers(0, gamma + 1, size=40).tolist()
+        accepted = [int(rng.integers(0, k + 1)) for k in drafted]
+        got = full_round_counts(drafted, accepted, gamma)
+        hist, a_values = got["hist"], np.arange(gamma + 1)
+        assert got["examined_at"].tolist() == [int(hist[a_values >= i].sum()) for i in range(gamma)]
+        assert got["accepted_at"].tolist() == [int(hist[a_values > i].sum()) for i in range(gamma)]
+        assert got["examined_at"].dtype == got["accepted_at"].dtype == np.int64
+    start = time.perf_counter()
+    big = full_round_counts([50_000, 50_000, 3], [7, 50_000, 3], 50_000)  # the old loop took ~10 s
+    assert time.perf_counter() - start < 2.0
+    assert big["examined_at"][:8].tolist() == [2] * 8 and big["examined_at"][8:].min() == 1
+    assert big["accepted_at"][-1] == 1 and len(big["accepted_at"]) == 50_000
 
 
 def test_full_round_counts_and_iid_fit():

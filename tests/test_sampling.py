@@ -223,7 +223,7 @@ def test_verify_argmax_is_exact_match_at_lenience_one_and_the_papers_rule_below(
         assert verify_argmax(p, list(draft)) == verify(onehot, None, list(draft), np.random.default_rng(0))
     with pytest.raises(ValueError, match="gamma \\+ 1 = 3 rows"):
         verify_argmax(p[:2], [0, 1])
-    with pytest.raises(ValueError, match=r"lenience must lie in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"lenience must be a finite number in \(0.0, 1.0\]; got"):
         verify_argmax(p, [0, 1], lenience=0.0)
     with pytest.raises(ValueError, match=r"draft token ids must lie in \[0, 3\)"):
         verify_argmax(p, [0, 3])

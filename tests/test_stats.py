@@ -38,12 +38,33 @@ def test_stats_method_and_plain_step():
     [
         ((0.1, 0, 2, 0.05), "rounds must be an integer >= 1"),
         ((0.1, 3, 0, 0.05), "gamma must be an integer >= 1"),
-        ((0.1, 3, 2, 0.0), "step_s must be > 0"),
-        ((-0.1, 3, 2, 0.05), "draft_s must be a finite time"),
-        ((0.1, 3, 2, float("nan")), "step_s must be a finite time"),
+        (
+            (0.1, 3, 2, 0.0),
+            r"step_s must be a finite number > 0.0 \(a measured target step in seconds\); got 0.0",
+        ),
+        ((-0.1, 3, 2, 0.05), r"draft_s must be a finite number >= 0.0 \(a time in seconds\); got -0.1"),
+        ((0.1, 3, 2, float("nan")), "step_s must be a finite number > 0.0"),
         ((0.1, 3.0, 2, 0.05), "rounds must be an integer"),
     ],
 )
 def test_cost_coefficient_refuses_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
         cost_coefficient(*args)
+
+
+def test_stats_without_max_drafts_grows_with_the_work():
+    # no gamma-length lists up front: memory follows the rounds recorded (issue #20)
+    huge = Stats(gamma=10**9)
+    assert huge.max_drafts == 10**9 and huge.examined_at == [] and huge.accepted_hist == [0]
+    sized = Stats(gamma=4, max_drafts=4)
+    for s in (huge, sized):
+        s.record_round(None, None, drafted=3, accepted=2, draft_calls=3)
+        s.record_round(None, None, drafted=1, accepted=0, draft_calls=1)
+    assert huge.examined_at == [2, 1, 1] and huge.accepted_at == [1, 1, 0]
+    assert huge.accepted_hist == [1, 0, 1, 0]
+    assert sized.examined_at == [2, 1, 1, 0] and sized.accepted_hist == [1, 0, 1, 0, 0]  # sized: as before
+    assert huge.examined == sized.examined and huge.alpha_accept_rate == sized.alpha_accept_rate
+    with pytest.raises(ValueError, match=r"max_drafts must be an integer in \[0, 2\] \(gamma\); got 3"):
+        Stats(gamma=2, max_drafts=3)
+    with pytest.raises(ValueError, match="gamma must be an integer >= 0; got -1"):
+        Stats(gamma=-1)

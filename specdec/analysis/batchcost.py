@@ -30,7 +30,6 @@ summarise.
 from __future__ import annotations
 
 import copy
-import math
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from specdec.measure.core import TensorSession, summarize_times, sync_hook, time_forwards
-from specdec.theory.checks import check_int, check_ints
+from specdec.theory.checks import check_float, check_int, check_ints
 from specdec.theory.intervals import geomean, ratio_ci
 from specdec.theory.speedup import best_gamma_on_curve, walltime_speedup_measured
 
@@ -222,16 +221,13 @@ def predicted_gains(
     :func:`specdec.theory.speedup.best_gamma_on_curve`'s (ties to the smaller). Each row is its own
     batch: rows accept independently (:mod:`specdec.engine.batched`, ragged cut), so E[T] is per row.
     """
-    if not (isinstance(alpha, float | int) and 0.0 <= alpha < 1.0):
-        raise ValueError(f"alpha must lie in [0, 1); got {alpha!r}")
+    check_float("alpha", alpha, low=0.0, high=1.0, open_high=True)
     batches = sorted({b for b, _ in target})
     out: dict[int, dict[str, Any]] = {}
     for b in batches:
         if (b, 1) not in target:
             raise ValueError(f"the surface must hold T(b, 1) for every batch; missing for b = {b}")
-        c_b = c[b] if isinstance(c, Mapping) else c
-        if not (math.isfinite(c_b) and c_b >= 0):
-            raise ValueError(f"c must be a finite number >= 0; got {c_b!r} for b = {b}")
+        c_b = check_float("c", c[b] if isinstance(c, Mapping) else c, low=0.0, note=f"for b = {b}")
         curve = {k: target[(bb, k)] / target[(b, 1)] for bb, k in target if bb == b}
         if gammas is not None:
             curve = {k: v for k, v in curve.items() if k == 1 or k - 1 in set(gammas)}

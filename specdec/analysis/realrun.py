@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from specdec.engine.stats import Stats
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_int
 from specdec.theory.speedup import (
     accepted_pmf,
     expected_tokens,
@@ -93,11 +93,8 @@ def full_round_counts(drafted: Sequence[int], accepted: Sequence[int], gamma: in
     for k, a in zip(drafted, accepted, strict=True):
         if k == gamma:
             hist[a] += 1
-    pos = np.arange(gamma)
-    a_values = np.arange(gamma + 1)
-    examined = np.array([hist[a_values >= i].sum() for i in pos], dtype=np.int64)
-    accepted_at = np.array([hist[a_values > i].sum() for i in pos], dtype=np.int64)
-    return {"hist": hist, "examined_at": examined, "accepted_at": accepted_at}
+    at_least = np.cumsum(hist[::-1])[::-1]  # index i: full rounds with A >= i (one pass, not gamma)
+    return {"hist": hist, "examined_at": at_least[:gamma].copy(), "accepted_at": at_least[1:].copy()}
 
 
 def pool_rounds(stats: Iterable[Stats | Mapping[str, Any]]) -> dict[str, Any]:
@@ -199,8 +196,7 @@ def unit_bootstrap(
     resample is undefined.
     """
     check_int("n_units", n_units, low=2)
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1); got {level!r}")
+    check_float("level", level, low=0.0, high=1.0, open_low=True, open_high=True)
     check_int("n_boot", n_boot, low=100)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n_units, size=(n_boot, n_units))
@@ -299,10 +295,8 @@ def speedup_gap(
     measured = theorem * factor_verify * factor_drafts * factor_acceptance * factor_overhead
     exactly; ``ratio`` = measured / theorem.
     """
-    if not (np.isfinite(measured) and measured > 0):
-        raise ValueError(f"measured must be a finite speedup > 0; got {measured!r}")
-    if not (np.isfinite(tokens_per_round) and tokens_per_round >= 1):
-        raise ValueError(f"tokens_per_round must be a finite number >= 1; got {tokens_per_round!r}")
+    check_float("measured", measured, low=0.0, open_low=True, note="a speedup")
+    check_float("tokens_per_round", tokens_per_round, low=1.0)
     a_thm = float(alpha) if alpha_theorem is None else float(alpha_theorem)
     if gamma + 1 not in curve:
         raise ValueError(f"curve lacks the call size gamma + 1 = {gamma + 1}")
@@ -417,8 +411,7 @@ def slower_accurate_pairs(table: Any, *, margin: float = 0.05) -> list[dict[str,
     ``accurate_low``/``accurate_high``/``faster_low``/``faster_high``; in table order.
     An empty list when none.
     """
-    if not (np.isfinite(margin) and margin >= 0):
-        raise ValueError(f"margin must be a finite number >= 0; got {margin!r}")
+    check_float("margin", margin, low=0.0)
     rows = _rows(table)
     groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for row in rows:

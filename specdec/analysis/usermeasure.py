@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from specdec.measure.core import engine_verify_curves, environment, jsonable
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_int
 
 __all__ = [
     "ENGINES",
@@ -230,16 +230,7 @@ def measure_drafter(
     from specdec.theory.intervals import bootstrap_ci, geomean
     from specdec.theory.speedup import best_gamma_on_curve, expected_tokens, optimal_gamma, walltime_speedup
 
-    for name, value, low in (
-        ("gamma", gamma, 1),
-        ("new_tokens", new_tokens, 2),
-        ("repeats", repeats, 1),
-        ("verify_repeats", verify_repeats, 1),
-    ):
-        check_int(name, value, low=low)
-    _check_gamma_fits(gamma, new_tokens)
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
+    _check_settings(gamma, new_tokens, repeats, verify_repeats, temperature)
     prompts = [[int(t) for t in p] for p in prompts]
     if not prompts or any(not p for p in prompts):
         raise ValueError("prompts must hold at least one non-empty list of token ids")
@@ -475,15 +466,26 @@ def _load_draft_folder(folder: Path, loaded: Any, log: Callable[[str], None]) ->
     return dl
 
 
-def _check_gamma_fits(gamma: int, new_tokens: int) -> None:
-    """A round emits its drafts plus one token of its own, so it drafts new_tokens - 1 at most:
-    a larger gamma would measure nothing more (and its verify curve would grow with gamma)."""
+def _check_settings(
+    gamma: int, new_tokens: int, repeats: int, verify_repeats: int, temperature: float
+) -> None:
+    """The settings :func:`measure_drafter` and :func:`measure_setup` share. A round emits its drafts
+    plus one token of its own, so it drafts new_tokens - 1 at most: a larger gamma would measure
+    nothing more (and its verify curve would grow with gamma)."""
+    for name, value, low in (
+        ("gamma", gamma, 1),
+        ("new_tokens", new_tokens, 2),
+        ("repeats", repeats, 1),
+        ("verify_repeats", verify_repeats, 1),
+    ):
+        check_int(name, value, low=low)
     if gamma > new_tokens - 1:
         raise ValueError(
             f"gamma must lie in 1 .. new_tokens - 1 = {new_tokens - 1} (a round drafts at most the "
             f"tokens still to generate, less the target's own); got gamma = {gamma}, new_tokens = "
             f"{new_tokens}: lower gamma or raise new_tokens"
         )
+    check_float("temperature", temperature, low=0.0)
 
 
 def measure_setup(
@@ -516,17 +518,8 @@ def measure_setup(
     """
     log = log or (lambda line: None)
     progress = progress or _no_progress
-    for name, value, low in (
-        ("gamma", gamma, 1),
-        ("new_tokens", new_tokens, 2),
-        ("repeats", repeats, 1),
-        ("verify_repeats", verify_repeats, 1),
-        ("threads", threads, 1),
-    ):
-        check_int(name, value, low=low)
-    _check_gamma_fits(gamma, new_tokens)
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
+    _check_settings(gamma, new_tokens, repeats, verify_repeats, temperature)
+    check_int("threads", threads, low=1)
     if dtype not in ENGINES:
         raise ValueError(f"dtype must be one of {', '.join(ENGINES)}; got {dtype!r}")
     kind, detail = parse_draft(draft)

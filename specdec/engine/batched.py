@@ -87,7 +87,7 @@ from specdec.engine.decoding import check_draft_context, cut_at_eos, finish_gene
 from specdec.engine.drafters import BigramDrafter, PromptLookupDrafter, Proposal, UnigramDrafter, WarpFn
 from specdec.engine.lm import cache_argument, common_prefix_len, vocab_size
 from specdec.engine.stats import Stats, add_elapsed
-from specdec.theory.checks import check_int, is_int
+from specdec.theory.checks import check_int, check_optional_int, is_int
 from specdec.theory.sampling import sample, verify, warp
 
 __all__ = ["CUTS", "BatchGeneration", "BatchedLM", "batched_autoregressive", "batched_speculative"]
@@ -182,8 +182,7 @@ class BatchedLM:
         w = max(len(block) for block in blocks)
         if w == 0:
             raise ValueError("blocks must hold at least one token id")
-        if keep is not None and not 1 <= keep <= w:
-            raise ValueError(f"keep must lie in [1, {w}] or be None; got {keep!r}")
+        check_optional_int("keep", keep, low=1, high=w, note="or None; the longest block")
         ids = np.zeros((self.batch, w), dtype=np.int64)
         valid = np.zeros((self.batch, w), dtype=bool)
         for i, block in enumerate(blocks):
@@ -218,9 +217,7 @@ class BatchedLM:
         if len(lengths) != self.batch:
             raise ValueError(f"lengths must hold one length per row ({self.batch}); got {len(lengths)}")
         for i, n in enumerate(lengths):
-            if not is_int(n) or not 0 <= n <= len(self.ids[i]):
-                cached = len(self.ids[i])
-                raise ValueError(f"lengths[{i}] must lie in [0, {cached}] (row {i}'s cached length)")
+            check_int(f"lengths[{i}]", n, low=0, high=len(self.ids[i]), note=f"row {i}'s cached length")
             if n < len(self.ids[i]):
                 self.mask[i, self.slots[i][n:]] = False
                 del self.ids[i][n:], self.slots[i][n:]

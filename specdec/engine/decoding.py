@@ -23,7 +23,6 @@ Conventions, copied from transformers' assisted generation and gpt-fast:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -34,7 +33,7 @@ import torch
 from specdec.engine.drafters import Drafter, Proposal
 from specdec.engine.lm import CachedLM, open_lm
 from specdec.engine.stats import Stats
-from specdec.theory.checks import check_int, is_int
+from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int, is_int
 from specdec.theory.policies import DraftPolicy, as_policy
 from specdec.theory.sampling import sample, verify, verify_argmax, warp
 
@@ -226,18 +225,15 @@ def start_generation(
             f"len(prompt_ids) + max_new_tokens must be <= {context} (the target's max_position_embeddings); "
             f"got {len(prompt)} + {max_new_tokens} = {len(prompt) + max_new_tokens}"
         )
-    if isinstance(temperature, bool) or not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0; got {temperature!r}")
-    if top_k is not None:
-        check_int("top_k", top_k, low=1, note="or None")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must lie in (0, 1] or be None; got {top_p!r}")
+    check_float("temperature", temperature, low=0.0)
+    check_optional_int("top_k", top_k, low=1)
+    check_optional_float("top_p", top_p, low=0.0, high=1.0, open_low=True)
     lm = open_lm(target)
     if not all(is_int(t) and 0 <= t < lm.vocab_size for t in prompt):
         raise ValueError(f"prompt_ids must be integers in [0, {lm.vocab_size}) (the target's vocabulary)")
-    if eos_token_id is not None and (not is_int(eos_token_id) or not 0 <= eos_token_id < lm.vocab_size):
-        v = lm.vocab_size
-        raise ValueError(f"eos_token_id must be None or an integer in [0, {v}); got {eos_token_id!r}")
+    check_optional_int(
+        "eos_token_id", eos_token_id, low=0, high=lm.vocab_size - 1, note="or None; the target's vocabulary"
+    )
     return lm, [int(t) for t in prompt]
 
 
@@ -256,8 +252,7 @@ def check_draft_context(drafter: Drafter, n_prompt: int, max_new_tokens: int) ->
 
 def _check_speculative(lm: CachedLM, drafter: Drafter, gamma: int, lenience: float) -> None:
     check_int("gamma", gamma, low=1)
-    if isinstance(lenience, bool) or not 0.0 < lenience <= 1.0:
-        raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
+    check_float("lenience", lenience, low=0.0, high=1.0, open_low=True)
     v_draft = getattr(drafter, "vocab_size", None)
     if v_draft is not None and v_draft != lm.vocab_size:
         raise ValueError(

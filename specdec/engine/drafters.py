@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from specdec.engine.lm import CachedLM, open_lm, vocab_size
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_int, check_optional_float, is_int
 from specdec.theory.sampling import sample
 
 __all__ = [
@@ -150,8 +150,7 @@ class ModelDrafter(Drafter):
         target_tokenizer: object | None = None,
         confidence: float | None = None,
     ) -> None:
-        if confidence is not None and not 0.0 <= confidence < 1.0:
-            raise ValueError(f"confidence must lie in [0, 1) or be None; got {confidence!r}")
+        check_optional_float("confidence", confidence, low=0.0, high=1.0, open_high=True)
         self.confidence = confidence
         if target is not None:
             check_same_vocab(target, model)
@@ -162,7 +161,7 @@ class ModelDrafter(Drafter):
         self.lm = open_lm(model)
         self.vocab_size = self.lm.vocab_size
         context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        self.context = context if isinstance(context, int) and not isinstance(context, bool) else None
+        self.context = context if is_int(context) else None
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.lm.reset()
@@ -190,7 +189,7 @@ class ModelDrafter(Drafter):
     @torch.inference_mode()
     def q_rows(self, ids: Sequence[int], keep: int, warp_fn: WarpFn) -> torch.Tensor:
         """One full forward of the draft model over ``ids`` (no cache; its own cache is untouched)."""
-        _check_keep(ids, keep)
+        check_int("keep", keep, low=1, high=len(ids), note="len(ids)")
         if not isinstance(self.lm, CachedLM):  # a lean model: a fresh session, fed once
             return warp_fn(open_lm(self.lm.model).forward(list(ids), keep=keep))
         input_ids = torch.tensor([[int(t) for t in ids]], dtype=torch.long, device=self.lm.device)
@@ -251,10 +250,6 @@ class EarlyExitDrafter(ModelDrafter):
 # -- deterministic and table drafters --------------------------------------------------------------
 
 
-def _check_keep(ids: Sequence[int], keep: int) -> None:
-    check_int("keep", keep, low=1, high=len(ids), note="len(ids)")
-
-
 class PromptLookupDrafter(Drafter):
     """Copy what followed an earlier occurrence of the prefix's last n-gram (q = None).
 
@@ -267,9 +262,7 @@ class PromptLookupDrafter(Drafter):
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         check_int("min_ngram", min_ngram, low=1)
-        check_int("max_ngram", max_ngram, low=1)
-        if max_ngram < min_ngram:
-            raise ValueError(f"max_ngram must be >= min_ngram = {min_ngram}; got {max_ngram!r}")
+        check_int("max_ngram", max_ngram, low=min_ngram, note="min_ngram")
         self.max_ngram, self.min_ngram = int(max_ngram), int(min_ngram)
 
     def lookup(self, prefix_ids: Sequence[int], gamma: int) -> list[int]:
@@ -293,13 +286,8 @@ class PromptLookupDrafter(Drafter):
 
     def q_rows(self, ids: Sequence[int], keep: int, warp_fn: WarpFn) -> None:
         """None: prompt lookup is deterministic (use :meth:`lookup` for its drafts)."""
-        _check_keep(ids, keep)
+        check_int("keep", keep, low=1, high=len(ids), note="len(ids)")
         return None
-
-
-def _check_smoothing(smoothing: float) -> None:
-    if not (np.isfinite(smoothing) and smoothing > 0):
-        raise ValueError(f"smoothing must be a finite number > 0; got {smoothing!r}")
 
 
 def _check_sequences(seqs: Iterable[Sequence[int]], vocab: int) -> list[np.ndarray]:
@@ -331,7 +319,7 @@ class UnigramDrafter(Drafter):
     def from_token_ids(
         cls, seqs: Iterable[Sequence[int]], vocab_size: int, smoothing: float = 1.0
     ) -> UnigramDrafter:
-        _check_smoothing(smoothing)
+        check_float("smoothing", smoothing, low=0.0, open_low=True)
         counts = np.bincount(np.concatenate(_check_sequences(seqs, vocab_size)), minlength=vocab_size)
         return cls((counts + smoothing) / (counts.sum() + smoothing * vocab_size))
 
@@ -345,7 +333,7 @@ class UnigramDrafter(Drafter):
 
     def q_rows(self, ids: Sequence[int], keep: int, warp_fn: WarpFn) -> torch.Tensor:
         """The same row after every prefix: a unigram draft ignores the context."""
-        _check_keep(ids, keep)
+        check_int("keep", keep, low=1, high=len(ids), note="len(ids)")
         return warp_fn(self.log_probs).expand(keep, -1)
 
 
@@ -359,7 +347,7 @@ class BigramDrafter(Drafter):
     def __init__(
         self, pairs: dict[int, tuple[np.ndarray, np.ndarray]], vocab_size: int, smoothing: float = 1.0
     ) -> None:
-        _check_smoothing(smoothing)
+        check_float("smoothing", smoothing, low=0.0, open_low=True)
         check_int("vocab_size", vocab_size, low=1)
         self.pairs, self.vocab_size, self.smoothing = pairs, int(vocab_size), float(smoothing)
 
@@ -400,5 +388,5 @@ class BigramDrafter(Drafter):
 
     def q_rows(self, ids: Sequence[int], keep: int, warp_fn: WarpFn) -> torch.Tensor:
         """Row j is warp_fn(log q(. | previous token)) for each of the last ``keep`` tokens."""
-        _check_keep(ids, keep)
+        check_int("keep", keep, low=1, high=len(ids), note="len(ids)")
         return warp_fn(torch.stack([self.log_probs(int(t)) for t in list(ids)[-keep:]]))

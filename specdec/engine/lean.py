@@ -74,6 +74,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec.engine.lm import Session
+from specdec.theory.checks import check_int
 
 __all__ = [
     "GROUP_SIZE",
@@ -502,12 +503,7 @@ class LeanLlama:
 
     def early_exit(self, n_layers: int) -> LeanLlama:
         """A view made of the first ``n_layers`` layers, the final norm and the LM head (shared)."""
-        if (
-            isinstance(n_layers, bool)
-            or not isinstance(n_layers, int)
-            or not 1 <= n_layers <= self.num_layers
-        ):
-            raise ValueError(f"n_layers must be an integer in [1, {self.num_layers}]; got {n_layers!r}")
+        n_layers = check_int("n_layers", n_layers, low=1, high=self.num_layers, note="the model's depth")
         view = object.__new__(LeanLlama)
         view.__dict__.update(self.__dict__)
         self._q8.setdefault("all_layers", self.layers)  # the shared q4q8 forward holds every layer
@@ -588,9 +584,7 @@ class LeanLlama:
         Measured on the running machine (kernels differ between CPUs), on random token ids
         after a prefill of ``context`` tokens; the cache is restored afterwards.
         """
-        for name, value, low in (("k", k, 2), ("context", context, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+        k, context = check_int("k", k, low=2), check_int("context", context, low=1)
         ids = torch.randint(0, self.vocab_size, (context + k,), generator=torch.Generator().manual_seed(seed))
         cache = self.new_cache(context + k)
         self.forward(ids[:context], 0, cache)

@@ -27,10 +27,14 @@ instruction set the build targets (AVX512-VNNI, AVX-VNNI, AVX2, else portable C:
 
 A cached library is checked before it is loaded (its size and SHA-256 against a sidecar written
 when it was built): a damaged one (truncated, emptied, replaced) is rebuilt, and a line says
-so, instead of crashing the process that maps it."""
+so, instead of crashing the process that maps it. Where the cache folder cannot be written (a
+read-only ``SPECDEC_CACHE``), the library is built in a private per-user folder
+(:func:`fallback_folder`) and a warning says so; where that fails too, the mode's reason says what,
+why and what to do in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -42,9 +46,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any
+
+from specdec.theory.checks import check_int
 
 __all__ = [
     "KINDS",
@@ -57,6 +64,7 @@ __all__ = [
     "build_info",
     "check_threads",
     "default_threads",
+    "fallback_folder",
     "isa",
     "library",
     "unavailable_reason",
@@ -93,11 +101,7 @@ def check_threads(threads: Any, name: str = "threads") -> int:
     """``threads`` as an int >= 1 (None: :func:`default_threads`); ValueError naming ``name`` otherwise."""
     if threads is None:
         return default_threads()
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024:
-        raise ValueError(
-            f"{name} must be an integer in [1, 1024] (or None: all usable cores); got {threads!r}"
-        )
-    return threads
+    return check_int(name, threads, low=1, high=1024, note="or None: all usable cores")
 
 
 _MARCH = {"native": "-march=native", "avx2": "-march=x86-64-v3", "baseline": "-march=x86-64"}
@@ -379,20 +383,80 @@ def _check_abi(lib: ctypes.CDLL) -> None:
         )
 
 
+def fallback_folder() -> Path:
+    """Where a library is built when the cache folder cannot be written (a read-only
+    ``SPECDEC_CACHE``): ``specdec-<uid>`` in the system's temporary folder, private to the user."""
+    user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+    return Path(tempfile.gettempdir()) / f"specdec-{user}"
+
+
+def _unwritable(folder: Path, private: bool = False) -> str | None:
+    """Why no library can be built in ``folder`` (made when missing), or None when one can.
+    ``private``: the folder must also be the user's own and closed to others (a shared temporary
+    folder must not hand this process a library someone else put there)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, **({"mode": 0o700} if private else {}))
+        if private and hasattr(os, "getuid"):
+            st = folder.stat()
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                return "not this user's own private folder"
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    return None
+
+
+def _intact(path: Path) -> bool:
+    """True when a library as built is cached at ``path``; a damaged one is removed (a line says so)."""
+    if not path.exists():
+        return False
+    why = _damage(path)
+    if why is None:
+        return True
+    print(f"specdec: rebuilding damaged library {path} ({why})", file=sys.stderr)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return False
+
+
+def _placed(cc: tuple[str, ...], flags: list[str], path: Path, kind: str) -> Path | str:
+    """The path of an intact library of ``kind``: cached at ``path``, else built there, else (the
+    cache folder cannot be written) in :func:`fallback_folder`, which a warning names; a one-line
+    reason (what, why, what to do) when neither folder can be written."""
+    if _intact(path):
+        return path
+    why = _unwritable(path.parent)
+    if why is None:
+        _build(cc, flags, path, kind)
+        return path
+    folder = fallback_folder()
+    other = _unwritable(folder, private=True)
+    if other is not None:
+        return (
+            f"cannot build the {kind} C forward: the cache folder {path.parent} cannot be written ({why}), "
+            f"nor can {folder} ({other}); point SPECDEC_CACHE at a writable folder"
+        )
+    warnings.warn(
+        f"the C forward's cache folder {path.parent} cannot be written ({why}); the {kind} C forward is "
+        f"built and kept in {folder} instead (point SPECDEC_CACHE at a writable folder to keep it there)",
+        stacklevel=4,
+    )
+    target = folder / path.name
+    if not _intact(target):
+        _build(cc, flags, target, kind)
+    return target
+
+
 @functools.cache
 def _load(flags: tuple[str, ...], kind: str = "q4_1") -> ctypes.CDLL | str:
     cc = _compiler()
     if cc is None:
         return f"no C compiler found (looked for {os.environ.get('CC', 'cc')!r}; set $CC)"
-    path = _library_path(cc, list(flags), kind)
     try:
-        if path.exists():
-            why = _damage(path)
-            if why is not None:
-                print(f"specdec: rebuilding damaged library {path} ({why})", file=sys.stderr)
-                path.unlink(missing_ok=True)
-        if not path.exists():
-            _build(cc, list(flags), path, kind)
+        path = _placed(cc, list(flags), _library_path(cc, list(flags), kind), kind)
+        if isinstance(path, str):
+            return path
         lib = ctypes.CDLL(str(path))
         if kind == "q4q8":
             _declare_q8(lib)

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_int
 
 __all__ = ["Stats", "cost_coefficient"]
 
@@ -65,7 +65,10 @@ class Stats:
       min(gamma, max_new_tokens - 1): a round emits its drafts plus one token of its own).
       ``examined_at`` / ``accepted_at`` hold one count per position 0..max_drafts - 1 and
       ``accepted_hist`` max_drafts + 1 counts, so memory follows the work, not gamma; the
-      positions left out are ones no round could reach (their counts would be 0).
+      positions left out are ones no round could reach (their counts would be 0). Without
+      ``max_drafts`` (it then defaults to gamma, the bound :meth:`record_round` checks) the
+      lists start empty and grow to the deepest position a round reached, so ``Stats(gamma=10**9)``
+      costs no more than the rounds it records.
     """
 
     gamma: int
@@ -86,11 +89,12 @@ class Stats:
     max_drafts: int | None = None  #: the most drafts a round can propose (default: gamma)
 
     def __post_init__(self) -> None:
+        check_int("gamma", self.gamma, low=0)
+        sized = self.max_drafts is not None  # sized by the caller: the lists cover every position
         if self.max_drafts is None:
             self.max_drafts = self.gamma
-        if not 0 <= self.max_drafts <= self.gamma:
-            raise ValueError(f"max_drafts must lie in [0, gamma = {self.gamma}]; got {self.max_drafts!r}")
-        if not self.examined_at:
+        check_int("max_drafts", self.max_drafts, low=0, high=self.gamma, note="gamma")
+        if sized and not self.examined_at:
             self.examined_at = [0] * self.max_drafts
             self.accepted_at = [0] * self.max_drafts
 
@@ -118,6 +122,10 @@ class Stats:
         self.target_calls += 1
         self.draft_calls += draft_calls
         examined = min(accepted + 1, drafted)
+        if examined > len(self.examined_at):  # only without max_drafts: grown to the work
+            grow = [0] * (examined - len(self.examined_at))
+            self.examined_at += grow
+            self.accepted_at += grow
         for i in range(examined):
             self.examined_at[i] += 1
             self.accepted_at[i] += i < accepted
@@ -146,8 +154,9 @@ class Stats:
     @property
     def accepted_hist(self) -> list[int]:
         """Index k: the number of rounds with A = k accepted drafts (length max_drafts + 1,
-        gamma + 1 unless the call could not draft gamma tokens in a round)."""
-        hist = [0] * (self.max_drafts + 1)
+        gamma + 1 unless the call could not draft gamma tokens in a round; without max_drafts,
+        one more than the deepest position a round reached)."""
+        hist = [0] * (max(len(self.examined_at), max(self.accepted, default=0)) + 1)
         for a in self.accepted:
             hist[a] += 1
         return hist
@@ -247,11 +256,8 @@ def cost_coefficient(draft_s: float, rounds: int, gamma: int, step_s: float) -> 
     lookup a round) it is that lookup's time spread over the gamma positions, so that
     ``gamma c`` is the drafting time of a round either way. 0 when nothing was drafted.
     """
-    for name, value in (("draft_s", draft_s), ("step_s", step_s)):
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite time >= 0; got {value!r}")
-    if not step_s > 0:
-        raise ValueError(f"step_s must be > 0 (a measured target step); got {step_s!r}")
+    check_float("draft_s", draft_s, low=0.0, note="a time in seconds")
+    check_float("step_s", step_s, low=0.0, open_low=True, note="a measured target step in seconds")
     for name, value in (("rounds", rounds), ("gamma", gamma)):
         check_int(name, value, low=1)
     return draft_s / rounds / gamma / step_s

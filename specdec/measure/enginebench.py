@@ -210,29 +210,24 @@ def draft_costs(
     c = the geometric mean over passes of T_draft(1) / T_target(1), paired by pass, with its 95 %
     bootstrap interval. Every draft runs at ``threads`` (torch's modes on torch's threads). The C
     forward's drafts and torch's are timed in two groups, each with the target."""
-    from specdec.engine.lean import NATIVE_MODES, LeanLlama
+    from specdec.engine.lean import LeanLlama
     from specdec.measure.core import engine_verify_curves
-    from specdec.measure.modes import draft_modes
+    from specdec.measure.modes import draft_modes, timing_groups
     from specdec.theory.intervals import ratio_ci
     from specdec.train.draftnets import list_drafts, load_draft
 
-    native_models: dict[str, Any] = {}
-    torch_models: dict[str, Any] = {}
+    models: dict[str, Any] = {}
     for name in list_drafts():
         hf = load_draft(name, base_model)
         for mode in draft_modes(hf):
-            group = native_models if mode in NATIVE_MODES else torch_models
-            group[f"{name}/{mode}"] = LeanLlama(hf, mode, threads=threads)
+            models[f"{name}/{mode}"] = LeanLlama(hf, mode, threads=threads)
     if isinstance(target, LeanLlama):
         for n in early_exit:
             if 1 <= n < target.num_layers:
-                native_models[f"ee-{n}/{target.mode}"] = target.early_exit(n)
-    # two groups, each timed with the target: torch's OpenMP workers keep spinning after a torch op on
-    # several threads and would take the cores the C forward's threads need in the next call
+                models[f"ee-{n}/{target.mode}"] = target.early_exit(n)
     out, groups = {}, {}
-    for label, group in (("C forward", native_models), ("torch", torch_models)):
-        if not group:
-            continue
+    for label, names in timing_groups({name: m.mode for name, m in models.items()}):  # each with the target
+        group = {name: models[name] for name in names}
         curves = engine_verify_curves({"target": target, **group}, prompt_ids, [1], repeats, log=log)[
             "engines"
         ]

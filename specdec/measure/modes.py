@@ -20,7 +20,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,11 @@ import torch
 
 from specdec.engine.lean import MODES, NATIVE_MODES, LeanLlama, int4_supported, torch_threads_for
 from specdec.measure.core import cpu_name, time_forwards, write_record
-from specdec.theory.checks import check_float, check_int
+from specdec.theory.checks import check_float, check_int, check_ints
 
 __all__ = [
     "DRAFT_MODES",
+    "TIMING_GROUPS",
     "available_modes",
     "choose_mode",
     "cpu_counters",
@@ -45,6 +46,7 @@ __all__ = [
     "machine_identity",
     "probe_modes",
     "probe_summary",
+    "timing_groups",
 ]
 
 #: Bump when the probe's method changes: older cached probes are then ignored.
@@ -155,16 +157,19 @@ def probe_modes(
         ("warmup", warmup, 0),
     ):
         check_int(name, value, low=low)
-    sizes = sorted({1, k, *(int(n) for n in ks)})
-    if sizes[0] < 1:
-        raise ValueError(f"ks must hold integers >= 1; got {list(ks)!r}")
+    sizes = sorted({1, k, *(check_ints("ks", ks, low=1) if len(ks) else ())})
     gen = np.random.default_rng(0)
     vocab = int(model.config.vocab_size)
     ids = gen.integers(0, vocab, context + sizes[-1]).tolist()
     sessions = {}
     leans = {}
     exact = {}
-    bar = _progress_bar(len(modes) + warmup + repeats, f"timing the lean modes ({', '.join(modes)})")
+    what = f"timing the lean modes ({', '.join(modes)})"
+    bar = _progress_bar(len(modes) + warmup + repeats, what)
+    quiet = bar.disable  # no bar off a terminal: one line now and one at the end say what is slow
+    if quiet:
+        _say(f"{what} on this machine ({warmup + repeats} passes of every call size) ...")
+    began = time.perf_counter()
     for mode in modes:
         bar.set_postfix_str(f"preparing {mode}", refresh=True)
         lean = leans[mode] = LeanLlama(model, mode, threads=threads)
@@ -178,19 +183,18 @@ def probe_modes(
     # the C forwards' modes and torch's in two groups, each interleaved: torch's OpenMP workers keep
     # spinning after an op on several threads and would take the cores of the next C call
     times: dict[str, Any] = {}
-    for group in ([m for m in modes if m in NATIVE_MODES], [m for m in modes if m not in NATIVE_MODES]):
-        if group:
-            times |= time_forwards(
-                {m: sessions[m] for m in group},
-                dict.fromkeys(group, ids[context:]),
-                sizes,
-                repeats=repeats,
-                warmup=warmup,
-                order="names",
-                rng=gen,
-                # q4q8's C threads need the cores: torch on one thread while it runs (as when it decodes)
-                around={mode: partial(torch_threads_for, leans[mode]) for mode in group},
-            )
+    for _, group in timing_groups({m: m for m in modes}):
+        times |= time_forwards(
+            {m: sessions[m] for m in group},
+            dict.fromkeys(group, ids[context:]),
+            sizes,
+            repeats=repeats,
+            warmup=warmup,
+            order="names",
+            rng=gen,
+            # q4q8's C threads need the cores: torch on one thread while it runs (as when it decodes)
+            around={mode: partial(torch_threads_for, leans[mode]) for mode in group},
+        )
     load = load_during(
         counters,
         cpu_counters(),
@@ -199,6 +203,8 @@ def probe_modes(
     )
     bar.update(warmup + repeats)
     bar.close()
+    if quiet:
+        _say(f"{what}: done in {time.perf_counter() - began:.1f} s")
     result = {}
     for mode in modes:
         med = {n: float(np.median(times[mode][n])) for n in sizes}
@@ -222,6 +228,23 @@ def probe_modes(
         "modes": result,
         "load": load,
     }
+
+
+#: The two groups a timing splits lean models into, in the order they run (:func:`timing_groups`).
+TIMING_GROUPS = ("C forward", "torch")
+
+
+def timing_groups(modes: Mapping[str, str]) -> list[tuple[str, list[str]]]:
+    """The names of ``modes`` ({name: lean mode}) split into the C forwards' modes
+    (:data:`specdec.engine.lean.NATIVE_MODES`) and torch's, as ``[(label, names)]`` in the order
+    of :data:`TIMING_GROUPS`, each group in the given order, empty ones left out.
+
+    A timing interleaves the models of one group, and runs the groups one after the other:
+    torch's OpenMP workers keep spinning after a torch op on several threads and would take the
+    cores the C forward's threads need in the next call."""
+    native = [name for name, mode in modes.items() if mode in NATIVE_MODES]
+    rest = [name for name, mode in modes.items() if mode not in NATIVE_MODES]
+    return [(label, names) for label, names in zip(TIMING_GROUPS, (native, rest), strict=True) if names]
 
 
 def _progress_bar(total: int, desc: str) -> Any:
@@ -293,8 +316,7 @@ def draft_length(
         raise ValueError(
             f"mode must be one of the probed modes {sorted(probe.get('modes', {}))}; got {mode!r}"
         )
-    if not 0.0 <= alpha < 1.0:
-        raise ValueError(f"alpha must lie in [0, 1); got {alpha!r}")
+    alpha = check_float("alpha", alpha, low=0.0, high=1.0, open_high=True)
     c = check_float("c", c, low=0.0)
     curve = {int(n): float(v) for n, v in probe["modes"][mode]["curve"].items()}
     gamma, speedup = best_gamma_on_curve(alpha, c, curve)

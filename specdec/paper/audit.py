@@ -33,7 +33,8 @@ def parse_printed(printed: str | float | int) -> tuple[float, float]:
         raise ValueError(f"printed must be a decimal number such as '1.53X' or '0.8'; got {printed!r}")
     number = Decimal(match.group(1))
     exponent = number.as_tuple().exponent
-    assert isinstance(exponent, int)
+    if not isinstance(exponent, int):  # "n", "N" or "F": not a finite decimal (the pattern admits none)
+        raise ValueError(f"printed must be a finite decimal number; got {printed!r}")
     return float(number), 0.5 * 10.0**exponent
 
 

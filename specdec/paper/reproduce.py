@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from specdec.paper.audit import agrees, parse_printed, verdict
 from specdec.paper.published import load_table, statement, value
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_array, check_int, check_ints
 from specdec.theory.speedup import (
     expected_tokens,
     ops_factor,
@@ -91,12 +91,8 @@ def implied_cost(alpha: ArrayLike, gamma: ArrayLike, speedup: ArrayLike) -> NDAr
     result means the factor exceeds what gamma drafts can give even at c = 0. ``gamma`` must be
     at least 1 (with gamma = 0 the factor is 1 whatever c is); ``speedup`` must be positive.
     """
-    g = np.asarray(gamma)
-    if np.any(g < 1):
-        raise ValueError(f"gamma must be an integer >= 1; got {gamma!r}")
-    s = np.asarray(speedup, dtype=float)
-    if not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError(f"speedup must be a finite number > 0; got {speedup!r}")
+    g = check_array("gamma", gamma, low=1, integer=True)
+    s = check_array("speedup", speedup, low=0.0, open_low=True)
     out = (np.asarray(expected_tokens(alpha, g)) / s - 1.0) / g
     return out[()] if out.ndim == 0 else out
 
@@ -322,8 +318,7 @@ def negligible_draft_rows(gammas: Sequence[int] = NEGLIGIBLE_GAMMAS) -> list[Rec
     is reached only as gamma -> infinity. ``share_gamma<g>`` is the fraction of the ceiling
     reached at the largest listed gamma.
     """
-    if not gammas or any(int(g) != g or g < 0 for g in gammas):
-        raise ValueError(f"gammas must be a non-empty list of non-negative integers; got {gammas!r}")
+    check_ints("gammas", gammas, low=0)
     rows = []
     for r, temp, alpha in _table3_long():
         if r["M_q"] not in ("Unigram", "Bigram"):

@@ -1,10 +1,13 @@
 """The one argument checker: integers, integer lists, real numbers and probabilities.
 
-Every public function of the package checks its arguments with these (except
-:mod:`specdec.engine.native` and :mod:`specdec.engine.lean`, which still carry their own checks). Each raises
+Every public function of the package checks its integer and real arguments with these (the C
+forwards' own error codes aside, which :mod:`specdec.engine.native` maps to ValueError). Each raises
 :class:`ValueError` naming the argument, the valid range and the value it got, e.g.
 ``repeats must be an integer >= 1; got 0``. Booleans are refused where a number is asked
-(``True`` is an ``int`` in Python). Pure Python and numpy: the theory layer uses it.
+(``True`` is an ``int`` in Python). :func:`check_optional_int` and :func:`check_optional_float`
+let None through (their message says "or None"); :func:`check_array` applies the same rules to
+every entry of a scalar or array argument (the theory's vectorised formulas). Pure Python and
+numpy: the theory layer uses it.
 """
 
 from __future__ import annotations
@@ -13,12 +16,28 @@ import math
 import numbers
 from collections.abc import Iterable
 
-__all__ = ["check_float", "check_int", "check_ints", "check_probability", "is_int"]
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "check_array",
+    "check_float",
+    "check_int",
+    "check_ints",
+    "check_optional_float",
+    "check_optional_int",
+    "check_probability",
+    "is_int",
+]
 
 
 def is_int(value: object) -> bool:
     """True for an integer (Python's or numpy's), False for anything else, bool included."""
     return not isinstance(value, bool) and isinstance(value, numbers.Integral)
+
+
+def _is_real(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Real)
 
 
 def _range(low: float | None, high: float | None, *, open_low: bool = False, open_high: bool = False) -> str:
@@ -29,6 +48,11 @@ def _range(low: float | None, high: float | None, *, open_low: bool = False, ope
     if high is not None:
         return f"< {high}" if open_high else f"<= {high}"
     return ""
+
+
+def _within(v: float, low: float | None, high: float | None, open_low: bool, open_high: bool) -> bool:
+    above = low is None or (v > low if open_low else v >= low)
+    return above and (high is None or (v < high if open_high else v <= high))
 
 
 def _fail(name: str, kind: str, where: str, note: str | None, value: object) -> ValueError:
@@ -74,20 +98,69 @@ def check_float(
     open_high: bool = False,
     note: str | None = None,
 ) -> float:
-    """``value`` as a finite ``float`` in ``[low, high]`` (``(low, ...`` with ``open_low``, ``..., high)``
-    with ``open_high``); otherwise ValueError ``"<name> must be a finite number ...; got <value>"``."""
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
-    if ok:
-        v = float(value)
-        above = low is None or (v > low if open_low else v >= low)
-        below = high is None or (v < high if open_high else v <= high)
-        if above and below:
-            return v
-    raise _fail(
-        name, "a finite number", _range(low, high, open_low=open_low, open_high=open_high), note, value
-    )
+    """``value`` as a finite ``float`` in ``[low, high]`` (``open_low`` / ``open_high`` leave that
+    bound out: ``(low, high]``, ``[low, high)``); otherwise ValueError
+    ``"<name> must be a finite number ...; got <value>"``."""
+    ok = _is_real(value) and math.isfinite(float(value))
+    if ok and _within(float(value), low, high, open_low, open_high):
+        return float(value)
+    where = _range(low, high, open_low=open_low, open_high=open_high)
+    raise _fail(name, "a finite number", where, note, value)
 
 
 def check_probability(name: str, value: object) -> float:
     """A probability: a finite number in [0, 1]."""
     return check_float(name, value, low=0.0, high=1.0)
+
+
+def check_optional_int(
+    name: str, value: object, *, note: str = "or None", **bounds: int | None
+) -> int | None:
+    """None as None, otherwise :func:`check_int` with the bounds ``low`` / ``high`` (the message's
+    ``note`` says None is allowed too)."""
+    return None if value is None else check_int(name, value, note=note, **bounds)
+
+
+def check_optional_float(
+    name: str, value: object, *, note: str = "or None", **bounds: float | bool | None
+) -> float | None:
+    """None as None, otherwise :func:`check_float` with its bounds (``low``, ``high``, ``open_low``,
+    ``open_high``; the message's ``note`` says None is allowed too)."""
+    return None if value is None else check_float(name, value, note=note, **bounds)
+
+
+def check_array(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    open_low: bool = False,
+    open_high: bool = False,
+    integer: bool = False,
+    note: str | None = None,
+) -> NDArray:
+    """``value`` (a number or an array of them) as a numpy array whose every entry follows the
+    scalar rules: finite, in ``[low, high]`` (``open_low`` / ``open_high`` as :func:`check_float`), whole with
+    ``integer`` (int64 then, float64 otherwise), booleans and strings refused. Otherwise
+    ValueError ``"<name> must be a finite number ...; got <value>"`` (``an integer``; ``integers``
+    or ``finite numbers`` for an array), as :func:`check_int` and :func:`check_float` word it."""
+    arr = np.asarray(value)
+    if arr.dtype == object and all(is_int(v) or _is_real(v) for v in arr.flat):  # e.g. a pandas column
+        arr = arr.astype(np.int64 if all(is_int(v) for v in arr.flat) else float)
+    ok = np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    if ok:
+        f = arr.astype(float)
+        ok = bool(np.all(np.isfinite(f))) and (not integer or bool(np.all(f == np.round(f))))
+        if ok and f.size:
+            ok = _within(float(f.min()), low, None, open_low, open_high)
+            ok = ok and _within(float(f.max()), None, high, open_low, open_high)
+        if ok:
+            return arr.astype(np.int64) if integer else f
+    scalar = arr.ndim == 0
+    kind = (
+        ("an integer" if scalar else "integers")
+        if integer
+        else ("a finite number" if scalar else "finite numbers")
+    )
+    raise _fail(name, kind, _range(low, high, open_low=open_low, open_high=open_high), note, value)

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import brentq
 
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_int, check_probability
 from specdec.theory.speedup import expected_tokens
 
 __all__ = ["alpha_from_mean_tokens", "simulate_accepted"]
@@ -30,8 +30,7 @@ def simulate_accepted(alpha: float, gamma: int, n_rounds: int, rng: np.random.Ge
     at k = gamma. Tokens per round are ``A + 1``. The caller's generator is used as is (seed it
     once; it is never reseeded here).
     """
-    if isinstance(alpha, bool) or not np.isscalar(alpha) or not np.isfinite(alpha) or not 0 <= alpha <= 1:
-        raise ValueError(f"alpha must be a number in [0, 1]; got {alpha!r}")
+    alpha = check_probability("alpha", alpha)
     g = check_int("gamma", gamma, low=0)
     n = check_int("n_rounds", n_rounds, low=1)
     if not isinstance(rng, np.random.Generator):
@@ -51,12 +50,7 @@ def alpha_from_mean_tokens(mean_tokens: float, gamma: int) -> float:
     first. E[T] is strictly increasing in alpha for gamma >= 1, so the root is unique.
     """
     g = check_int("gamma", gamma, low=1)
-    m = float(mean_tokens)
-    if not np.isfinite(m) or not 1.0 <= m <= g + 1.0:
-        raise ValueError(
-            f"mean_tokens must lie in [1, gamma + 1] = [1, {g + 1}] (a mean of T = A + 1); "
-            f"got {mean_tokens!r}"
-        )
+    m = check_float("mean_tokens", mean_tokens, low=1.0, high=g + 1.0, note="gamma + 1: a mean of T = A + 1")
     if m == 1.0:
         return 0.0
     if m == g + 1.0:

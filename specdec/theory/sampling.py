@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_optional_float, check_optional_int
 
 __all__ = ["residual", "sample", "verify", "verify_argmax", "warp"]
 
@@ -30,11 +30,6 @@ Array = Any  # numpy.ndarray or torch.Tensor
 
 def _is_torch(x: object) -> bool:
     return type(x).__module__.startswith("torch")
-
-
-def _check_lenience(lenience: float) -> None:
-    if not 0.0 < lenience <= 1.0:
-        raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
 
 
 def _draft_ids(p: Array, draft: Array) -> list[int]:
@@ -88,7 +83,7 @@ def residual(p: Array, q: Array | None, lenience: float = 1.0, token: int | None
     point can still reach it, and then ``p`` itself is returned, which is the limit of the
     residual law and keeps the output exact.
     """
-    _check_lenience(lenience)
+    check_float("lenience", lenience, low=0.0, high=1.0, open_low=True)
     if q is None:
         if token is None:
             raise ValueError("residual needs the drafted token when q is None")
@@ -132,7 +127,7 @@ def verify(
     :func:`residual`; after a full accept it is drawn from p[gamma] (the bonus token).
     Greedy decoding is the same call with one-hot rows.
     """
-    _check_lenience(lenience)
+    check_float("lenience", lenience, low=0.0, high=1.0, open_low=True)
     draft_ids = _draft_ids(p, draft)
     gamma, vocab = len(draft_ids), p.shape[1]
     if q is not None and (q.ndim != 2 or tuple(q.shape) != (gamma, vocab)):
@@ -163,7 +158,7 @@ def verify_argmax(p: Array, draft: Array, lenience: float = 1.0) -> tuple[int, i
     keep a drafted token the target would not have chosen, as long as the target gives it at
     least l times the probability of its favourite.
     """
-    _check_lenience(lenience)
+    check_float("lenience", lenience, low=0.0, high=1.0, open_low=True)
     draft_ids = _draft_ids(p, draft)
     gamma = len(draft_ids)
     for i, x in enumerate(draft_ids):
@@ -188,12 +183,9 @@ def warp(
     included), and the result is renormalised. Use the same settings for p and q: the
     proof needs q to be exactly the law the draft sampled from.
     """
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0; got {temperature!r}")
-    if top_k is not None:
-        check_int("top_k", top_k, low=1, note="or None")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must lie in (0, 1] or be None; got {top_p!r}")
+    check_float("temperature", temperature, low=0.0)
+    check_optional_int("top_k", top_k, low=1)
+    check_optional_float("top_p", top_p, low=0.0, high=1.0, open_low=True)
     if _is_torch(logits):
         import torch
 

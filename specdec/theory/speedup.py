@@ -25,7 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from specdec.theory.checks import check_float, check_int
+from specdec.theory.checks import check_array, check_float, check_int
 
 __all__ = [
     "acceptance_rate",
@@ -47,27 +47,15 @@ SUM_TOL = 1e-6
 
 
 def _check_alpha(alpha: ArrayLike) -> NDArray[np.float64]:
-    a = np.asarray(alpha, dtype=float)
-    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
-        raise ValueError(f"alpha must lie in [0, 1]; got {alpha!r}")
-    return a
+    return check_array("alpha", alpha, low=0.0, high=1.0)
 
 
 def _check_gamma(gamma: ArrayLike) -> NDArray[np.int64]:
-    g = np.asarray(gamma)
-    if g.dtype == bool or not np.issubdtype(g.dtype, np.number):
-        raise ValueError(f"gamma must be a non-negative integer; got {gamma!r}")
-    gf = g.astype(float)
-    if not np.all(np.isfinite(gf)) or np.any(gf != np.round(gf)) or np.any(gf < 0):
-        raise ValueError(f"gamma must be a non-negative integer; got {gamma!r}")
-    return g.astype(np.int64)
+    return check_array("gamma", gamma, low=0, integer=True)
 
 
 def _check_cost(value: ArrayLike, name: str) -> NDArray[np.float64]:
-    v = np.asarray(value, dtype=float)
-    if not np.all(np.isfinite(v)) or np.any(v < 0):
-        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
-    return v
+    return check_array(name, value, low=0.0)
 
 
 def _scalar_or_array(x: NDArray) -> NDArray | np.floating | np.integer:
@@ -119,10 +107,7 @@ def walltime_speedup(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike) -> NDArra
 
 
 def _check_verify_cost(verify_cost: ArrayLike) -> NDArray[np.float64]:
-    v = np.asarray(verify_cost, dtype=float)
-    if not np.all(np.isfinite(v)) or np.any(v <= 0):
-        raise ValueError(f"verify_cost must be a finite number > 0 (T(gamma+1)/T(1)); got {verify_cost!r}")
-    return v
+    return check_array("verify_cost", verify_cost, low=0.0, open_low=True, note="T(gamma+1)/T(1)")
 
 
 def walltime_speedup_measured(
@@ -264,8 +249,7 @@ def acceptance_rate(p: ArrayLike, q: ArrayLike, lenience: float = 1.0) -> NDArra
     qq = _check_distribution(q, "q")
     if pp.shape != qq.shape:
         raise ValueError(f"p and q must have the same shape; got {pp.shape} and {qq.shape}")
-    if not 0.0 < lenience <= 1.0:
-        raise ValueError(f"lenience must lie in (0, 1]; got {lenience!r}")
+    lenience = check_float("lenience", lenience, low=0.0, high=1.0, open_low=True)
     return _scalar_or_array(np.asarray(np.minimum(qq, pp / lenience).sum(axis=-1)))
 
 
@@ -293,8 +277,7 @@ def break_even_alpha(c: float, curve: Mapping[int, float], tol: float = 1e-9) ->
     (whose best speedup rises with alpha); returns 1.0 when no alpha below 1 suffices.
     """
     c = check_float("c", c, low=0.0)
-    if not 0.0 < tol < 0.5:
-        raise ValueError(f"tol must lie in (0, 0.5); got {tol!r}")
+    check_float("tol", tol, low=0.0, high=0.5, open_low=True, open_high=True)
 
     def wins(alpha: float) -> bool:
         return best_gamma_on_curve(alpha, c, curve)[1] > 1.0

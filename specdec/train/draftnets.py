@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int
 from specdec.train.shards import load_shards, sequences
 
 __all__ = [
@@ -420,12 +420,9 @@ def train_draft(
     """
     if (minutes is None) == (steps is None):
         raise ValueError("give exactly one of minutes and steps")
-    if steps is not None:
-        check_int("steps", steps, low=1, note="or None")
-    if minutes is not None and not minutes > 0:
-        raise ValueError(f"minutes must be > 0; got {minutes!r}")
-    if not 0 < holdout < 1:
-        raise ValueError(f"holdout must lie in (0, 1); got {holdout!r}")
+    check_optional_int("steps", steps, low=1)
+    check_optional_float("minutes", minutes, low=0.0, open_low=True)
+    check_float("holdout", holdout, low=0.0, high=1.0, open_low=True, open_high=True)
     init = init_layers(layers, len(_base(target).layers))
     torch.manual_seed(seed)
     rng = random.Random(seed)
