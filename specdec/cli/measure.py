@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from specdec.cli.common import (
     NAMES,
     UsageError,
     at_least,
+    checked,
     fmt,
     interval,
     json_out,
@@ -21,6 +21,7 @@ from specdec.cli.common import (
     progress,
     read_record,
 )
+from specdec.theory.checks import check_float
 
 __all__ = ["MEASURE_NUMBERS", "add_parser", "print_measure", "run"]
 
@@ -120,10 +121,7 @@ def run(args: argparse.Namespace) -> int:
                 f"most the tokens still to generate, less the target's own); got {args.gamma}: "
                 "lower --gamma or raise --new-tokens"
             )
-        if not (math.isfinite(args.temperature) and args.temperature >= 0):
-            raise UsageError(
-                f"--temperature must be a finite number >= 0 (0: greedy); got {args.temperature!r}"
-            )
+        checked(check_float, "--temperature", args.temperature, low=0, note="0: greedy")
         if args.prompts is not None and not Path(args.prompts).is_file():
             raise UsageError(f"--prompts: no such file {args.prompts!r}")
         if args.target != "default" and not Path(args.target).expanduser().is_dir():

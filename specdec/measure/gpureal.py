@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec.engine.lm import Session
+from specdec.theory.checks import check_int
 from specdec.theory.intervals import bootstrap_ci, geomean, ratio_ci, verdict
 
 __all__ = [
@@ -176,10 +177,8 @@ def write_payload(
     loader). ``per_task`` evaluation prompts per task are tokenized (the book's held-out
     prompts, :func:`specdec.train.workloads.evaluation_prompts`).
     """
-    if isinstance(piece_bytes, bool) or not isinstance(piece_bytes, int) or piece_bytes < 1_000_000:
-        raise ValueError(f"piece_bytes must be an integer >= 1000000; got {piece_bytes!r}")
-    if isinstance(per_task, bool) or not isinstance(per_task, int) or per_task < 1:
-        raise ValueError(f"per_task must be an integer >= 1; got {per_task!r}")
+    check_int("piece_bytes", piece_bytes, low=1_000_000)
+    check_int("per_task", per_task, low=1)
     import gguf
 
     from specdec.engine.models import load_target, smollm2_gguf_path
@@ -490,8 +489,7 @@ class StaticLlama:
         kept: torch.Tensor | None = None,
         name: str = "target",
     ) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 2:
-            raise ValueError(f"capacity must be an integer >= 2; got {capacity!r}")
+        check_int("capacity", capacity, low=2)
         if capacity > int(config["max_position_embeddings"]):
             raise ValueError(
                 f"capacity must be <= max_position_embeddings ({config['max_position_embeddings']}); "
@@ -556,12 +554,7 @@ class StaticLlama:
 
     def early_exit(self, n_layers: int) -> StaticLlama:
         """The first ``n_layers`` layers, final norm and head (weights shared; own cache and graphs)."""
-        if (
-            isinstance(n_layers, bool)
-            or not isinstance(n_layers, int)
-            or not 1 <= n_layers <= len(self.layers)
-        ):
-            raise ValueError(f"n_layers must be an integer in [1, {len(self.layers)}]; got {n_layers!r}")
+        check_int("n_layers", n_layers, low=1, high=len(self.layers))
         return StaticLlama(
             self.config,
             embed=self.embed,

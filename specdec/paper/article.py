@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from specdec.paper.audit import verdict
+from specdec.theory.checks import check_array
 from specdec.theory.speedup import expected_tokens
 
 __all__ = ["ArticleNumber", "EtCell", "load_article_et_table", "load_article_numbers"]
@@ -212,9 +213,7 @@ def article_ops_factor(alpha: ArrayLike, gamma: ArrayLike, r: ArrayLike) -> NDAr
     are equal exactly when r = c_hat + 1, which is why the article needs r = 1 to reproduce
     Table 1 (c_hat = 0). Kept here so the book can show where the two models part.
     """
-    rr = np.asarray(r, dtype=float)
-    if not np.all(np.isfinite(rr)) or np.any(rr < 0):
-        raise ValueError(f"r must be a finite number >= 0; got {r!r}")
+    rr = check_array("r", r, low=0)
     g = np.asarray(gamma)
     out = (g * rr + 1.0) / np.asarray(expected_tokens(alpha, gamma))
     return out[()] if np.ndim(out) == 0 else out
