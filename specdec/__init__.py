@@ -59,6 +59,7 @@ Analysis (Part IV and V's readers):
 
 * :mod:`specdec.analysis.realrun`   -- pooling real runs and splitting the theory/measurement gap.
 * :mod:`specdec.analysis.realtables` -- Part IV's tables from a real-decoding run's state.
+* :mod:`specdec.analysis.hfbench`   -- our engine against transformers' assisted generation (bench_engine).
 * :mod:`specdec.analysis.hardware`  -- Part V: verify curves, GPU cost surfaces, adaptive gamma records.
 * :mod:`specdec.analysis.batchcost` -- the cost surface T(b, k) and what it predicts for batched speculation.
 * :mod:`specdec.analysis.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.

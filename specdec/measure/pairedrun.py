@@ -126,6 +126,7 @@ def paired_block(
     eos_token_id: int | None = None,
     exact_length: bool = True,
     timer: Callable[..., tuple[list[int], Any, float]] = timed_generation,
+    row: Callable[[Any, float], dict[str, Any]] = timing_row,
 ) -> list[dict[str, Any]]:
     """One repetition of a cell: plain decoding and every configuration once, the same ``seed`` for all.
 
@@ -133,7 +134,9 @@ def paired_block(
     The configurations run in an order drawn from ``rng``; plain decoding runs first on even
     repetitions and last on odd ones (``plain_at="alternate"``), or first with probability 1/2
     (``"random"``, one draw). Returns one row per run: ``drafter``, ``gamma``, ``lenience``,
-    ``rep``, :func:`timing_row`, and the private ``_tokens`` and ``_stats``.
+    ``rep``, :func:`timing_row`, and the private ``_tokens`` and ``_stats``. ``timer`` runs one
+    configuration (the signature and return of :func:`timed_generation`) and ``row(stats, total_s)``
+    makes its timing fields: hooks for runs other than the package's (transformers' ``generate``).
     """
     if plain_at not in ("alternate", "random"):
         raise ValueError(f"plain_at must be 'alternate' or 'random'; got {plain_at!r}")
@@ -160,7 +163,7 @@ def paired_block(
         )
         rows.append(
             {"drafter": cfg["drafter"], "gamma": cfg["gamma"], "lenience": cfg["lenience"], "rep": rep}
-            | timing_row(stats, total)
+            | row(stats, total)
             | {"_tokens": tokens, "_stats": stats}
         )
     return rows
