@@ -46,6 +46,7 @@ Measurement:
 * :mod:`specdec.measure.core`   -- the one timer and the one T(k) loop over any session, the
   verify-cost curves, environment records and the one record writer.
 * :mod:`specdec.measure.pairedrun` -- the one paired plain-vs-speculative run driver.
+* :mod:`specdec.measure.cellrun`   -- the one resumable cell runner: saved after every cell, resumed.
 * :mod:`specdec.measure.roofline`  -- the running machine's roofline (bandwidth, matmul GFLOP/s, ridge),
   a forward's bytes and FLOPs, the step time they predict, and a profile of where it goes.
 * :mod:`specdec.measure.modes`     -- the lean mode chosen by measuring the running machine (cached).
@@ -59,6 +60,7 @@ Analysis (Part IV and V's readers):
 
 * :mod:`specdec.analysis.realrun`   -- pooling real runs and splitting the theory/measurement gap.
 * :mod:`specdec.analysis.realtables` -- Part IV's tables from a real-decoding run's state.
+* :mod:`specdec.analysis.realbench` -- Part IV's benchmark program (``benchmarks/real_decoding.py``).
 * :mod:`specdec.analysis.hfbench`   -- our engine against transformers' assisted generation (bench_engine).
 * :mod:`specdec.analysis.hardware`  -- Part V: verify curves, GPU cost surfaces, adaptive gamma records.
 * :mod:`specdec.analysis.batchcost` -- the cost surface T(b, k) and what it predicts for batched speculation.
