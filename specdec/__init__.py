@@ -47,6 +47,8 @@ Measurement:
   verify-cost curves, environment records and the one record writer.
 * :mod:`specdec.measure.pairedrun` -- the one paired plain-vs-speculative run driver.
 * :mod:`specdec.measure.cellrun`   -- the one resumable cell runner: saved after every cell, resumed.
+* :mod:`specdec.measure.benchargs` -- what the benchmark scripts share: common arguments, checks, paths.
+* :mod:`specdec.measure.dynamicgamma` -- adaptive draft lengths against fixed ones (``dynamic_gamma.py``).
 * :mod:`specdec.measure.roofline`  -- the running machine's roofline (bandwidth, matmul GFLOP/s, ridge),
   a forward's bytes and FLOPs, the step time they predict, and a profile of where it goes.
 * :mod:`specdec.measure.modes`     -- the lean mode chosen by measuring the running machine (cached).

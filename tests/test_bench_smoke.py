@@ -213,3 +213,46 @@ def test_helpers_and_bad_settings(bench):
         bench.Settings(repeats=0)
     with pytest.raises(ValueError, match="prompt names"):
         bench.render_prompts(None, ["nope"])
+
+
+def test_dynamic_gamma_runs_every_configuration_paired_with_plain(one_thread):
+    """benchmarks/dynamic_gamma.py's program (specdec.measure.dynamicgamma) on tiny random Llamas:
+    one paired block per prompt and pass, fresh policies per run, the summary from the rows."""
+    from tiny_models import perturbed_copy
+
+    from specdec.measure.dynamicgamma import configurations, run, summarize
+
+    target = tiny_llama(0, layers=2)
+    draft = perturbed_copy(tiny_llama(0, layers=2), 0.05, 5)
+    configs = configurations([1, 2], [0.5], "tiny", target, draft)
+    assert list(configs) == [
+        "lookup g=1", "lookup g=2", "lookup heuristic", "tiny g=1", "tiny g=2", "tiny heuristic",
+        "tiny confidence 0.5",
+    ]  # fmt: skip
+    prompts = [
+        {"task": t, "id": f"{t}{i}", "ids": [5, 6, 7, 8, 5, 6, 7 + i]} for t in ("a", "b") for i in range(2)
+    ]
+    rows = run(target, configs, prompts, new_tokens=6, repeats=2)
+    assert len(rows) == 2 * len(prompts) * (len(configs) + 1)
+    assert {r["tokens"] for r in rows} == {6} and {r["config"] for r in rows} == {"plain", *configs}
+    summary = summarize(rows, list(configs))
+    assert summary["prompts"] == sorted(p["id"] for p in prompts)
+    for s in summary["configs"].values():
+        est, lo, hi = s["speedup"]
+        assert lo <= est <= hi and set(s["per_task"]) == {"a", "b"}
+
+
+@pytest.mark.parametrize("script", ["dynamic_gamma"])
+def test_the_lean_scripts_check_their_counts_in_one_message(root, script, capsys):
+    """The thin scripts share their argument checks (specdec.measure.benchargs): one message form."""
+    spec = importlib.util.spec_from_file_location(script, root / "benchmarks" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for argv, match in ((["--threads", "0"], "--threads"), (["--new-tokens", "-1"], "--new-tokens")):
+        with pytest.raises(SystemExit):
+            module.parse_args(argv)
+        assert f"{match} must be an integer >= 1; got {argv[1]}" in capsys.readouterr().err
+    if script != "engine_modes":
+        with pytest.raises(SystemExit):
+            module.parse_args(["--draft", "no-such-draft"])
+        assert "no-such-draft" in capsys.readouterr().err

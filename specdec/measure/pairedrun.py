@@ -29,7 +29,7 @@ import numpy as np
 
 from specdec.theory.tokens import first_divergence
 
-__all__ = ["finish_cell", "paired_block", "timed_generation", "timing_row"]
+__all__ = ["finish_cell", "fresh_timer", "paired_block", "timed_generation", "timing_row"]
 
 
 def timed_generation(
@@ -93,6 +93,18 @@ def _generate(
         seed=seed,
         eos_token_id=eos_token_id,
     )
+
+
+def fresh_timer(
+    target: Any, drafter: Any, ids: Sequence[int], *, gamma: Any, **kw: Any
+) -> tuple[list[int], Any, float]:
+    """:func:`timed_generation` for configurations that hold factories (a :func:`paired_block`
+    ``timer``): ``drafter()`` and ``gamma()`` make a fresh drafter and a fresh gamma or stateful
+    policy (:class:`specdec.theory.policies.HeuristicGamma`) for every run; plain decoding
+    (``drafter`` None) as is."""
+    if drafter is None:
+        return timed_generation(target, None, ids, gamma=0, **kw)
+    return timed_generation(target, drafter(), ids, gamma=gamma(), **kw)
 
 
 def timing_row(stats: Any, total_s: float) -> dict[str, Any]:
