@@ -242,7 +242,7 @@ def test_dynamic_gamma_runs_every_configuration_paired_with_plain(one_thread):
         assert lo <= est <= hi and set(s["per_task"]) == {"a", "b"}
 
 
-@pytest.mark.parametrize("script", ["dynamic_gamma", "oracle_gamma"])
+@pytest.mark.parametrize("script", ["dynamic_gamma", "oracle_gamma", "engine_modes"])
 def test_the_lean_scripts_check_their_counts_in_one_message(root, script, capsys):
     """The thin scripts share their argument checks (specdec.measure.benchargs): one message form."""
     spec = importlib.util.spec_from_file_location(script, root / "benchmarks" / f"{script}.py")
