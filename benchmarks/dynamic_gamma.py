@@ -27,9 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specdec.engine.models import set_threads  # noqa: E402
 from specdec.measure import benchargs as ba  # noqa: E402
-from specdec.measure.core import environment, write_result  # noqa: E402
 from specdec.measure.dynamicgamma import configurations, run, summarize  # noqa: E402
 
 
@@ -50,34 +48,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    from specdec.train.workloads import evaluation_prompts
-
     args = parse_args(argv)
-    set_threads(args.threads)
-    command = ba.command_line("dynamic_gamma.py", argv)
-    target, probe, base, draft_model = ba.load_lean_with_draft(args.mode, args.draft)
-    print(f"target: lean {target.mode}; draft {args.draft}; threads {args.threads}", flush=True)
-    prompts = evaluation_prompts(base.tokenizer, args.prompts_per_task)
-    env = environment(dtype=target.mode, device="cpu")
-    configs = configurations(args.gammas, args.confidences, args.draft, target, draft_model)
+    run_ = ba.start_lean_run(args, "dynamic_gamma.py", argv)
+    target, probe = run_.target, run_.probe
+    configs = configurations(args.gammas, args.confidences, args.draft, target, run_.draft_model)
     t0 = time.time()
-    rows = run(target, configs, prompts, new_tokens=args.new_tokens, repeats=args.repeats)
-    summary = summarize(rows, list(configs))
+    rows = run(target, configs, run_.prompts, new_tokens=args.new_tokens, repeats=args.repeats)
     record = {
         "kind": "dynamic-gamma",
-        "command": command,
+        "command": run_.command,
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "mode": target.mode,
         "mode_probe": None if probe is None else {k: v for k, v in probe.items() if k not in ("cached",)},
         "rows": rows,
-        "summary": summary,
+        "summary": summarize(rows, list(configs)),
         "wall_s": time.time() - t0,
     }
-    path = write_result(
-        ba.bench_path(args.out, "dynamic-gamma", env["device_name"], args.threads), record, env=env
-    )
-    ba.report(path)
-    return path
+    return ba.write_bench_record(record, run_.env, args.out, "dynamic-gamma", args.threads)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from specdec.measure import benchargs as ba  # noqa: E402
-from specdec.measure.core import write_result  # noqa: E402
 from specdec.measure.enginebench import ALL_ENGINES, BenchSettings, resolve_engines, run_bench  # noqa: E402
 from specdec.measure.modes import cpu_counters, load_during  # noqa: E402
 
@@ -64,11 +63,7 @@ def main(argv: list[str] | None = None) -> Path:
     before, start = cpu_counters(), time.perf_counter()
     record, env = run_bench(settings, command=command, refresh_probe=not args.cached_probe)
     record["machine_load"] = load_during(before, cpu_counters(), time.perf_counter() - start, args.threads)
-    path = write_result(
-        ba.bench_path(args.out, "engine-modes", env["device_name"], args.threads), record, env=env
-    )
-    ba.report(path)
-    return path
+    return ba.write_bench_record(record, env, args.out, "engine-modes", args.threads)
 
 
 if __name__ == "__main__":

@@ -33,9 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from specdec.analysis.oracle import measure_costs, record_runs  # noqa: E402
-from specdec.engine.models import set_threads  # noqa: E402
 from specdec.measure import benchargs as ba  # noqa: E402
-from specdec.measure.core import environment, write_result  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,19 +50,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
-    """The lean target in this machine's mode, its probe, the tokenizer and the draft model."""
+def verify_curve_probe(args: argparse.Namespace, run: ba.LeanRun) -> dict[str, Any]:
+    """The mode probe with the target's verify curve (measured here for a named mode); the curve
+    must reach ``--max-gamma`` + 1."""
     from specdec.measure.modes import probe_modes
 
-    target, probe, base, draft_model = ba.load_lean_with_draft(args.mode, args.draft)
-    if probe is None:  # a named mode: its verify curve is still measured here
-        probe = probe_modes(base.model, [target.mode])
-    top = max(int(k) for k in probe["modes"][target.mode]["curve"])
+    probe = run.probe if run.probe is not None else probe_modes(run.base.model, [run.target.mode])
+    top = max(int(k) for k in probe["modes"][run.target.mode]["curve"])
     if args.max_gamma + 1 > top:
         raise SystemExit(
             f"--max-gamma must be at most {top - 1}: the verify curve was measured up to k = {top}"
         )
-    return target, probe, base.tokenizer, draft_model
+    return probe
 
 
 def drafters(args: argparse.Namespace, target: Any, draft_model: Any) -> dict[str, Any]:
@@ -75,24 +72,19 @@ def drafters(args: argparse.Namespace, target: Any, draft_model: Any) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> Path:
-    from specdec.train.workloads import evaluation_prompts
-
     args = parse_args(argv)
-    set_threads(args.threads)
-    command = ba.command_line("oracle_gamma.py", argv)
-    target, probe, tokenizer, draft_model = load(args)
-    print(f"target: lean {target.mode}; draft {args.draft}; threads {args.threads}", flush=True)
-    prompts = evaluation_prompts(tokenizer, args.prompts_per_task)
-    makers = drafters(args, target, draft_model)
+    run = ba.start_lean_run(args, "oracle_gamma.py", argv)
+    target, prompts = run.target, run.prompts
+    probe = verify_curve_probe(args, run)
+    makers = drafters(args, target, run.draft_model)
     t0 = time.time()
     rows = record_runs(target, makers, prompts, new_tokens=args.new_tokens, max_gamma=args.max_gamma)
     costs = measure_costs(
         target, makers, prompts, new_tokens=args.new_tokens, gamma=args.c_gamma, repeats=args.repeats
     )
-    env = environment(dtype=target.mode, device="cpu")
     record = {
         "kind": "oracle-gamma",
-        "command": command,
+        "command": run.command,
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "mode": target.mode,
         "curve": probe["modes"][target.mode]["curve"],
@@ -101,11 +93,7 @@ def main(argv: list[str] | None = None) -> Path:
         "rows": rows,
         "wall_s": time.time() - t0,
     }
-    path = write_result(
-        ba.bench_path(args.out, "oracle-gamma", env["device_name"], args.threads), record, env=env
-    )
-    ba.report(path)
-    return path
+    return ba.write_bench_record(record, run.env, args.out, "oracle-gamma", args.threads)
 
 
 if __name__ == "__main__":

@@ -256,3 +256,43 @@ def test_the_lean_scripts_check_their_counts_in_one_message(root, script, capsys
         with pytest.raises(SystemExit):
             module.parse_args(["--draft", "no-such-draft"])
         assert "no-such-draft" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["dynamic_gamma", "oracle_gamma"])
+def test_the_lean_scripts_write_their_records_on_tiny_models(root, script, tmp_path, monkeypatch, one_thread):
+    """dynamic_gamma.py and oracle_gamma.py end to end (benchargs.start_lean_run, the package's loops,
+    write_bench_record) with tiny random Llamas in place of the real target and draft."""
+    from types import SimpleNamespace
+
+    from tiny_models import perturbed_copy
+
+    import specdec.train.workloads
+    from specdec.measure import benchargs
+
+    target = tiny_llama(0, layers=2)
+    target.mode = "tiny"
+    draft = perturbed_copy(tiny_llama(0, layers=2), 0.05, 5)
+    probe = {"modes": {"tiny": {"curve": {str(k): 1.0 + 0.01 * k for k in range(1, 17)}, "exact": True}}}
+    base = SimpleNamespace(model=target, tokenizer=None)
+    monkeypatch.setattr(benchargs, "load_lean_with_draft", lambda mode, name: (target, probe, base, draft))
+    prompts = [
+        {"task": t, "id": f"{t}{i}", "ids": [5, 6, 7, 8, 5, 6, 7 + i]} for t in ("a", "b") for i in range(2)
+    ]
+    monkeypatch.setattr(specdec.train.workloads, "evaluation_prompts", lambda tok, n: prompts)
+    spec = importlib.util.spec_from_file_location(script, root / "benchmarks" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    extra = ["--gammas", "1,2", "--confidences", "0.5"] if script == "dynamic_gamma" else ["--max-gamma", "4"]
+    out = tmp_path / "record.json"
+    path = module.main(["--new-tokens", "6", "--repeats", "1", "--out", str(out), *extra])
+    record = json.loads(path.read_text())
+    assert path == out and record["kind"] == script.replace("_", "-") and record["mode"] == "tiny"
+    assert record["command"].startswith(f"python benchmarks/{script}.py --new-tokens 6")
+    assert record["environment"]["dtype"] == "tiny"
+    if script == "dynamic_gamma":
+        assert len(record["rows"]) == len(prompts) * 8 and set(record["summary"]["configs"]) == {
+            "lookup g=1", "lookup g=2", "lookup heuristic", "distil-l1 g=1", "distil-l1 g=2",
+            "distil-l1 heuristic", "distil-l1 confidence 0.5",
+        }  # fmt: skip
+    else:
+        assert set(record["costs"]) == {"lookup", "distil-l1"} and len(record["rows"]) == len(prompts)

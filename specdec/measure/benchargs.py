@@ -12,14 +12,17 @@ every script repeated live here once:
 * :func:`command_line`, :func:`bench_path` and :func:`report` -- the command a record keeps, the
   default record path ``results/bench/<kind>-<cpu>-<threads>t.json``, the closing line;
 * :func:`load_lean_with_draft` -- the default target in the lean mode of this machine
-  (:func:`specdec.measure.modes.lean_model`), the base model and a distilled draft.
+  (:func:`specdec.measure.modes.lean_model`), the base model and a distilled draft;
+  :func:`start_lean_run` -- that, the evaluation prompts and the environment for a script's run;
+  :func:`write_bench_record` -- the record written to its path, and the closing line.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,8 @@ __all__ = [
     "command_line",
     "load_lean_with_draft",
     "report",
+    "start_lean_run",
+    "write_bench_record",
 ]
 
 #: The repository root (the default records live under ``results/``).
@@ -103,3 +108,45 @@ def load_lean_with_draft(mode: str, draft: str) -> tuple[Any, Any, Any, Any]:
     base = load_target("float32")
     target, probe = lean_model(base.model, mode)
     return target, probe, base, load_draft(draft, base.model)
+
+
+@dataclass
+class LeanRun:
+    """What a lean-target script's run starts with (:func:`start_lean_run`)."""
+
+    command: str
+    target: Any
+    probe: Any
+    base: Any
+    draft_model: Any
+    prompts: list[dict[str, Any]]
+    env: dict[str, Any]
+
+
+def start_lean_run(args: argparse.Namespace, script: str, argv: Sequence[str] | None) -> LeanRun:
+    """Pin ``args.threads``, load the lean target in ``args.mode`` and the draft ``args.draft``
+    (:func:`load_lean_with_draft`), say so in one line, and take ``args.prompts_per_task``
+    evaluation prompts per task; with the command line and the environment."""
+    from specdec.engine.models import set_threads
+    from specdec.measure.core import environment
+    from specdec.train.workloads import evaluation_prompts
+
+    set_threads(args.threads)
+    command = command_line(script, argv)
+    target, probe, base, draft_model = load_lean_with_draft(args.mode, args.draft)
+    print(f"target: lean {target.mode}; draft {args.draft}; threads {args.threads}", flush=True)
+    prompts = evaluation_prompts(base.tokenizer, args.prompts_per_task)
+    env = environment(dtype=target.mode, device="cpu")
+    return LeanRun(command, target, probe, base, draft_model, prompts, env)
+
+
+def write_bench_record(
+    record: Mapping[str, Any], env: Mapping[str, Any], out: str | None, kind: str, threads: int
+) -> Path:
+    """Write ``record`` with ``env`` (:func:`specdec.measure.core.write_result`) to ``out`` or the
+    default :func:`bench_path`, say where, and return the path."""
+    from specdec.measure.core import write_result
+
+    path = write_result(bench_path(out, kind, env["device_name"], threads), dict(record), env=env)
+    report(path)
+    return path
