@@ -66,6 +66,7 @@ Analysis (Part IV and V's readers):
 * :mod:`specdec.analysis.hfbench`   -- our engine against transformers' assisted generation (bench_engine).
 * :mod:`specdec.analysis.hardware`  -- Part V: verify curves, GPU cost surfaces, adaptive gamma records.
 * :mod:`specdec.analysis.batchcost` -- the cost surface T(b, k) and what it predicts for batched speculation.
+* :mod:`specdec.analysis.batchbench` -- the steps of the batch-size benchmark (``batch_surface.py``).
 * :mod:`specdec.analysis.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.
 * :mod:`specdec.analysis.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).
 * :mod:`specdec.analysis.crossfit`  -- the campaign's analysis: gamma chosen by cross-fitting, speedups over

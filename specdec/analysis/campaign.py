@@ -267,7 +267,7 @@ def run_campaign(
     part = partial_path(out)
     settings = as_stored(dict(settings))  # as the file stores it
     todo = cells(prompts, temperatures)
-    record = open_partial(part, settings, fresh=fresh, what="campaign")
+    record = open_partial(part, settings, fresh=fresh, what="partial campaign")
     if record is not None:
         ids = [c["id"] for c in all_configs(engines, configs)]
         if [c["id"] for c in record.get("configs", [])] != ids:

@@ -40,14 +40,14 @@ def open_partial(
     *,
     fresh: bool = False,
     key: str = "settings",
-    what: str = "run",
+    what: str = "partial run",
 ) -> dict[str, Any] | None:
     """The partial record at ``path`` when its ``key`` holds ``settings`` (as stored); None when
     there is no file or ``fresh`` discards it.
 
     Raises SystemExit when the file cannot be read as a JSON object ("damaged") or was made with
     other settings (naming the ones that differ): rerunning the file's own command resumes it,
-    ``--fresh`` discards it. ``what`` names the run in the message (``"campaign"``).
+    ``--fresh`` discards it. ``what`` names the record in the message (``"partial campaign"``).
     """
     path = Path(path)
     if fresh or not path.exists():
@@ -67,7 +67,7 @@ def open_partial(
         saved = saved if isinstance(saved, dict) else {}
         diff = sorted(k for k in mine if saved.get(k) != mine[k])
         raise SystemExit(
-            f"{path} holds a partial {what} with other settings ({', '.join(diff) or 'keys'}): rerun its "
+            f"{path} holds a {what} with other settings ({', '.join(diff) or 'keys'}): rerun its "
             "own command (in the file) to resume it, or pass --fresh to discard it"
         )
     return record
