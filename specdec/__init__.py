@@ -49,6 +49,7 @@ Measurement:
 * :mod:`specdec.measure.cellrun`   -- the one resumable cell runner: saved after every cell, resumed.
 * :mod:`specdec.measure.benchargs` -- what the benchmark scripts share: common arguments, checks, paths.
 * :mod:`specdec.measure.dynamicgamma` -- adaptive draft lengths against fixed ones (``dynamic_gamma.py``).
+* :mod:`specdec.measure.logiterror` -- a lean mode's logits against float32's (``q4q8_error.py``).
 * :mod:`specdec.measure.roofline`  -- the running machine's roofline (bandwidth, matmul GFLOP/s, ridge),
   a forward's bytes and FLOPs, the step time they predict, and a profile of where it goes.
 * :mod:`specdec.measure.modes`     -- the lean mode chosen by measuring the running machine (cached).

@@ -296,3 +296,27 @@ def test_the_lean_scripts_write_their_records_on_tiny_models(root, script, tmp_p
         }  # fmt: skip
     else:
         assert set(record["costs"]) == {"lookup", "distil-l1"} and len(record["rows"]) == len(prompts)
+
+
+def test_logit_error_against_the_reference_by_hand(one_thread):
+    """benchmarks/q4q8_error.py's measurement (specdec.measure.logiterror) on a tiny Llama, bfloat16
+    against float32: the largest |logit difference| and the argmax agreement recomputed here."""
+    from specdec.engine.lean import LeanLlama
+    from specdec.measure.logiterror import logit_error
+
+    model = tiny_llama(0, layers=2)
+    models = {"float32": LeanLlama(model, "float32"), "bfloat16": LeanLlama(model, "bfloat16")}
+    prompts = [{"ids": [5, 6, 7, 8]}, {"ids": [9, 10]}]
+    lines = []
+    out = logit_error(models, prompts, ["bfloat16"], log=lines.append)["bfloat16"]
+    worst, agree = 0.0, 0
+    for p in prompts:
+        ids = torch.tensor(p["ids"])
+        ref = models["float32"].forward(ids, 0, models["float32"].new_cache(len(ids)))
+        low = models["bfloat16"].forward(ids, 0, models["bfloat16"].new_cache(len(ids)))
+        worst = max(worst, float((low - ref).abs().max()))
+        agree += int((low.argmax(-1) == ref.argmax(-1)).sum())
+    assert out["positions"] == 6 and out["max_abs_logit_diff"] == pytest.approx(worst)
+    assert out["argmax_agreement"] == agree / 6 and len(lines) == 1
+    with pytest.raises(ValueError, match="reference"):
+        logit_error(models, prompts, ["q4q8"])
