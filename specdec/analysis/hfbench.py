@@ -279,42 +279,20 @@ class HFRun:
     rounds: list[tuple[int, int]] | None
 
 
-def _timer(
-    target: Any,
-    drafter: Any,
-    ids: Sequence[int],
-    *,
-    gamma: int,
-    temperature: float,
-    new_tokens: int,
-    seed: int,
-    lenience: float,
-    eos_token_id: int | None,
-    exact_length: bool,
-) -> tuple[list[int], Any, float]:
-    """The paired block's timer: transformers' ``generate`` for an :class:`HFGenerate`, else ours."""
-    if isinstance(drafter, HFGenerate):
-        r = hf_generate(
-            target,
-            ids,
-            max_new_tokens=new_tokens,
-            eos_token_id=eos_token_id,
-            prompt_lookup=drafter.prompt_lookup,
-            max_ngram=drafter.max_ngram,
-        )
-        return r["tokens"], HFRun(len(r["tokens"]), r.get("hf_rounds")), r["wall_s"]
-    return timed_generation(
+def _timer(target: Any, drafter: Any, ids: Sequence[int], **kw: Any) -> tuple[list[int], Any, float]:
+    """The paired block's timer: transformers' ``generate`` for an :class:`HFGenerate` (greedy, to
+    ``new_tokens`` or EOS), else ours (:func:`specdec.measure.pairedrun.timed_generation`)."""
+    if not isinstance(drafter, HFGenerate):
+        return timed_generation(target, drafter, ids, **kw)
+    r = hf_generate(
         target,
-        drafter,
         ids,
-        gamma=gamma,
-        temperature=temperature,
-        new_tokens=new_tokens,
-        seed=seed,
-        lenience=lenience,
-        eos_token_id=eos_token_id,
-        exact_length=exact_length,
+        max_new_tokens=kw["new_tokens"],
+        eos_token_id=kw["eos_token_id"],
+        prompt_lookup=drafter.prompt_lookup,
+        max_ngram=drafter.max_ngram,
     )
+    return r["tokens"], HFRun(len(r["tokens"]), r.get("hf_rounds")), r["wall_s"]
 
 
 def _timing_fields(stats: Any, total_s: float) -> dict[str, Any]:
