@@ -2,11 +2,15 @@
 
 A measured speedup compares plain decoding with speculative decoding of the same prompt, run
 back to back so that drift (other jobs, clocks) hits both alike. ``specdec measure``
-(:mod:`specdec.analysis.usermeasure`), Part IV's benchmark (``benchmarks/real_decoding.py``) and the
-engine benchmark (``benchmarks/bench_engine.py``) all time their runs here:
+(:mod:`specdec.analysis.usermeasure`), Part IV's benchmark (:mod:`specdec.analysis.realbench`), the
+campaign (:mod:`specdec.analysis.campaign`), the engine against transformers
+(:mod:`specdec.analysis.hfbench`, transformers' ``generate`` through the ``timer`` and ``row`` hooks),
+the adaptive-gamma benchmark (:mod:`specdec.measure.dynamicgamma`) and the oracle's costs
+(:func:`specdec.analysis.oracle.measure_costs`) all time their runs here:
 
 * :func:`timed_generation` -- one plain (``drafter`` None) or speculative generation, timed as
   a whole (the prompt's prefill is in :attr:`specdec.engine.stats.Stats.prefill_s`).
+* :func:`fresh_timer` -- :func:`timed_generation` with a fresh drafter and policy per run (factories).
 * :func:`timing_row` -- what every repetition keeps: times and round counts.
 * :func:`paired_block` -- one repetition: plain and every configuration once, in an order drawn
   from the caller's generator (plain first on even repetitions and last on odd ones, or first
