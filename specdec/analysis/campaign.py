@@ -46,6 +46,7 @@ __all__ = [
     "Engine",
     "calibrate",
     "cells",
+    "estimate_run",
     "estimate_seconds",
     "reanalyse",
     "reopen",
@@ -408,6 +409,46 @@ def reopen(path: str | Path, *, temperature: float, why: str) -> Path:
 #: The full run's settings (a later session runs these) and what --quick changes.
 FULL = {"prompts": 8, "new_tokens": 48, "repeats": 2, "gammas": (1, 2, 4), "early_exit": (8,)}
 QUICK = {"prompts": 2, "new_tokens": 12, "repeats": 1, "gammas": (2,), "early_exit": (8,)}
+
+
+def estimate_run(
+    engines: Sequence[Engine],
+    configs: Sequence[Config],
+    prompts: Sequence[Mapping[str, Any]],
+    *,
+    repeats: int,
+    new_tokens: int,
+    gammas: Sequence[int],
+    set_threads: Callable[[int], Any] = lambda n: None,
+    log: Callable[[str], None] = _print,
+) -> dict[str, Any]:
+    """:func:`calibrate` on the first prompt (8 tokens), scaled by :func:`estimate_seconds` to this
+    run (its cells, ``repeats``, ``new_tokens``) and to the full run (:data:`FULL`, its gamma grid
+    against ``gammas``); one log line. Returns the calibration, its seconds and both estimates."""
+    t0 = time.perf_counter()
+    cal = calibrate(engines, configs, prompts[0], new_tokens=8, set_threads=set_threads)
+    n_cells = len(prompts) * len(TEMPERATURES)
+    grid = len(FULL["gammas"]) / len(gammas)
+    full_scale = {c.id: grid for c in configs}
+    full_cells = len({p["task"] for p in prompts}) * FULL["prompts"] * len(TEMPERATURES)
+    this = estimate_seconds(cal, n_cells=n_cells, repeats=repeats, new_tokens=new_tokens)
+    full = estimate_seconds(
+        cal, n_cells=full_cells, repeats=FULL["repeats"], new_tokens=FULL["new_tokens"], scale=full_scale
+    )
+    estimate = {
+        "calibration": cal,
+        "calibration_s": time.perf_counter() - t0,
+        "this_run_s": this,
+        "full_run_s": full,
+        "full_settings": FULL,
+    }
+    log(
+        f"[campaign] {len(engines)} plain decoders, {len(configs)} speculative configurations, "
+        f"{n_cells} cells; "
+        f"estimated: this run {this / 60:.1f} min, the full run ({FULL}) {full / 60:.1f} min "
+        f"(calibration of {estimate['calibration_s']:.0f} s on one prompt, 8 tokens)"
+    )
+    return estimate
 
 
 def evaluation_cells(tokenizer: Any, per_task: int) -> list[dict[str, Any]]:
