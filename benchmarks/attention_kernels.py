@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from specdec.engine.models import load_target, set_threads
+from specdec.measure import benchargs as ba
 from specdec.measure.core import forward_times, write_result
 
 
@@ -25,6 +26,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--out", default=None, help="write a JSON results file here")
     args = ap.parse_args()
+    ba.check_counts(ap, args, ("threads", "repeats"))
+    ba.check_counts(ap, args, ("prefix", "warmup"), low=0)
     threads = set_threads(args.threads)
     models = {
         attn: load_target(args.dtype, device="cpu", attn_implementation=attn, quiet=True).model

@@ -28,7 +28,6 @@ import argparse
 import re
 import shlex
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     engines, configs = built["engines"], built["configs"]
     prompts = cp.evaluation_cells(built["tokenizer"], args.prompts)
-    n_cells = len(prompts) * len(cp.TEMPERATURES)
     most = max(e.threads for e in engines)
     slug = re.sub(r"[^a-z0-9]+", "-", cpu_name().lower()).strip("-")[:40] or "cpu"
     out = (
@@ -151,24 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     estimate = None
     if not args.no_estimate:
-        t0 = time.perf_counter()
-        cal = cp.calibrate(engines, configs, prompts[0], new_tokens=8, set_threads=set_threads)
-        grid = len(cp.FULL["gammas"]) / len(args.gamma_list)
-        full_scale = {c.id: grid for c in configs}
-        full_cells = len({p["task"] for p in prompts}) * cp.FULL["prompts"] * len(cp.TEMPERATURES)
-        this = cp.estimate_seconds(cal, n_cells=n_cells, repeats=args.repeats, new_tokens=args.new_tokens)
-        full = cp.estimate_seconds(cal, n_cells=full_cells, repeats=cp.FULL["repeats"],
-                                   new_tokens=cp.FULL["new_tokens"], scale=full_scale)  # fmt: skip
-        estimate = {"calibration": cal, "calibration_s": time.perf_counter() - t0,
-                    "this_run_s": this, "full_run_s": full, "full_settings": cp.FULL}  # fmt: skip
-        print(
-            f"[campaign] {len(engines)} plain decoders, {len(configs)} speculative configurations, "
-            f"{n_cells} cells; "
-            f"estimated: this run {this / 60:.1f} min, the full run ({cp.FULL}) {full / 60:.1f} min "
-            f"(calibration of {estimate['calibration_s']:.0f} s on one prompt, 8 tokens)",
-            file=sys.stderr,
-            flush=True,
-        )
+        estimate = cp.estimate_run(
+            engines, configs, prompts, repeats=args.repeats, new_tokens=args.new_tokens,
+            gammas=args.gamma_list, set_threads=set_threads,
+        )  # fmt: skip
     settings = {
         "quick": args.quick, "prompts": args.prompts, "new_tokens": args.new_tokens, "repeats": args.repeats,
         "gammas": list(args.gamma_list), "early_exit": list(args.ee_list), "drafts": args.drafts,

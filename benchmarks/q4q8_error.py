@@ -22,13 +22,13 @@ if str(ROOT) not in sys.path:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    import torch
-
     from specdec.engine import native
     from specdec.engine.lean import LeanLlama
     from specdec.engine.models import load_target
+    from specdec.measure import benchargs as ba
     from specdec.measure.core import environment, write_result
     from specdec.measure.device import device_slug
+    from specdec.measure.logiterror import logit_error
     from specdec.train.workloads import evaluation_prompts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -38,37 +38,17 @@ def main(argv: list[str] | None = None) -> Path:
     )
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    if args.prompts_per_task < 1:
-        ap.error("--prompts-per-task must be >= 1")
+    ba.check_counts(ap, args, ("prompts_per_task",) + (("threads",) if args.threads is not None else ()))
     loaded = load_target("float32", quiet=True)
     prompts = evaluation_prompts(loaded.tokenizer, args.prompts_per_task)
     models = {
         mode: LeanLlama(loaded.model, mode, threads=args.threads) for mode in ("float32", "q4_1", "q4q8")
     }
-    per_mode: dict[str, dict[str, float]] = {}
-    for mode in ("q4_1", "q4q8"):
-        worst, agree, positions, top_gap = 0.0, 0, 0, 0.0
-        for p in prompts:
-            ids = torch.tensor(p["ids"])
-            ref = models["float32"].forward(ids, 0, models["float32"].new_cache(len(ids)))
-            ours = models[mode].forward(ids, 0, models[mode].new_cache(len(ids)))
-            diff = (ours - ref).abs().max(dim=-1).values
-            worst = max(worst, float(diff.max()))
-            agree += int((ours.argmax(-1) == ref.argmax(-1)).sum())
-            positions += len(ids)
-            top_gap = max(top_gap, float(ref.abs().max()))
-        per_mode[mode] = {
-            "max_abs_logit_diff": worst,
-            "argmax_agreement": agree / positions,
-            "positions": positions,
-            "largest_abs_logit_float32": top_gap,
-            "quantization_error": models[mode].quantization_error,
-        }
-        print(f"{mode}: max |dlogit| {worst:.4f}, argmax agreement {agree}/{positions}", flush=True)
+    per_mode = logit_error(models, prompts, ("q4_1", "q4q8"), log=lambda line: print(line, flush=True))
     env = environment()
     record = {
         "kind": "q4q8-logit-error",
-        "command": "python benchmarks/q4q8_error.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": ba.command_line("q4q8_error.py", argv),
         "reference": "the lean float32 forward on the GGUF's dequantized weights",
         "prompts": [p["id"] for p in prompts],
         "modes": per_mode,

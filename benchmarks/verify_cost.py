@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from specdec.engine.models import load_target, set_threads
+from specdec.measure import benchargs as ba
 from specdec.measure.core import environment, verify_cost_curve, write_result
 
 
@@ -24,6 +25,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--out", default=None, help="write a JSON results file here")
     args = ap.parse_args()
+    ba.check_counts(ap, args, ("threads", "kmax", "repeats"))
+    ba.check_counts(ap, args, ("prefix", "warmup"), low=0)
     set_threads(args.threads)
     lm = load_target(args.dtype, device="cpu", quiet=True)
     print(f"load: {lm.source} in {lm.load_s:.1f} s")

@@ -53,6 +53,10 @@ Measurement:
 * :mod:`specdec.measure.core`   -- the one timer and the one T(k) loop over any session, the
   verify-cost curves, environment records and the one record writer.
 * :mod:`specdec.measure.pairedrun` -- the one paired plain-vs-speculative run driver.
+* :mod:`specdec.measure.cellrun`   -- the one resumable cell runner: saved after every cell, resumed.
+* :mod:`specdec.measure.benchargs` -- what the benchmark scripts share: common arguments, checks, paths.
+* :mod:`specdec.measure.dynamicgamma` -- adaptive draft lengths against fixed ones (``dynamic_gamma.py``).
+* :mod:`specdec.measure.logiterror` -- a lean mode's logits against float32's (``q4q8_error.py``).
 * :mod:`specdec.measure.roofline`  -- the running machine's roofline, measured (bandwidth, matmul GFLOP/s,
   ridge).
 * :mod:`specdec.measure.profile`   -- where one forward's time goes (torch profiler buckets, C phase clocks).
@@ -72,8 +76,11 @@ Analysis (Part IV and V's readers):
 
 * :mod:`specdec.analysis.realrun`   -- pooling real runs and splitting the theory/measurement gap.
 * :mod:`specdec.analysis.realtables` -- Part IV's tables from a real-decoding run's state.
+* :mod:`specdec.analysis.realbench` -- Part IV's benchmark program (``benchmarks/real_decoding.py``).
+* :mod:`specdec.analysis.hfbench`   -- our engine against transformers' assisted generation (bench_engine).
 * :mod:`specdec.analysis.hardware`  -- Part V: verify curves, GPU cost surfaces, adaptive gamma records.
 * :mod:`specdec.analysis.batchcost` -- the cost surface T(b, k) and what it predicts for batched speculation.
+* :mod:`specdec.analysis.batchbench` -- the steps of the batch-size benchmark (``batch_surface.py``).
 * :mod:`specdec.analysis.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.
 * :mod:`specdec.analysis.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).
 * :mod:`specdec.analysis.crossfit`  -- the campaign's analysis: gamma chosen by cross-fitting, speedups over

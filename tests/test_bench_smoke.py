@@ -1,4 +1,5 @@
-"""Smoke test of benchmarks/bench_engine.py on a tiny random Llama: the script's core functions run
+"""Smoke test of benchmarks/bench_engine.py's program (specdec.analysis.hfbench) on a tiny random Llama:
+its core functions run
 end to end for a few tokens and write a valid results file. No timing is asserted, but every
 number the summary derives from the times (ratios, medians, pooled rates, theorem rows) is
 recomputed here from the raw times and counts, and every path's tokens must equal a
@@ -11,7 +12,6 @@ import importlib.util
 import io
 import json
 import statistics
-import sys
 
 import pytest
 import torch
@@ -21,14 +21,21 @@ from specdec.measure.core import write_result
 
 
 @pytest.fixture(scope="module")
-def bench(root):
-    path = root / "benchmarks" / "bench_engine.py"
-    spec = importlib.util.spec_from_file_location("bench_engine", path)
+def bench():
+    from specdec.analysis import hfbench
+
+    return hfbench
+
+
+def test_the_script_parses_its_arguments_and_calls_the_package(root):
+    spec = importlib.util.spec_from_file_location("bench_engine", root / "benchmarks" / "bench_engine.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_engine"] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("bench_engine", None)
+    from specdec.analysis import hfbench
+
+    assert module.run_suite is hfbench.run_suite
+    with pytest.raises(SystemExit):
+        module.main(["--repeats", "1", "--prompts", "nope"])
 
 
 PROMPTS = {
@@ -206,3 +213,110 @@ def test_helpers_and_bad_settings(bench):
         bench.Settings(repeats=0)
     with pytest.raises(ValueError, match="prompt names"):
         bench.render_prompts(None, ["nope"])
+
+
+def test_dynamic_gamma_runs_every_configuration_paired_with_plain(one_thread):
+    """benchmarks/dynamic_gamma.py's program (specdec.measure.dynamicgamma) on tiny random Llamas:
+    one paired block per prompt and pass, fresh policies per run, the summary from the rows."""
+    from tiny_models import perturbed_copy
+
+    from specdec.measure.dynamicgamma import configurations, run, summarize
+
+    target = tiny_llama(0, layers=2)
+    draft = perturbed_copy(tiny_llama(0, layers=2), 0.05, 5)
+    configs = configurations([1, 2], [0.5], "tiny", target, draft)
+    assert list(configs) == [
+        "lookup g=1", "lookup g=2", "lookup heuristic", "tiny g=1", "tiny g=2", "tiny heuristic",
+        "tiny confidence 0.5",
+    ]  # fmt: skip
+    prompts = [
+        {"task": t, "id": f"{t}{i}", "ids": [5, 6, 7, 8, 5, 6, 7 + i]} for t in ("a", "b") for i in range(2)
+    ]
+    rows = run(target, configs, prompts, new_tokens=6, repeats=2)
+    assert len(rows) == 2 * len(prompts) * (len(configs) + 1)
+    assert {r["tokens"] for r in rows} == {6} and {r["config"] for r in rows} == {"plain", *configs}
+    summary = summarize(rows, list(configs))
+    assert summary["prompts"] == sorted(p["id"] for p in prompts)
+    for s in summary["configs"].values():
+        est, lo, hi = s["speedup"]
+        assert lo <= est <= hi and set(s["per_task"]) == {"a", "b"}
+
+
+@pytest.mark.parametrize("script", ["dynamic_gamma", "oracle_gamma", "engine_modes"])
+def test_the_lean_scripts_check_their_counts_in_one_message(root, script, capsys):
+    """The thin scripts share their argument checks (specdec.measure.benchargs): one message form."""
+    spec = importlib.util.spec_from_file_location(script, root / "benchmarks" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for argv, match in ((["--threads", "0"], "--threads"), (["--new-tokens", "-1"], "--new-tokens")):
+        with pytest.raises(SystemExit):
+            module.parse_args(argv)
+        assert f"{match} must be an integer >= 1; got {argv[1]}" in capsys.readouterr().err
+    if script != "engine_modes":
+        with pytest.raises(SystemExit):
+            module.parse_args(["--draft", "no-such-draft"])
+        assert "no-such-draft" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["dynamic_gamma", "oracle_gamma"])
+def test_the_lean_scripts_write_their_records_on_tiny_models(root, script, tmp_path, monkeypatch, one_thread):
+    """dynamic_gamma.py and oracle_gamma.py end to end (benchargs.start_lean_run, the package's loops,
+    write_bench_record) with tiny random Llamas in place of the real target and draft."""
+    from types import SimpleNamespace
+
+    from tiny_models import perturbed_copy
+
+    import specdec.train.workloads
+    from specdec.measure import benchargs
+
+    target = tiny_llama(0, layers=2)
+    target.mode = "tiny"
+    draft = perturbed_copy(tiny_llama(0, layers=2), 0.05, 5)
+    probe = {"modes": {"tiny": {"curve": {str(k): 1.0 + 0.01 * k for k in range(1, 17)}, "exact": True}}}
+    base = SimpleNamespace(model=target, tokenizer=None)
+    monkeypatch.setattr(benchargs, "load_lean_with_draft", lambda mode, name: (target, probe, base, draft))
+    prompts = [
+        {"task": t, "id": f"{t}{i}", "ids": [5, 6, 7, 8, 5, 6, 7 + i]} for t in ("a", "b") for i in range(2)
+    ]
+    monkeypatch.setattr(specdec.train.workloads, "evaluation_prompts", lambda tok, n: prompts)
+    spec = importlib.util.spec_from_file_location(script, root / "benchmarks" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    extra = ["--gammas", "1,2", "--confidences", "0.5"] if script == "dynamic_gamma" else ["--max-gamma", "4"]
+    out = tmp_path / "record.json"
+    path = module.main(["--new-tokens", "6", "--repeats", "1", "--out", str(out), *extra])
+    record = json.loads(path.read_text())
+    assert path == out and record["kind"] == script.replace("_", "-") and record["mode"] == "tiny"
+    assert record["command"].startswith(f"python benchmarks/{script}.py --new-tokens 6")
+    assert record["environment"]["dtype"] == "tiny"
+    if script == "dynamic_gamma":
+        assert len(record["rows"]) == len(prompts) * 8 and set(record["summary"]["configs"]) == {
+            "lookup g=1", "lookup g=2", "lookup heuristic", "distil-l1 g=1", "distil-l1 g=2",
+            "distil-l1 heuristic", "distil-l1 confidence 0.5",
+        }  # fmt: skip
+    else:
+        assert set(record["costs"]) == {"lookup", "distil-l1"} and len(record["rows"]) == len(prompts)
+
+
+def test_logit_error_against_the_reference_by_hand(one_thread):
+    """benchmarks/q4q8_error.py's measurement (specdec.measure.logiterror) on a tiny Llama, bfloat16
+    against float32: the largest |logit difference| and the argmax agreement recomputed here."""
+    from specdec.engine.lean import LeanLlama
+    from specdec.measure.logiterror import logit_error
+
+    model = tiny_llama(0, layers=2)
+    models = {"float32": LeanLlama(model, "float32"), "bfloat16": LeanLlama(model, "bfloat16")}
+    prompts = [{"ids": [5, 6, 7, 8]}, {"ids": [9, 10]}]
+    lines = []
+    out = logit_error(models, prompts, ["bfloat16"], log=lines.append)["bfloat16"]
+    worst, agree = 0.0, 0
+    for p in prompts:
+        ids = torch.tensor(p["ids"])
+        ref = models["float32"].forward(ids, 0, models["float32"].new_cache(len(ids)))
+        low = models["bfloat16"].forward(ids, 0, models["bfloat16"].new_cache(len(ids)))
+        worst = max(worst, float((low - ref).abs().max()))
+        agree += int((low.argmax(-1) == ref.argmax(-1)).sum())
+    assert out["positions"] == 6 and out["max_abs_logit_diff"] == pytest.approx(worst)
+    assert out["argmax_agreement"] == agree / 6 and len(lines) == 1
+    with pytest.raises(ValueError, match="reference"):
+        logit_error(models, prompts, ["q4q8"])

@@ -148,6 +148,23 @@ def test_calibration_scales_to_an_estimate(setup):
     assert estimate_seconds(cal, n_cells=6, repeats=2, new_tokens=40) == pytest.approx(
         12 * (40 * per_token + prefill)
     )
+    # the script's estimate: this run's cells and the full run's grid, from one calibration
+    from specdec.analysis.campaign import FULL, TEMPERATURES, estimate_run
+
+    lines = []
+    est = estimate_run(engines, configs, prompts, repeats=2, new_tokens=40, gammas=(2,), log=lines.append)
+    cal, n_cells = est["calibration"], len(prompts) * len(TEMPERATURES)
+    assert est["this_run_s"] == pytest.approx(
+        estimate_seconds(cal, n_cells=n_cells, repeats=2, new_tokens=40)
+    )
+    full_cells = len({p["task"] for p in prompts}) * FULL["prompts"] * len(TEMPERATURES)
+    scale = {c.id: len(FULL["gammas"]) for c in configs}
+    assert est["full_run_s"] == pytest.approx(
+        estimate_seconds(
+            cal, n_cells=full_cells, repeats=FULL["repeats"], new_tokens=FULL["new_tokens"], scale=scale
+        )
+    )
+    assert len(lines) == 1 and "estimated: this run" in lines[0]
 
 
 def _script():

@@ -177,3 +177,30 @@ def test_replay_runs_a_draft_length_policy_and_stops_at_the_end():
     assert (out["tokens"], out["rounds"]) == (10, 8)
     # the last round never drafts past the end: 9 tokens left minus one
     assert replay([9] + [0] * 9, [9] * 10, 15, 0.0, FLAT)["drafted"] == 9
+
+
+def test_the_record_steps_on_tiny_models_replay_real_decoding(one_thread):
+    """benchmarks/oracle_gamma.py's steps (record_runs, measure_costs) on tiny random Llamas: the
+    replay at the calls' gamma gives the rounds real speculative decoding accepted."""
+    pytest.importorskip("torch")
+    from tiny_models import VOCAB, perturbed_copy, tiny_llama
+
+    from specdec.analysis.oracle import measure_costs, record_runs
+    from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
+
+    target, draft = tiny_llama(0, layers=2), perturbed_copy(tiny_llama(0, layers=2), 0.05, 5)
+    makers = {"lookup": PromptLookupDrafter, "draft": lambda: ModelDrafter(draft, target=target)}
+    rng = np.random.default_rng(0)
+    prompts = [{"task": "code", "id": f"p{i}", "ids": rng.integers(3, VOCAB, 8).tolist()} for i in range(2)]
+    rows = record_runs(target, makers, prompts, new_tokens=10, max_gamma=4, progress=False)
+    assert [r["new_tokens"] for r in rows] == [10, 10]
+    costs = measure_costs(target, makers, prompts, new_tokens=10, gamma=3, repeats=2, progress=False)
+    for name in makers:
+        assert len(costs[name]["samples"]) == len(costs[name]["accepted"]) == 4
+        assert costs[name]["c"] == pytest.approx(float(np.median(costs[name]["samples"])))
+        for row, accepted in zip(rows, costs[name]["accepted"][:2], strict=True):
+            d = row["drafters"][name]
+            replayed = replay(d["runs"], d["lengths"], 3, 0.0, FLAT)
+            assert (replayed["tokens"], replayed["rounds"]) == (10, len(accepted)), name
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
+        measure_costs(target, makers, prompts, new_tokens=10, gamma=3, repeats=0)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from specdec.analysis import realtables
+from specdec.measure.cellrun import as_stored
 from specdec.theory.intervals import ratio_ci
 from specdec.theory.speedup import walltime_speedup
 
@@ -149,7 +150,7 @@ def test_resume_refuses_other_settings(rd, tmp_path):
     args = rd.parse_args(["--no-trained", "--quick", "--out", str(tmp_path)])
     path = tmp_path / "auto-1t-quick.partial.json"
     assert rd.resume_state(path, args) is None  # nothing to resume
-    key = {k: rd.jsonable(getattr(args, k)) for k in rd.RESUME_KEYS}
+    key = as_stored(rd.settings_key(args))
     path.write_text(json.dumps({"settings_key": key, "done": ["x"]}))
     assert rd.resume_state(path, args)["done"] == ["x"]
     other = rd.parse_args(["--no-trained", "--quick", "--repeats", "4", "--out", str(tmp_path)])
@@ -157,6 +158,10 @@ def test_resume_refuses_other_settings(rd, tmp_path):
         rd.resume_state(path, other)
     fresh = rd.parse_args(["--no-trained", "--quick", "--fresh", "--out", str(tmp_path)])
     assert rd.resume_state(path, fresh) is None
+    for damaged in ("[1]", '{"settings_key": '):
+        path.write_text(damaged)
+        with pytest.raises(SystemExit, match="is damaged and cannot be resumed .*pass --fresh"):
+            rd.resume_state(path, args)
 
 
 def test_bad_arguments(rd, capsys):
@@ -185,3 +190,92 @@ def test_estimate_scales_this_runs_costs(rd):
     other = (100.0 - timed) / 2 * (48 + 8) + 30.0
     assert est["other_min"] == pytest.approx(other / 60)
     assert est["total_min"] == pytest.approx(est["main_min"] + est["extra_min"] + est["other_min"])
+
+
+def test_a_killed_run_resumes_to_the_whole_runs_record(rd, tmp_path, monkeypatch, one_thread):
+    """benchmarks/real_decoding.py's program on a tiny random Llama: a run killed after two cells,
+    then resumed by the same command, stores the runs, generations and alphas of an unbroken run."""
+    from types import SimpleNamespace
+
+    from tiny_models import VOCAB, tiny_llama
+
+    from specdec.analysis import realbench
+
+    model = tiny_llama(0, layers=2)
+    engine = {
+        "target": model, "base": model, "tokenizer": None, "mode": "hf-float32", "device": "cpu",
+        "probe": None, "loaded": SimpleNamespace(name="tiny_llama(0)"),
+    }  # fmt: skip
+    rng = np.random.default_rng(0)
+    prompts = [
+        {"task": task, "id": f"{task}-{i}", "ids": rng.integers(3, VOCAB, 6 + i).tolist()}
+        for task in ("summarize", "code", "instruct")
+        for i in range(2)
+    ]
+    monkeypatch.setattr(realbench, "load_engine", lambda mode, threads: dict(engine))
+    monkeypatch.setattr(realbench, "evaluation_prompts", lambda tok, n: prompts)
+    corpus = [rng.integers(3, VOCAB, 20).tolist() for _ in range(4)]
+    monkeypatch.setattr(realbench, "ngram_corpus", lambda *a: (corpus, "random ids"))
+    argv = [
+        "--no-trained",
+        "--quick",
+        "--prompts",
+        "2",
+        "--new-tokens",
+        "6",
+        "--repeats",
+        "2",
+        "--gamma",
+        "2",
+    ]
+    argv += [
+        "--sweep",
+        "1,2",
+        "--lenience",
+        "1",
+        "--timed",
+        "lookup,bigram",
+        "--alpha-only",
+        "ee-1",
+        "--mode",
+        "hf-float32",
+    ]
+    argv += ["--sweep-drafters", "lookup", "--verify-repeats", "1", "--threads", "1", "--ngram-data", "x"]
+    monkeypatch.setattr(rd, "set_threads", lambda n: {"threads": n})
+
+    def record(folder):
+        rd.main([*argv, "--out", str(folder)])
+        (path,) = folder.glob("cpu-float32-1t-quick.json")
+        return json.loads(path.read_text())
+
+    whole = record(tmp_path / "whole")
+    cells, real_cell = [0], realbench.paired_cell
+
+    def dies_at_the_third(*a, **kw):
+        cells[0] += 1
+        if cells[0] == 3:
+            raise KeyboardInterrupt
+        return real_cell(*a, **kw)
+
+    monkeypatch.setattr(realbench, "paired_cell", dies_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        record(tmp_path / "resumed")
+    state = json.loads((tmp_path / "resumed" / "hf-float32-1t-quick.partial.json").read_text())
+    assert len(state["done"]) == 2 and len(state["generations"]) == 2  # the third cell died unsaved
+    monkeypatch.setattr(realbench, "paired_cell", real_cell)
+    resumed = record(tmp_path / "resumed")
+    assert len(resumed["commands"]) == 2 and not list((tmp_path / "resumed").glob("*.partial.json"))
+    timing = ("decode_s", "prefill_s", "draft_s", "target_s", "verify_s")
+
+    def untimed(runs):
+        return [{k: v for k, v in r.items() if k not in timing} for r in runs]
+
+    assert untimed(resumed["runs"]) == untimed(whole["runs"])
+    assert resumed["teacher_forced"] == whole["teacher_forced"]
+    assert resumed["alpha_table"] == whole["alpha_table"]
+    gens = [
+        json.loads((tmp_path / f / "generations-cpu-float32-1t-quick.json").read_text())
+        for f in ("whole", "resumed")
+    ]
+    assert gens[0] == gens[1]
+    assert len(whole["runs"]) == len(resumed["runs"]) > 0 and whole["sweep"]["drafters"] == ["lookup"]

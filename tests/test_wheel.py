@@ -131,7 +131,7 @@ def test_require_drafts_names_what_is_missing(tmp_path):
 
 @pytest.fixture
 def real_decoding(root, monkeypatch):
-    """benchmarks/real_decoding.py as a module, its target loader replaced by a tripwire."""
+    """benchmarks/real_decoding.py as a module, its program's target loader replaced by a tripwire."""
     pytest.importorskip("torch")
     pytest.importorskip("tqdm")
     spec = importlib.util.spec_from_file_location("real_decoding", root / "benchmarks" / "real_decoding.py")
@@ -141,7 +141,9 @@ def real_decoding(root, monkeypatch):
     def tripwire(*args, **kwargs):
         raise AssertionError("the target was loaded before the drafts were checked")
 
-    monkeypatch.setattr(module, "load_target", tripwire)
+    from specdec.analysis import realbench
+
+    monkeypatch.setattr(realbench, "load_target", tripwire)
     monkeypatch.setattr(module, "set_threads", lambda n: {"threads": n})  # leave torch's count alone
     return module
 

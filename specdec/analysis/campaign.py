@@ -13,7 +13,8 @@ analysis is :func:`specdec.analysis.crossfit.analyse` (gamma chosen by cross-fit
   (plain and that engine's configurations, order drawn, plain first or last alternately), all
   with one sampling seed and exactly ``new_tokens`` tokens (EOS ignored).
 * **Resume**: the record is written (:func:`specdec.measure.core.write_record`) to ``<out>.partial.json``
-  after every finished cell, and a run with the same settings continues from it; a budget stops
+  after every finished cell, and a run with the same settings continues from it
+  (:mod:`specdec.measure.cellrun`, the runner Part IV's benchmark shares); a budget stops
   the run cleanly after the cell that exhausts it. When every cell is done the cross-fit analysis
   is added and the record moves to ``<out>``.
 * **Estimate**: :func:`calibrate` times one short repetition of every configuration on one
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from specdec.analysis.crossfit import analyse, fold_of
+from specdec.measure.cellrun import as_stored, open_partial, run_cells
 from specdec.measure.core import jsonable, write_record
 from specdec.measure.modes import cpu_counters, load_during
 from specdec.measure.pairedrun import finish_cell, paired_block
@@ -44,6 +46,7 @@ __all__ = [
     "Engine",
     "calibrate",
     "cells",
+    "estimate_run",
     "estimate_seconds",
     "reanalyse",
     "reopen",
@@ -263,20 +266,10 @@ def run_campaign(
         check_float("budget_s", budget_s, low=0.0)
     out = Path(out)
     part = partial_path(out)
-    settings = json.loads(json.dumps(dict(settings)))  # as the file stores it
+    settings = as_stored(dict(settings))  # as the file stores it
     todo = cells(prompts, temperatures)
-    record: dict[str, Any] | None = None
-    if part.exists() and not fresh:
-        try:
-            record = json.loads(part.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise SystemExit(f"{part} is damaged ({exc}): pass --fresh to discard it") from exc
-        if record.get("settings") != settings:
-            diff = sorted(k for k in settings if record.get("settings", {}).get(k) != settings[k])
-            raise SystemExit(
-                f"{part} holds a partial campaign with other settings ({', '.join(diff) or 'keys'}): rerun "
-                "its own command (in the file) to resume it, or pass --fresh to discard it"
-            )
+    record = open_partial(part, settings, fresh=fresh, what="partial campaign")
+    if record is not None:
         ids = [c["id"] for c in all_configs(engines, configs)]
         if [c["id"] for c in record.get("configs", [])] != ids:
             raise SystemExit(
@@ -315,41 +308,40 @@ def run_campaign(
         bar = tqdm(
             total=len(todo), initial=len(record["done"]), desc="campaign cells", unit="cell", file=sys.stderr
         )
-    start = time.perf_counter()
-    stopped = False
-    for i, (temp, p) in enumerate(todo):
-        cid = cell_id(temp, p)
-        if cid in record["done"]:
-            continue
-        if stopped:
-            break
-        t0, counters = time.perf_counter(), cpu_counters()
-        record["runs"] += jsonable(
-            _run_cell(
-                engines,
-                configs,
-                p,
-                temp,
-                new_tokens=new_tokens,
-                repeats=repeats,
-                seed=seed + i,
-                rng=np.random.default_rng([seed, i]),
-                set_threads=set_threads,
-            )
-        )  # fmt: skip  (as the file stores them: NaN -> None, so a resumed record equals a whole one)
-        record["done"].append(cid)
-        record["cell_seconds"][cid] = time.perf_counter() - t0
-        # what else ran meanwhile (other processes' busy CPUs from /proc/stat): a cell timed on a
-        # shared machine says so in the record
-        most = max(e.threads for e in engines)
-        load = load_during(counters, cpu_counters(), record["cell_seconds"][cid], most)
-        record.setdefault("cell_load", {})[cid] = jsonable(load)
-        write_record(part, record, indent=None, sort_keys=False)
-        if bar is not None:
-            bar.update(1)
-        stopped = budget_s is not None and time.perf_counter() - start >= budget_s
-    if bar is not None:
-        bar.close()
+    most = max(e.threads for e in engines)
+
+    def cell(i: int, temp: float, p: Mapping[str, Any]) -> Callable[[], None]:
+        def run() -> None:
+            cid = cell_id(temp, p)
+            t0, counters = time.perf_counter(), cpu_counters()
+            record["runs"] += jsonable(
+                _run_cell(
+                    engines,
+                    configs,
+                    p,
+                    temp,
+                    new_tokens=new_tokens,
+                    repeats=repeats,
+                    seed=seed + i,
+                    rng=np.random.default_rng([seed, i]),
+                    set_threads=set_threads,
+                )
+            )  # (as the file stores them: NaN -> None, so a resumed record equals a whole one)
+            record["cell_seconds"][cid] = time.perf_counter() - t0
+            # what else ran meanwhile (other processes' busy CPUs from /proc/stat): a cell timed on a
+            # shared machine says so in the record
+            load = load_during(counters, cpu_counters(), record["cell_seconds"][cid], most)
+            record.setdefault("cell_load", {})[cid] = jsonable(load)
+
+        return run
+
+    run_cells(
+        record,
+        [(cell_id(temp, p), cell(i, temp, p)) for i, (temp, p) in enumerate(todo)],
+        part,
+        budget_s=budget_s,
+        after=None if bar is None else lambda cid, seconds: bar.update(1),
+    )
     if len(record["done"]) < len(todo):
         left = len(todo) - len(record["done"])
         log(f"[campaign] budget reached: {left} cells left; rerun the same command to resume ({part})")
@@ -417,6 +409,46 @@ def reopen(path: str | Path, *, temperature: float, why: str) -> Path:
 #: The full run's settings (a later session runs these) and what --quick changes.
 FULL = {"prompts": 8, "new_tokens": 48, "repeats": 2, "gammas": (1, 2, 4), "early_exit": (8,)}
 QUICK = {"prompts": 2, "new_tokens": 12, "repeats": 1, "gammas": (2,), "early_exit": (8,)}
+
+
+def estimate_run(
+    engines: Sequence[Engine],
+    configs: Sequence[Config],
+    prompts: Sequence[Mapping[str, Any]],
+    *,
+    repeats: int,
+    new_tokens: int,
+    gammas: Sequence[int],
+    set_threads: Callable[[int], Any] = lambda n: None,
+    log: Callable[[str], None] = _print,
+) -> dict[str, Any]:
+    """:func:`calibrate` on the first prompt (8 tokens), scaled by :func:`estimate_seconds` to this
+    run (its cells, ``repeats``, ``new_tokens``) and to the full run (:data:`FULL`, its gamma grid
+    against ``gammas``); one log line. Returns the calibration, its seconds and both estimates."""
+    t0 = time.perf_counter()
+    cal = calibrate(engines, configs, prompts[0], new_tokens=8, set_threads=set_threads)
+    n_cells = len(prompts) * len(TEMPERATURES)
+    grid = len(FULL["gammas"]) / len(gammas)
+    full_scale = {c.id: grid for c in configs}
+    full_cells = len({p["task"] for p in prompts}) * FULL["prompts"] * len(TEMPERATURES)
+    this = estimate_seconds(cal, n_cells=n_cells, repeats=repeats, new_tokens=new_tokens)
+    full = estimate_seconds(
+        cal, n_cells=full_cells, repeats=FULL["repeats"], new_tokens=FULL["new_tokens"], scale=full_scale
+    )
+    estimate = {
+        "calibration": cal,
+        "calibration_s": time.perf_counter() - t0,
+        "this_run_s": this,
+        "full_run_s": full,
+        "full_settings": FULL,
+    }
+    log(
+        f"[campaign] {len(engines)} plain decoders, {len(configs)} speculative configurations, "
+        f"{n_cells} cells; "
+        f"estimated: this run {this / 60:.1f} min, the full run ({FULL}) {full / 60:.1f} min "
+        f"(calibration of {estimate['calibration_s']:.0f} s on one prompt, 8 tokens)"
+    )
+    return estimate
 
 
 def evaluation_cells(tokenizer: Any, per_task: int) -> list[dict[str, Any]]:

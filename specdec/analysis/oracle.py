@@ -22,6 +22,10 @@ Two properties make the replay exact for greedy decoding: a greedy model drafter
 tokens do not depend on how many it is asked for, and prompt lookup's continuation is a
 prefix of the longer one; so a round from position s with gamma accepts ``min(run[s], gamma)``
 drafts, whatever rule chose gamma.
+
+The record (``benchmarks/oracle_gamma.py``) is made by :func:`record_runs` (the target's greedy
+continuation and every drafter's runs along it) and :func:`measure_costs` (each drafter's c from
+speculative calls paired with plain ones, :func:`specdec.measure.pairedrun.paired_block`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from specdec.theory.checks import check_float, check_int
 
 __all__ = [
     "draft_runs",
+    "measure_costs",
+    "record_runs",
     "iid_fixed_best",
     "iid_oracle_on_curve",
     "replay",
@@ -79,6 +85,77 @@ def draft_runs(
             runs.append(run)
             lengths.append(len(draft))
     return runs, lengths
+
+
+def record_runs(
+    target: Any,
+    makers: Mapping[str, Any],
+    prompts: Sequence[Mapping[str, Any]],
+    *,
+    new_tokens: int,
+    max_gamma: int,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Per prompt: the target's greedy continuation of ``new_tokens`` tokens and, per drafter (name ->
+    a factory of fresh drafters), its :func:`draft_runs` along it (``runs`` and ``lengths``)."""
+    from tqdm import tqdm
+
+    from specdec.engine.decoding import autoregressive
+
+    rows = []
+    for p in tqdm(prompts, desc="runs", unit="prompt", disable=not progress):
+        tokens = autoregressive(target, p["ids"], max_new_tokens=new_tokens).tokens
+        row = {"prompt": p["id"], "task": p["task"], "new_tokens": len(tokens), "drafters": {}}
+        for name, make in makers.items():
+            runs, lengths = draft_runs(make(), p["ids"], tokens, max_gamma)
+            row["drafters"][name] = {"runs": runs, "lengths": lengths}
+        rows.append(row)
+    return rows
+
+
+def measure_costs(
+    target: Any,
+    makers: Mapping[str, Any],
+    prompts: Sequence[Mapping[str, Any]],
+    *,
+    new_tokens: int,
+    gamma: int,
+    repeats: int,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """c per drafter (Definition 3.7): in each of ``repeats`` passes, per prompt and per drafter (in a
+    seeded random order), one :func:`specdec.measure.pairedrun.paired_block` of a plain call and a
+    speculative call at ``gamma`` (plain first with probability 1/2); c is the speculative call's
+    draft time per round over gamma, over the paired plain call's step. Per drafter: the median
+    ``c``, its ``samples`` and the ``accepted`` counts per round of every speculative call."""
+    from tqdm import tqdm
+
+    from specdec.measure.pairedrun import fresh_timer, paired_block
+
+    check_int("repeats", repeats, low=1)
+    rng = np.random.default_rng(seed)
+    names = list(makers)
+    samples: dict[str, list[float]] = {name: [] for name in makers}
+    accepted: dict[str, list[list[int]]] = {name: [] for name in makers}  # per call, per round
+    for _ in tqdm(range(repeats), desc="c", unit="pass", disable=not progress):
+        for p in prompts:
+            for i in rng.permutation(len(names)):
+                name = names[int(i)]
+                cfg = {"drafter": name, "object": makers[name], "gamma": lambda: gamma, "lenience": 1.0}
+                plain, spec = sorted(
+                    paired_block(
+                        target, [cfg], p["ids"], temperature=0.0, new_tokens=new_tokens, seed=0, rep=0,
+                        rng=rng, plain_at="random", exact_length=False, timer=fresh_timer,
+                    ),
+                    key=lambda r: r["drafter"] != "plain",
+                )  # fmt: skip
+                samples[name].append(spec["_stats"].cost_coefficient(plain["_stats"].step_s))
+                accepted[name].append(list(spec["_stats"].accepted))
+    return {
+        name: {"c": float(np.median(v)), "samples": v, "accepted": accepted[name]}
+        for name, v in samples.items()
+    }
 
 
 def verify_cost_at(curve: Mapping[int, float], k: int) -> float:

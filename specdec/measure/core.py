@@ -62,6 +62,7 @@ __all__ = [
     "time_once",
     "jsonable",
     "verify_cost_curve",
+    "verify_cost_curves",
     "write_record",
     "write_result",
 ]
@@ -443,6 +444,32 @@ class VerifyCost:
         }
 
 
+def verify_cost_curves(
+    models: Mapping[str, Any],
+    prefix_len: int,
+    ks: Iterable[int] = range(1, 17),
+    *,
+    repeats: int = 20,
+    warmup: int = 2,
+    seed: int = 0,
+    sync: bool | None = None,
+) -> dict[str, VerifyCost]:
+    """:func:`verify_cost_curve` of several target ``models`` at once, every (model, k) pair
+    interleaved in one :func:`forward_times` run: one :class:`VerifyCost` per name."""
+    ks = tuple(ks)
+    if 1 not in ks:
+        ks = (1, *ks)
+    times = forward_times(dict(models), prefix_len, ks, repeats=repeats, warmup=warmup, seed=seed, sync=sync)
+    ordered = tuple(sorted(ks))
+    out = {}
+    for name in models:
+        one = times[(name, 1)].median_s
+        timings = tuple(times[(name, k)] for k in ordered)
+        ratios = tuple(t.median_s / one if one > 0 else math.nan for t in timings)
+        out[name] = VerifyCost(prefix_len=prefix_len, ks=ordered, timings=timings, ratios=ratios)
+    return out
+
+
 def verify_cost_curve(
     model: Any,
     prefix_len: int,
@@ -459,19 +486,12 @@ def verify_cost_curve(
     ``prefix_len`` tokens (:func:`forward_times`; k = 1 is always measured). A speculative
     round with gamma drafts verifies k = gamma + 1 tokens; Theorem 3.8 of Leviathan et al.
     (2023) assumes T(gamma + 1)/T(1) = 1, so a measured ratio above 1 lowers the wall-clock
-    speedup it predicts.
+    speedup it predicts. Several models interleaved: :func:`verify_cost_curves`.
     """
-    ks = tuple(ks)
-    if 1 not in ks:
-        ks = (1, *ks)
-    times = forward_times(
+    curves = verify_cost_curves(
         {"target": model}, prefix_len, ks, repeats=repeats, warmup=warmup, seed=seed, sync=sync
     )
-    one = times[("target", 1)].median_s
-    ordered = tuple(sorted(ks))
-    timings = tuple(times[("target", k)] for k in ordered)
-    ratios = tuple(t.median_s / one if one > 0 else math.nan for t in timings)
-    return VerifyCost(prefix_len=prefix_len, ks=ordered, timings=timings, ratios=ratios)
+    return curves["target"]
 
 
 # --------------------------------------------------------------------------- environment

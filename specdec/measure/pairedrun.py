@@ -2,11 +2,15 @@
 
 A measured speedup compares plain decoding with speculative decoding of the same prompt, run
 back to back so that drift (other jobs, clocks) hits both alike. ``specdec measure``
-(:mod:`specdec.analysis.usermeasure`), Part IV's benchmark (``benchmarks/real_decoding.py``) and the
-engine benchmark (``benchmarks/bench_engine.py``) all time their runs here:
+(:mod:`specdec.analysis.usermeasure`), Part IV's benchmark (:mod:`specdec.analysis.realbench`), the
+campaign (:mod:`specdec.analysis.campaign`), the engine against transformers
+(:mod:`specdec.analysis.hfbench`, transformers' ``generate`` through the ``timer`` and ``row`` hooks),
+the adaptive-gamma benchmark (:mod:`specdec.measure.dynamicgamma`) and the oracle's costs
+(:func:`specdec.analysis.oracle.measure_costs`) all time their runs here:
 
 * :func:`timed_generation` -- one plain (``drafter`` None) or speculative generation, timed as
   a whole (the prompt's prefill is in :attr:`specdec.engine.stats.Stats.prefill_s`).
+* :func:`fresh_timer` -- :func:`timed_generation` with a fresh drafter and policy per run (factories).
 * :func:`timing_row` -- what every repetition keeps: times and round counts.
 * :func:`paired_block` -- one repetition: plain and every configuration once, in an order drawn
   from the caller's generator (plain first on even repetitions and last on odd ones, or first
@@ -29,7 +33,7 @@ import numpy as np
 
 from specdec.theory.tokens import first_divergence
 
-__all__ = ["finish_cell", "paired_block", "timed_generation", "timing_row"]
+__all__ = ["finish_cell", "fresh_timer", "paired_block", "timed_generation", "timing_row"]
 
 
 def timed_generation(
@@ -95,6 +99,18 @@ def _generate(
     )
 
 
+def fresh_timer(
+    target: Any, drafter: Any, ids: Sequence[int], *, gamma: Any, **kw: Any
+) -> tuple[list[int], Any, float]:
+    """:func:`timed_generation` for configurations that hold factories (a :func:`paired_block`
+    ``timer``): ``drafter()`` and ``gamma()`` make a fresh drafter and a fresh gamma or stateful
+    policy (:class:`specdec.theory.policies.HeuristicGamma`) for every run; plain decoding
+    (``drafter`` None) as is."""
+    if drafter is None:
+        return timed_generation(target, None, ids, gamma=0, **kw)
+    return timed_generation(target, drafter(), ids, gamma=gamma(), **kw)
+
+
 def timing_row(stats: Any, total_s: float) -> dict[str, Any]:
     """What every repetition keeps: times and round counts."""
     return {
@@ -126,6 +142,7 @@ def paired_block(
     eos_token_id: int | None = None,
     exact_length: bool = True,
     timer: Callable[..., tuple[list[int], Any, float]] = timed_generation,
+    row: Callable[[Any, float], dict[str, Any]] = timing_row,
 ) -> list[dict[str, Any]]:
     """One repetition of a cell: plain decoding and every configuration once, the same ``seed`` for all.
 
@@ -133,7 +150,9 @@ def paired_block(
     The configurations run in an order drawn from ``rng``; plain decoding runs first on even
     repetitions and last on odd ones (``plain_at="alternate"``), or first with probability 1/2
     (``"random"``, one draw). Returns one row per run: ``drafter``, ``gamma``, ``lenience``,
-    ``rep``, :func:`timing_row`, and the private ``_tokens`` and ``_stats``.
+    ``rep``, :func:`timing_row`, and the private ``_tokens`` and ``_stats``. ``timer`` runs one
+    configuration (the signature and return of :func:`timed_generation`) and ``row(stats, total_s)``
+    makes its timing fields: hooks for runs other than the package's (transformers' ``generate``).
     """
     if plain_at not in ("alternate", "random"):
         raise ValueError(f"plain_at must be 'alternate' or 'random'; got {plain_at!r}")
@@ -160,7 +179,7 @@ def paired_block(
         )
         rows.append(
             {"drafter": cfg["drafter"], "gamma": cfg["gamma"], "lenience": cfg["lenience"], "rep": rep}
-            | timing_row(stats, total)
+            | row(stats, total)
             | {"_tokens": tokens, "_stats": stats}
         )
     return rows

@@ -1,0 +1,576 @@
+"""Part IV's benchmark, real speculative decoding on SmolLM2 (``benchmarks/real_decoding.py``).
+
+The script parses the arguments (see its ``--help`` and docstring for how it measures) and calls
+:func:`run`; this module holds the program:
+
+* the engine and drafters: :func:`load_engine` (the target in its mode), :func:`build_drafters`
+  (names from :func:`drafter_names`), :func:`ngram_corpus` (the n-gram tables' text);
+* the verify-cost curve: :func:`verify_curve`, the one T(k) loop
+  (:func:`specdec.measure.core.verify_cost_curve`) in the record's form;
+* the cells: a cell's repetitions are :func:`specdec.measure.pairedrun.paired_block` runs
+  (:func:`paired_cell`), slimmed by :func:`specdec.measure.pairedrun.finish_cell`; the cells run
+  through the one resumable runner, :func:`specdec.measure.cellrun.run_cells` (the state saved after
+  every cell by :func:`specdec.measure.core.write_record`, NaN -> null), the main phase
+  (:func:`main_cells`) then the extras (the gamma sweep and argmax lenience, :func:`extra_configs`);
+* the record: the tables of :mod:`specdec.analysis.realtables`, :func:`write_outputs`.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdec.analysis.realrun import RECORD_FORMAT
+from specdec.analysis.realtables import (
+    TEMPERATURES,
+    alpha_rows,
+    estimate_full_minutes,
+    lenience_rows,
+    sweep_rows,
+    table_rows,
+)
+from specdec.engine.decoding import autoregressive
+from specdec.engine.drafters import (
+    BigramDrafter,
+    EarlyExitDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+    UnigramDrafter,
+)
+from specdec.engine.models import load_target, pick_device
+from specdec.measure.acceptance import target_p_rows, teacher_forced
+from specdec.measure.cellrun import as_stored, run_cells
+from specdec.measure.core import environment, verify_cost_curve, write_record, write_result
+from specdec.measure.pairedrun import finish_cell, paired_block, timed_generation
+from specdec.theory.intervals import geomean, per_unit_medians
+from specdec.theory.sampling import warp
+from specdec.train.shards import load_shards, sequences, shard_paths
+from specdec.train.workloads import chat_prompt_ids, evaluation_prompts, training_prompts
+
+__all__ = [
+    "HF_MODES",
+    "build_drafters",
+    "cell_id",
+    "choose_sweep_drafters",
+    "drafter_names",
+    "extra_configs",
+    "load_engine",
+    "main_cells",
+    "ngram_corpus",
+    "paired_cell",
+    "relative",
+    "run",
+    "teacher_force",
+    "verify_curve",
+    "write_outputs",
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+HF_MODES = ("hf-float32", "hf-bfloat16")
+
+
+# -- the drafters' names ----------------------------------------------------------------------------
+
+
+def drafter_names(spec: str, trained: list[str]) -> list[str]:
+    """Drafter names from a comma list: lookup, unigram, bigram, ee-N, draft-<name> or 'drafts'."""
+    out: list[str] = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        if item == "drafts":
+            out += [f"draft-{n}" for n in trained]
+        elif item in ("lookup", "unigram", "bigram"):
+            out.append(item)
+        elif item.startswith("ee-") and item[3:].isdigit() and int(item[3:]) >= 1:
+            out.append(item)
+        elif item.startswith("draft-") and item[6:] in trained:
+            out.append(item)
+        else:
+            raise ValueError(
+                f"unknown drafter {item!r}: use lookup, unigram, bigram, ee-N, drafts or draft-<name> "
+                f"with name among the trained drafts {trained}"
+            )
+    return list(dict.fromkeys(out))
+
+
+# -- the engine, the drafters, the costs -------------------------------------------------------------
+
+
+def load_engine(mode: str, threads: int) -> dict[str, Any]:
+    """The target in ``mode`` (``auto``, a lean mode or an ``hf-`` mode), the Hugging Face model behind
+    it, the tokenizer, the mode probe."""
+    if mode == "auto" and pick_device(None).startswith("cuda"):
+        mode = "hf-bfloat16"  # the lean forward is CPU-only
+    if mode in HF_MODES:
+        device = pick_device(None)
+        loaded = load_target(mode.removeprefix("hf-"), device=device, quiet=True)
+        return {
+            "target": loaded.model,
+            "base": loaded.model,
+            "tokenizer": loaded.tokenizer,
+            "mode": mode,
+            "device": device,
+            "probe": None,
+            "loaded": loaded,
+        }
+    from specdec.measure.modes import lean_model, probe_summary
+
+    loaded = load_target("float32", device="cpu", quiet=True)
+    target, probe = lean_model(loaded.model, mode, threads=threads)  # the C forward's threads too
+    return {
+        "target": target,
+        "base": loaded.model,
+        "tokenizer": loaded.tokenizer,
+        "mode": target.mode,
+        "device": "cpu",
+        "probe": None if probe is None else probe_summary(probe),
+        "loaded": loaded,
+    }
+
+
+def ngram_corpus(
+    engine: dict[str, Any], folders: list[Path], n_fallback: int, max_new: int, seed: int
+) -> tuple[list[list[int]], str]:
+    """Target-generated responses for the n-gram tables: the distillation shards when present
+    (``python -m specdec.train.distill gen-data``, training prompts disjoint from the evaluation), else
+    temperature-1 generations of the target on ``n_fallback`` training prompts."""
+    with_shards = [f for f in folders if shard_paths(f)]
+    if with_shards:
+        seqs = [s.response.astype(np.int64).tolist() for f in with_shards for s in sequences(load_shards(f))]
+        where = ", ".join(relative(str(f.resolve())) for f in with_shards)
+        return seqs, f"distillation shards ({sum(map(len, seqs))} response tokens) in {where}"
+    seqs = []
+    for i, p in enumerate(training_prompts(n_fallback, seed=seed)):
+        ids = chat_prompt_ids(engine["tokenizer"], p.prompt)
+        g = autoregressive(engine["target"], ids, max_new_tokens=max_new, temperature=1.0, seed=seed + i)
+        seqs.append([int(t) for t in g.tokens])
+    return seqs, f"temperature-1 generations of the target on {n_fallback} training prompts (seed {seed})"
+
+
+def build_drafters(engine: dict[str, Any], names: list[str], corpus: list[list[int]]) -> dict[str, Any]:
+    """The drafter of each name (see :func:`drafter_names`)."""
+    target, vocab = engine["target"], int(engine["target"].config.vocab_size)
+    out: dict[str, Any] = {}
+    for name in names:
+        if name == "lookup":
+            out[name] = PromptLookupDrafter(max_ngram=3, min_ngram=1)
+        elif name == "unigram":
+            out[name] = UnigramDrafter.from_token_ids(corpus, vocab)
+        elif name == "bigram":
+            out[name] = BigramDrafter.from_token_ids(corpus, vocab)
+        elif name.startswith("ee-"):
+            out[name] = EarlyExitDrafter(target, int(name[3:]))
+        else:
+            from specdec.train.draftnets import load_draft
+
+            draft = load_draft(name.removeprefix("draft-"), engine["base"])
+            if engine["mode"] not in HF_MODES:  # a lean target: the draft runs in the lean engine too
+                from specdec.measure.modes import lean_draft
+
+                draft, _ = lean_draft(draft)
+            engine.setdefault("draft_modes", {})[name] = getattr(draft, "mode", engine["mode"])
+            out[name] = ModelDrafter(draft, target=engine["base"])
+    return out
+
+
+def verify_curve(engine: dict[str, Any], prefix: int, kmax: int, repeats: int) -> dict[str, Any]:
+    """T(k)/T(1), k = 1..kmax, of the target as it decodes (interleaved, repeated medians): the
+    one T(k) loop, :func:`specdec.measure.core.verify_cost_curve`, in the record's form."""
+    ks = list(range(1, kmax + 1))
+    vc = verify_cost_curve(engine["target"], prefix, ks, repeats=repeats)  # any engine: the one T(k) loop
+    return {
+        "prefix_len": prefix,
+        "ks": ks,
+        "ratios": list(vc.ratios),
+        "step_ms": 1e3 * vc.timings[0].median_s,
+    }
+
+
+def teacher_force(target: Any, drafters: dict[str, Any], gen: dict[str, Any]) -> list[dict[str, Any]]:
+    """beta summed over the positions each drafter drafts, on one plain generation."""
+    seq, n = gen["prompt_ids"] + gen["response"], len(gen["prompt_ids"])
+    warp_fn = partial(warp, temperature=gen["temperature"])
+    p_rows = target_p_rows(target, seq, n, warp_fn)
+    out = []
+    for name, d in drafters.items():
+        res = teacher_forced(target, d, seq, n, warp_fn, p=p_rows)
+        out.append(
+            {k: gen[k] for k in ("task", "prompt", "temperature")}
+            | {
+                "drafter": name,
+                "beta_sum": float(np.nansum(res.beta)),
+                "drafted": res.drafted,
+                "positions": len(res.beta),
+            }
+        )
+    return out
+
+
+# -- the cells -----------------------------------------------------------------------------------------
+
+
+def main_cells(prompts: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any]]]:
+    """The main phase's cells: every temperature, then every prompt."""
+    return [(temp, p) for temp in TEMPERATURES for p in prompts]
+
+
+def cell_id(phase: str, temp: float, prompt: dict[str, Any]) -> str:
+    """A cell's id in the state's ``done`` list."""
+    return f"{phase}|{temp:g}|{prompt['task']}|{prompt['id']}"
+
+
+def paired_cell(
+    target: Any,
+    configs: Sequence[Mapping[str, Any]],
+    ids: Sequence[int],
+    *,
+    temperature: float,
+    new_tokens: int,
+    repeats: int,
+    seed: int,
+    rng: np.random.Generator,
+) -> list[dict[str, Any]]:
+    """A cell's ``repeats`` repetitions, each one :func:`specdec.measure.pairedrun.paired_block`
+    (plain first on even repetitions, last on odd ones), all with ``seed`` and the order from ``rng``."""
+    rows: list[dict[str, Any]] = []
+    for rep in range(repeats):
+        rows += paired_block(
+            target, configs, ids, temperature=temperature, new_tokens=new_tokens, seed=seed, rep=rep, rng=rng
+        )
+    return rows
+
+
+def choose_sweep_drafters(
+    state: dict[str, Any], sweep_drafters: str, sweep_task: str, drafters: Mapping[str, Any]
+) -> list[str]:
+    """``sweep_drafters`` split at commas, or for ``auto``: lookup and the timed model draft with the
+    highest measured speedup on ``sweep_task`` at T = 0."""
+    if sweep_drafters != "auto":
+        return sweep_drafters.split(",")
+    out = ["lookup"] if "lookup" in drafters else []
+    models = [n for n, d in drafters.items() if isinstance(d, ModelDrafter)]
+    if models:
+        rows = [
+            r
+            for r in state["runs"]
+            if r["phase"] == "main" and r["task"] == sweep_task and r["temperature"] == 0.0
+        ]
+        units, med = per_unit_medians(rows, "decode_s", group="drafter")
+        best = max(models, key=lambda n: float(geomean(med["plain"] / med[n])))
+        out.append(best)
+    return out
+
+
+def extra_configs(
+    names: Sequence[str],
+    drafters: Mapping[str, Any],
+    gamma: int,
+    sweep_gammas: Sequence[int],
+    lenience_values: Sequence[float],
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The extras' configurations: each sweep drafter at each sweep gamma, and the model draft among
+    them at ``gamma`` under each lenience below 1 (with the exact run at ``gamma`` when the sweep
+    lacks it); and that model draft's name (None without one)."""
+    model = next((n for n in names if isinstance(drafters[n], ModelDrafter)), None)
+    configs = [
+        {"drafter": n, "object": drafters[n], "gamma": g, "lenience": 1.0}
+        for n in names
+        for g in sweep_gammas
+    ]
+    if model is not None:
+        if gamma not in sweep_gammas and lenience_values:
+            configs.append({"drafter": model, "object": drafters[model], "gamma": gamma, "lenience": 1.0})
+        configs += [
+            {"drafter": model, "object": drafters[model], "gamma": gamma, "lenience": lv}
+            for lv in lenience_values
+            if lv < 1
+        ]
+    return configs, model
+
+
+# -- the run -------------------------------------------------------------------------------------------
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def run(
+    args: Any,
+    state: dict[str, Any] | None,
+    *,
+    command: str,
+    out: Path,
+    partial_path: Path,
+    settings_key: Mapping[str, Any],
+    threads: Any,
+    started: float,
+    full: Mapping[str, Any] | None = None,
+) -> Path:
+    """The whole run of the script's settings ``args`` (its parsed arguments): every cell not yet in
+    ``state`` (a resumed partial state, or None to start), saved to ``partial_path`` after each; then
+    the record, its generations and CSVs under ``out``. ``settings_key``: what a resumed state must
+    match; ``full``: the full run's settings, for a quick run's estimate. Returns the record's path."""
+    engine = load_engine(state["mode"] if state else args.mode, args.threads)
+    tag = f"{engine['device'].split(':')[0]}-{engine['mode'].removeprefix('hf-')}-{args.threads}t" + (
+        "-quick" if args.quick else ""
+    )
+    prompts = evaluation_prompts(engine["tokenizer"], args.prompts)
+    if state is None:
+        corpus, corpus_source = ngram_corpus(engine, [Path(d) for d in args.ngram_data], 12, 64, 1000)
+        mean_prompt = int(np.mean([len(p["ids"]) for p in prompts]))
+        kmax = max(args.gamma, *args.sweep_gammas) + 1
+        curve = verify_curve(engine, mean_prompt + args.new_tokens // 2, kmax, args.verify_repeats)
+        state = {
+            "kind": "real-decoding-partial",
+            "settings_key": as_stored(dict(settings_key)),
+            "commands": [],
+            "mode": engine["mode"],
+            "probe": engine["probe"],
+            "corpus": corpus,
+            "ngram_source": corpus_source,
+            "verify_cost": curve,
+            "done": [],
+            "runs": [],
+            "generations": [],
+            "teacher_forced": [],
+            "sweep_drafters": None,
+            "elapsed_s": 0.0,
+            "setup_s": 0.0,
+        }
+    state["commands"].append(command)
+    state["setup_s"] += time.perf_counter() - started
+
+    drafters = build_drafters(engine, args.timed_names, state["corpus"])
+    alpha_drafters = build_drafters(engine, args.alpha_names, state["corpus"])
+    _log(
+        f"[real] {tag}: timed {list(drafters)}, alpha only {list(alpha_drafters)}; "
+        f"{len(state['done'])} cells already done"
+    )
+    warm = prompts[0]["ids"]
+    for d in [None, *drafters.values()]:
+        timed_generation(
+            engine["target"],
+            d,
+            warm,
+            gamma=args.gamma,
+            temperature=0.0,
+            new_tokens=args.gamma + 2,
+            exact_length=True,
+        )
+    last = [time.perf_counter()]
+    write_record(partial_path, state, indent=None, sort_keys=False)
+
+    def account(line: Callable[[str, float], str]) -> Callable[[str, float], None]:
+        def after(cid: str, seconds: float) -> None:  # the time since the last save joins elapsed_s
+            now = time.perf_counter()
+            state["elapsed_s"] += now - last[0]
+            last[0] = now
+            _log(line(cid, seconds))
+
+        return after
+
+    # the main phase: timed runs and teacher forcing, cell by cell
+    target = engine["target"]
+    configs = [{"drafter": n, "object": d, "gamma": args.gamma, "lenience": 1.0} for n, d in drafters.items()]
+
+    def main_cell(i: int, temp: float, p: dict[str, Any]) -> Callable[[], None]:
+        def cell() -> None:
+            seed = args.seed + i
+            rows = paired_cell(
+                target, configs, p["ids"], temperature=temp, new_tokens=args.new_tokens,
+                repeats=args.repeats, seed=seed, rng=np.random.default_rng([args.seed, i]),
+            )  # fmt: skip
+            base = {"phase": "main", "task": p["task"], "prompt": p["id"], "temperature": temp, "seed": seed}
+            plain = next(r for r in rows if r["drafter"] == "plain" and r["rep"] == 0)["_tokens"]
+            state["runs"] += finish_cell(rows, base)
+            gen = {
+                "task": p["task"],
+                "prompt": p["id"],
+                "temperature": temp,
+                "seed": seed,
+                "prompt_ids": p["ids"],
+                "response": plain,
+            }
+            state["generations"].append(gen)
+            state["teacher_forced"] += teacher_force(target, drafters | alpha_drafters, gen)
+
+        return cell
+
+    main = [(cell_id("main", t, p), main_cell(i, t, p)) for i, (t, p) in enumerate(main_cells(prompts))]
+    run_cells(
+        state,
+        main,
+        partial_path,
+        after=account(lambda cid, s: f"[real] {len(state['done'])} cells done ({cid}, {s:.0f} s)"),
+    )
+
+    # the extras: gamma sweep and argmax lenience on the sweep task at temperature 0, cell by cell
+    if state.get("sweep_drafters") is None:
+        state["sweep_drafters"] = choose_sweep_drafters(state, args.sweep_drafters, args.sweep_task, drafters)
+    extra, model = extra_configs(
+        state["sweep_drafters"], drafters, args.gamma, args.sweep_gammas, args.lenience_values
+    )
+    sweep_cells = [p for p in prompts if p["task"] == args.sweep_task]
+
+    def extra_cell(i: int, p: dict[str, Any]) -> Callable[[], None]:
+        def cell() -> None:
+            rows = paired_cell(
+                target, extra, p["ids"], temperature=0.0, new_tokens=args.new_tokens, repeats=args.repeats,
+                seed=args.seed, rng=np.random.default_rng([args.seed, 10_000 + i]),
+            )  # fmt: skip
+            base = {
+                "phase": "extra",
+                "task": p["task"],
+                "prompt": p["id"],
+                "temperature": 0.0,
+                "seed": args.seed,
+            }
+            state["runs"] += finish_cell(
+                rows,
+                base,
+                lambda r: r["drafter"] == "plain" or (r["drafter"], r["gamma"]) == (model, args.gamma),
+            )
+
+        return cell
+
+    if extra:
+        n, position = len(sweep_cells), {cell_id("extra", 0.0, p): i for i, p in enumerate(sweep_cells)}
+        run_cells(
+            state,
+            [(cell_id("extra", 0.0, p), extra_cell(i, p)) for i, p in enumerate(sweep_cells)],
+            partial_path,
+            after=account(lambda cid, s: f"[real] extra cell {position[cid] + 1}/{n} done ({s:.0f} s)"),
+        )
+    return _finish(args, state, engine, tag, out, partial_path, threads, full)
+
+
+def _finish(
+    args: Any,
+    state: dict[str, Any],
+    engine: dict[str, Any],
+    tag: str,
+    out: Path,
+    partial_path: Path,
+    threads: Any,
+    full: Mapping[str, Any] | None,
+) -> Path:
+    """The record from a finished state: the tables, the generations, the CSVs; the state removed."""
+    curve = {
+        int(k): float(r)
+        for k, r in zip(state["verify_cost"]["ks"], state["verify_cost"]["ratios"], strict=True)
+    }
+    table = table_rows(state, args.timed_names, args.gamma, curve)
+    alphas = alpha_rows(state, [*args.timed_names, *args.alpha_names])
+    alpha_of = {
+        r["drafter"]: (r["alpha"], r["alpha_all"])
+        for r in alphas
+        if r["task"] == args.sweep_task and r["temperature"] == 0.0
+    }
+    plain_steps = [
+        r["target_s"] / r["target_calls"]
+        for r in state["runs"]
+        if r["phase"] == "main" and r["drafter"] == "plain"
+    ]
+    record = {
+        "kind": "real-decoding",
+        "format": RECORD_FORMAT,
+        "tag": tag,
+        "command": state["commands"][0],
+        "commands": state["commands"],
+        "settings": {k: relative(as_stored(v)) for k, v in vars(args).items()},
+        "target": {
+            "name": engine["loaded"].name,
+            "mode": engine["mode"],
+            "device": engine["device"],
+            "layers": int(engine["target"].config.num_hidden_layers),
+        },
+        "mode_probe": state["probe"],
+        "draft_modes": engine.get("draft_modes", {}),
+        "timed_drafters": args.timed_names,
+        "alpha_only_drafters": args.alpha_names,
+        "trained_drafts": args.trained,
+        "ngram_source": state["ngram_source"],
+        "prompts_per_task": args.prompts,
+        "repeats": args.repeats,
+        "new_tokens": args.new_tokens,
+        "verify_cost": state["verify_cost"],
+        "step_ms": 1e3 * statistics.median(plain_steps),
+        "table": table,
+        "alpha_table": alphas,
+        "teacher_forced": state["teacher_forced"],
+        "sweep": {
+            "task": args.sweep_task,
+            "drafters": state["sweep_drafters"],
+            "rows": sweep_rows(state, args.sweep_gammas, curve, alpha_of),
+        },
+        "lenience": {
+            "task": args.sweep_task,
+            "temperature": 0.0,
+            "rows": lenience_rows(state, args.gamma, args.lenience_values),
+        },
+        "runs": [{k: v for k, v in r.items() if k != "tokens"} for r in state["runs"]],
+        "generations_file": f"generations-{tag}.json",
+        "runtime_min": (state["elapsed_s"] + state["setup_s"]) / 60,
+        "threads_info": threads,
+    }
+    used = (engine["mode"], *engine.get("draft_modes", {}).values())
+    if "q4_1" in used or "q4q8" in used:
+        from specdec.engine import native
+
+        kind = "q4q8" if "q4q8" in used else "q4_1"
+        record["native_build"] = native.build_info(kind)  # the compiler and flags of the C forward
+    if args.quick and full is not None:
+        record["full_run_estimate"] = estimate_full_minutes(state, full)
+    write_record(
+        out / record["generations_file"],
+        {"kind": "generations", "seed": args.seed, "generations": state["generations"]},
+        indent=None,
+        sort_keys=False,
+    )
+    env = environment(dtype=engine["mode"], device=engine["device"])
+    env.update(threads_info=threads)
+    path = write_outputs(out, tag, record, env)
+    partial_path.unlink(missing_ok=True)
+    _log(f"[real] wrote {path.name} in {record['runtime_min']:.1f} min")
+    if "full_run_estimate" in record:
+        _log(f"[real] estimated full run: {record['full_run_estimate']['total_min']:.0f} min")
+    return path
+
+
+# -- writing -------------------------------------------------------------------------------------------
+
+
+def relative(value: Any) -> Any:
+    """A path under the repository as a relative POSIX path (also inside lists); anything else unchanged."""
+    if isinstance(value, list):
+        return [relative(v) for v in value]
+    if isinstance(value, str) and Path(value).is_absolute() and Path(value).is_relative_to(ROOT):
+        return Path(value).relative_to(ROOT).as_posix()
+    return value
+
+
+def write_outputs(out: Path, tag: str, record: dict[str, Any], env: dict[str, Any]) -> Path:
+    """The record (with the environment) and CSVs of its table and its gamma sweep."""
+    path = write_result(out / f"{tag}.json", record, env=env)
+    table = record["table"]
+    cols = [k for k in table[0] if k not in ("pooled", "per_prompt")]
+    with (out / f"{tag}-table.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, cols)
+        w.writeheader()
+        w.writerows({k: row[k] for k in cols} for row in table)
+    if record["sweep"]["rows"]:
+        with (out / f"{tag}-sweep.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, list(record["sweep"]["rows"][0]))
+            w.writeheader()
+            w.writerows(record["sweep"]["rows"])
+    return path
