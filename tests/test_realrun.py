@@ -262,6 +262,18 @@ def test_machine_probe_reads_the_runs_own_probe_else_the_same_machines_benchmark
     summary, source = machine_probe(record, tmp_path)
     assert source == "engine-modes-amd-epyc-1t.json" and summary["chosen"] == "q4_1"
     assert summary["step_ms"] == pytest.approx({"q4_1": 12.0, "float32": 37.0})
+    # a newer benchmark wins, whatever its name (the first file by name was taken before)
+    newer = {**bench, "chosen_mode": {**probe, "mode": "q4q8"}}
+    newer["environment"] = {"device_name": "AMD EPYC", "timestamp_utc": "2026-12-01T00:00:00Z"}
+    bench["environment"]["timestamp_utc"] = "2026-11-01T00:00:00Z"
+    (tmp_path / "engine-modes-amd-epyc-1t.json").write_text(json.dumps(bench))
+    (tmp_path / "engine-modes-a-newer.json").write_text(json.dumps(newer))
+    summary, source = machine_probe(record, tmp_path)
+    assert source == "engine-modes-a-newer.json" and summary["chosen"] == "q4q8"
+    record["environment"]["timestamp_utc"] = "2026-11-15T00:00:00Z"  # a run made between the two
+    summary, source = machine_probe(record, tmp_path)
+    assert source == "engine-modes-amd-epyc-1t.json" and summary["chosen"] == "q4_1"
+    del record["environment"]["timestamp_utc"]
     record["environment"]["threads"] = 2  # another thread count: not the same probe
     assert machine_probe(record, tmp_path) is None
     record["environment"] = {"device_name": "Intel Xeon", "threads": 1}

@@ -357,22 +357,30 @@ def main_record(folder: str | Path) -> dict[str, Any]:
 
 def machine_probe(record: dict[str, Any], bench_folder: str | Path) -> tuple[dict[str, Any], str] | None:
     """The mode probe behind a Part IV record: its own (``mode_probe``), else, for a run whose
-    mode was named on the command line, the probe of an engine benchmark record
-    (``engine-modes*.json`` in ``bench_folder``) made on a machine of the same name with the
-    same thread count. Returns ``(summary, source)`` (:func:`specdec.measure.modes.probe_summary`'s
-    form; source ``"this run"`` or the benchmark's file name), or None."""
+    mode was named on the command line, the probe that was current when the run was made: of the
+    engine benchmark records (``engine-modes*.json`` in ``bench_folder``) made on a machine of the
+    same name with the same thread count, the newest by its stored timestamp that is no later than
+    the run's (any, when the run stored none; name order breaks a tie). Returns ``(summary, source)``
+    (:func:`specdec.measure.modes.probe_summary`'s form; source ``"this run"`` or the benchmark's
+    file name), or None."""
     from specdec.measure.modes import probe_summary
 
     if record.get("mode_probe"):
         return record["mode_probe"], "this run"
     env = record["environment"]
+    found = []
     for path in sorted(Path(bench_folder).glob("engine-modes*.json")):
         bench = json.loads(path.read_text(encoding="utf-8"))
         probe = bench.get("chosen_mode")
         same = bench.get("environment", {}).get("device_name") == env["device_name"]
         if probe and same and probe.get("machine", {}).get("threads") == env["threads"]:
-            return probe_summary(probe), path.name
-    return None
+            found.append((str(bench["environment"].get("timestamp_utc", "")), path.name, probe))
+    made = str(env.get("timestamp_utc") or "")
+    found = [f for f in found if not made or f[0] <= made]  # ISO timestamps in UTC sort as text
+    if not found:
+        return None
+    _, name, probe = max(found, key=lambda f: (f[0], f[1]))
+    return probe_summary(probe), name
 
 
 # -- the counterexample: a more accurate draft that is slower -------------------------------------
