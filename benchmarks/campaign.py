@@ -25,7 +25,6 @@ written to ``.partial.json`` after every finished cell; rerunning the same comma
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -129,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from specdec.engine.models import set_threads
     from specdec.measure.core import cpu_name, environment
+    from specdec.measure.device import device_slug
     from specdec.measure.modes import machine_identity
 
     machine = machine_identity()  # before any thread count is pinned
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     engines, configs = built["engines"], built["configs"]
     prompts = cp.evaluation_cells(built["tokenizer"], args.prompts)
     most = max(e.threads for e in engines)
-    slug = re.sub(r"[^a-z0-9]+", "-", cpu_name().lower()).strip("-")[:40] or "cpu"
+    slug = device_slug(cpu_name())[:40]
     out = (
         Path(args.out)
         if args.out

@@ -28,14 +28,15 @@ from specdec.measure.modes import cpu_counters, load_during  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1)
+    full = BenchSettings()  # the full run's defaults, as specdec bench --full takes them
+    ap.add_argument("--threads", type=int, default=full.threads)
     ap.add_argument("--engines", default=None, help=f"comma list from {ALL_ENGINES} (default: all available)")
-    ap.add_argument("--prompts-per-task", type=int, default=2)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--gamma", type=int, default=4, help="prompt-lookup draft length")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--ks", default="1,2,3,4,5,6,8,12,16")
-    ap.add_argument("--verify-repeats", type=int, default=9)
+    ap.add_argument("--prompts-per-task", type=int, default=full.prompts_per_task)
+    ap.add_argument("--new-tokens", type=int, default=full.new_tokens)
+    ap.add_argument("--gamma", type=int, default=full.gamma, help="prompt-lookup draft length")
+    ap.add_argument("--repeats", type=int, default=full.repeats)
+    ap.add_argument("--ks", default=",".join(map(str, full.ks)))
+    ap.add_argument("--verify-repeats", type=int, default=full.verify_repeats)
     ap.add_argument("--out", default=None)
     ap.add_argument(
         "--cached-probe",

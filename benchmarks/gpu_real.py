@@ -144,21 +144,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         for key, value in QUICK.items():
             if getattr(args, key) == ap.get_default(key):
                 setattr(args, key, value)
-    for name, low in (("prompts", 2), ("new_tokens", 1), ("repeats", 1), ("gamma", 1), ("early_exit", 1)):
-        value = getattr(args, name)
-        if value < low:
-            ap.error(f"--{name.replace('_', '-')} must be an integer >= {low}; got {value}")
-    for name, low in (("cost_repeats", 1), ("context", 1)):
-        if getattr(args, name) < low:
-            ap.error(f"--{name.replace('_', '-')} must be an integer >= {low}; got {getattr(args, name)}")
+    from specdec.measure import benchargs as ba
+
+    ba.check_counts(ap, args, ("prompts",), low=2)
+    ba.check_counts(ap, args, ("new_tokens", "repeats", "gamma", "early_exit", "cost_repeats", "context"))
     if not args.budget_s >= 0:
         ap.error(f"--budget-s must be a number of seconds >= 0; got {args.budget_s}")
     if args.gamma > 16:
         ap.error(
             f"--gamma must lie in [1, 16] (a verify call's length is captured as a graph); got {args.gamma}"
         )
-    if args.threads is not None and args.threads < 1:
-        ap.error(f"--threads must be an integer >= 1; got {args.threads}")
+    if args.threads is not None:
+        ba.check_counts(ap, args, ("threads",))
     if args.new_tokens < args.gamma + 2:
         ap.error(f"--new-tokens must be >= gamma + 2 = {args.gamma + 2}; got {args.new_tokens}")
     if args.piece_mb < 1 or args.piece_mb > 60:

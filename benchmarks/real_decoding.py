@@ -67,6 +67,7 @@ from specdec.analysis import realbench  # noqa: E402
 from specdec.analysis.realbench import HF_MODES, drafter_names  # noqa: E402
 from specdec.engine.lean import MODES  # noqa: E402
 from specdec.engine.models import set_threads  # noqa: E402
+from specdec.measure import benchargs as ba  # noqa: E402
 from specdec.measure.cellrun import open_partial  # noqa: E402
 
 #: The full run's values of the settings --quick changes.
@@ -210,9 +211,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if args.mode != "auto":
             ap.error(f"--dtype (the old name) and --mode exclude each other; give --mode hf-{args.dtype}")
         args.mode = f"hf-{args.dtype}"
-    for name in ("prompts", "new_tokens", "repeats", "gamma", "threads", "verify_repeats"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be an integer >= 1; got {getattr(args, name)}")
+    ba.check_counts(ap, args, ("prompts", "new_tokens", "repeats", "gamma", "threads", "verify_repeats"))
     if args.new_tokens < args.gamma + 2:
         ap.error(f"--new-tokens must be >= gamma + 2 = {args.gamma + 2}; got {args.new_tokens}")
     try:

@@ -378,7 +378,7 @@ def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_p
     assert json.loads(lines[-1]) == {
         "present": [f"part-{i:02d}.bin" for i in range(5)], "missing": [], "bad": [], "complete": True,
     }  # fmt: skip
-    with pytest.raises(SystemExit, match=r"--early-exit must lie in \[1, 29\]"):
+    with pytest.raises(SystemExit, match=r"--early-exit must be an integer in \[1, 29\]"):
         script.main(
             [
                 "--device",
@@ -392,7 +392,7 @@ def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_p
                 str(tmp_path),
             ]
         )
-    with pytest.raises(SystemExit, match=r"--prompts must lie in \[2, 2\]"):
+    with pytest.raises(SystemExit, match=r"--prompts must be an integer in \[2, 2\]"):
         script.main(
             [
                 "--device",

@@ -190,7 +190,7 @@ def test_session_limits_and_bad_input(hf_target, lean):
     torch.testing.assert_close(grown, CachedLM(hf_target).forward(seq)[250:], atol=2e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="max_position_embeddings"):
         s.forward([1] * (model.max_positions - 299))
-    with pytest.raises(ValueError, match="n must lie"):
+    with pytest.raises(ValueError, match=r"n must be an integer in \[0, 300\] \(the cached length\)"):
         s.crop(301)
     with pytest.raises(ValueError, match="mode must be one of"):
         LeanLlama(hf_target, "int8")

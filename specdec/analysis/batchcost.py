@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from specdec.measure.core import TensorSession, summarize_times, sync_hook, time_forwards
+from specdec.measure.pairedrun import paired_block
 from specdec.theory.checks import check_float, check_int, check_ints
 from specdec.theory.intervals import geomean, ratio_ci
 from specdec.theory.speedup import best_gamma_on_curve, walltime_speedup_measured
@@ -334,63 +335,90 @@ def decode_units(
     (:func:`specdec.engine.batched.batched_autoregressive`) and each of ``configs`` (name ->
     ``{"drafter": ..., "cut": "ragged" | "common"}``, :func:`specdec.engine.batched.batched_speculative`
     with ``gamma``). Greedy, EOS not stopping (every row gives ``new_tokens`` tokens, so the
-    configurations produce the same number of tokens). Units in ``done`` are skipped; each new
+    configurations produce the same number of tokens). The runs of a unit are one
+    :func:`specdec.measure.pairedrun.paired_block` (plain first or last with probability 1/2, the
+    configurations permuted). Units in ``done`` are skipped; each new
     unit goes to ``on_unit``. Per configuration a unit records the decode time (prefill
     excluded), the prefill time, tokens, rounds, the batch's draft / target / verify times,
     per-row accepted and examined drafts, the tokens kept per row and round, and whether each
     row's tokens equal plain decoding's.
     """
-    from specdec.engine.batched import batched_autoregressive, batched_speculative
-
     batches = check_ints("batches", batches, low=1, distinct=True)
     if max(batches) > len(pool):
         raise ValueError(f"batches must not exceed the prompt pool ({len(pool)}); got {max(batches)}")
     progress = progress or _no_progress
     finished = {(int(u["b"]), int(u["unit"])) for u in done}
     todo = [(b, u) for b in batches for u in range(units) if (b, u) not in finished]
-    names = ["plain", *configs]
+    block = [
+        {"drafter": name, "object": cfg, "gamma": gamma, "lenience": 1.0} for name, cfg in configs.items()
+    ]
     out = []
     for b, u in progress(todo, "decoding units"):
         rng = np.random.default_rng([seed, b, u])
         chosen = sorted(int(i) for i in rng.choice(len(pool), size=b, replace=False))
         prompts = [list(pool[i]) for i in chosen]
-        unit: dict[str, Any] = {"b": b, "unit": u, "prompts": chosen, "order": [], "runs": {}}
-        for i in rng.permutation(len(names)):
-            name = names[i]
-            if name == "plain":
-                gen = batched_autoregressive(target, prompts, max_new_tokens=new_tokens)
-            else:
-                cfg = configs[name]
-                gen = batched_speculative(
-                    target,
-                    cfg["drafter"],
-                    prompts,
-                    gamma=gamma,
-                    max_new_tokens=new_tokens,
-                    cut=cfg.get("cut", "ragged"),
-                )
-            unit["order"].append(name)
-            unit["runs"][name] = {
-                "decode_s": gen.decode_s,
-                "prefill_s": gen.prefill_s,
-                "draft_s": gen.draft_s,
-                "target_s": gen.target_s,
-                "verify_s": gen.verify_s,
-                "tokens": gen.new_tokens,
-                "rounds": gen.rounds,
-                "accepted": [s.accepted_tokens for s in gen.stats],
-                "examined": [s.examined for s in gen.stats],
-                "kept_per_round": [float(np.mean(e)) for e in gen.emitted],
-                "_tokens": gen.tokens,
-            }
-        plain = unit["runs"]["plain"].pop("_tokens")
-        for name in configs:
-            rows = unit["runs"][name].pop("_tokens")
-            unit["runs"][name]["rows_equal_plain"] = sum(a == p for a, p in zip(rows, plain, strict=True))
+        # the one paired run: plain and every configuration once, in a fresh seeded order
+        rows = paired_block(
+            target, block, prompts, temperature=0.0, new_tokens=new_tokens, seed=seed, rep=u, rng=rng,
+            plain_at="random", exact_length=False, timer=_batched_generation, row=_batched_row,
+        )  # fmt: skip
+        unit: dict[str, Any] = {"b": b, "unit": u, "prompts": chosen, "order": [r["drafter"] for r in rows]}
+        unit["runs"] = {r["drafter"]: {k: v for k, v in r.items() if k in _BATCH_FIELDS} for r in rows}
+        plain = next(r["_tokens"] for r in rows if r["drafter"] == "plain")
+        for r in rows:
+            if r["drafter"] != "plain":
+                same = sum(a == p for a, p in zip(r["_tokens"], plain, strict=True))
+                unit["runs"][r["drafter"]]["rows_equal_plain"] = same
         out.append(unit)
         if on_unit is not None:
             on_unit(unit)
     return out
+
+
+#: What a unit keeps of each batched run (:func:`_batched_row`).
+_BATCH_FIELDS = (
+    "decode_s", "prefill_s", "draft_s", "target_s", "verify_s", "tokens", "rounds", "accepted", "examined",
+    "kept_per_round",
+)  # fmt: skip
+
+
+def _batched_generation(
+    target: Any, cfg: Mapping[str, Any] | None, prompts: Sequence[Sequence[int]], *, gamma: int,
+    new_tokens: int, **_: Any,
+) -> tuple[list[list[int]], Any, float]:  # fmt: skip
+    """:func:`specdec.measure.pairedrun.paired_block`'s timer for a batch: plain (``cfg`` None) or
+    speculative decoding of every prompt at once, greedy, EOS not stopping (each row gives
+    ``new_tokens`` tokens). The generation's own decode clock is its time (prefill apart)."""
+    from specdec.engine.batched import batched_autoregressive, batched_speculative
+
+    if cfg is None:
+        gen = batched_autoregressive(target, prompts, max_new_tokens=new_tokens)
+    else:
+        gen = batched_speculative(
+            target,
+            cfg["drafter"],
+            prompts,
+            gamma=gamma,
+            max_new_tokens=new_tokens,
+            cut=cfg.get("cut", "ragged"),
+        )
+    return gen.tokens, gen, gen.decode_s + gen.prefill_s
+
+
+def _batched_row(gen: Any, total_s: float) -> dict[str, Any]:
+    """A batched run's fields: its times, tokens, rounds and per-row drafts."""
+    return {
+        "decode_s": gen.decode_s,
+        "prefill_s": gen.prefill_s,
+        "draft_s": gen.draft_s,
+        "target_s": gen.target_s,
+        "verify_s": gen.verify_s,
+        "tokens": gen.new_tokens,
+        "rounds": gen.rounds,
+        "accepted": [s.accepted_tokens for s in gen.stats],
+        "examined": [s.examined for s in gen.stats],
+        "kept_per_round": [float(np.mean(e)) for e in gen.emitted],
+    }
 
 
 def summarize_decoding(units: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import statistics
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -45,7 +44,7 @@ import numpy as np
 from specdec.analysis.realrun import speedup_gap
 from specdec.engine.drafters import EarlyExitDrafter, PromptLookupDrafter
 from specdec.engine.stats import cost_coefficient
-from specdec.measure.core import VerifyCost, jsonable, verify_cost_curves
+from specdec.measure.core import VerifyCost, jsonable, time_once, verify_cost_curves
 from specdec.measure.pairedrun import paired_block, timed_generation, timing_row
 from specdec.theory.checks import check_int, check_ints
 from specdec.theory.tokens import first_divergence
@@ -250,9 +249,9 @@ def hf_generate(
         kwargs |= {"prompt_lookup_num_tokens": prompt_lookup, "max_matching_ngram_size": max_ngram}
     hook = record_hf_rounds() if prompt_lookup is not None else contextlib.nullcontext([])
     with hook as rounds:
-        start = time.perf_counter()
-        out = model.generate(x, **kwargs)
-        wall = time.perf_counter() - start
+        made: list[Any] = []
+        wall = time_once(lambda: made.append(model.generate(x, **kwargs)))
+        out = made[0]
     tokens = cut_at_eos(out[0, x.shape[1] :].tolist(), eos_token_id)
     record: dict[str, Any] = {"tokens": tokens, "wall_s": wall}
     if prompt_lookup is not None:

@@ -246,8 +246,7 @@ def iid_oracle_on_curve(alpha: float, c: float, curve: Mapping[int, float], max_
     :func:`specdec.theory.speedup.oracle_speedup`.
     """
     g = check_int("max_gamma", max_gamma, low=1)
-    if not 0.0 <= alpha < 1.0:
-        raise ValueError(f"alpha must lie in [0, 1); got {alpha!r}")
+    alpha = check_float("alpha", alpha, low=0, high=1, open_high=True)
     c = check_float("c", c, low=0.0)
     r = np.arange(g + 1)
     prob = alpha**r * (1 - alpha)

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from specdec.theory.checks import check_int, check_optional_int
 from specdec.theory.tokens import common_prefix_len
 
 __all__ = [
@@ -107,13 +108,11 @@ class Session:
         n = len(new_ids)
         if n == 0:
             raise ValueError("new_ids must hold at least one token id")
-        if keep is not None and not 1 <= keep <= n:
-            raise ValueError(f"keep must lie in [1, {n}] or be None; got {keep!r}")
+        check_optional_int("keep", keep, low=1, high=n)
         return n
 
     def _check_crop(self, n: int) -> None:
-        if not 0 <= n <= len(self.ids):
-            raise ValueError(f"n must lie in [0, {len(self.ids)}] (the cached length); got {n!r}")
+        check_int("n", n, low=0, high=len(self.ids), note="the cached length")
 
     def sync(self, prefix: Sequence[int]) -> torch.Tensor:
         """Make the cache hold exactly ``prefix``; return the logits after its last token, (1, V).

@@ -36,12 +36,9 @@ __all__ = ["TeacherForced", "beta_rows", "target_p_rows", "teacher_forced"]
 
 def _check_ids(ids: Sequence[int], prompt_len: int) -> list[int]:
     out = [int(t) for t in ids]
-    check_int("prompt_len", prompt_len)
-    if not 1 <= prompt_len < len(out):
-        raise ValueError(
-            f"prompt_len must lie in [1, {len(out) - 1}] (at least one prompt and one response token); "
-            f"got {prompt_len}"
-        )
+    check_int(
+        "prompt_len", prompt_len, low=1, high=len(out) - 1, note="at least one prompt and one response token"
+    )
     return out
 
 

@@ -84,7 +84,7 @@ def command_line(script: str, argv: Sequence[str] | None) -> str:
 
 def bench_path(out: str | None, kind: str, device_name: str, threads: int) -> Path:
     """``out``, or ``results/bench/<kind>-<cpu>-<threads>t.json`` (the CPU as
-    :func:`specdec.measure.gpurecord.device_slug` names it)."""
+    :func:`specdec.measure.device.device_slug` names it)."""
     from specdec.measure.device import device_slug
 
     if out:

@@ -133,7 +133,9 @@ def sync_hook(sync: bool | None = None, *, device: Any = None) -> Callable[[], N
 def time_once(fn: Callable[[], object], synchronize: Callable[[], None] | None = None) -> float:
     """The one timer: the wall-clock seconds (:func:`time.perf_counter`) of one call ``fn()``,
     between two calls of ``synchronize`` when given (so the time covers the GPU kernels ``fn``
-    launched). Every timed call of the package goes through here."""
+    launched). Every measured time the book compares (a forward, a generation, a kernel) goes
+    through here; the engine's own phase clocks (:class:`specdec.engine.stats.Stats`, below this layer)
+    and the budgets and progress lines of long runs read :func:`time.perf_counter` directly."""
     if synchronize is not None:
         synchronize()
     start = time.perf_counter()
@@ -632,9 +634,10 @@ def engine_verify_curves(
 ) -> dict[str, Any]:
     """T(k) of one call over k new tokens after ``prompt_ids`` is cached, per engine, and T(k)/T(1).
 
-    :func:`verify_cost_curve` needs a transformers model (it drives a ``DynamicCache``); this
-    one times any engine that :func:`specdec.engine.lm.open_lm` opens (transformers, the lean engine,
-    llama.cpp) through its session's ``forward`` and ``crop``, after a real prompt. Each of
+    :func:`verify_cost_curve` times random ids on a random prefix, every (model, k) pair in one
+    permuted order; this one times any engine that :func:`specdec.engine.lm.open_lm` opens
+    (transformers, the lean engine, llama.cpp) through its session's ``forward`` and ``crop``,
+    after a real prompt, with a paired ratio and its interval per k. Each of
     ``repeats`` passes (after one discarded warm-up pass) runs the engines in a fresh seeded
     order and, per engine, every k in a fresh order, cropping back to the prompt after each
     call. An engine named in ``reopen`` (one llama.cpp context per model) re-feeds the prompt

@@ -39,6 +39,7 @@ from specdec.measure.device import device_info, device_slug, free_memory
 from specdec.measure.pairedrun import paired_block, timed_generation
 from specdec.measure.recorder import Deadline, Recorder
 from specdec.measure.surfaces import kernel_seconds
+from specdec.theory.checks import check_int
 from specdec.theory.tokens import first_divergence
 
 __all__ = [
@@ -422,15 +423,9 @@ def check_settings(settings: Any, manifest: dict[str, Any], saved_drafts: Sequen
     if missing:
         raise ValueError(f"--drafts {missing} are not saved drafts; saved: {list(saved_drafts)}")
     available = min(sum(p["task"] == t for p in manifest["prompts"]) for t in s.task_list)
-    if s.prompts > available:
-        raise ValueError(
-            f"--prompts must lie in [2, {available}] (prompts per task in the payload); got {s.prompts}"
-        )
+    check_int("--prompts", s.prompts, low=2, high=available, note="prompts per task in the payload")
     depth = int(manifest["config"]["num_hidden_layers"])
-    if not 1 <= s.early_exit < depth:
-        raise ValueError(
-            f"--early-exit must lie in [1, {depth - 1}] (the target has {depth} layers); got {s.early_exit}"
-        )
+    check_int("--early-exit", s.early_exit, low=1, high=depth - 1, note=f"the target has {depth} layers")
     return drafts
 
 

@@ -80,6 +80,12 @@ def left_out_modes() -> dict[str, str]:
     }
 
 
+def _progress_line(line: str) -> None:
+    """One progress line on stderr, where no bar shows (a slow first call says what it does); a
+    progress report is not a warning, so it is neither filtered as a repeat nor given a source line."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _say(line: str) -> None:
     """One line for the user (a UserWarning; the ``specdec`` command prints it as one line)."""
     warnings.warn(line, UserWarning, stacklevel=3)
@@ -168,7 +174,7 @@ def probe_modes(
     bar = _progress_bar(len(modes) + warmup + repeats, what)
     quiet = bar.disable  # no bar off a terminal: one line now and one at the end say what is slow
     if quiet:
-        _say(f"{what} on this machine ({warmup + repeats} passes of every call size) ...")
+        _progress_line(f"{what} on this machine ({warmup + repeats} passes of every call size) ...")
     began = time.perf_counter()
     for mode in modes:
         bar.set_postfix_str(f"preparing {mode}", refresh=True)
@@ -204,7 +210,7 @@ def probe_modes(
     bar.update(warmup + repeats)
     bar.close()
     if quiet:
-        _say(f"{what}: done in {time.perf_counter() - began:.1f} s")
+        _progress_line(f"{what}: done in {time.perf_counter() - began:.1f} s")
     result = {}
     for mode in modes:
         med = {n: float(np.median(times[mode][n])) for n in sizes}

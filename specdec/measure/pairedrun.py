@@ -25,12 +25,12 @@ is :func:`specdec.analysis.realrun.speedup_gap`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from specdec.measure.core import time_once
 from specdec.theory.tokens import first_divergence
 
 __all__ = ["finish_cell", "fresh_timer", "paired_block", "timed_generation", "timing_row"]
@@ -56,9 +56,13 @@ def timed_generation(
     from specdec.engine.lean import torch_threads_for
 
     with torch_threads_for(target):  # a q4q8 target's C threads get the cores (torch on one)
-        start = time.perf_counter()
-        g = _generate(target, drafter, ids, gamma, temperature, new_tokens, seed, lenience, eos_token_id)
-        total = time.perf_counter() - start
+        made: list[Any] = []
+        total = time_once(
+            lambda: made.append(
+                _generate(target, drafter, ids, gamma, temperature, new_tokens, seed, lenience, eos_token_id)
+            )
+        )
+        g = made[0]
     if exact_length and len(g.tokens) != new_tokens:
         raise RuntimeError(f"a generation made {len(g.tokens)} tokens instead of {new_tokens}")
     return [int(t) for t in g.tokens], g.stats, total

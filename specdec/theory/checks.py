@@ -31,6 +31,10 @@ __all__ = [
 ]
 
 
+#: The 64-bit integer range, inclusive: what an array of integers holds without wrapping.
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def is_int(value: object) -> bool:
     """True for an integer (Python's or numpy's), False for anything else, bool included."""
     return not isinstance(value, bool) and isinstance(value, numbers.Integral)
@@ -146,6 +150,15 @@ def check_array(
     ValueError ``"<name> must be a finite number ...; got <value>"`` (``an integer``; ``integers``
     or ``finite numbers`` for an array), as :func:`check_int` and :func:`check_float` word it."""
     arr = np.asarray(value)
+    where = _range(low, high, open_low=open_low, open_high=open_high)
+    whole = arr.dtype == object or np.issubdtype(arr.dtype, np.unsignedinteger)
+    if (
+        whole
+        and all(is_int(v) for v in arr.flat)
+        and any(not _INT64[0] <= int(v) <= _INT64[1] for v in arr.flat)
+    ):
+        # beyond int64 (a Python int, or uint64): converting would wrap or overflow
+        raise _fail(name, "an integer" if arr.ndim == 0 else "integers", where, "within 64 bits", value)
     if arr.dtype == object and all(is_int(v) or _is_real(v) for v in arr.flat):  # e.g. a pandas column
         arr = arr.astype(np.int64 if all(is_int(v) for v in arr.flat) else float)
     ok = np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
@@ -163,4 +176,4 @@ def check_array(
         if integer
         else ("a finite number" if scalar else "finite numbers")
     )
-    raise _fail(name, kind, _range(low, high, open_low=open_low, open_high=open_high), note, value)
+    raise _fail(name, kind, where, note, value)

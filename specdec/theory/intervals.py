@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_int
 
 __all__ = ["bootstrap_ci", "geomean", "per_unit_medians", "ratio_ci", "verdict"]
 
@@ -46,8 +46,7 @@ def bootstrap_ci(
     arr = np.asarray(values, dtype=float)
     if arr.ndim != 1 or arr.size < 2:
         raise ValueError(f"values must be a 1-D sequence of at least 2 numbers; got shape {arr.shape}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1); got {level!r}")
+    check_float("level", level, low=0, high=1, open_low=True, open_high=True)
     check_int("n_boot", n_boot, low=100)
     rng = np.random.default_rng(seed)
     if strata is None:

@@ -65,9 +65,7 @@ class HeuristicGamma(DraftPolicy):
 
     def __init__(self, start: int = 5, *, up: int = 2, down: int = 1, max_gamma: int = 16) -> None:
         self.max_gamma = check_int("max_gamma", max_gamma, low=1)
-        self.start = check_int("start", start, low=1)
-        if start > max_gamma:
-            raise ValueError(f"start must lie in [1, max_gamma = {max_gamma}]; got {start!r}")
+        self.start = check_int("start", start, low=1, high=max_gamma, note="max_gamma")
         self.up = check_int("up", up, low=0)
         self.down = check_int("down", down, low=0)
         self.reset()
