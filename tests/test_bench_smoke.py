@@ -36,6 +36,50 @@ def test_the_script_parses_its_arguments_and_calls_the_package(root):
     assert module.run_suite is hfbench.run_suite
     with pytest.raises(SystemExit):
         module.main(["--repeats", "1", "--prompts", "nope"])
+    # the arguments reach the package: stand-ins for the models and every step record their inputs
+    calls = {}
+    loaded = type("Loaded", (), {"model": "M", "tokenizer": "T", "load_s": 0.5})()
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        monkeypatch.setattr(module, "load_target", lambda dtype, **kw: loaded)
+        monkeypatch.setattr(module, "set_threads", lambda n: n)
+        monkeypatch.setattr(
+            module, "render_prompts", lambda tok, names: calls.setdefault("prompts", {"p": [1, 2]})
+        )
+        monkeypatch.setattr(
+            module, "run_suite", lambda models, prompts, s: calls.setdefault("suite", (models, s))
+        )
+        monkeypatch.setattr(
+            module, "measure_curves", lambda models, prefix, s: calls.setdefault("curves", prefix)
+        )
+        monkeypatch.setattr(module, "summarise", lambda raw, curves, prompts, s: {"float32": {}})
+        monkeypatch.setattr(module, "print_tables", lambda summary, s: None)
+        monkeypatch.setattr(module, "environment", lambda model: {})
+        monkeypatch.setattr(
+            module, "write_result", lambda path, record, env: calls.setdefault("written", (path, record))
+        )
+        module.main(
+            [
+                "--quick",
+                "--dtype",
+                "float32",
+                "--threads",
+                "1",
+                "--curve-prefix",
+                "7",
+                "--out",
+                "/tmp/x-{dtype}.json",
+            ]
+        )
+    finally:
+        monkeypatch.undo()
+    models, s = calls["suite"]
+    assert models == {"float32": "M"}
+    assert (s.max_new_tokens, s.repeats, s.gammas, s.kmax, s.curve_repeats) == (8, 1, (3,), 4, 1)  # --quick
+    assert calls["curves"] == 7 and str(calls["written"][0]) == "/tmp/x-float32.json"
+    assert calls["written"][1]["threads"] == 1 and calls["written"][1]["command"].endswith(
+        "/tmp/x-{dtype}.json"
+    )
 
 
 PROMPTS = {

@@ -179,7 +179,7 @@ def test_replay_runs_a_draft_length_policy_and_stops_at_the_end():
     assert replay([9] + [0] * 9, [9] * 10, 15, 0.0, FLAT)["drafted"] == 9
 
 
-def test_the_record_steps_on_tiny_models_replay_real_decoding(one_thread):
+def test_the_record_steps_on_tiny_models_replay_real_decoding(one_thread, monkeypatch):
     """benchmarks/oracle_gamma.py's steps (record_runs, measure_costs) on tiny random Llamas: the
     replay at the calls' gamma gives the rounds real speculative decoding accepted."""
     pytest.importorskip("torch")
@@ -194,10 +194,29 @@ def test_the_record_steps_on_tiny_models_replay_real_decoding(one_thread):
     prompts = [{"task": "code", "id": f"p{i}", "ids": rng.integers(3, VOCAB, 8).tolist()} for i in range(2)]
     rows = record_runs(target, makers, prompts, new_tokens=10, max_gamma=4, progress=False)
     assert [r["new_tokens"] for r in rows] == [10, 10]
+    from specdec.measure import pairedrun
+
+    blocks = []
+    real_block = pairedrun.paired_block
+
+    def spy(*args, **kwargs):  # every block the costs come from, to recompute c from its own pair
+        block = real_block(*args, **kwargs)
+        blocks.append(block)
+        return block
+
+    monkeypatch.setattr(pairedrun, "paired_block", spy)
     costs = measure_costs(target, makers, prompts, new_tokens=10, gamma=3, repeats=2, progress=False)
+    assert len(blocks) == 2 * len(prompts) * len(makers)
+    expected = {name: [] for name in makers}
+    for block in blocks:  # one plain and one speculative call per block: c from that pair only
+        (plain,) = [r for r in block if r["drafter"] == "plain"]
+        (spec,) = [r for r in block if r["drafter"] != "plain"]
+        step = plain["_stats"].target_s / plain["_stats"].target_calls
+        expected[spec["drafter"]].append(spec["_stats"].draft_s / spec["_stats"].rounds / 3 / step)
     for name in makers:
         assert len(costs[name]["samples"]) == len(costs[name]["accepted"]) == 4
-        assert costs[name]["c"] == pytest.approx(float(np.median(costs[name]["samples"])))
+        assert costs[name]["samples"] == pytest.approx(expected[name], rel=1e-9)
+        assert costs[name]["c"] == pytest.approx(float(np.median(expected[name])))
         for row, accepted in zip(rows, costs[name]["accepted"][:2], strict=True):
             d = row["drafters"][name]
             replayed = replay(d["runs"], d["lengths"], 3, 0.0, FLAT)
