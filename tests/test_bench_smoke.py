@@ -77,9 +77,8 @@ def test_the_script_parses_its_arguments_and_calls_the_package(root):
     assert models == {"float32": "M"}
     assert (s.max_new_tokens, s.repeats, s.gammas, s.kmax, s.curve_repeats) == (8, 1, (3,), 4, 1)  # --quick
     assert calls["curves"] == 7 and str(calls["written"][0]) == "/tmp/x-float32.json"
-    assert calls["written"][1]["threads"] == 1 and calls["written"][1]["command"].endswith(
-        "/tmp/x-{dtype}.json"
-    )
+    record = calls["written"][1]
+    assert record["threads"] == 1 and record["command"].endswith("--out '/tmp/x-{dtype}.json'")
 
 
 PROMPTS = {
