@@ -14,6 +14,7 @@ from specdec.cli.common import (
     at_least,
     fmt,
     json_out,
+    lean_modes,
     log,
     needs_models,
     para,
@@ -144,9 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any, formatter: Any) -> None:
     """Add this command's parser to ``sub`` (the subparsers of :func:`specdec.cli.app.parser`)."""
-    from specdec.analysis.usermeasure import ENGINES
-
-    lean = [e for e in ENGINES if e != "auto" and not e.startswith("hf-")]  # specdec.engine.lean.MODES
+    lean = lean_modes()
     quick = BENCH_QUICK["engines"].split(",")
     b = sub.add_parser(
         "bench",

@@ -25,6 +25,7 @@ __all__ = [
     "fmt",
     "interval",
     "json_out",
+    "lean_modes",
     "log",
     "needs_models",
     "one_line",
@@ -111,6 +112,14 @@ COUNTS = {
     "threads": "torch threads",
     "prompts_per_task": "prompts per task",
 }
+
+
+def lean_modes() -> list[str]:
+    """The lean engine's modes as the commands name them (:data:`specdec.analysis.usermeasure.ENGINES`
+    without ``auto`` and transformers' ``hf-`` engines: :data:`specdec.engine.lean.MODES`)."""
+    from specdec.analysis.usermeasure import ENGINES
+
+    return [e for e in ENGINES if e != "auto" and not e.startswith("hf-")]
 
 
 def para(text: str) -> str:

@@ -15,6 +15,7 @@ from specdec.cli.common import (
     fmt,
     interval,
     json_out,
+    lean_modes,
     log,
     needs_models,
     para,
@@ -162,7 +163,7 @@ def add_parser(sub: Any, formatter: Any) -> None:
     """Add this command's parser to ``sub`` (the subparsers of :func:`specdec.cli.app.parser`)."""
     from specdec.analysis.usermeasure import ENGINES
 
-    lean = [e for e in ENGINES if e != "auto" and not e.startswith("hf-")]  # specdec.engine.lean.MODES
+    lean = lean_modes()
     e = sub.add_parser(
         "measure",
         help="measure alpha, c, the verify cost and the real speedup of a draft on your prompts",

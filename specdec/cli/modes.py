@@ -6,7 +6,17 @@ import argparse
 import sys
 from typing import Any
 
-from specdec.cli.common import NAMES, UsageError, alpha_arg, at_least, c_arg, json_out, needs_models, para
+from specdec.cli.common import (
+    NAMES,
+    UsageError,
+    alpha_arg,
+    at_least,
+    c_arg,
+    json_out,
+    lean_modes,
+    needs_models,
+    para,
+)
 
 __all__ = ["add_parser", "load_target", "missing_modes", "run", "run_probe"]
 
@@ -105,9 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any, formatter: Any) -> None:
     """Add this command's parser to ``sub`` (the subparsers of :func:`specdec.cli.app.parser`)."""
-    from specdec.analysis.usermeasure import ENGINES
-
-    lean = [e for e in ENGINES if e != "auto" and not e.startswith("hf-")]  # specdec.engine.lean.MODES
+    lean = lean_modes()
     m = sub.add_parser(
         "modes",
         help="the fastest lean mode on this machine, its verify cost, and gamma for your alpha",
