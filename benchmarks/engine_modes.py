@@ -13,6 +13,7 @@ minutes with the defaults on 1 thread.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -28,7 +29,9 @@ from specdec.measure.modes import cpu_counters, load_during  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    full = BenchSettings()  # the full run's defaults, as specdec bench --full takes them
+    # the full run's defaults, as specdec bench --full takes them (read from the fields: building a
+    # BenchSettings would resolve the engines, building the C forwards, before --help)
+    full = argparse.Namespace(**{f.name: f.default for f in dataclasses.fields(BenchSettings)})
     ap.add_argument("--threads", type=int, default=full.threads)
     ap.add_argument("--engines", default=None, help=f"comma list from {ALL_ENGINES} (default: all available)")
     ap.add_argument("--prompts-per-task", type=int, default=full.prompts_per_task)

@@ -101,3 +101,22 @@ def test_open_upper_bounds():
         check_float("a", 2, high=2, open_high=True)
     with pytest.raises(ValueError, match=r"^a must be finite numbers in \(0, 1\); got \[0.5, 1\]$"):
         check_array("a", [0.5, 1], low=0, high=1, open_low=True, open_high=True)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [2**63, [1, 2**63], 2.0**63, np.float64(1e20), [2.0, 2**65], np.array([2**64 - 1, 4], dtype=np.uint64)],
+)
+def test_check_array_refuses_integers_beyond_64_bits_instead_of_wrapping(value):
+    """numpy wraps 2**63 to -2**63 on the way to int64 (and a float list reaches it as 9.2e18)."""
+    with pytest.raises(ValueError, match=r"within 64 bits"):
+        check_array("gamma", value, integer=True, low=0)
+
+
+def test_check_array_refuses_booleans_inside_a_list_and_floats_beyond_range():
+    with pytest.raises(ValueError, match="gamma must be integers >= 0; got"):
+        check_array("gamma", [True, 2], integer=True, low=0)  # numpy alone reads it as [1, 2]
+    with pytest.raises(ValueError, match="c must be finite numbers >= 0; got"):
+        check_array("c", [1, 1.5, 10**400], low=0)  # was an OverflowError, a traceback in the CLI
+    assert check_array("gamma", [2**63 - 1], integer=True).tolist() == [2**63 - 1]  # the largest int64
+    assert check_array("c", [1, 2**63]).tolist() == [1.0, 2.0**63]  # real numbers: any size a float holds

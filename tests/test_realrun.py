@@ -273,6 +273,8 @@ def test_machine_probe_reads_the_runs_own_probe_else_the_same_machines_benchmark
     record["environment"]["timestamp_utc"] = "2026-11-15T00:00:00Z"  # a run made between the two
     summary, source = machine_probe(record, tmp_path)
     assert source == "engine-modes-amd-epyc-1t.json" and summary["chosen"] == "q4_1"
+    record["environment"]["timestamp_utc"] = "2026-10-01T00:00:00Z"  # made before every benchmark
+    assert machine_probe(record, tmp_path) is None
     del record["environment"]["timestamp_utc"]
     record["environment"]["threads"] = 2  # another thread count: not the same probe
     assert machine_probe(record, tmp_path) is None

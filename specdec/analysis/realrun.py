@@ -374,7 +374,7 @@ def machine_probe(record: dict[str, Any], bench_folder: str | Path) -> tuple[dic
         probe = bench.get("chosen_mode")
         same = bench.get("environment", {}).get("device_name") == env["device_name"]
         if probe and same and probe.get("machine", {}).get("threads") == env["threads"]:
-            found.append((str(bench["environment"].get("timestamp_utc", "")), path.name, probe))
+            found.append((str(bench["environment"].get("timestamp_utc") or ""), path.name, probe))
     made = str(env.get("timestamp_utc") or "")
     found = [f for f in found if not made or f[0] <= made]  # ISO timestamps in UTC sort as text
     if not found:

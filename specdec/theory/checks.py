@@ -151,29 +151,44 @@ def check_array(
     or ``finite numbers`` for an array), as :func:`check_int` and :func:`check_float` word it."""
     arr = np.asarray(value)
     where = _range(low, high, open_low=open_low, open_high=open_high)
-    whole = arr.dtype == object or np.issubdtype(arr.dtype, np.unsignedinteger)
-    if (
-        whole
-        and all(is_int(v) for v in arr.flat)
-        and any(not _INT64[0] <= int(v) <= _INT64[1] for v in arr.flat)
-    ):
-        # beyond int64 (a Python int, or uint64): converting would wrap or overflow
-        raise _fail(name, "an integer" if arr.ndim == 0 else "integers", where, "within 64 bits", value)
-    if arr.dtype == object and all(is_int(v) or _is_real(v) for v in arr.flat):  # e.g. a pandas column
-        arr = arr.astype(np.int64 if all(is_int(v) for v in arr.flat) else float)
-    ok = np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-    if ok:
-        f = arr.astype(float)
-        ok = bool(np.all(np.isfinite(f))) and (not integer or bool(np.all(f == np.round(f))))
-        if ok and f.size:
-            ok = _within(float(f.min()), low, None, open_low, open_high)
-            ok = ok and _within(float(f.max()), None, high, open_low, open_high)
-        if ok:
-            return arr.astype(np.int64) if integer else f
     scalar = arr.ndim == 0
     kind = (
         ("an integer" if scalar else "integers")
         if integer
         else ("a finite number" if scalar else "finite numbers")
     )
-    raise _fail(name, kind, where, note, value)
+
+    def fail(why: str | None = note) -> ValueError:
+        return _fail(name, kind, where, why, value)
+
+    if not isinstance(value, np.ndarray) and arr.dtype != bool:  # numpy reads [True, 2] as [1, 2]
+        if any(isinstance(v, (bool, np.bool_)) for v in np.asarray(value, dtype=object).flat):
+            raise fail()
+    if arr.dtype == object:  # e.g. a pandas column, or Python ints beyond 64 bits
+        if not all(is_int(v) or _is_real(v) for v in arr.flat):
+            raise fail()
+        ints = all(is_int(v) for v in arr.flat)
+        if ints and any(not _INT64[0] <= int(v) <= _INT64[1] for v in arr.flat):
+            if integer:
+                raise fail("within 64 bits")
+            ints = False
+        try:
+            arr = arr.astype(np.int64 if ints else float)
+        except OverflowError:  # an integer beyond float's range
+            raise fail() from None
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise fail()
+    if integer and np.issubdtype(arr.dtype, np.unsignedinteger) and arr.size and int(arr.max()) > _INT64[1]:
+        raise fail("within 64 bits")  # uint64 beyond int64 would wrap
+    f = arr.astype(float)
+    if not bool(np.all(np.isfinite(f))) or (integer and not bool(np.all(f == np.round(f)))):
+        raise fail()
+    if integer and np.issubdtype(arr.dtype, np.floating) and f.size:
+        if float(f.max()) >= 2.0**63 or float(f.min()) < -(2.0**63):  # whole floats beyond int64
+            raise fail("within 64 bits")
+    if f.size and not (
+        _within(float(f.min()), low, None, open_low, open_high)
+        and _within(float(f.max()), None, high, open_low, open_high)
+    ):
+        raise fail()
+    return arr.astype(np.int64) if integer else f
