@@ -52,6 +52,7 @@ def plan(
     verify_cost: float | None = None,
     verify_curve: dict[int, float] | None = None,
     max_gamma: int = 64,
+    names: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The numbers ``specdec plan`` prints, each from :mod:`specdec.theory.speedup`.
 
@@ -67,8 +68,11 @@ def plan(
     plain decoding, which bounds the gammas searched. Arguments are checked first: alpha in [0, 1]
     (1: every draft accepted), c >= 0, gamma and max_gamma integers in 1..:data:`MAX_GAMMA`,
     ``verify_cost`` > 0, ``verify_curve`` {k: T(k)/T(1)} with k >= 1 and some k >= 2 (the curve
-    wins when both are given).
+    wins when both are given), holding k = gamma + 1 for a given gamma and some k <= max_gamma + 1.
+    ``names`` maps ``gamma``, ``max_gamma`` and ``verify_curve`` to what the caller calls them in
+    those two messages (the command line: ``--gamma``, ...).
     """
+    say = {"gamma": "gamma", "max_gamma": "max_gamma", "verify_curve": "verify_curve", **(names or {})}
     alpha = check_float("alpha", alpha, low=0, high=1, note="the acceptance rate, Corollary 3.6")
     c = check_float("c", c, low=0, note="a draft step's time in target steps, Definition 3.7")
     max_gamma = check_int("max_gamma", max_gamma, low=1, high=MAX_GAMMA, note=_DIGITS)
@@ -81,11 +85,21 @@ def plan(
     if verify_curve is not None:
         verify_curve = _checked_curve(verify_curve)
     priced = verify_cost is not None or verify_curve is not None
+    if (
+        verify_curve is not None
+        and verify_cost is None
+        and gamma is not None
+        and gamma + 1 not in verify_curve
+    ):
+        raise ValueError(
+            f"{say['gamma']} {gamma} needs T({gamma + 1})/T(1) in {say['verify_curve']}; it holds k = "
+            f"{', '.join(str(k) for k in sorted(verify_curve))}"
+        )
     if verify_curve is not None:
         curve = {k: v for k, v in verify_curve.items() if k <= max_gamma + 1}
         if not any(k >= 2 for k in curve):
             raise ValueError(
-                f"the verify curve holds no k = gamma + 1 <= max_gamma + 1 = {max_gamma + 1}; "
+                f"{say['verify_curve']} holds no k = gamma + 1 <= {say['max_gamma']} + 1 = {max_gamma + 1}; "
                 f"its k are {sorted(verify_curve)}"
             )
     elif verify_cost is not None:  # beyond gamma c + V > 1/(1-alpha) the speedup is below 1
@@ -106,12 +120,7 @@ def plan(
             return 1.0
         if verify_cost is not None:
             return verify_cost
-        if g + 1 not in verify_curve:
-            raise ValueError(
-                f"gamma = {g} needs T({g + 1})/T(1) in the verify curve; it holds k = "
-                f"{', '.join(str(k) for k in sorted(verify_curve))}"
-            )
-        return verify_curve[g + 1]
+        return verify_curve[g + 1]  # a given gamma is checked above; the optimum is one of the curve's
 
     if verify_curve is None and verify_cost is not None and (reach > _SCAN or (c == 0 and alpha > 0)):
         if c == 0 and alpha > 0:  # E[T] / V rises with gamma: the limit, exactly
