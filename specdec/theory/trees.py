@@ -1,0 +1,108 @@
+"""Draft trees: the shape every tree drafter proposes, every engine verifies and every verifier reads.
+
+A draft tree of ``N`` nodes hangs below the *root*, the last committed token (the first input of a
+verify call, as in the chain loop). Node ``i`` holds the drafted token ``tokens[i]`` and its parent
+``parents[i]``: ``-1`` for a child of the root, else the index of an earlier node
+(``-1 <= parents[i] < i``: nodes come in topological order). Siblings are ordered by index: the
+verifier examines the children of a node in that order (SpecInfer's multi-candidate rule,
+:mod:`specdec.theory.treeverify`). A chain of ``gamma`` drafts is the tree with
+``parents = [-1, 0, 1, ..., gamma - 2]``.
+
+A verify call feeds ``[root, *tokens]`` with the parents shifted by one (the root is node 0 of the
+call, parent -1, each draft's parent ``parents[i] + 1``): see :meth:`DraftTree.call_parents`. Row 0
+of the call's logits is p at the root (the law of the root's children), row ``i + 1`` is p at
+node ``i`` (the law of its children).
+
+Pure Python and numpy (the theory layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specdec.theory.checks import is_int
+
+__all__ = ["DraftTree", "check_parents", "chain_tree"]
+
+
+def check_parents(parents: Sequence[object], name: str = "parents") -> list[int]:
+    """``parents`` as a list of ints, each in ``[-1, i - 1]`` (node ``i``'s parent comes before it);
+    otherwise ValueError naming ``name``, the node and the valid range."""
+    out: list[int] = []
+    for i, parent in enumerate(parents):
+        if not is_int(parent) or not -1 <= parent <= i - 1:
+            raise ValueError(
+                f"{name}[{i}] must be an integer in [-1, {i - 1}] (an earlier node or -1); got {parent!r}"
+            )
+        out.append(int(parent))
+    return out
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """Drafted tokens and their parents (``-1``: a child of the root); see the module docstring."""
+
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+    depths: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __init__(self, tokens: Sequence[object], parents: Sequence[object]) -> None:
+        if len(tokens) != len(parents):
+            raise ValueError(
+                f"tokens and parents must have one entry per node; got {len(tokens)} and {len(parents)}"
+            )
+        ids = []
+        for i, token in enumerate(tokens):
+            if not is_int(token) or token < 0:
+                raise ValueError(f"tokens[{i}] must be an integer >= 0 (a token id); got {token!r}")
+            ids.append(int(token))
+        checked = check_parents(parents)
+        depths: list[int] = []
+        for parent in checked:
+            depths.append(1 if parent < 0 else depths[parent] + 1)
+        object.__setattr__(self, "tokens", tuple(ids))
+        object.__setattr__(self, "parents", tuple(checked))
+        object.__setattr__(self, "depths", tuple(depths))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def depth(self) -> int:
+        """The longest root-to-leaf path in drafts (0 for an empty tree)."""
+        return max(self.depths, default=0)
+
+    def children(self, node: int) -> list[int]:
+        """The children of ``node`` (``-1``: the root's), in sibling order."""
+        return [i for i, parent in enumerate(self.parents) if parent == node]
+
+    def path(self, node: int) -> list[int]:
+        """The nodes from the root's child down to ``node`` (inclusive)."""
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = self.parents[node]
+        return out[::-1]
+
+    def call_parents(self) -> list[int]:
+        """The parents of a verify call over ``[root, *tokens]``: ``[-1, parents[i] + 1 ...]``."""
+        return [-1, *(parent + 1 for parent in self.parents)]
+
+    def cut(self, keep: Sequence[bool]) -> DraftTree:
+        """The tree without the nodes where ``keep`` is False and their descendants (indices renumbered)."""
+        if len(keep) != len(self):
+            raise ValueError(f"keep must have one entry per node ({len(self)}); got {len(keep)}")
+        new_index: dict[int, int] = {-1: -1}
+        tokens, parents = [], []
+        for i, (token, parent) in enumerate(zip(self.tokens, self.parents, strict=True)):
+            if keep[i] and parent in new_index:
+                new_index[i] = len(tokens)
+                tokens.append(token)
+                parents.append(new_index[parent])
+        return DraftTree(tokens, parents)
+
+
+def chain_tree(tokens: Sequence[object]) -> DraftTree:
+    """A chain of drafts as a tree: each token the child of the one before."""
+    return DraftTree(tokens, list(range(-1, len(tokens) - 1)))
