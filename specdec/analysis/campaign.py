@@ -157,8 +157,10 @@ def _run_cell(
     seed: int,
     rng: np.random.Generator,
     set_threads: Callable[[int], Any],
+    eos_token_id: int | None = None,
 ) -> list[dict[str, Any]]:
-    """One cell: ``repeats`` repetitions, engines in a fresh order each, paired blocks on each."""
+    """One cell: ``repeats`` repetitions, engines in a fresh order each, paired blocks on each
+    (exactly ``new_tokens`` tokens, or up to the first EOS when ``eos_token_id`` is given)."""
     by_engine = {e.name: [c for c in configs if c.engine == e.name] for e in engines}
     rows: dict[str, list[dict[str, Any]]] = {e.name: [] for e in engines}
     for rep in range(repeats):
@@ -171,7 +173,7 @@ def _run_cell(
             ]
             rows[e.name] += paired_block(
                 e.model, block, prompt["ids"], temperature=temp, new_tokens=new_tokens, seed=seed,
-                rep=rep, rng=rng,
+                rep=rep, rng=rng, eos_token_id=eos_token_id, exact_length=eos_token_id is None,
             )  # fmt: skip
     labels = {c.id: c for c in configs}
     out = []
@@ -250,6 +252,7 @@ def run_campaign(
     set_threads: Callable[[int], Any] = lambda n: None,
     log: Callable[[str], None] = _print,
     progress: bool = True,
+    eos_token_id: int | None = None,
 ) -> dict[str, Any]:
     """Run every cell not yet done, saving after each; analyse and write ``out`` when all are done.
 
@@ -257,8 +260,9 @@ def run_campaign(
     the cross-fit half is ``index`` mod 2). ``settings`` must equal a partial record's to resume it
     (else SystemExit naming the differences; ``fresh`` discards it). ``header``: what the record
     says about the run (command, environment, machine, left-out engines). ``budget_s``: stop
-    after the cell that brings the run's own time to or past it. Returns the record (``complete``
-    False when stopped early).
+    after the cell that brings the run's own time to or past it. ``eos_token_id``: generations stop
+    at their first EOS (at most ``new_tokens``; tokens/s counts each run's own tokens); None: exactly
+    ``new_tokens`` tokens, EOS ignored. Returns the record (``complete`` False when stopped early).
     """
     check_int("new_tokens", new_tokens, low=2)
     check_int("repeats", repeats, low=1)
@@ -325,6 +329,7 @@ def run_campaign(
                     seed=seed + i,
                     rng=np.random.default_rng([seed, i]),
                     set_threads=set_threads,
+                    eos_token_id=eos_token_id,
                 )
             )  # (as the file stores them: NaN -> None, so a resumed record equals a whole one)
             record["cell_seconds"][cid] = time.perf_counter() - t0

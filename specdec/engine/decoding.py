@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,7 +38,7 @@ from specdec.theory.checks import check_float, check_int, check_optional_float, 
 from specdec.theory.policies import DraftPolicy, as_policy
 from specdec.theory.sampling import sample, verify, verify_argmax, warp
 
-__all__ = ["Generation", "autoregressive", "speculative"]
+__all__ = ["Generation", "autoregressive", "speculative", "speculative_tree"]
 
 
 @dataclass
@@ -120,6 +121,104 @@ def speculative(
         if eos_token_id in new:
             break
     return finish_generation(tokens[len(prompt) :], stats, eos_token_id)
+
+
+def speculative_tree(
+    target: torch.nn.Module,
+    drafter: Any,
+    prompt_ids: Sequence[int],
+    *,
+    budget: int,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    eos_token_id: int | None = None,
+) -> Generation:
+    """Speculative decoding with a draft *tree* verified in one target call per round.
+
+    Each round: the drafter proposes a :class:`~specdec.theory.trees.DraftTree` of at most
+    ``budget`` nodes (``drafter.propose_tree(prefix, budget, warp_fn, rng)``, a
+    :class:`specdec.drafting.tree.TreeProposal`); one target call over ``[last committed token,
+    *nodes]`` with tree attention (each node sees the committed prefix and its own ancestors:
+    ``Session.forward_tree``) gives p at the root and at every node;
+    :func:`specdec.theory.treeverify.verify_tree` walks down the tree (SpecInfer's multi-candidate
+    rule; exact matching at temperature 0) and draws the round's own token; the target's cache
+    keeps the accepted path only (``Session.keep_path``). A chain is the tree whose nodes each
+    have one child, so this loop with a chain drafter is :func:`speculative`'s.
+
+    Lossless at every temperature (the proof is :mod:`specdec.theory.treeverify`'s). Nodes below
+    an EOS are cut, and so are nodes deeper than the tokens left to generate. ``Stats``: a round's
+    ``drafted`` is its node count, ``accepted`` the accepted path's length; ``examined_at[d]``
+    counts rounds that reached depth d + 1 of the tree. ``drafter.finish(tokens)``, when the
+    drafter has it, is told the whole generation at the end (suffix decoding's global tree).
+    """
+    from specdec.theory.trees import DraftTree
+    from specdec.theory.treeverify import verify_tree
+
+    lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
+    check_int("budget", budget, low=0)
+    if not callable(getattr(drafter, "propose_tree", None)):
+        raise ValueError(f"drafter must propose trees (a propose_tree method); got {type(drafter).__name__}")
+    v_draft = getattr(drafter, "vocab_size", None)
+    if v_draft is not None and v_draft != lm.vocab_size:
+        raise ValueError(
+            f"the drafter's vocabulary size ({v_draft}) differs from the target's ({lm.vocab_size})"
+        )
+    check_draft_context(drafter, len(prompt), max_new_tokens)
+    rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
+    warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
+    stats = Stats(gamma=budget, max_drafts=min(budget, max(max_new_tokens - 1, 1)))
+    tokens = list(prompt)
+    with stats.timer("prefill_s", lm.device):
+        _prefill(lm, prompt)
+        drafter.start(prompt)
+    while (left := max_new_tokens - (len(tokens) - len(prompt))) > 0:
+        with stats.timer("draft_s", lm.device):
+            limit = min(budget, stats.max_drafts, left - 1)
+            proposal = drafter.propose_tree(tokens, limit, warp_fn, rng)
+            tree, q = proposal.tree, proposal.q
+            if not isinstance(tree, DraftTree) or len(tree) > limit:
+                raise ValueError(
+                    f"the drafter must propose a DraftTree of at most {limit} nodes; got {tree!r}"
+                )
+            keep = [
+                tree.depths[i] <= left - 1 and (par < 0 or tree.tokens[par] != eos_token_id)
+                for i, par in enumerate(tree.parents)
+            ]
+            if not all(keep):  # below an EOS, or deeper than the tokens left: cut
+                kept = _kept_nodes(tree, keep)
+                tree = tree.cut(keep)
+                q = None if q is None else q[kept]
+        with stats.timer("target_s", lm.device):  # one call scores the root and every node
+            logits = lm.forward_tree([tokens[-1], *tree.tokens], tree.call_parents())
+        with stats.timer("verify_s", lm.device):
+            p = warp_fn(logits)
+            path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng)
+        stats.record_tree_round(len(tree), tree.depth, len(path), proposal.calls)
+        new = [*(tree.tokens[i] for i in path), next_token]
+        start = len(tokens) - 1  # the cache held the committed tokens minus the last (the root)
+        lm.keep_path(start, [0, *(i + 1 for i in path)])
+        tokens += new
+        if eos_token_id in new:
+            break
+    out = finish_generation(tokens[len(prompt) :], stats, eos_token_id)
+    finish = getattr(drafter, "finish", None)
+    if callable(finish):
+        finish(out.tokens)
+    return out
+
+
+def _kept_nodes(tree: Any, keep: Sequence[bool]) -> list[int]:
+    """The node indices :meth:`DraftTree.cut` keeps (a node stays when it and its parent stay)."""
+    alive: set[int] = {-1}
+    kept = []
+    for i, parent in enumerate(tree.parents):
+        if keep[i] and parent in alive:
+            alive.add(i)
+            kept.append(i)
+    return kept
 
 
 def autoregressive(

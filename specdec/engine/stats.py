@@ -134,6 +134,26 @@ class Stats:
             self.beta_sum += float(beta.double().sum())
             self.beta_count += examined
 
+    def record_tree_round(self, nodes: int, depth: int, accepted: int, draft_calls: int) -> None:
+        """Add one round of tree decoding: a tree of ``nodes`` drafts and ``depth`` levels, of which
+        a path of ``accepted`` nodes was kept. Depth d + 1 of the tree counts as position d:
+        ``examined_at[d]`` (rounds that tried a node at that depth) and ``accepted_at[d]``."""
+        if not 0 <= accepted <= depth <= nodes <= self.max_drafts:
+            got = (accepted, depth, nodes, self.max_drafts)
+            raise ValueError(f"need 0 <= accepted <= depth <= nodes <= max_drafts (the budget); got {got}")
+        self.drafted.append(nodes)
+        self.accepted.append(accepted)
+        self.target_calls += 1
+        self.draft_calls += draft_calls
+        examined = min(accepted + 1, depth)
+        if examined > len(self.examined_at):
+            grow = [0] * (examined - len(self.examined_at))
+            self.examined_at += grow
+            self.accepted_at += grow
+        for i in range(examined):
+            self.examined_at[i] += 1
+            self.accepted_at[i] += i < accepted
+
     def timer(self, name: str, device: torch.device) -> AbstractContextManager[None]:
         """Add the wall time of the ``with`` block to the field ``name`` (CUDA synchronised)."""
         return add_elapsed(self, name, device)

@@ -50,7 +50,7 @@ def timed_generation(
     exact_length: bool = False,
 ) -> tuple[list[int], Any, float]:
     """One generation, timed as a whole: plain decoding when ``drafter`` is None, else speculative
-    decoding at ``gamma``. Returns ``(tokens, stats, total_s)``; the decoding time alone is
+    decoding at ``gamma`` (a tree drafter's node budget when the drafter proposes trees). Returns ``(tokens, stats, total_s)``; the decoding time alone is
     ``total_s - stats.prefill_s``. With ``exact_length`` (and no EOS) a generation of other
     than ``new_tokens`` tokens is an error (Part IV times fixed-length runs)."""
     from specdec.engine.lean import torch_threads_for
@@ -79,8 +79,21 @@ def _generate(
     lenience: float,
     eos_token_id: int | None,
 ) -> Any:
-    from specdec.engine.decoding import autoregressive, speculative
+    from specdec.engine.decoding import autoregressive, speculative, speculative_tree
 
+    if callable(getattr(drafter, "propose_tree", None)):  # a tree drafter: gamma is its node budget
+        if lenience != 1.0:
+            raise ValueError(f"tree drafters verify losslessly only (lenience 1); got lenience={lenience!r}")
+        return speculative_tree(
+            target,
+            drafter,
+            ids,
+            budget=gamma,
+            max_new_tokens=new_tokens,
+            temperature=temperature,
+            seed=seed,
+            eos_token_id=eos_token_id,
+        )
     if drafter is None:
         return autoregressive(
             target,

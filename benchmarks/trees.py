@@ -1,0 +1,115 @@
+"""Issue 29: draft trees and suffix decoding, measured on held-out prompts against chains and plain decoding.
+
+    python benchmarks/trees.py --quick                 # a smoke run (a few minutes); a dirty tree allowed
+    python benchmarks/trees.py --budget-s 3000         # the run; the same command again resumes it
+
+The program is :mod:`specdec.analysis.treebench` (configurations, prompts, summary); the runner and the
+cross-fit analysis are the campaign's. The record ``results/bench/trees-<cpu>-<threads>t[-quick].json``
+holds the command, settings (the prompt file's sha256 among them), the machine identity, the git commit,
+every run's raw timings and repetition-0 Stats, each cell's load, the cross-fit analysis and the tree
+summary. A full run refuses a dirty working tree: every cell is timed on one clean commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from specdec.theory.checks import check_float, check_int  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--quick", action="store_true", help="a smoke run: 3 configurations, 16 tokens, 1 repetition"
+    )
+    ap.add_argument(
+        "--new-tokens", type=int, default=128, help="new tokens at most (generations stop at EOS)"
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="repetitions per cell (>= 1)")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="the engine's threads (default: every usable core)"
+    )
+    ap.add_argument(
+        "--budget-s", type=float, default=None, help="stop after the cell that exhausts this budget"
+    )
+    ap.add_argument("--seed", type=int, default=0, help="the sampling seeds start here (cell i: seed + i)")
+    ap.add_argument("--fresh", action="store_true", help="discard a partial record instead of resuming it")
+    ap.add_argument(
+        "--out", default=None, help="the record's path (default: results/bench/trees-<cpu>-<n>t.json)"
+    )
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.new_tokens, args.repeats = 16, 1
+    try:
+        check_int("--new-tokens", args.new_tokens, low=2, high=2048)
+        check_int("--repeats", args.repeats, low=1, high=100)
+        check_int("--seed", args.seed, low=0)
+        if args.threads is not None:
+            check_int("--threads", args.threads, low=1, high=1024)
+        if args.budget_s is not None:
+            check_float("--budget-s", args.budget_s, low=0.0)
+    except ValueError as exc:
+        ap.error(str(exc))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from specdec.analysis import treebench as tb
+    from specdec.analysis.campaign import run_campaign
+    from specdec.engine import native
+    from specdec.engine.models import set_threads
+    from specdec.measure.core import cpu_name, environment, write_record
+    from specdec.measure.device import device_slug
+    from specdec.measure.modes import machine_identity
+
+    env = environment()
+    if env.get("git_dirty") and not args.quick:
+        print("trees.py: the working tree is dirty; commit first (a full run is timed on one clean commit)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    threads = args.threads or native.default_threads()
+    machine = machine_identity()  # before any thread count is pinned
+    configs = tb.QUICK_CONFIGS if args.quick else tb.CONFIGS
+    built = tb.build(threads=threads, configs=configs)
+    prompts, sha = tb.heldout_prompts(built["tokenizer"])
+    if args.quick:
+        prompts = [p for p in prompts if p["index"] < 2]
+    slug = device_slug(cpu_name())[:40]
+    out = Path(args.out) if args.out else (
+        ROOT / "results" / "bench" / f"trees-{slug}-{threads}t{'-quick' if args.quick else ''}.json"
+    )  # fmt: skip
+    settings = {
+        "quick": args.quick, "new_tokens": args.new_tokens, "repeats": args.repeats, "threads": threads,
+        "seed": args.seed, "configs": {k: list(v) for k, v in configs.items()},
+        "prompts_file": tb.HELDOUT.name, "prompts_sha256": sha, "eos": True, "machine": machine,
+    }  # fmt: skip
+    header = {
+        "kind": "trees",
+        "command": "python benchmarks/trees.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "environment": env,
+        "machine": machine,
+        "drafts": built["drafts"],
+    }
+    record = run_campaign(
+        built["engines"], built["configs"], prompts, out, settings=settings, header=header,
+        new_tokens=args.new_tokens, repeats=args.repeats, seed=args.seed, budget_s=args.budget_s,
+        fresh=args.fresh, set_threads=set_threads, eos_token_id=built["eos_token_id"],
+    )  # fmt: skip
+    if not record["complete"]:
+        return 3
+    record["kind"] = "trees"
+    record["trees"] = tb.tree_summary(record)
+    write_record(out, record, indent=1, sort_keys=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Issue 29's measurement: draft trees and suffix decoding against chains and the fastest plain decoder.
+
+On held-out prompts frozen before the run (``specdec/data/workloads/heldout/trees-v1.jsonl``, its
+sha256 in the record), on one clean commit (a dirty tree refuses to start), generations up to EOS
+or ``new_tokens``: the lean engine's plain decoding and every configuration of :data:`CONFIGS`
+(drafter specs of :mod:`specdec.drafting.registry`, each at its gammas / node budgets), timed in
+paired blocks by the campaign's runner (:func:`specdec.analysis.campaign.run_campaign`: interleaved,
+plain first or last alternately, resumable after every cell, load recorded per cell) and analysed by
+its cross-fit (:mod:`specdec.analysis.crossfit`: a family's budget chosen on one half of the prompts
+and reported on the other; bootstrap intervals over prompts). :func:`tree_summary` adds what a tree
+changes: tokens per target call, per-depth acceptance, nodes per round and the draft cost per round.
+``benchmarks/trees.py`` is the command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdec.analysis.campaign import Config, Engine, spec_configs
+from specdec.theory.checks import check_int
+
+__all__ = ["CONFIGS", "HELDOUT", "QUICK_CONFIGS", "build", "heldout_prompts", "tree_summary"]
+
+HELDOUT = Path(__file__).resolve().parents[1] / "data" / "workloads" / "heldout" / "trees-v1.jsonl"
+
+#: Drafter specs and their gammas (chains) or node budgets (trees), fixed before the run. Chains and
+#: trees meet at equal node budgets (lookup 8 vs lookup-tree 8, draft g6 vs draft-tree 6) and at
+#: equal draft cost (draft g3 vs draft-tree,branch=2 at 6 nodes: three draft calls each).
+CONFIGS: dict[str, tuple[int, ...]] = {
+    "lookup": (4, 8),
+    "lookup-tree": (8, 16),
+    "suffix": (16, 32),
+    "draft:distil-l1": (3, 6),
+    "draft-tree:distil-l1,branch=2": (6,),
+    "draft-tree:distil-l1,branch=3": (9,),
+}
+QUICK_CONFIGS: dict[str, tuple[int, ...]] = {"lookup": (4,), "lookup-tree": (8,), "suffix": (16,)}
+
+
+def heldout_prompts(tokenizer: Any, path: str | Path = HELDOUT) -> tuple[list[dict[str, Any]], str]:
+    """The held-out prompts ready to decode (``task``, ``id``, ``ids``, ``index`` in its task) and the
+    file's sha256."""
+    from specdec.train.workloads import chat_prompt_ids
+
+    path = Path(path)
+    raw = path.read_bytes()
+    seen: dict[str, int] = {}
+    out = []
+    for n, line in enumerate(raw.decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if (
+            not isinstance(row, dict)
+            or set(row) != {"id", "task", "prompt"}
+            or not isinstance(row["prompt"], str)
+        ):
+            raise ValueError(f"{path.name} line {n}: expected an object with id, task and a prompt string")
+        index = seen.get(row["task"], 0)
+        seen[row["task"]] = index + 1
+        out.append({"id": row["id"], "task": row["task"], "index": index,
+                    "ids": chat_prompt_ids(tokenizer, row["prompt"])})  # fmt: skip
+    return out, hashlib.sha256(raw).hexdigest()
+
+
+def build(
+    *, threads: int, configs: Mapping[str, Sequence[int]] = CONFIGS, mode: str = "q4q8"
+) -> dict[str, Any]:
+    """The plain engines (the lean engine in ``mode`` at ``threads``, and at one thread when ``threads``
+    > 1: the candidates for the fastest plain decoder, chosen by the cross-fit) and every configuration
+    on the first, drafters built by the registry. Returns engines, configs, tokenizer, eos_token_id and
+    what each draft ran in."""
+    from specdec.drafting.registry import DraftContext, build_drafter, parse_spec
+    from specdec.engine.models import load_target, set_threads
+    from specdec.measure.modes import lean_draft, lean_model
+    from specdec.train.draftnets import load_draft
+
+    threads = check_int("threads", threads, low=1)
+    specs = {s: parse_spec(s) for s in configs}  # every spec checked before anything loads
+    set_threads(threads)
+    loaded = load_target("float32", device="cpu", quiet=True)
+    target, _ = lean_model(loaded.model, mode, threads=threads)
+    name = f"lean-{target.mode}-{threads}t"
+    drafts: dict[str, Any] = {}
+
+    def load(draft_name: str) -> Any:
+        lean, _ = lean_draft(load_draft(draft_name, loaded.model), "q4q8", threads=threads)
+        drafts[draft_name] = {"mode": lean.mode, "codes": lean.codes, "threads": threads}
+        return lean
+
+    context = DraftContext(target, load_draft=load)
+    out: list[Config] = []
+    for text, spec in specs.items():
+        out += spec_configs(name, {text: build_drafter(spec, context)}, list(configs[text]))
+    engines = [Engine(name, target, threads, {"engine": "lean", "mode": target.mode, "threads": threads})]
+    if threads > 1:  # the same engine at one thread, plain only: a candidate for the fastest plain decoder
+        one, _ = lean_model(loaded.model, mode, threads=1)
+        engines.append(
+            Engine(f"lean-{one.mode}-1t", one, 1, {"engine": "lean", "mode": one.mode, "threads": 1})
+        )
+    return {"engines": engines, "configs": out, "tokenizer": loaded.tokenizer,
+            "eos_token_id": loaded.tokenizer.eos_token_id, "drafts": drafts}  # fmt: skip
+
+
+def tree_summary(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Per (temperature, configuration), from every repetition-0 run's Stats: tokens per target call
+    (new tokens / target calls), nodes per round, accepted drafts per round, acceptance at each depth
+    (accepted_at / examined_at, pooled over prompts), draft calls per round, and the draft time per
+    round in plain steps (c per round: draft_s / rounds over the paired plain run's decode_s /
+    new_tokens, median over prompts and repetitions)."""
+    plain_step: dict[tuple[Any, ...], float] = {}
+    for r in record["runs"]:
+        if r["drafter"] == "plain":
+            plain_step[(r["temperature"], r["prompt"], r["rep"])] = r["decode_s"] / max(r["new_tokens"], 1)
+    groups: dict[tuple[float, str], dict[str, Any]] = {}
+    for r in record["runs"]:
+        if r["drafter"] == "plain":
+            continue
+        g = groups.setdefault((float(r["temperature"]), r["config"]), {"c": [], "stats": []})
+        step = plain_step.get((r["temperature"], r["prompt"], r["rep"]))
+        if step and r["rounds"]:
+            g["c"].append(r["draft_s"] / r["rounds"] / step)
+        if r["rep"] == 0 and "stats" in r:
+            g["stats"].append(r["stats"])
+    out = []
+    for (temp, config), g in sorted(groups.items()):
+        st = g["stats"]
+        calls = sum(s["target_calls"] for s in st)
+        rounds = sum(s["rounds"] for s in st)
+        depth = max((len(s["examined_at"]) for s in st), default=0)
+        examined = [sum(s["examined_at"][d] for s in st if d < len(s["examined_at"])) for d in range(depth)]
+        accepted = [sum(s["accepted_at"][d] for s in st if d < len(s["accepted_at"])) for d in range(depth)]
+        out.append({
+            "temperature": temp,
+            "config": config,
+            "tokens_per_call": sum(s["new_tokens"] for s in st) / calls if calls else None,
+            "nodes_per_round": sum(s["drafted_tokens"] for s in st) / rounds if rounds else None,
+            "accepted_per_round": sum(s["accepted_tokens"] for s in st) / rounds if rounds else None,
+            "draft_calls_per_round": sum(s["draft_calls"] for s in st) / rounds if rounds else None,
+            "accept_at_depth": [a / e if e else None for a, e in zip(accepted, examined, strict=True)],
+            "examined_at_depth": examined,
+            "c_round_median": float(np.median(g["c"])) if g["c"] else None,
+        })  # fmt: skip
+    return {"rows": out, "note": "rep-0 Stats pooled over prompts; c_round over every repetition"}

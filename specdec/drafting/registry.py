@@ -1,0 +1,181 @@
+"""The drafter registry: a drafter built from one spec string, in one place, checked once.
+
+As llama.cpp's ``common_speculative`` picks a drafter type from a name and transformers builds its
+candidate generator from one generation config, a drafter here is named by a *spec*::
+
+    kind[:argument][,key=value ...]
+
+e.g. ``lookup``, ``lookup-tree``, ``suffix``, ``suffix,factor=2``, ``draft:distil-l1``,
+``draft-tree:distil-l1,branch=3``, ``early-exit:8``, ``early-exit-tree:8,branch=2``. Each kind
+says whether it drafts a chain (``propose``, decoded by :func:`specdec.engine.decoding.speculative`
+at a gamma) or a tree (``propose_tree``, decoded by :func:`specdec.engine.decoding.speculative_tree`
+at a node budget): :data:`KINDS`. :func:`parse_spec` checks a spec before anything is loaded
+(unknown kind, missing or extra argument, unknown or malformed option: one ValueError naming the
+spec and what is valid); :func:`build_drafter` builds it around a target. What a drafter needs
+from the layers above this one (a distilled draft's weights, which live in ``train``, in the
+lean engine's mode chosen by ``measure``) comes in through :class:`DraftContext`'s ``load_draft``,
+so the registry imports nothing above ``engine``. The spec string is what a record stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdec.theory.checks import check_float, check_int
+
+__all__ = ["KINDS", "DraftContext", "DrafterSpec", "build_drafter", "parse_spec"]
+
+
+@dataclass(frozen=True)
+class _Kind:
+    shape: str  # "chain" or "tree"
+    argument: str | None  # what the argument names, or None when the kind takes none
+    options: dict[str, Callable[[str, str], Any]] = field(default_factory=dict)
+    doc: str = ""
+
+
+def _int_option(low: int, high: int) -> Callable[[str, str], int]:
+    def read(name: str, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"option {name} must be an integer in [{low}, {high}]; got {text!r}") from None
+        return check_int(f"option {name}", value, low=low, high=high)
+
+    return read
+
+
+def _float_option(low: float, high: float) -> Callable[[str, str], float]:
+    def read(name: str, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"option {name} must be a number in [{low}, {high}]; got {text!r}") from None
+        return check_float(f"option {name}", value, low=low, high=high)
+
+    return read
+
+
+_NGRAM = {"max_ngram": _int_option(1, 64), "min_ngram": _int_option(1, 64)}
+
+#: Every kind of drafter the registry builds: its shape, its argument and its options.
+KINDS: dict[str, _Kind] = {
+    "lookup": _Kind("chain", None, dict(_NGRAM), "prompt lookup (transformers' prompt_lookup_num_tokens)"),
+    "lookup-tree": _Kind("tree", None, dict(_NGRAM), "prompt lookup, every earlier match merged in a trie"),
+    "suffix": _Kind(
+        "tree",
+        None,
+        {
+            "depth": _int_option(1, 1024),
+            "factor": _float_option(0.0, 64.0),
+            "offset": _float_option(-64.0, 64.0),
+            "min_prob": _float_option(0.0, 1.0),
+        },
+        "suffix decoding (arXiv:2411.04975) over the prompt and the generation so far",
+    ),
+    "draft": _Kind("chain", "a saved draft's name", {}, "a distilled draft model"),
+    "draft-tree": _Kind(
+        "tree",
+        "a saved draft's name",
+        {"branch": _int_option(1, 64)},
+        "a distilled draft's chain + side leaves",
+    ),
+    "early-exit": _Kind("chain", "layers (>= 1)", {}, "the target's first layers as the draft"),
+    "early-exit-tree": _Kind(
+        "tree", "layers (>= 1)", {"branch": _int_option(1, 64)}, "early exit's chain + side leaves"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """A parsed spec: the kind, its argument (or None), its options, and the text it came from."""
+
+    kind: str
+    argument: str | None
+    options: dict[str, Any]
+    text: str
+
+    @property
+    def shape(self) -> str:
+        """ "chain" or "tree"."""
+        return KINDS[self.kind].shape
+
+
+def parse_spec(spec: object) -> DrafterSpec:
+    """Check and split a spec string (see the module docstring); ValueError names what is wrong."""
+    if isinstance(spec, DrafterSpec):
+        return spec
+    valid = ", ".join(sorted(KINDS))
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(
+            f"a drafter spec must be a non-empty string 'kind[:argument][,key=value]' ({valid}); got {spec!r}"
+        )
+    head, *pairs = spec.strip().split(",")
+    kind, sep, argument = head.partition(":")
+    if kind not in KINDS:
+        raise ValueError(f"drafter spec {spec!r}: unknown kind {kind!r}; the kinds are {valid}")
+    info = KINDS[kind]
+    if info.argument is None and sep:
+        raise ValueError(f"drafter spec {spec!r}: {kind} takes no ':argument'")
+    if info.argument is not None and not argument:
+        raise ValueError(f"drafter spec {spec!r}: {kind} needs ':<{info.argument}>'")
+    if kind.startswith("early-exit"):
+        try:
+            check_int(f"drafter spec {spec!r}: layers", int(argument), low=1)
+        except ValueError as exc:
+            raise ValueError(
+                f"drafter spec {spec!r}: the layers must be an integer >= 1; got {argument!r}"
+            ) from exc
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in info.options:
+            known = ", ".join(info.options) or "none"
+            raise ValueError(
+                f"drafter spec {spec!r}: option {pair!r} is not key=value with a key of {kind} ({known})"
+            )
+        if key in options:
+            raise ValueError(f"drafter spec {spec!r}: option {key} given twice")
+        options[key] = info.options[key](key, value)
+    return DrafterSpec(kind, argument or None, options, spec.strip())
+
+
+@dataclass
+class DraftContext:
+    """What building a drafter needs: the opened target (a LeanLlama or a Hugging Face model) and,
+    for ``draft`` kinds, ``load_draft(name)`` returning the draft model ready to run (the caller's
+    loader: e.g. :func:`specdec.train.draftnets.load_draft` then :func:`specdec.measure.modes.lean_draft`)."""
+
+    target: Any
+    load_draft: Callable[[str], Any] | None = None
+
+
+def build_drafter(spec: object, context: DraftContext) -> Any:
+    """The drafter a spec names, built around ``context.target``; the one place drafters are made."""
+    from specdec.drafting.lookuptree import LookupTreeDrafter
+    from specdec.drafting.modeltree import ModelTreeDrafter
+    from specdec.drafting.suffix import SuffixDrafter
+    from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
+
+    parsed = parse_spec(spec)
+    opts = dict(parsed.options)
+    if parsed.kind == "lookup":
+        return PromptLookupDrafter(**opts)
+    if parsed.kind == "lookup-tree":
+        return LookupTreeDrafter(**opts)
+    if parsed.kind == "suffix":
+        names = {"depth": "max_depth", "factor": "max_spec_factor", "offset": "max_spec_offset",
+                 "min_prob": "min_token_prob"}  # fmt: skip
+        return SuffixDrafter(**{names[k]: v for k, v in opts.items()})
+    if parsed.kind in ("draft", "draft-tree"):
+        if context.load_draft is None:
+            raise ValueError(f"drafter spec {parsed.text!r} needs a draft loader (DraftContext.load_draft)")
+        chain = ModelDrafter(context.load_draft(parsed.argument))
+    else:
+        chain = EarlyExitDrafter(context.target, int(parsed.argument))
+    if parsed.shape == "chain":
+        return chain
+    return ModelTreeDrafter(chain, **opts)

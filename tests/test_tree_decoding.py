@@ -1,0 +1,145 @@
+"""Tree decoding (issue 29): lossless end to end, greedy equal to plain, and the drafter registry.
+
+The theory-level checks (exact enumeration of one round, chi-square tests of broken verifiers) are
+tests/test_treeverify.py's; the engines' tree forward (every node equal to its path's chain forward,
+bit for bit) is tests/test_tree_forward.py's. Here the whole loop runs on tiny random Llamas.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specdec.drafting import modeltree
+from specdec.drafting.lookuptree import LookupTreeDrafter
+from specdec.drafting.modeltree import ChainTree, ModelTreeDrafter
+from specdec.drafting.registry import KINDS, DraftContext, build_drafter, parse_spec
+from specdec.drafting.suffix import SuffixDrafter
+from specdec.engine import native
+from specdec.engine.decoding import autoregressive, speculative, speculative_tree
+from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
+from specdec.engine.lean import LeanLlama
+from specdec.engine.lm import open_lm
+from specdec.theory.chisquare import chi_square_pvalue
+from specdec.theory.sampling import warp
+from tests.tiny_models import VOCAB, perturbed_copy, tiny_llama
+
+MODES = ["float32", *(["q4q8"] if native.available("q4q8") else [])]
+
+
+def _prompt(seed: int, n: int = 40) -> list[int]:
+    """Random ids with a repeated stretch, so that lookup and suffix drafters find matches."""
+    rng = np.random.default_rng(seed)
+    head = rng.integers(0, VOCAB, n // 2).tolist()
+    return head + head[: n // 4] + rng.integers(0, VOCAB, n // 4).tolist()
+
+
+@pytest.fixture(scope="module")
+def small():
+    return tiny_llama(0, layers=2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_greedy_tree_decoding_equals_greedy_plain(small, mode):
+    target = LeanLlama(small, mode, threads=1)
+    draft = LeanLlama(perturbed_copy(small, 0.05, 3), mode, threads=1)
+    drafters = {
+        "chain-as-tree": (ChainTree(ModelDrafter(draft)), 4),
+        "model-tree-b3": (ModelTreeDrafter(ModelDrafter(draft), branch=3), 9),
+        "early-exit-tree": (ModelTreeDrafter(EarlyExitDrafter(target, 1), branch=2), 6),
+        "lookup-tree": (LookupTreeDrafter(), 8),
+        "suffix": (SuffixDrafter(), 16),
+    }
+    for seed in range(3):
+        prompt = _prompt(seed)
+        plain = autoregressive(target, prompt, max_new_tokens=40)
+        for name, (drafter, budget) in drafters.items():
+            gen = speculative_tree(target, drafter, prompt, budget=budget, max_new_tokens=40)
+            assert gen.tokens == plain.tokens, (mode, name, seed)
+            assert gen.stats.new_tokens == 40 and gen.stats.target_calls == gen.stats.rounds
+            if name.startswith(("chain", "model")):
+                assert gen.stats.accepted_tokens > 0, name  # the drafts were used
+
+
+def test_a_chain_as_a_tree_accepts_what_the_chain_loop_accepts(small):
+    target = LeanLlama(small, "float32")
+    for seed in range(3):
+        prompt = _prompt(seed)
+        chain = speculative(target, PromptLookupDrafter(), prompt, gamma=4, max_new_tokens=32)
+        tree = speculative_tree(target, ChainTree(PromptLookupDrafter()), prompt, budget=4, max_new_tokens=32)
+        assert tree.tokens == chain.tokens
+        assert tree.stats.accepted == chain.stats.accepted
+        assert tree.stats.drafted == chain.stats.drafted
+
+
+def _two_token_law(model: LeanLlama, prefix: list[int]) -> np.ndarray:
+    p1 = warp(open_lm(model).forward(prefix, keep=1), temperature=1.0)[0].double()
+    rows = torch.stack([open_lm(model).forward([*prefix, x], keep=1)[0] for x in range(VOCAB)])
+    law = (p1[:, None] * warp(rows, temperature=1.0).double()).numpy()
+    return law / law.sum()
+
+
+def _tree_counts(target, drafter, n: int = 1500) -> np.ndarray:
+    counts = np.zeros((VOCAB, VOCAB))
+    for seed in range(n):
+        gen = speculative_tree(target, drafter, [36], budget=6, max_new_tokens=2, temperature=1.0, seed=seed)
+        counts[gen.tokens[0], gen.tokens[1]] += 1
+    return counts
+
+
+def test_tree_sampling_has_the_target_law_and_a_wrong_side_leaf_law_breaks_it(small, monkeypatch):
+    one = tiny_llama(0, layers=1)
+    target = LeanLlama(one, "float32")
+    drafter = ModelTreeDrafter(ModelDrafter(LeanLlama(perturbed_copy(one, 0.3, 7), "float32")), branch=3)
+    law = _two_token_law(target, [36])
+    assert chi_square_pvalue(_tree_counts(target, drafter), law)["pvalue"] > 1e-3
+    # broken: the side leaves are the draft's runners-up (a deterministic choice) but claim to be
+    # draws from q; verification then accepts them too often and the output law is no longer p
+    monkeypatch.setattr(modeltree, "_point_mass", lambda like, token: like.clone())
+    assert chi_square_pvalue(_tree_counts(target, drafter), law)["pvalue"] < 1e-3
+
+
+def test_tree_decoding_refuses_bad_input(small):
+    target = LeanLlama(small, "float32")
+    with pytest.raises(ValueError, match="budget"):
+        speculative_tree(target, LookupTreeDrafter(), [1, 2, 3], budget=-1, max_new_tokens=4)
+    with pytest.raises(ValueError, match="propose_tree"):
+        speculative_tree(target, PromptLookupDrafter(), [1, 2, 3], budget=4, max_new_tokens=4)
+    with pytest.raises(ValueError, match="branch"):
+        ModelTreeDrafter(ModelDrafter(target), branch=0)
+
+
+def test_the_registry_parses_checks_and_builds_every_kind(small):
+    target = LeanLlama(small, "float32")
+    spec = parse_spec("draft-tree:distil-l1,branch=3")
+    assert (spec.kind, spec.argument, spec.options, spec.shape) == (
+        "draft-tree",
+        "distil-l1",
+        {"branch": 3},
+        "tree",
+    )
+    assert parse_spec("lookup").shape == "chain" and parse_spec("suffix,factor=2").options == {"factor": 2.0}
+    for bad, words in [
+        ("nope", "unknown kind"),
+        ("", "non-empty"),
+        ("lookup:3", "takes no"),
+        ("draft", "needs"),
+        ("early-exit:x", "layers"),
+        ("suffix,factor", "key=value"),
+        ("suffix,colour=red", "key=value"),
+        ("draft-tree:d,branch=0", "branch"),
+        ("lookup,max_ngram=2,max_ngram=3", "twice"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            parse_spec(bad)
+    context = DraftContext(
+        target, load_draft=lambda name: LeanLlama(perturbed_copy(small, 0.05, 3), "float32")
+    )
+    built = {kind: build_drafter(f"{kind}:1" if "early" in kind else f"{kind}:d" if "draft" in kind else kind,
+                                 context) for kind in KINDS}  # fmt: skip
+    for kind, drafter in built.items():
+        has_tree = callable(getattr(drafter, "propose_tree", None))
+        assert has_tree == (KINDS[kind].shape == "tree"), kind
+    with pytest.raises(ValueError, match="loader"):
+        build_drafter("draft:d", DraftContext(target))
