@@ -91,8 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed, "configs": {k: list(v) for k, v in configs.items()},
         "prompts_file": tb.HELDOUT.name, "prompts_sha256": sha, "eos": True, "machine": machine,
     }  # fmt: skip
+    target = built["engines"][0].model
+    print("[trees] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)
+    curves = tb.verify_curves(target, repeats=3 if args.quick else 15)
     header = {
         "kind": "trees",
+        "verify_curves": curves,
         "command": "python benchmarks/trees.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "environment": env,
         "machine": machine,
