@@ -217,6 +217,8 @@ def best_tree_size(
     for n in range(1, limit + 1):
         for depth in range(1, a.shape[0] + 1):
             tree = best_tree(a[:depth], n)
+            if len(tree) < n:  # the depth limit leaves fewer slots: that tree was tried at a smaller N
+                continue
             s = tree_speedup(tree, a, c, v, draft_calls)
             if s > best[2]:
                 best = (n, tree, s)
