@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from specdec.theory.checks import check_array, check_int
-from specdec.theory.sampling import _is_torch, _to_float, residual, sample
+from specdec.theory.sampling import residual, sample
 from specdec.theory.trees import DraftTree
 
 __all__ = ["SAMPLINGS", "extend_law", "output_law", "round_law", "verify_tree", "verify_tree_greedy"]
@@ -70,6 +70,14 @@ SAMPLINGS = ("with_replacement", "without_replacement", "deterministic")
 
 #: Tolerance used to decide that a row of probabilities sums to one.
 SUM_TOL = 1e-6
+
+
+def _is_torch(x: object) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _to_float(x: Array) -> float:
+    return float(x.item()) if hasattr(x, "item") else float(x)
 
 
 def _check_tree(tree: object) -> DraftTree:
