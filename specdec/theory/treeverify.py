@@ -86,7 +86,7 @@ def _check_tree(tree: object) -> DraftTree:
     return tree
 
 
-def _check_rows(name: str, rows: Array, n_rows: int, vocab: int | None, what: str) -> None:
+def _check_rows(name: str, rows: Array, n_rows: int, vocab: int | None, what: str, sums: bool = True) -> None:
     shape = tuple(rows.shape) if hasattr(rows, "shape") else None
     if shape is None or len(shape) != 2 or shape[0] != n_rows or (vocab is not None and shape[1] != vocab):
         want = f"({n_rows}, {'V' if vocab is None else vocab})"
@@ -95,18 +95,21 @@ def _check_rows(name: str, rows: Array, n_rows: int, vocab: int | None, what: st
         raise ValueError(f"{name} must have at least one column (the vocabulary); got shape {shape}")
     if not _is_torch(rows):
         arr = check_array(name, rows, low=0.0)
-        sums = arr.sum(axis=1)
-        if np.any(np.abs(sums - 1.0) > SUM_TOL):
-            raise ValueError(f"{name} rows must sum to 1 (within {SUM_TOL}); sums are {sums!r}")
+        totals = arr.sum(axis=1)
+        if sums and np.any(np.abs(totals - 1.0) > SUM_TOL):
+            raise ValueError(f"{name} rows must sum to 1 (within {SUM_TOL}); sums are {totals!r}")
 
 
-def _check_inputs(p: Array, q: Array | None, tree: object) -> DraftTree:
+def _check_inputs(p: Array, q: Array | None, tree: object, sums: bool = True) -> DraftTree:
+    """Shapes, the tree's type and token ids; numpy rows also finite and >= 0 (and summing to 1 with
+    ``sums``: float32 rows of a large vocabulary may miss 1 by more than the tolerance, so
+    :func:`verify_tree`, which samples from unnormalised weights anyway, does not ask)."""
     tree = _check_tree(tree)
     n = len(tree)
-    _check_rows("p", p, n + 1, None, "N + 1 rows: p at the root, then at each node")
+    _check_rows("p", p, n + 1, None, "N + 1 rows: p at the root, then at each node", sums)
     vocab = int(p.shape[1])
     if q is not None:
-        _check_rows("q", q, n, vocab, "one row per node, over p's vocabulary")
+        _check_rows("q", q, n, vocab, "one row per node, over p's vocabulary", sums)
     for i, token in enumerate(tree.tokens):
         if token >= vocab:
             raise ValueError(f"tree.tokens[{i}] must lie in [0, {vocab}) (p's vocabulary); got {token}")
@@ -143,7 +146,7 @@ def verify_tree(
     the token drawn after the last of them. The round emits ``[tree.tokens[i] for i in path]``
     then ``next_token``.
     """
-    tree = _check_inputs(p, q, tree)
+    tree = _check_inputs(p, q, tree, sums=False)
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
     kids = _children(tree)
