@@ -20,6 +20,12 @@ Theory (numpy only, no torch):
   time and verify curve the roofline predicts from them (pure arithmetic).
 * :mod:`specdec.theory.chisquare` -- Pearson's chi-square against a law, its one p-value path (scipy or
   the tested fallback, named in the result).
+* :mod:`specdec.theory.trees`     -- the draft tree (tokens, parents) every tree drafter, engine and verifier
+  shares.
+* :mod:`specdec.theory.treeverify` -- lossless verification of a draft tree (SpecInfer's multi-candidate
+  rule, with and without replacement, deterministic drafts), greedy tree verification, a round's exact law.
+* :mod:`specdec.theory.treetheory` -- trees under the i.i.d. model: E[accepted], the best static tree,
+  Theorem 3.8 with draft calls and a verify curve, simulation.
 
 Engine (torch + transformers, the ``models`` extra):
 
