@@ -114,6 +114,16 @@ def test_a_chain_given_as_parents_is_the_chain_call(wide):
     assert torch.equal(a, b) and torch.equal(cache_a, cache_b)
 
 
+@pytest.mark.parametrize("mode", EXACT)
+def test_a_tree_call_may_keep_its_last_rows(wide, mode):
+    skip_unless(mode)
+    model = LeanLlama(wide, mode, threads=2)
+    seq, parents = torch.tensor([3, 9, 27, 11, 5, 64]), [-1, 0, 0, -1, 3, 1]
+    full = model.forward(seq, 0, model.new_cache(8), parents=parents)
+    kept = model.forward(seq, 0, model.new_cache(8), keep=2, parents=parents)
+    assert torch.equal(kept, full[-2:])
+
+
 def test_float32_nodes_are_close_to_the_chain(wide):
     """float32's BLAS sums one row and a block in different orders: close, not equal (as its verify rows)."""
     model = LeanLlama(wide, "float32")
@@ -310,10 +320,11 @@ def test_llamacpp_sessions_are_chain_only():
     assert LlamaCppSession.keep_path is Session.keep_path
 
 
-def test_hugging_face_tree_calls_are_close_to_the_chain():
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_hugging_face_tree_calls_are_close_to_the_chain(attention):
     """CachedLM: a 4D additive mask and position ids; close to the chain (1e-4 in float32), not bit for
     bit (the model's kernels see other shapes)."""
-    hf = tiny_llama(3, vocab=61)
+    hf = tiny_llama(3, vocab=61, attn_implementation=attention)
     rng = random.Random(2)
     for n in (1, 7, 20):
         prefix = [rng.randrange(61) for _ in range(rng.randint(1, 30))]
