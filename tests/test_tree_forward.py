@@ -1,13 +1,14 @@
 """Tree verify calls in every engine (issue 29): a call over draft-tree nodes, each attending to the cached
 prefix and its own ancestors, gives every node the logits of the chain forward over its path.
 
-* ``"q4q8"`` (csrc/leanq8.c's ``specdec_q8_forward_tree``) and the torch modes ``"bfloat16"`` and ``"int4"``:
-  bit for bit (torch.equal), on 1 and several threads, on every instruction-set build, across the
+* ``"q4q8"`` (csrc/leanq8.c's ``specdec_q8_forward_tree``), ``"q4_1"`` (csrc/leanq4.c's
+  ``specdec_q4_forward_tree``) and the torch modes ``"bfloat16"`` and ``"int4"``: bit for bit
+  (torch.equal), on 1 and several threads and on every instruction-set build (q4q8), across the
   session's cache growth at 256 slots; ``keep_path`` then leaves the very cache a chain decode leaves.
 * ``"float32"``: close only (about 1e-6), as its verify rows are to steps (BLAS sums a block of
   rows in another order than one row: see specdec.engine.lean's docstring).
 * Hugging Face (:class:`CachedLM`, a 4D attention mask): close to the chain (1e-4 in float32).
-* ``"q4_1"`` and llama.cpp refuse trees with a clear error.
+* llama.cpp (and any session without trees) refuses them with a clear error.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from specdec.engine.lm import CachedLM, Session
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-EXACT = ["q4q8", "bfloat16", "int4"]
+EXACT = ["q4q8", "q4_1", "bfloat16", "int4"]
 
 
 def skip_unless(mode: str) -> None:
     if mode == "q4q8":
         needs_q8()
+    if mode == "q4_1" and not native.available("q4_1"):
+        pytest.skip(f"the q4_1 C forward cannot be built here: {native.unavailable_reason('q4_1')}")
     if mode == "int4" and not int4_supported():
         pytest.skip("this torch lacks the CPU int4 kernels")
 
@@ -258,7 +261,7 @@ BAD_PARENTS = [
 ]
 
 
-@pytest.mark.parametrize("mode", ["q4q8", "bfloat16"])
+@pytest.mark.parametrize("mode", ["q4q8", "q4_1", "bfloat16"])
 @pytest.mark.parametrize(("parents", "message"), BAD_PARENTS)
 def test_bad_parents_are_refused_naming_the_argument(wide, mode, parents, message):
     skip_unless(mode)
@@ -301,12 +304,31 @@ def test_the_c_tree_entry_point_checks_its_parents(wide):
                     parents=bad.data_ptr())  # fmt: skip
 
 
+def test_the_q4_1_c_tree_entry_point_checks_its_parents(wide):
+    skip_unless("q4_1")
+    import ctypes
+
+    model = LeanLlama(wide, "q4_1")
+    lib = native.library("q4_1")
+    ids = torch.tensor([1, 2, 3], dtype=torch.int64)
+    logits = torch.empty(3, 70)
+
+    def status(parents):
+        cache = model.new_cache(8)
+        ptr = None if parents is None else parents.data_ptr()
+        code = lib.specdec_q4_forward_tree(
+            ctypes.byref(model._native_structure()), ids.data_ptr(), ptr, 3, 0, cache.data_ptr(), 8,
+            logits.data_ptr(), 3,
+        )  # fmt: skip
+        return code, bool(cache.any())
+
+    assert status(torch.tensor([-1, 0, 0], dtype=torch.int32)) == (0, True)
+    for bad in ([0, -1, 0], [-1, 1, 0], [-1, -2, 0], [-1, 0, 3]):
+        assert status(torch.tensor(bad, dtype=torch.int32)) == (-2, False), bad
+    assert status(None) == (-2, False)
+
+
 def test_engines_without_trees_say_so():
-    if not native.available("q4_1"):
-        pytest.skip(f"the q4_1 C forward cannot be built here: {native.unavailable_reason('q4_1')}")
-    model = LeanLlama(wide_model(), "q4_1")
-    with pytest.raises(ValueError, match="a tree forward .* needs mode 'q4q8' or a torch mode"):
-        model.session().forward_tree([1, 2], [-1, 0])
     with pytest.raises(NotImplementedError, match="verifies chains only"):
         Session().forward_tree([1], [-1])
     with pytest.raises(NotImplementedError, match="verifies chains only"):

@@ -59,9 +59,9 @@ so it is chosen by measuring the running machine (:mod:`specdec.measure.modes`),
 
 **Trees.** ``forward(..., parents=...)`` verifies a draft tree in one call: each node attends to
 the cached prefix and its ancestors at position prefix + depth, with the shapes of the chain
-forward over its path, so its logits equal that chain's bit for bit in ``"q4q8"``,
-``"bfloat16"`` and ``"int4"`` (close only in ``"float32"``, as its verify rows are to steps;
-``"q4_1"`` refuses trees). :class:`LeanSession` has ``forward_tree`` and ``keep_path``.
+forward over its path, so its logits equal that chain's bit for bit in ``"q4_1"``, ``"q4q8"``,
+``"bfloat16"`` and ``"int4"`` (close only in ``"float32"``, as its verify rows are to steps).
+:class:`LeanSession` has ``forward_tree`` and ``keep_path``.
 
 A model is used through a :class:`LeanSession` (one per decoding call or drafter), which has
 the interface of :class:`specdec.engine.lm.CachedLM`: ``forward``, ``crop``, ``sync``, ``ids``,
@@ -634,9 +634,9 @@ class LeanLlama:
         cached prefix) makes the call a tree (:func:`specdec.engine.leannative.tree_layout`): token r
         is written at slot ``start + r``, placed at position ``start + depth(r)``, and attends to the
         prefix and its ancestors with the shapes of the chain forward over its path, so its logits
-        equal that chain's bit for bit in ``"q4q8"``, ``"bfloat16"`` and ``"int4"`` (a tree attends row
-        by row whatever ``exact_verify``), and closely in ``"float32"`` (as its verify rows equal
-        steps); ``"q4_1"`` refuses trees (ValueError: use ``"q4q8"`` or a torch mode). None: a chain.
+        equal that chain's bit for bit in ``"q4_1"``, ``"q4q8"``, ``"bfloat16"`` and ``"int4"`` (a tree
+        attends row by row whatever ``exact_verify``), and closely in ``"float32"`` (as its verify rows
+        equal steps). None: a chain.
         """
         tree = None if parents is None else leannative.tree_layout(parents, int(ids.shape[0]))
         if self.mode in NATIVE_MODES:
@@ -744,9 +744,9 @@ class LeanSession(Session):
     def forward_tree(self, new_ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
         """Feed a tree of ``n`` tokens after the cached ones in one call (``parents[r]`` in ``[-1, r - 1]``,
         -1: a child of the last cached token); float32 logits (n, V), row r equal bit for bit to the
-        chain forward over r's path (``"q4q8"`` and the torch modes; ``"q4_1"`` refuses). The nodes take
-        slots ``len(ids) ..`` and ``ids`` becomes the prefix and every node: follow with
-        :meth:`keep_path` (or :meth:`crop`)."""
+        chain forward over r's path (every mode but ``"float32"``, where it is close: see
+        :meth:`LeanLlama.forward`). The nodes take slots ``len(ids) ..`` and ``ids`` becomes the prefix
+        and every node: follow with :meth:`keep_path` (or :meth:`crop`)."""
         n = self._check_forward(new_ids, None)
         tree = leannative.tree_layout(parents, n)  # refuse bad parents before the cache grows
         start = len(self.ids)

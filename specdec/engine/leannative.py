@@ -118,7 +118,7 @@ def native_forward(
     model: Any, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None, tree: TreeLayout | None
 ) -> torch.Tensor:
     """The C forward of ``model`` (mode ``"q4_1"`` or ``"q4q8"``) over ``ids`` at ``start``, its arguments
-    checked first; ``tree`` (``"q4q8"`` only) runs the tree forward. Logits over the head's rows."""
+    checked first; ``tree`` runs the tree forward. Logits over the head's rows."""
     from specdec.engine import native
 
     k = int(ids.shape[0])
@@ -136,28 +136,39 @@ def native_forward(
         )
     if ids.dim() != 1 or ids.is_floating_point():
         raise ValueError(f"ids must be a 1-D integer tensor; got shape {tuple(ids.shape)}, {ids.dtype}")
-    if tree is not None and model.mode != "q4q8":
-        raise ValueError(
-            f"a tree forward (parents=...) needs mode 'q4q8' or a torch mode (float32, bfloat16, int4); "
-            f"this model's mode is {model.mode!r}"
-        )
     ids = ids.to(torch.int64).contiguous()
     if int(ids.min()) < 0 or int(ids.max()) >= model.embed.shape[0]:
         raise ValueError(f"token ids must lie in [0, {model.embed.shape[0]}); got {ids.tolist()!r}")
     logits = torch.empty(rows, model.head.out_features, dtype=torch.float32)
+    parents = None if tree is None else torch.tensor(tree.parents, dtype=torch.int32)
     if model.mode == "q4q8":
-        parents = None if tree is None else torch.tensor(tree.parents, dtype=torch.int32)
         q8_forward(model).forward(
             ids.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]), logits.data_ptr(), rows,
             model.num_layers, model.threads, None if parents is None else parents.data_ptr(),
         )  # fmt: skip
         return logits
-    status = native.library().specdec_q4_forward(
-        ctypes.byref(native_structure(model)), ids.data_ptr(), k, start, cache.data_ptr(),
-        int(cache.shape[3]), logits.data_ptr(), rows,
-    )  # fmt: skip
+    lib, structure = native.library(), ctypes.byref(native_structure(model))
+    if parents is None:
+        status = lib.specdec_q4_forward(
+            structure,
+            ids.data_ptr(),
+            k,
+            start,
+            cache.data_ptr(),
+            int(cache.shape[3]),
+            logits.data_ptr(),
+            rows,
+        )
+    else:
+        status = lib.specdec_q4_forward_tree(
+            structure, ids.data_ptr(), parents.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]),
+            logits.data_ptr(), rows,
+        )  # fmt: skip
     if status == -2:
-        raise ValueError(f"the C forward refused its arguments: k={k}, start={start}, keep={rows}")
+        raise ValueError(
+            f"the C forward refused its arguments: k={k}, start={start}, keep={rows}"
+            + ("" if parents is None else ", or a parent outside [-1, r - 1]")
+        )
     if status != 0:
         raise MemoryError("the C forward could not allocate its work buffers")
     return logits

@@ -113,7 +113,7 @@ class Session:
         The nodes take the slots after the cache, and ``ids`` becomes the prefix plus every node."""
         raise NotImplementedError(
             f"{type(self).__name__} verifies chains only: tree calls (forward_tree, keep_path) need a "
-            "LeanSession (modes q4q8, float32, bfloat16, int4) or a CachedLM (Hugging Face)"
+            "LeanSession (any lean mode) or a CachedLM (Hugging Face)"
         )
 
     def keep_path(self, start: int, nodes: Sequence[int]) -> None:
@@ -122,7 +122,7 @@ class Session:
         the cache ends after them and ``ids`` is the prefix plus their tokens."""
         raise NotImplementedError(
             f"{type(self).__name__} verifies chains only: tree calls (forward_tree, keep_path) need a "
-            "LeanSession (modes q4q8, float32, bfloat16, int4) or a CachedLM (Hugging Face)"
+            "LeanSession (any lean mode) or a CachedLM (Hugging Face)"
         )
 
     def _check_keep_path(self, start: int, nodes: Sequence[int]) -> list[int]:

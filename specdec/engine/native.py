@@ -25,8 +25,9 @@ The ``"q4q8"`` mode's forward (``csrc/leanq8.c``, :class:`Q8Forward`) is built t
 rather than spin on a machine shared with other processes). It
 repacks the GGUF's 4-bit weights at load and computes integer dot products by the best
 instruction set the build targets (AVX512-VNNI, AVX-VNNI, AVX2, else portable C: :func:`isa`).
-Its tree forward (``specdec_q8_forward_tree``, ABI 4) verifies a draft tree in one call, each node
-equal bit for bit to the chain forward over its path (:mod:`specdec.engine.leannative`).
+Its tree forward (``specdec_q8_forward_tree``, ABI 4; leanq4.c's ``specdec_q4_forward_tree``)
+verifies a draft tree in one call, each node equal bit for bit to the chain forward over its path
+(:mod:`specdec.engine.leannative`).
 
 A cached library is checked before it is loaded (its size and SHA-256 against a sidecar written
 when it was built): a damaged one (truncated, emptied, replaced) is rebuilt, and a line says
@@ -378,6 +379,18 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         ctypes.c_int32,
     ]
     lib.specdec_q4_forward.restype = ctypes.c_int
+    lib.specdec_q4_forward_tree.argtypes = [
+        ctypes.POINTER(Model),
+        p,
+        p,
+        ctypes.c_int32,
+        ctypes.c_int32,
+        p,
+        ctypes.c_int32,
+        p,
+        ctypes.c_int32,
+    ]
+    lib.specdec_q4_forward_tree.restype = ctypes.c_int
     lib.specdec_q41_mm.argtypes = [ctypes.POINTER(Q41), p, ctypes.c_int32, p]
     lib.specdec_q41_mm.restype = None
     lib.specdec_q80_mm.argtypes = [ctypes.POINTER(Q80), p, ctypes.c_int32, p]
