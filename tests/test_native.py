@@ -31,6 +31,14 @@ def test_build_flags_follow_the_emulated_cpu(monkeypatch):
         native.build_flags()
 
 
+@pytest.mark.parametrize("target", ["native", "avx2", "baseline"])
+def test_every_c_build_turns_fp_contraction_off(monkeypatch, target):
+    """No fused multiply-adds in any C forward, on any CPU level: the float arithmetic is the source's."""
+    monkeypatch.setenv("SPECDEC_EMULATED_CPU", target)
+    for kind in native.KINDS:
+        assert "-ffp-contract=off" in native.build_flags(kind), kind
+
+
 def test_the_library_is_cached_per_source_flags_and_machine(tmp_path, monkeypatch):
     if native._compiler() is None:
         pytest.skip("no C compiler here")

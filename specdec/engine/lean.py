@@ -57,15 +57,21 @@ chi-square).
 Which mode is fastest depends on the CPU (bf16 matmuls need AVX512-BF16 or AMX to be fast),
 so it is chosen by measuring the running machine (:mod:`specdec.measure.modes`), never by a constant.
 
+**Trees.** ``forward(..., parents=...)`` verifies a draft tree in one call: each node attends to
+the cached prefix and its ancestors at position prefix + depth, with the shapes of the chain
+forward over its path, so its logits equal that chain's bit for bit in ``"q4_1"``, ``"q4q8"``,
+``"bfloat16"`` and ``"int4"`` (close only in ``"float32"``, as its verify rows are to steps).
+:class:`LeanSession` has ``forward_tree`` and ``keep_path``.
+
 A model is used through a :class:`LeanSession` (one per decoding call or drafter), which has
 the interface of :class:`specdec.engine.lm.CachedLM`: ``forward``, ``crop``, ``sync``, ``ids``,
-``calls``; :func:`specdec.engine.lm.open_lm` picks the right one for a model.
+``calls``, ``forward_tree``, ``keep_path``; :func:`specdec.engine.lm.open_lm` picks the right one
+for a model.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +79,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from specdec.engine import leannative
 from specdec.engine.lm import Session
 from specdec.theory.checks import check_int
 
@@ -610,21 +617,40 @@ class LeanLlama:
 
     @torch.inference_mode()
     def forward(
-        self, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None = None
+        self,
+        ids: torch.Tensor,
+        start: int,
+        cache: torch.Tensor,
+        keep: int | None = None,
+        parents: Any = None,
     ) -> torch.Tensor:
         """Logits (float32) of the tokens ``ids`` (1-D) placed at positions ``start ..``.
 
         ``cache`` is a (layers, 2, kv_heads, capacity, head_dim) tensor holding keys and
         values of positions ``0 .. start-1``; this call writes those of the new tokens.
         Returns (len(ids), V), or the last ``keep`` rows.
+
+        ``parents`` (one integer per token, ``parents[r]`` in ``[-1, r - 1]``, -1 for a child of the
+        cached prefix) makes the call a tree (:func:`specdec.engine.leannative.tree_layout`): token r
+        is written at slot ``start + r``, placed at position ``start + depth(r)``, and attends to the
+        prefix and its ancestors with the shapes of the chain forward over its path, so its logits
+        equal that chain's bit for bit in ``"q4_1"``, ``"q4q8"``, ``"bfloat16"`` and ``"int4"`` (a tree
+        attends row by row whatever ``exact_verify``), and closely in ``"float32"`` (as its verify rows
+        equal steps). None: a chain.
         """
+        tree = None if parents is None else leannative.tree_layout(parents, int(ids.shape[0]))
         if self.mode in NATIVE_MODES:
-            return self._full_logits(self._native_forward(ids, start, cache, keep))
+            return self._full_logits(leannative.native_forward(self, ids, start, cache, keep, tree))
         k = int(ids.shape[0])
         end = start + k
         cos_all, sin_all = self._rotary(end)
-        cos, sin = cos_all[start:end, None, :], sin_all[start:end, None, :]
+        if tree is None:
+            cos, sin = cos_all[start:end, None, :], sin_all[start:end, None, :]
+        else:
+            positions = tree.positions(start)
+            cos, sin = cos_all[positions, None, :], sin_all[positions, None, :]
         kv, hd = self.kv_heads, self.head_dim
+        slots = None if tree is None else [tree.keys(start, i) for i in range(k)]
         x = self.embed[ids]  # a new tensor (advanced indexing): the residual adds run in place
         for layer, entry in enumerate(self.layers):
             h = self._rms(x, entry["norm_attn"])
@@ -634,7 +660,10 @@ class LeanLlama:
             cache[layer, 0, :, start:end] = key.transpose(0, 1)
             cache[layer, 1, :, start:end] = value.view(k, kv, hd).transpose(0, 1)
             keys, values = cache[layer, 0], cache[layer, 1]
-            if self.exact_verify or k == 1:
+            if tree is not None:  # node i over the prefix and its path: a step's shapes, so its bits
+                rows = [self._attend(q[i], keys[:, s], values[:, s], len(s)) for i, s in enumerate(slots)]
+                out = torch.cat(rows).to(self.dtype)
+            elif self.exact_verify or k == 1:
                 # row i attends to positions 0 .. start + i exactly as a one-token step there would
                 rows = [self._attend(q[i], keys, values, start + i + 1) for i in range(k)]
                 out = (rows[0] if k == 1 else torch.cat(rows)).to(self.dtype)
@@ -656,97 +685,13 @@ class LeanLlama:
         return full
 
     def _native_structure(self) -> Any:
-        """The C forward's model structure over this model's tensors (kept alive by ``self``)."""
-        from specdec.engine import native
-
-        if self._native is None:
-            cos, sin = self._rotary(self.max_positions)
-            layers = (native.Layer * len(self.layers))()
-            for i, entry in enumerate(self.layers):
-                layers[i] = native.Layer(
-                    entry["norm_attn"].data_ptr(),
-                    entry["norm_mlp"].data_ptr(),
-                    *(entry[name].struct() for name in ("qkv", "o", "gate_up", "down")),
-                )
-            inter = self.layers[0]["down"].qs.shape[1] * 2
-            self._native = native.Model(
-                len(self.layers), self.hidden, self.heads, self.kv_heads, self.head_dim, inter,
-                self.max_positions, self.eps, self.embed.data_ptr(), layers, self.norm.data_ptr(),
-                self.head.struct(), cos.data_ptr(), sin.data_ptr(),
-            )  # fmt: skip
-            self._native_keep = (layers, cos, sin)
-        return self._native
+        """The ``"q4_1"`` C forward's model structure (:func:`specdec.engine.leannative.native_structure`)."""
+        return leannative.native_structure(self)
 
     def q8_forward(self) -> Any:
         """The ``"q4q8"`` C forward's repacked model (:class:`specdec.engine.native.Q8Forward`), built on
         first use over the whole model (an early-exit view shares it and runs its first layers)."""
-        from specdec.engine import native
-
-        if self.mode != "q4q8":
-            raise ValueError(f"q8_forward needs mode 'q4q8'; this model's mode is {self.mode!r}")
-        if "forward" not in self._q8:
-            layers = self._q8.get("all_layers", self.layers)
-            cos, sin = self._rotary(self.max_positions)
-            table = (native.Layer * len(layers))()
-            for i, entry in enumerate(layers):
-                table[i] = native.Layer(
-                    entry["norm_attn"].data_ptr(),
-                    entry["norm_mlp"].data_ptr(),
-                    *(entry[name].layer_struct() for name in ("qkv", "o", "gate_up", "down")),
-                )
-            q8_layers = self.codes == "q8_0"
-            inter = layers[0]["down"].qs.shape[1] * (1 if q8_layers else 2)
-            desc = native.ModelQ8(
-                len(layers), self.hidden, self.heads, self.kv_heads, self.head_dim, inter,
-                self.max_positions, self.eps, self.embed.data_ptr(), table, self.norm.data_ptr(),
-                self.head.struct(), cos.data_ptr(), sin.data_ptr(), int(self.embed.shape[0]),
-                int(q8_layers),
-            )  # fmt: skip
-            self._q8["forward"] = native.Q8Forward(desc)
-            self._q8["keep"] = (cos, sin)  # read in place by the C forward
-        return self._q8["forward"]
-
-    def _native_forward(
-        self, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None
-    ) -> torch.Tensor:
-        from specdec.engine import native
-
-        k = int(ids.shape[0])
-        rows = k if keep is None else keep
-        shape = (self.num_layers, 2, self.kv_heads, int(cache.shape[3]), self.head_dim)
-        if cache.dtype != torch.float32 or not cache.is_contiguous() or tuple(cache.shape) != shape:
-            raise ValueError(
-                f"cache must be a contiguous float32 tensor of shape {shape} (LeanLlama.new_cache)"
-            )
-        # the C code indexes raw memory: check what torch's indexing would have checked
-        if k < 1 or not 1 <= rows <= k:
-            raise ValueError(f"need 1 <= keep <= len(ids) (len(ids) = {k}); got keep={keep!r}")
-        if start < 0 or start + k > min(int(cache.shape[3]), self.max_positions):
-            raise ValueError(
-                f"positions {start}..{start + k - 1} do not fit the cache ({int(cache.shape[3])} slots) "
-                f"and max_position_embeddings ({self.max_positions})"
-            )
-        if ids.dim() != 1 or ids.is_floating_point():
-            raise ValueError(f"ids must be a 1-D integer tensor; got shape {tuple(ids.shape)}, {ids.dtype}")
-        ids = ids.to(torch.int64).contiguous()
-        if int(ids.min()) < 0 or int(ids.max()) >= self.embed.shape[0]:
-            raise ValueError(f"token ids must lie in [0, {self.embed.shape[0]}); got {ids.tolist()!r}")
-        logits = torch.empty(rows, self.head.out_features, dtype=torch.float32)
-        if self.mode == "q4q8":
-            self.q8_forward().forward(
-                ids.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]), logits.data_ptr(), rows,
-                self.num_layers, self.threads,
-            )  # fmt: skip
-            return logits
-        status = native.library().specdec_q4_forward(
-            ctypes.byref(self._native_structure()), ids.data_ptr(), k, start, cache.data_ptr(),
-            int(cache.shape[3]), logits.data_ptr(), rows,
-        )  # fmt: skip
-        if status == -2:
-            raise ValueError(f"the C forward refused its arguments: k={k}, start={start}, keep={rows}")
-        if status != 0:
-            raise MemoryError("the C forward could not allocate its work buffers")
-        return logits
+        return leannative.q8_forward(self)
 
     def new_cache(self, capacity: int) -> torch.Tensor:
         """An empty KV cache for ``capacity`` positions (float32 in every mode)."""
@@ -770,6 +715,7 @@ class LeanSession(Session):
     def reset(self) -> None:
         self.ids: list[int] = []
         self.cache = self.model.new_cache(min(256, self.model.max_positions))
+        self._tree_call = None
 
     def _reserve(self, end: int) -> None:
         if end > self.model.max_positions:
@@ -794,6 +740,33 @@ class LeanSession(Session):
         self.calls += 1
         self.ids.extend(int(t) for t in new_ids)
         return logits
+
+    def forward_tree(self, new_ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """Feed a tree of ``n`` tokens after the cached ones in one call (``parents[r]`` in ``[-1, r - 1]``,
+        -1: a child of the last cached token); float32 logits (n, V), row r equal bit for bit to the
+        chain forward over r's path (every mode but ``"float32"``, where it is close: see
+        :meth:`LeanLlama.forward`). The nodes take slots ``len(ids) ..`` and ``ids`` becomes the prefix
+        and every node: follow with :meth:`keep_path` (or :meth:`crop`)."""
+        n = self._check_forward(new_ids, None)
+        tree = leannative.tree_layout(parents, n)  # refuse bad parents before the cache grows
+        start = len(self.ids)
+        self._reserve(start + n)
+        ids = torch.tensor([int(t) for t in new_ids], dtype=torch.long)
+        logits = self.model.forward(ids, start, self.cache, parents=tree.parents)
+        self.calls += 1
+        self.ids.extend(int(t) for t in new_ids)
+        self._tree_call = (start, list(tree.parents))
+        return logits
+
+    def keep_path(self, start: int, nodes: Sequence[int]) -> None:
+        """After a tree call at ``start``, keep only the call's nodes ``nodes`` (ascending call indices, a
+        root-down chain such as [0, 2, 5]): their keys and values (every layer) move to slots ``start,
+        start + 1, ...`` and the cache ends after them, as if the chain had been fed."""
+        nodes = self._check_keep_path(start, nodes)
+        index = torch.tensor([start + i for i in nodes], dtype=torch.long)
+        self.cache[:, :, :, start : start + len(nodes)] = self.cache[:, :, :, index]
+        self.ids[start:] = [self.ids[start + i] for i in nodes]
+        self._tree_call = None
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` cached tokens (later slots are simply overwritten)."""

@@ -4,7 +4,9 @@
 :func:`specdec.engine.decoding.autoregressive` and :func:`specdec.engine.decoding.speculative` run on it
 unchanged: :meth:`LlamaCppModel.session` returns an object with the interface of
 :class:`specdec.engine.lm.CachedLM` (``forward``, ``crop``, ``sync``, ``ids``, ``calls``). The same
-loops, drafters and statistics then compare the engines, and only the forward differs.
+loops, drafters and statistics then compare the engines, and only the forward differs. It verifies
+chains only: its sessions have no tree calls (``forward_tree`` and ``keep_path`` raise
+NotImplementedError; llama.cpp's tree verification is not wrapped here).
 
 llama-cpp-python ships as a source distribution on PyPI (a C++ build of several minutes);
 install it yourself, e.g. ``pip install llama-cpp-python`` (CPU backend). It is not a

@@ -89,10 +89,14 @@ class Session:
     """What every decoding state shares: the cached ids, argument checks, and :meth:`sync`.
 
     Subclasses (:class:`CachedLM`, :class:`specdec.engine.lean.LeanSession`,
-    :class:`specdec.engine.llamacpp.LlamaCppSession`) implement ``forward`` and ``crop``.
+    :class:`specdec.engine.llamacpp.LlamaCppSession`) implement ``forward`` and ``crop``; those that
+    verify draft trees (:class:`CachedLM`, :class:`specdec.engine.lean.LeanSession`) also
+    ``forward_tree`` and ``keep_path``.
     """
 
     ids: list[int]
+    #: the last tree call, (start, parents), so that keep_path can check its nodes form a path
+    _tree_call: tuple[int, list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -102,6 +106,46 @@ class Session:
 
     def crop(self, n: int) -> None:
         raise NotImplementedError
+
+    def forward_tree(self, new_ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """Feed a draft tree after the cached tokens in one call: ``parents[r]`` in ``[-1, r - 1]`` (-1:
+        a child of the last cached token); logits (n, V), row r those of the chain over r's path.
+        The nodes take the slots after the cache, and ``ids`` becomes the prefix plus every node."""
+        raise NotImplementedError(
+            f"{type(self).__name__} verifies chains only: tree calls (forward_tree, keep_path) need a "
+            "LeanSession (any lean mode) or a CachedLM (Hugging Face)"
+        )
+
+    def keep_path(self, start: int, nodes: Sequence[int]) -> None:
+        """After a tree call at ``start``, keep only its nodes ``nodes`` (ascending call indices forming a
+        root-down chain, e.g. [0, 2, 5]): their keys and values move to slots ``start, start + 1, ...``,
+        the cache ends after them and ``ids`` is the prefix plus their tokens."""
+        raise NotImplementedError(
+            f"{type(self).__name__} verifies chains only: tree calls (forward_tree, keep_path) need a "
+            "LeanSession (any lean mode) or a CachedLM (Hugging Face)"
+        )
+
+    def _check_keep_path(self, start: int, nodes: Sequence[int]) -> list[int]:
+        """Refuse a ``start`` outside the cache or ``nodes`` that are not ascending call indices after it
+        (nor, after a tree call at ``start``, a root-down chain of its tree); return the nodes."""
+        start = check_int("start", start, low=0, high=len(self.ids), note="the cached length")
+        n = len(self.ids) - start
+        out = []
+        for j, node in enumerate(nodes):
+            node = check_int(f"nodes[{j}]", node, low=0, high=n - 1, note="the nodes after start")
+            if out and node <= out[-1]:
+                raise ValueError(f"nodes must be ascending (a root-down path); got {list(nodes)!r}")
+            out.append(node)
+        if self._tree_call is not None and self._tree_call[0] == start and len(self._tree_call[1]) == n:
+            parents = self._tree_call[1]
+            for j, node in enumerate(out):
+                above = out[j - 1] if j else -1
+                if parents[node] != above:
+                    raise ValueError(
+                        f"nodes must be a root-down path of the tree call at {start}: node {node}'s "
+                        f"parent is {parents[node]}, not {above}; got {out!r}"
+                    )
+        return out
 
     def _check_forward(self, new_ids: Sequence[int], keep: int | None) -> int:
         """Refuse an empty feed or a ``keep`` outside [1, n]; return n."""
@@ -155,6 +199,7 @@ class CachedLM(Session):
         """Forget every cached token."""
         self.cache = new_cache(self.model.config)
         self.ids: list[int] = []
+        self._tree_call = None
 
     @torch.inference_mode()
     def forward(self, new_ids: Sequence[int], keep: int | None = None) -> torch.Tensor:
@@ -178,6 +223,54 @@ class CachedLM(Session):
         self.calls += 1
         self.ids.extend(int(t) for t in new_ids)
         return out.logits[0].float()
+
+    @torch.inference_mode()
+    def forward_tree(self, new_ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """:meth:`Session.forward_tree` through a 4D additive attention mask (each node sees the prefix,
+        its ancestors and itself) and position ids (prefix length + depth). Close to the chain over each
+        path (about 1e-5 in float32), not bit for bit: the model's kernels see other shapes."""
+        from specdec.engine.leannative import tree_layout
+
+        n = self._check_forward(new_ids, None)
+        tree = tree_layout(parents, n)
+        start = len(self.ids)
+        visible = torch.zeros(n, start + n, dtype=torch.bool)
+        visible[:, :start] = True
+        for r, path in enumerate(tree.paths):
+            visible[r, [start + i for i in path]] = True
+        mask = torch.zeros(visible.shape, dtype=self.dtype).masked_fill(~visible, torch.finfo(self.dtype).min)
+        input_ids = torch.tensor([[int(t) for t in new_ids]], dtype=torch.long, device=self.device)
+        position_ids = tree.positions(start)[None].to(self.device)
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=position_ids,
+            attention_mask=mask[None, None].to(self.device),
+            use_cache=True,
+            **{self._cache_arg: self.cache},
+        )
+        self.calls += 1
+        self.ids.extend(int(t) for t in new_ids)
+        self._tree_call = (start, list(tree.parents))
+        return out.logits[0].float()
+
+    @torch.inference_mode()
+    def keep_path(self, start: int, nodes: Sequence[int]) -> None:
+        """:meth:`Session.keep_path` by an index_select on every layer's keys and values."""
+        nodes = self._check_keep_path(start, nodes)
+        index = torch.tensor([start + i for i in nodes], dtype=torch.long, device=self.device)
+        layers = getattr(self.cache, "layers", None)
+        if layers is not None:  # transformers >= 4.56: one object per layer
+            for layer in layers:
+                if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                    for name in ("keys", "values"):
+                        t = getattr(layer, name)
+                        setattr(layer, name, torch.cat([t[..., :start, :], t.index_select(-2, index)], -2))
+        else:  # older: key_cache and value_cache lists
+            for caches in (self.cache.key_cache, self.cache.value_cache):
+                for i, t in enumerate(caches):
+                    caches[i] = torch.cat([t[..., :start, :], t.index_select(-2, index)], -2)
+        self.ids[start:] = [self.ids[start + i] for i in nodes]
+        self._tree_call = None
 
     @torch.inference_mode()
     def crop(self, n: int) -> None:

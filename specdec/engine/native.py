@@ -11,19 +11,23 @@ construction (the tests check it).
 
 The C source is compiled here, on first use, with the system's C compiler (``$CC``, which may
 name a launcher such as ``ccache gcc``, else ``cc``) at ``-O3 -march=native`` (the machine's
-own vector unit: AVX-512, AVX2 or SSE), and the library is cached under the package cache keyed
-by the source, the flags, the compiler and the CPU's flags, so another machine builds its own.
+own vector unit: AVX-512, AVX2 or SSE) and ``-ffp-contract=off`` (every C build: no fused
+multiply-adds, so the float arithmetic is the source's on every instruction set), and the library
+is cached under the package cache keyed by the source, the flags, the compiler and the CPU's
+flags, so another machine builds its own.
 Under the Makefile's emulated CPUs (``SPECDEC_EMULATED_CPU`` = ``avx2`` or ``baseline``) it is
 built for that CPU level instead (``-march=x86-64-v3`` or ``-march=x86-64``). Where no compiler
 works, :func:`available` says why and the mode is simply not offered
 (:func:`specdec.measure.modes.available_modes`).
 
 The ``"q4q8"`` mode's forward (``csrc/leanq8.c``, :class:`Q8Forward`) is built the same way, with
-``-ffp-contract=off`` (no fused multiply-adds: its float arithmetic is the same whatever the
-instruction set) and ``-pthread`` (a small thread pool per model, whose waiters yield the CPU
+``-pthread`` (a small thread pool per model, whose waiters yield the CPU
 rather than spin on a machine shared with other processes). It
 repacks the GGUF's 4-bit weights at load and computes integer dot products by the best
 instruction set the build targets (AVX512-VNNI, AVX-VNNI, AVX2, else portable C: :func:`isa`).
+Its tree forward (``specdec_q8_forward_tree``, ABI 4; leanq4.c's ``specdec_q4_forward_tree``)
+verifies a draft tree in one call, each node equal bit for bit to the chain forward over its path
+(:mod:`specdec.engine.leannative`).
 
 A cached library is checked before it is loaded (its size and SHA-256 against a sidecar written
 when it was built): a damaged one (truncated, emptied, replaced) is rebuilt, and a line says
@@ -77,7 +81,7 @@ SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
 #: The C forwards, by the lean mode that runs them.
 KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
-Q8_ABI = 3
+Q8_ABI = 4
 
 
 def _source(kind: str) -> Path:
@@ -114,9 +118,11 @@ def build_flags(kind: str = "q4_1") -> list[str]:
     target = os.environ.get("SPECDEC_EMULATED_CPU", "native")
     if target not in _MARCH:
         raise ValueError(f"SPECDEC_EMULATED_CPU must be one of {sorted(_MARCH)}; got {target!r}")
-    flags = ["-O3", _MARCH[target], "-std=gnu11", "-shared", "-fPIC"]
-    if kind == "q4q8":  # no contraction into FMAs: the float epilogue is the same on every ISA
-        flags += ["-ffp-contract=off", "-pthread"]
+    # no contraction into FMAs, in every build: the float arithmetic is the one the source writes,
+    # the same on every instruction set
+    flags = ["-O3", _MARCH[target], "-std=gnu11", "-shared", "-fPIC", "-ffp-contract=off"]
+    if kind == "q4q8":
+        flags += ["-pthread"]
     return flags
 
 
@@ -284,6 +290,8 @@ def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.specdec_q8_free.restype = None
     lib.specdec_q8_forward.argtypes = [p, p, i32, i32, p, i32, p, i32, i32, i32]
     lib.specdec_q8_forward.restype = i32
+    lib.specdec_q8_forward_tree.argtypes = [p, p, p, i32, i32, p, i32, p, i32, i32, i32]
+    lib.specdec_q8_forward_tree.restype = i32
     lib.specdec_q8_set_profiling.argtypes = [p, i32]
     lib.specdec_q8_set_profiling.restype = i32
     lib.specdec_q8_profile.argtypes = [p, ctypes.POINTER(ctypes.c_double), i32]
@@ -322,11 +330,21 @@ class Q8Forward:
         keep: int,
         layers: int,
         threads: int,
+        parents: Any = None,
     ) -> None:
-        """Run leanq8.c's forward on raw pointers (``ids``, ``cache``, ``logits``: addresses)."""
-        status = self.lib.specdec_q8_forward(
-            self.handle, ids, k, start, cache, capacity, logits, keep, layers, threads
-        )
+        """Run leanq8.c's forward on raw pointers (``ids``, ``cache``, ``logits``: addresses).
+
+        ``parents`` (the address of k int32 parent indices, each in [-1, r - 1]) runs the tree forward
+        (``specdec_q8_forward_tree``): node r at slot start + r, position start + its depth, attending
+        to the prefix and its ancestors; None runs the chain."""
+        if parents is None:
+            status = self.lib.specdec_q8_forward(
+                self.handle, ids, k, start, cache, capacity, logits, keep, layers, threads
+            )
+        else:
+            status = self.lib.specdec_q8_forward_tree(
+                self.handle, ids, parents, k, start, cache, capacity, logits, keep, layers, threads
+            )
         if status == _ERR_MEMORY:
             raise MemoryError("the C forward could not allocate its work buffers")
         if status != 0:
@@ -334,6 +352,7 @@ class Q8Forward:
                 f"the C forward refused its arguments (code {status}): k={k}, start={start}, "
                 f"capacity={capacity}, keep={keep}, layers={layers} (of {self.layers}), threads={threads}, "
                 "or a token id outside the vocabulary"
+                + ("" if parents is None else ", or a parent outside [-1, r - 1]")
             )
 
     def set_profiling(self, on: bool) -> None:
@@ -360,6 +379,18 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         ctypes.c_int32,
     ]
     lib.specdec_q4_forward.restype = ctypes.c_int
+    lib.specdec_q4_forward_tree.argtypes = [
+        ctypes.POINTER(Model),
+        p,
+        p,
+        ctypes.c_int32,
+        ctypes.c_int32,
+        p,
+        ctypes.c_int32,
+        p,
+        ctypes.c_int32,
+    ]
+    lib.specdec_q4_forward_tree.restype = ctypes.c_int
     lib.specdec_q41_mm.argtypes = [ctypes.POINTER(Q41), p, ctypes.c_int32, p]
     lib.specdec_q41_mm.restype = None
     lib.specdec_q80_mm.argtypes = [ctypes.POINTER(Q80), p, ctypes.c_int32, p]

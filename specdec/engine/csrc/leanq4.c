@@ -8,6 +8,9 @@
  * Exactness by construction: every row of a call (one token) runs the same instructions in the
  * same order whatever the number of rows, and attends over its own prefix exactly as a
  * one-token step at that position does; so a verify call's rows equal single steps bit for bit.
+ * A tree call (specdec_q4_forward_tree) gives node r slot start + r and position start + depth(r),
+ * and has it attend to slots 0 .. start-1 and then its ancestors' and its own, root-down: the keys,
+ * in the order, of the chain forward over its path, whose logits it therefore gets bit for bit.
  * The code uses GCC/Clang vector extensions (16 floats), which the compiler maps onto the
  * machine's vector unit (AVX-512, AVX2 or SSE) at -march=native.
  */
@@ -220,13 +223,17 @@ static inline float dot(const float *a, const float *b, int n) {
     return s;
 }
 
+/* The cache slot of key t: t itself for a chain (path NULL) and for the cached prefix (t < start);
+ * for a tree node, path[t - start] (its ancestors' slots root-down, then its own). */
+#define SLOT(t) ((size_t)(path && (t) >= start ? path[(t) - start] : (t)))
+
 /* One query row of one head over cached positions 0 .. end-1: softmax(q K^T / sqrt(hd)) V. */
 static void attend(const float *q, const float *keys, const float *values, int end, int hd, float *scores,
-                   float *out) {
+                   float *out, const int32_t *path, int start) {
     const float scale = 1.0f / sqrtf((float)hd);
     float top = -INFINITY;
     for (int t = 0; t < end; t++) {
-        const float s = dot(q, keys + (size_t)t * hd, hd) * scale;
+        const float s = dot(q, keys + SLOT(t) * hd, hd) * scale;
         scores[t] = s;
         if (s > top) top = s;
     }
@@ -239,15 +246,18 @@ static void attend(const float *q, const float *keys, const float *values, int e
     const int nv = hd - hd % 16;
     for (int i = 0; i < nv; i += 16) {
         v16f acc = {0};
-        for (int t = 0; t < end; t++) acc += scores[t] * loadf(values + (size_t)t * hd + i);
+        for (int t = 0; t < end; t++) acc += scores[t] * loadf(values + SLOT(t) * hd + i);
         storef(out + i, acc * inv);
     }
     for (int i = nv; i < hd; i++) {
         float acc = 0.0f;
-        for (int t = 0; t < end; t++) acc += scores[t] * values[(size_t)t * hd + i];
+        for (int t = 0; t < end; t++) acc += scores[t] * values[SLOT(t) * hd + i];
         out[i] = acc * inv;
     }
 }
+
+static int forward(const model_t *m, const int64_t *ids, const int32_t *parents, int32_t k, int32_t start,
+                   float *cache, int32_t capacity, float *logits, int32_t keep);
 
 /* Logits of the k tokens ids placed at positions start .. start+k-1, for the last `keep` rows
  * (logits: keep x head.n). cache: (layers, 2, kv_heads, capacity, head_dim), holding positions
@@ -255,16 +265,53 @@ static void attend(const float *q, const float *keys, const float *values, int e
  * -2 for arguments out of range (checked here too, not only in Python; nothing is written). */
 int specdec_q4_forward(const model_t *m, const int64_t *ids, int32_t k, int32_t start, float *cache,
                        int32_t capacity, float *logits, int32_t keep) {
+    return forward(m, ids, NULL, k, start, cache, capacity, logits, keep);
+}
+
+/* specdec_q4_forward over a tree of k nodes: parents[r] in [-1, r - 1] (-1: a child of the cached
+ * prefix; -2 otherwise, nothing written). Node r's key and value go to slot start + r, its position
+ * is start + its depth, and it attends to the prefix and its path: the chain's logits, bit for bit. */
+int specdec_q4_forward_tree(const model_t *m, const int64_t *ids, const int32_t *parents, int32_t k,
+                            int32_t start, float *cache, int32_t capacity, float *logits, int32_t keep) {
+    if (!parents) return -2;
+    return forward(m, ids, parents, k, start, cache, capacity, logits, keep);
+}
+
+static int forward(const model_t *m, const int64_t *ids, const int32_t *parents, int32_t k, int32_t start,
+                   float *cache, int32_t capacity, float *logits, int32_t keep) {
     if (!m || !ids || !cache || !logits || k < 1 || keep < 1 || keep > k || start < 0 || capacity < 1 ||
         capacity > m->positions || start > capacity - k)
         return -2;
     for (int r = 0; r < k; r++)
         if (ids[r] < 0) return -2; /* the upper bound (the embedding's rows) is checked by Python */
+    if (parents)
+        for (int r = 0; r < k; r++)
+            if (parents[r] < -1 || parents[r] >= r) return -2;
+    /* a tree's rows: depth[r] and the slots of r's path, root-down, at path + off[r] */
+    int32_t *depth = NULL, *off = NULL, *path = NULL;
+    if (parents) {
+        depth = malloc(sizeof(int32_t) * (size_t)k), off = malloc(sizeof(int32_t) * (size_t)k);
+        size_t total = 0;
+        for (int r = 0; depth && off && r < k; r++) {
+            depth[r] = parents[r] < 0 ? 0 : depth[parents[r]] + 1;
+            off[r] = (int32_t)total, total += (size_t)depth[r] + 1;
+        }
+        path = depth && off ? malloc(sizeof(int32_t) * total) : NULL;
+        if (!path) {
+            free(depth), free(off);
+            return -1;
+        }
+        for (int r = 0; r < k; r++)
+            for (int node = r, i = depth[r]; node >= 0; node = parents[node], i--) path[off[r] + i] = start + node;
+    }
     const int H = m->hidden, hd = m->head_dim, nh = m->heads, kv = m->kv_heads, I = m->inter;
     const int qkv_n = (nh + 2 * kv) * hd, group = nh / kv, AD = nh * hd; /* AD may differ from H */
     const size_t need = (size_t)k * (2 * H + qkv_n + AD + 3 * I) + (size_t)(start + k) + 16;
     float *buf = (float *)malloc(sizeof(float) * need);
-    if (!buf) return -1;
+    if (!buf) {
+        free(depth), free(off), free(path);
+        return -1;
+    }
     float *x = buf, *h = x + (size_t)k * H, *qkv = h + (size_t)k * H, *att = qkv + (size_t)k * qkv_n;
     float *gu = att + (size_t)k * AD, *act = gu + (size_t)k * 2 * I, *scores = act + (size_t)k * I;
     PHASE(PH_OTHER, for (int r = 0; r < k; r++) memcpy(x + (size_t)r * H, m->embed + (size_t)ids[r] * H,
@@ -277,24 +324,26 @@ int specdec_q4_forward(const model_t *m, const int64_t *ids, int32_t k, int32_t 
         PHASE(PH_LINEAR, q41_mm(&L->qkv, h, k, qkv, qkv_n, 0));
         PHASE(PH_ATTENTION, {
             for (int r = 0; r < k; r++) {
-                const int pos = start + r;
+                const int pos = start + (parents ? depth[r] : r), slot = start + r;
                 float *row = qkv + (size_t)r * qkv_n;
                 for (int j = 0; j < nh + kv; j++)
                     rotate(row + (size_t)j * hd, m->cos + (size_t)pos * hd, m->sin + (size_t)pos * hd, hd);
                 for (int j = 0; j < kv; j++) {
-                    memcpy(kc + ((size_t)j * capacity + pos) * hd, row + (size_t)(nh + j) * hd, sizeof(float) * hd);
-                    memcpy(vc + ((size_t)j * capacity + pos) * hd, row + (size_t)(nh + kv + j) * hd,
+                    memcpy(kc + ((size_t)j * capacity + slot) * hd, row + (size_t)(nh + j) * hd, sizeof(float) * hd);
+                    memcpy(vc + ((size_t)j * capacity + slot) * hd, row + (size_t)(nh + kv + j) * hd,
                            sizeof(float) * hd);
                 }
             }
-            /* row r attends to positions 0 .. start + r, exactly as a one-token step there */
+            /* row r attends to positions 0 .. start + r, exactly as a one-token step there (a tree
+             * node: to the prefix and its path, exactly as the chain over its path) */
             for (int r = 0; r < k; r++) {
-                const int end = start + r + 1;
+                const int end = start + (parents ? depth[r] : r) + 1;
                 const float *row = qkv + (size_t)r * qkv_n;
                 for (int j = 0; j < nh; j++) {
                     const int kvh = j / group;
                     attend(row + (size_t)j * hd, kc + (size_t)kvh * capacity * hd, vc + (size_t)kvh * capacity * hd,
-                           end, hd, scores, att + (size_t)r * AD + (size_t)j * hd);
+                           end, hd, scores, att + (size_t)r * AD + (size_t)j * hd,
+                           parents ? path + off[r] : NULL, start);
                 }
             }
         });
@@ -313,7 +362,7 @@ int specdec_q4_forward(const model_t *m, const int64_t *ids, int32_t k, int32_t 
     const int first = k - keep;
     PHASE(PH_OTHER, for (int r = first; r < k; r++) rms(x + (size_t)r * H, m->norm, H, m->eps, h + (size_t)(r - first) * H));
     PHASE(PH_HEAD, q80_mm(&m->head, h, keep, logits, m->head.n));
-    free(buf);
+    free(buf), free(depth), free(off), free(path);
     return 0;
 }
 

@@ -24,6 +24,11 @@
  * computed by one thread in the same block order; a small pthread pool per model) and the instruction set, so verify rows equal
  * single steps bit for bit, and builds for other CPU levels give the same logits (on a given
  * libm). Activations between layers, the KV cache and attention are float32.
+ *
+ * Trees (specdec_q8_forward_tree, ABI 4): a call over draft-tree nodes given by their parents within
+ * the call. Node r is written at slot start + r, rotated at position start + depth(r), and attends to
+ * slots 0 .. start-1 and then its ancestors' slots and its own (a slot map in attend_g): the keys, in
+ * the order, of the chain forward over its path, so its logits equal that chain's bit for bit.
  */
 #include <math.h>
 #include <stdint.h>
@@ -37,7 +42,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#define SPECDEC_Q8_ABI 3
+#define SPECDEC_Q8_ABI 4
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ISA "avx512vnni"
@@ -853,6 +858,10 @@ static inline float dot(const float *a, const float *b, int n) {
     return s;
 }
 
+/* The cache slot of key t of a row: t itself for a chain (path NULL) and for the cached prefix
+ * (t < start); for a tree node, path[t - start], its ancestors' slots root-down and then its own. */
+#define SLOT(t) ((size_t)(path && (t) >= start ? path[(t) - start] : (t)))
+
 /* One row's G query heads that share a key/value head (grouped-query attention):
  * softmax(q_g K^T / sqrt(hd)) V over positions 0 .. end-1 for g < G (q_g at q + g hd, its scores
  * at scores + g sstride, its output at out + g hd). Each head's arithmetic is that of a head alone
@@ -862,7 +871,7 @@ static inline float dot(const float *a, const float *b, int n) {
  * end only, so a verify row and the single step at its position compute the same bits. */
 static inline __attribute__((always_inline)) void attend_g(const float *q, const int G, const float *keys,
                                                            const float *values, int end, int hd, float *scores,
-                                                           int sstride, float *out) {
+                                                           int sstride, float *out, const int32_t *path, int start) {
     const float scale = 1.0f / sqrtf((float)hd);
     const int blocked = hd % 16 == 0 ? end - end % 16 : 0;
     for (int t0 = 0; t0 < blocked; t0 += 16)
@@ -870,7 +879,7 @@ static inline __attribute__((always_inline)) void attend_g(const float *q, const
             const float *qg = q + (size_t)g * hd;
             v16f acc[16];
             for (int j = 0; j < 16; j++) {
-                const float *key = keys + (size_t)(t0 + j) * hd;
+                const float *key = keys + SLOT(t0 + j) * hd;
                 v16f a = loadf(qg) * loadf(key);
                 for (int i = 16; i < hd; i += 16) a = a + loadf(qg + i) * loadf(key + i);
                 acc[j] = a;
@@ -880,7 +889,7 @@ static inline __attribute__((always_inline)) void attend_g(const float *q, const
     float inv[G];
     for (int g = 0; g < G; g++) {
         float *sc = scores + (size_t)g * sstride;
-        for (int t = blocked; t < end; t++) sc[t] = dot(q + (size_t)g * hd, keys + (size_t)t * hd, hd) * scale;
+        for (int t = blocked; t < end; t++) sc[t] = dot(q + (size_t)g * hd, keys + SLOT(t) * hd, hd) * scale;
         float top = -INFINITY;
         for (int t = 0; t < end; t++)
             if (sc[t] > top) top = sc[t];
@@ -900,7 +909,7 @@ static inline __attribute__((always_inline)) void attend_g(const float *q, const
         for (int g = 0; g < G; g++)
             for (int c = 0; c < 4; c++) a[g][c] = (v16f){0};
         for (int t = 0; t < end; t++) {
-            const float *v = values + (size_t)t * hd;
+            const float *v = values + SLOT(t) * hd;
             const v16f v0 = loadf(v), v1 = loadf(v + 16), v2 = loadf(v + 32), v3 = loadf(v + 48);
             for (int g = 0; g < G; g++) {
                 const float w = scores[(size_t)g * sstride + t];
@@ -915,7 +924,7 @@ static inline __attribute__((always_inline)) void attend_g(const float *q, const
             const float *sc = scores + (size_t)g * sstride;
             for (int i = 0; i < nv; i += 16) {
                 v16f acc = {0};
-                for (int t = 0; t < end; t++) acc = acc + sc[t] * loadf(values + (size_t)t * hd + i);
+                for (int t = 0; t < end; t++) acc = acc + sc[t] * loadf(values + SLOT(t) * hd + i);
                 storef(out + (size_t)g * hd + i, acc * inv[g]);
             }
         }
@@ -924,7 +933,7 @@ static inline __attribute__((always_inline)) void attend_g(const float *q, const
         const float *sc = scores + (size_t)g * sstride;
         for (int i = nv; i < hd; i++) {
             float acc = 0.0f;
-            for (int t = 0; t < end; t++) acc = acc + sc[t] * values[(size_t)t * hd + i];
+            for (int t = 0; t < end; t++) acc = acc + sc[t] * values[SLOT(t) * hd + i];
             out[(size_t)g * hd + i] = acc * inv[g];
         }
     }
@@ -933,16 +942,16 @@ static inline __attribute__((always_inline)) void attend_g(const float *q, const
 /* attend_g with the group size a constant (its accumulators then stay in registers); a group of
  * more than 4 heads runs head by head (the same arithmetic per head). */
 static void attend_group(const float *q, int G, const float *keys, const float *values, int end, int hd,
-                         float *scores, int sstride, float *out) {
+                         float *scores, int sstride, float *out, const int32_t *path, int start) {
     switch (G) {
-    case 1: attend_g(q, 1, keys, values, end, hd, scores, sstride, out); break;
-    case 2: attend_g(q, 2, keys, values, end, hd, scores, sstride, out); break;
-    case 3: attend_g(q, 3, keys, values, end, hd, scores, sstride, out); break;
-    case 4: attend_g(q, 4, keys, values, end, hd, scores, sstride, out); break;
+    case 1: attend_g(q, 1, keys, values, end, hd, scores, sstride, out, path, start); break;
+    case 2: attend_g(q, 2, keys, values, end, hd, scores, sstride, out, path, start); break;
+    case 3: attend_g(q, 3, keys, values, end, hd, scores, sstride, out, path, start); break;
+    case 4: attend_g(q, 4, keys, values, end, hd, scores, sstride, out, path, start); break;
     default:
         for (int g = 0; g < G; g++)
             attend_g(q + (size_t)g * hd, 1, keys, values, end, hd, scores + (size_t)g * sstride, sstride,
-                     out + (size_t)g * hd);
+                     out + (size_t)g * hd, path, start);
     }
 }
 
@@ -963,11 +972,18 @@ static void silu_mul(const float *g, const float *u, int n, float *out) {
     }
 }
 
+/* A call's tree (NULL for a chain): row r sits at depth[r] (0 for a child of the cached prefix) and
+ * attends to the prefix and then to the slots path + off[r] (depth[r] + 1 of them, root-down). */
+typedef struct {
+    const int32_t *depth, *off, *path;
+} tree_t;
+
 typedef struct {
     const handle_t *h;
     const float *qkv, *kc, *vc;
     int k, start, capacity;
     float *scores, *att;
+    const tree_t *tree;
 } att_job_t;
 
 static void att_part(void *arg, int part, int parts) {
@@ -980,30 +996,35 @@ static void att_part(void *arg, int part, int parts) {
     for (int u = u0; u < u1; u++) {
         const int r = u / kv, kvh = u % kv, jh = kvh * group;
         const float *row = j->qkv + (size_t)r * qkv_n;
+        const tree_t *tr = j->tree;
         attend_group(row + (size_t)jh * hd, group, j->kc + (size_t)kvh * j->capacity * hd,
-                     j->vc + (size_t)kvh * j->capacity * hd, j->start + r + 1, hd,
-                     j->scores + ((size_t)r * nh + jh) * end_max, end_max, j->att + (size_t)r * AD + (size_t)jh * hd);
+                     j->vc + (size_t)kvh * j->capacity * hd, j->start + (tr ? tr->depth[r] : r) + 1, hd,
+                     j->scores + ((size_t)r * nh + jh) * end_max, end_max, j->att + (size_t)r * AD + (size_t)jh * hd,
+                     tr ? tr->path + tr->off[r] : NULL, j->start);
     }
 }
 
 /* Rotary embedding and cache writes for the k new rows, then attention: row r attends to
  * positions 0 .. start + r, exactly as a one-token step there; each (row, key/value head) unit,
- * with its group of query heads, is computed whole by one thread. */
+ * with its group of query heads, is computed whole by one thread. In a tree call (tree not NULL)
+ * row r is still written at slot start + r but rotated at position start + depth[r], and attends
+ * to slots 0 .. start-1 and then its path's slots: the keys, in the order, of the chain over its
+ * path, so the same arithmetic (the blocking of attend_g depends on the number of keys only). */
 static void attention(const handle_t *h, float *qkv, int k, int start, float *kc, float *vc, int capacity,
-                      float *scores, float *att, pool_t *pool) {
+                      float *scores, float *att, pool_t *pool, const tree_t *tree) {
     const int hd = h->head_dim, nh = h->heads, kv = h->kv_heads;
     const int qkv_n = (nh + 2 * kv) * hd;
     for (int r = 0; r < k; r++) {
-        const int pos = start + r;
+        const int pos = start + (tree ? tree->depth[r] : r), slot = start + r;
         float *row = qkv + (size_t)r * qkv_n;
         for (int j = 0; j < nh + kv; j++)
             rotate(row + (size_t)j * hd, h->cos + (size_t)pos * hd, h->sin + (size_t)pos * hd, hd);
         for (int j = 0; j < kv; j++) {
-            memcpy(kc + ((size_t)j * capacity + pos) * hd, row + (size_t)(nh + j) * hd, sizeof(float) * hd);
-            memcpy(vc + ((size_t)j * capacity + pos) * hd, row + (size_t)(nh + kv + j) * hd, sizeof(float) * hd);
+            memcpy(kc + ((size_t)j * capacity + slot) * hd, row + (size_t)(nh + j) * hd, sizeof(float) * hd);
+            memcpy(vc + ((size_t)j * capacity + slot) * hd, row + (size_t)(nh + kv + j) * hd, sizeof(float) * hd);
         }
     }
-    att_job_t job = {h, qkv, kc, vc, k, start, capacity, scores, att};
+    att_job_t job = {h, qkv, kc, vc, k, start, capacity, scores, att, tree};
     const int pairs = k * nh, units = k * kv, threads = pool ? pool->workers + 1 : 1;
     /* short contexts are not worth waking a thread for */
     const int parts = (size_t)(start + k) * pairs < 4096 ? 1 : (threads < units ? threads : units);
@@ -1041,33 +1062,76 @@ int32_t specdec_q8_profile(handle_t *h, double *out, int32_t n) {
  * capacity, head_dim), holding positions 0 .. start-1; the new tokens' keys and values are
  * written. Returns 0, ERR_ARGUMENT for arguments out of range (nothing written), ERR_MEMORY. */
 static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
-                          int32_t capacity, float *logits, int32_t keep, int32_t n_layers, pool_t *pool);
+                          int32_t capacity, float *logits, int32_t keep, int32_t n_layers, pool_t *pool,
+                          const tree_t *tree);
 
-int32_t specdec_q8_forward(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
-                           int32_t capacity, float *logits, int32_t keep, int32_t n_layers, int32_t threads) {
+static int32_t forward_checked(handle_t *h, const int64_t *ids, const int32_t *parents, int32_t k, int32_t start,
+                               float *cache, int32_t capacity, float *logits, int32_t keep, int32_t n_layers,
+                               int32_t threads) {
     if (!h || !ids || !cache || !logits) return ERR_ARGUMENT;
     if (k < 1 || keep < 1 || keep > k || start < 0 || capacity < 1 || capacity > h->positions ||
         start > capacity - k || n_layers < 1 || n_layers > h->n_layers || threads < 1 || threads > 1024)
         return ERR_ARGUMENT;
     for (int r = 0; r < k; r++)
         if (ids[r] < 0 || ids[r] >= h->vocab) return ERR_ARGUMENT;
+    if (parents)
+        for (int r = 0; r < k; r++)
+            if (parents[r] < -1 || parents[r] >= r) return ERR_ARGUMENT;
+    tree_t tree = {NULL, NULL, NULL};
+    int32_t *depth = NULL, *off = NULL, *path = NULL;
+    if (parents) { /* each row's depth and its path's slots, root-down */
+        depth = malloc(sizeof(int32_t) * (size_t)k), off = malloc(sizeof(int32_t) * (size_t)k);
+        size_t total = 0;
+        for (int r = 0; depth && off && r < k; r++) {
+            depth[r] = parents[r] < 0 ? 0 : depth[parents[r]] + 1;
+            off[r] = (int32_t)total, total += (size_t)depth[r] + 1;
+        }
+        path = depth && off ? malloc(sizeof(int32_t) * total) : NULL;
+        if (!path) {
+            free(depth), free(off);
+            return ERR_MEMORY;
+        }
+        for (int r = 0; r < k; r++)
+            for (int node = r, i = depth[r]; node >= 0; node = parents[node], i--) path[off[r] + i] = start + node;
+        tree = (tree_t){depth, off, path};
+    }
     pthread_mutex_lock(&h->call_mu);
     int status;
     if (threads == 1) {
-        status = forward_locked(h, ids, k, start, cache, capacity, logits, keep, n_layers, NULL);
+        status = forward_locked(h, ids, k, start, cache, capacity, logits, keep, n_layers, NULL,
+                                parents ? &tree : NULL);
     } else { /* the process's pool, one caller at a time */
         pthread_mutex_lock(&process_pool_mu);
         if (process_pool && process_pool->workers != threads - 1) pool_free(process_pool), process_pool = NULL;
         if (!process_pool) process_pool = pool_new(threads - 1); /* NULL (no threads): runs on one */
-        status = forward_locked(h, ids, k, start, cache, capacity, logits, keep, n_layers, process_pool);
+        status = forward_locked(h, ids, k, start, cache, capacity, logits, keep, n_layers, process_pool,
+                                parents ? &tree : NULL);
         pthread_mutex_unlock(&process_pool_mu);
     }
     pthread_mutex_unlock(&h->call_mu);
+    free(depth), free(off), free(path);
     return status;
 }
 
+int32_t specdec_q8_forward(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
+                           int32_t capacity, float *logits, int32_t keep, int32_t n_layers, int32_t threads) {
+    return forward_checked(h, ids, NULL, k, start, cache, capacity, logits, keep, n_layers, threads);
+}
+
+/* specdec_q8_forward over a tree of k nodes: parents[r] in [-1, r - 1] (-1: a child of the cached
+ * prefix; ERR_ARGUMENT otherwise, nothing written). Node r's key and value go to slot start + r,
+ * its position is start + its depth, and it attends to slots 0 .. start-1 and its ancestors' and
+ * its own slots, root-down: its logits equal, bit for bit, those of the chain over its path. */
+int32_t specdec_q8_forward_tree(handle_t *h, const int64_t *ids, const int32_t *parents, int32_t k, int32_t start,
+                                float *cache, int32_t capacity, float *logits, int32_t keep, int32_t n_layers,
+                                int32_t threads) {
+    if (!parents) return ERR_ARGUMENT;
+    return forward_checked(h, ids, parents, k, start, cache, capacity, logits, keep, n_layers, threads);
+}
+
 static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
-                          int32_t capacity, float *logits, int32_t keep, int32_t n_layers, pool_t *pool) {
+                          int32_t capacity, float *logits, int32_t keep, int32_t n_layers, pool_t *pool,
+                          const tree_t *tree) {
     const int H = h->hidden, hd = h->head_dim, nh = h->heads, kv = h->kv_heads, I = h->inter;
     const int qkv_n = (nh + 2 * kv) * hd, AD = nh * hd;
     const int KMAX = I > AD ? (I > H ? I : H) : (AD > H ? AD : H);
@@ -1095,7 +1159,7 @@ static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t st
             quantize(hb, k, H, &qx);
         });
         PHASE(PH_LINEAR, matmul(&L->qkv, L->q4, &qx, k, qkv, qkv_n, 0, pool));
-        PHASE(PH_ATTENTION, attention(h, qkv, k, start, kc, vc, capacity, scores, att, pool));
+        PHASE(PH_ATTENTION, attention(h, qkv, k, start, kc, vc, capacity, scores, att, pool, tree));
         PHASE(PH_OTHER, quantize(att, k, AD, &qx));
         PHASE(PH_LINEAR, matmul(&L->o, L->q4, &qx, k, x, H, 1, pool));
         PHASE(PH_OTHER, {

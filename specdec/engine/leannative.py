@@ -1,0 +1,174 @@
+"""The glue of :class:`specdec.engine.lean.LeanLlama` around its C forwards, and the layout of tree calls.
+
+* :func:`tree_layout` -- a verify call over a draft tree (``parents`` within the call, as
+  :meth:`specdec.theory.trees.DraftTree.call_parents` gives them): checked, with each node's depth
+  and the cache slots of its path. Node ``r`` of a call at ``start`` is written at slot ``start + r``,
+  placed at position ``start + depth(r)``, and attends to slots ``0 .. start-1`` followed by its
+  path's slots (root-down, itself last): the keys, in the same order, that the chain forward over its
+  path sees at slots ``start .. start + depth``, so that an exact engine gives it the chain's logits.
+* :func:`native_structure`, :func:`q8_forward`, :func:`native_forward` -- the C forwards' model
+  descriptions and calls (:mod:`specdec.engine.native`), moved out of ``lean.py``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specdec.theory.trees import check_parents
+
+__all__ = ["TreeLayout", "native_forward", "native_structure", "q8_forward", "tree_layout"]
+
+
+@dataclass(frozen=True)
+class TreeLayout:
+    """A checked tree call: ``parents`` (ints in [-1, r - 1]), ``depths`` (0 for a child of the cached
+    prefix) and ``paths`` (each node's call indices, root-down, itself last)."""
+
+    parents: tuple[int, ...]
+    depths: tuple[int, ...]
+    paths: tuple[tuple[int, ...], ...]
+
+    def positions(self, start: int) -> torch.Tensor:
+        """The rotary positions of the nodes in a call at ``start``."""
+        return torch.tensor([start + d for d in self.depths], dtype=torch.long)
+
+    def keys(self, start: int, node: int) -> torch.Tensor:
+        """The cache slots node ``node`` attends to, in order: the prefix, then its path."""
+        return torch.cat([torch.arange(start), torch.tensor([start + i for i in self.paths[node]])])
+
+
+def tree_layout(parents: Any, k: int, name: str = "parents") -> TreeLayout:
+    """``parents`` of a call over ``k`` nodes, checked (ValueError naming ``name``, the node and the valid
+    range: one integer per node, ``parents[r]`` in ``[-1, r - 1]``), with depths and paths."""
+    if isinstance(parents, torch.Tensor):
+        if parents.is_floating_point() or parents.is_complex() or parents.dtype == torch.bool:
+            raise ValueError(f"{name} must hold integers; got a tensor of {parents.dtype}")
+        parents = parents.tolist()
+    if isinstance(parents, (str, bytes)) or not hasattr(parents, "__len__"):
+        raise ValueError(f"{name} must be a sequence of integers (one per node); got {parents!r}")
+    if len(parents) != k:
+        raise ValueError(f"{name} must have one entry per node of the call ({k}); got {len(parents)}")
+    checked = check_parents(list(parents), name)
+    depths: list[int] = []
+    paths: list[tuple[int, ...]] = []
+    for r, parent in enumerate(checked):
+        depths.append(0 if parent < 0 else depths[parent] + 1)
+        paths.append((r,) if parent < 0 else (*paths[parent], r))
+    return TreeLayout(tuple(checked), tuple(depths), tuple(paths))
+
+
+def native_structure(model: Any) -> Any:
+    """The ``"q4_1"`` C forward's model structure over ``model``'s tensors (kept alive by ``model``)."""
+    from specdec.engine import native
+
+    if model._native is None:
+        cos, sin = model._rotary(model.max_positions)
+        layers = (native.Layer * len(model.layers))()
+        for i, entry in enumerate(model.layers):
+            layers[i] = native.Layer(
+                entry["norm_attn"].data_ptr(),
+                entry["norm_mlp"].data_ptr(),
+                *(entry[name].struct() for name in ("qkv", "o", "gate_up", "down")),
+            )
+        inter = model.layers[0]["down"].qs.shape[1] * 2
+        model._native = native.Model(
+            len(model.layers), model.hidden, model.heads, model.kv_heads, model.head_dim, inter,
+            model.max_positions, model.eps, model.embed.data_ptr(), layers, model.norm.data_ptr(),
+            model.head.struct(), cos.data_ptr(), sin.data_ptr(),
+        )  # fmt: skip
+        model._native_keep = (layers, cos, sin)
+    return model._native
+
+
+def q8_forward(model: Any) -> Any:
+    """The ``"q4q8"`` C forward's repacked model (:class:`specdec.engine.native.Q8Forward`), built on
+    first use over the whole model (an early-exit view shares it and runs its first layers)."""
+    from specdec.engine import native
+
+    if model.mode != "q4q8":
+        raise ValueError(f"q8_forward needs mode 'q4q8'; this model's mode is {model.mode!r}")
+    if "forward" not in model._q8:
+        layers = model._q8.get("all_layers", model.layers)
+        cos, sin = model._rotary(model.max_positions)
+        table = (native.Layer * len(layers))()
+        for i, entry in enumerate(layers):
+            table[i] = native.Layer(
+                entry["norm_attn"].data_ptr(),
+                entry["norm_mlp"].data_ptr(),
+                *(entry[name].layer_struct() for name in ("qkv", "o", "gate_up", "down")),
+            )
+        q8_layers = model.codes == "q8_0"
+        inter = layers[0]["down"].qs.shape[1] * (1 if q8_layers else 2)
+        desc = native.ModelQ8(
+            len(layers), model.hidden, model.heads, model.kv_heads, model.head_dim, inter,
+            model.max_positions, model.eps, model.embed.data_ptr(), table, model.norm.data_ptr(),
+            model.head.struct(), cos.data_ptr(), sin.data_ptr(), int(model.embed.shape[0]),
+            int(q8_layers),
+        )  # fmt: skip
+        model._q8["forward"] = native.Q8Forward(desc)
+        model._q8["keep"] = (cos, sin)  # read in place by the C forward
+    return model._q8["forward"]
+
+
+def native_forward(
+    model: Any, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None, tree: TreeLayout | None
+) -> torch.Tensor:
+    """The C forward of ``model`` (mode ``"q4_1"`` or ``"q4q8"``) over ``ids`` at ``start``, its arguments
+    checked first; ``tree`` runs the tree forward. Logits over the head's rows."""
+    from specdec.engine import native
+
+    k = int(ids.shape[0])
+    rows = k if keep is None else keep
+    shape = (model.num_layers, 2, model.kv_heads, int(cache.shape[3]), model.head_dim)
+    if cache.dtype != torch.float32 or not cache.is_contiguous() or tuple(cache.shape) != shape:
+        raise ValueError(f"cache must be a contiguous float32 tensor of shape {shape} (LeanLlama.new_cache)")
+    # the C code indexes raw memory: check what torch's indexing would have checked
+    if k < 1 or not 1 <= rows <= k:
+        raise ValueError(f"need 1 <= keep <= len(ids) (len(ids) = {k}); got keep={keep!r}")
+    if start < 0 or start + k > min(int(cache.shape[3]), model.max_positions):
+        raise ValueError(
+            f"positions {start}..{start + k - 1} do not fit the cache ({int(cache.shape[3])} slots) "
+            f"and max_position_embeddings ({model.max_positions})"
+        )
+    if ids.dim() != 1 or ids.is_floating_point():
+        raise ValueError(f"ids must be a 1-D integer tensor; got shape {tuple(ids.shape)}, {ids.dtype}")
+    ids = ids.to(torch.int64).contiguous()
+    if int(ids.min()) < 0 or int(ids.max()) >= model.embed.shape[0]:
+        raise ValueError(f"token ids must lie in [0, {model.embed.shape[0]}); got {ids.tolist()!r}")
+    logits = torch.empty(rows, model.head.out_features, dtype=torch.float32)
+    parents = None if tree is None else torch.tensor(tree.parents, dtype=torch.int32)
+    if model.mode == "q4q8":
+        q8_forward(model).forward(
+            ids.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]), logits.data_ptr(), rows,
+            model.num_layers, model.threads, None if parents is None else parents.data_ptr(),
+        )  # fmt: skip
+        return logits
+    lib, structure = native.library(), ctypes.byref(native_structure(model))
+    if parents is None:
+        status = lib.specdec_q4_forward(
+            structure,
+            ids.data_ptr(),
+            k,
+            start,
+            cache.data_ptr(),
+            int(cache.shape[3]),
+            logits.data_ptr(),
+            rows,
+        )
+    else:
+        status = lib.specdec_q4_forward_tree(
+            structure, ids.data_ptr(), parents.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]),
+            logits.data_ptr(), rows,
+        )  # fmt: skip
+    if status == -2:
+        raise ValueError(
+            f"the C forward refused its arguments: k={k}, start={start}, keep={rows}"
+            + ("" if parents is None else ", or a parent outside [-1, r - 1]")
+        )
+    if status != 0:
+        raise MemoryError("the C forward could not allocate its work buffers")
+    return logits
