@@ -33,6 +33,8 @@ Engine (torch + transformers, the ``models`` extra):
   croppable KV cache; the transformers forward's version-dependent argument names.
 * :mod:`specdec.engine.lean`      -- a lean Llama forward (preallocated cache, fused weights) in float32,
   bfloat16 or int4 (the GGUF's Q4_1 code), behind the same interface.
+* :mod:`specdec.engine.leannative` -- the lean forward's C glue and the layout of tree verify calls (depths,
+  paths, checked parents).
 * :mod:`specdec.engine.native`    -- the C forwards of the ``"q4_1"`` and ``"q4q8"`` lean modes (``csrc/``),
   built here.
 * :mod:`specdec.engine.machine`   -- the running machine's identity: CPU name, flags, caches, SIMD levels.
