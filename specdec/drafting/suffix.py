@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -237,7 +238,9 @@ class SuffixTree:
 
     def match_nodes(self, context: Sequence[int]) -> list[_Node]:
         """The nodes of the context's last 1, 2, ... tokens, while they occur (shortest first)."""
-        ids = check_token_ids("context", context)
+        return self._match_nodes(check_token_ids("context", context))
+
+    def _match_nodes(self, ids: list[int]) -> list[_Node]:
         out = []
         for m in range(1, min(len(ids), self.max_depth) + 1):
             node = self._walk(ids[len(ids) - m :])
@@ -263,7 +266,7 @@ class SuffixTree:
         _check_match(match)
         ids = check_token_ids("context", context)
         return self.speculate_at(
-            self.match_nodes(ids[1:]),  # arctic matches lengths m < len(context) only
+            self._match_nodes(ids[1:]),  # arctic matches lengths m < len(context) only
             max_spec_tokens,
             max_spec_factor,
             max_spec_offset,
@@ -293,16 +296,23 @@ class SuffixTree:
                     draft.match_len = m
                     return draft
             return SuffixDraft()
-        best = SuffixDraft()
-        best_score = _F32(0.0)
+        best: SuffixDraft | None = None
+        best_m, best_score = 0, 0.0
         for m, node in enumerate(nodes, start=1):
-            draft = grow(node, _max_tokens(m, factor, offset, max_spec_tokens), threshold)
+            max_tokens = 0 if node.children is None else _max_tokens(m, factor, offset, max_spec_tokens)
+            if max_tokens == 0:  # an empty draft, score 0 (no queue needed): the best while all are
+                if best_score == 0:
+                    best, best_m = None, m
+                continue
+            draft = grow(node, max_tokens, threshold)
             if draft.score >= best_score:
-                best, best_score = draft, _F32(draft.score)
-                best.match_len = m
-        return best
+                best, best_m, best_score = draft, m, draft.score
+        out = SuffixDraft() if best is None else best
+        out.match_len = best_m
+        return out
 
 
+@lru_cache(maxsize=4096)
 def _max_tokens(m: int, factor: np.float32, offset: np.float32, cap: int) -> int:
     """``max(min(cap, int(m * factor + offset + 1e-6)), 0)`` with arctic's float32 / double steps."""
     return max(min(cap, int(float(_F32(m) * factor + offset) + 1e-6)), 0)
@@ -395,12 +405,17 @@ def _grow_tree(node: _Node, max_tokens: int, threshold: np.float32) -> SuffixDra
     while heap and len(draft.token_ids) < max_tokens:
         _, prob, at, emit, parent = heap.pop()
         if emit:
-            draft.token_ids.append(at.token)
-            draft.parents.append(parent)
-            draft.probs.append(float(prob))
-            score = score + prob
-            index = len(draft.token_ids) - 1
-            nxt = _next_in_node(at)
+            while True:
+                draft.token_ids.append(at.token)
+                draft.parents.append(parent)
+                draft.probs.append(float(prob))
+                score = score + prob
+                index = len(draft.token_ids) - 1
+                nxt = _next_in_node(at)
+                # a lone item would be pushed and popped at once: walk the compressed node directly
+                if nxt is None or len(heap) or len(draft.token_ids) >= max_tokens:
+                    break
+                at, parent = nxt, index
             heap.push(
                 (float(prob), prob, at, False, index)
                 if nxt is None
@@ -476,15 +491,17 @@ class SuffixDecodingDrafter(TreeDrafter):
         """Append the prefix's tokens beyond what the per-request tree holds; return the context."""
         if self.local_tree is None:
             raise RuntimeError("call start(prompt_ids) before propose_tree (a new generation)")
-        ids = check_token_ids("prefix_ids", prefix_ids)
-        seen = self.local_tree.length(0)
-        if len(ids) < seen or (seen and ids[seen - 1] != self.local_tree.last_token(0)):
+        if isinstance(prefix_ids, (str, bytes)):
+            raise ValueError("prefix_ids must be a sequence of token ids (integers >= 0); got a string")
+        # only the new tokens are checked (the earlier ones were when they came): O(new), not O(prefix)
+        seen, n = self.local_tree.length(0), len(prefix_ids)
+        if n < seen or (seen and prefix_ids[seen - 1] != self.local_tree.last_token(0)):
             raise ValueError(
                 f"prefix_ids must extend the {seen} tokens seen since start() (prompt + tokens so far); "
-                f"got {len(ids)} tokens{' that differ' if len(ids) >= seen else ''}"
+                f"got {n} tokens{' that differ' if n >= seen else ''}"
             )
-        self.local_tree.extend(0, ids[seen:])
-        return ids[-self.max_depth :]
+        self.local_tree.extend(0, check_token_ids(f"prefix_ids[{seen}:]", prefix_ids[seen:]))
+        return [int(t) for t in prefix_ids[max(n - self.max_depth, 0) :]]
 
     def speculate(self, prefix_ids: Sequence[int], budget: int) -> SuffixDraft:
         """The draft (with probabilities, score and match length) for ``prefix_ids``."""
@@ -498,7 +515,7 @@ class SuffixDecodingDrafter(TreeDrafter):
         local_nodes = self.local_tree.suffix_nodes(0)[: max(len(context) - 1, 0)]
         draft = self.local_tree.speculate_at(local_nodes, *args)
         if self.use_global and self.global_tree.num_seqs:
-            other = self.global_tree.speculate_at(self.global_tree.match_nodes(context[1:]), *args)
+            other = self.global_tree.speculate_at(self.global_tree._match_nodes(context[1:]), *args)
             if other.score > draft.score:
                 draft = other
         return draft
