@@ -2,12 +2,14 @@
 
 Layers, lowest first (issue #19; docs: /work/shared/notes/architecture.md's sketch)::
 
-    theory < engine < train < measure < analysis = paper < cli
+    theory < engine < drafting < train < measure < analysis = paper < cli
 
 * ``theory``   -- closed forms, i.i.d. model, Algorithm 1 on rows, draft-length policies,
                   intervals, the argument checker, token comparisons (numpy only: no torch).
 * ``engine``   -- sessions and KV caches, the lean / C / llama.cpp engines, model loading,
                   drafters, the decoding loops, batched decoding, a call's Stats, tiny models.
+* ``drafting`` -- tree drafters (the tree-drafter protocol, prompt lookup as a trie, suffix
+                  decoding); they import the theory and the engine's drafters, never the reverse.
 * ``train``    -- distillation data and the draft family (shards, distill, draftnets, workloads).
 * ``measure``  -- the timer and the T(k) loop, the paired-run driver, roofline, modes, alpha by
                   teacher forcing, the engine benchmark, the GPU record.
@@ -48,7 +50,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "specdec"
 
 #: The layers, lowest first; a module may import from layers of the same or a lower rank.
-RANK = {"theory": 0, "engine": 1, "train": 2, "measure": 3, "analysis": 4, "paper": 4, "cli": 5}
+RANK = {
+    "theory": 0,
+    "engine": 1,
+    "drafting": 1.5,
+    "train": 2,
+    "measure": 3,
+    "analysis": 4,
+    "paper": 4,
+    "cli": 5,
+}
 
 #: The layer of the two modules outside the layer folders (every other module is in one).
 LAYER_OF = {

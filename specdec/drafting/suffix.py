@@ -1,0 +1,537 @@
+"""Suffix decoding (SuffixDecoding, Oliaro et al., arXiv:2411.04975) with arctic-inference's semantics.
+
+**The tree.** :class:`SuffixTree` counts, for every token string ``s`` of at most ``max_depth``
+tokens, how many times ``s`` occurs in the sequences it holds (a suffix trie truncated at depth
+``max_depth``; occurrences never cross from one sequence into another; the root counts the held
+tokens). Appending a token to a sequence extends the at most ``max_depth`` suffixes that end at
+its end: one child lookup and one count increment each, ``O(max_depth)`` dict operations per
+token, kept in the sequence's list of *active* nodes (arctic-inference's ``_active_nodes``). The
+trie is not path-compressed (arctic's is): it holds up to ``max_depth`` nodes per token of text,
+leaves as small ``__slots__`` objects. About 90 nodes per token at ``max_depth=64`` (178k for 2000 bytes
+of code); Python's cyclic garbage collector walks them all in a full collection, a pause of up to
+~0.2 s there, so a timing harness may call :func:`gc.freeze` after :meth:`~SuffixDecodingDrafter.start`.
+
+**Speculation** (:meth:`SuffixTree.speculate`, arctic's ``SuffixTree::speculate``): for every
+match length ``m = 1, 2, ...`` while the last ``m`` tokens of the context occur in the tree (and
+``m < len(context)``), grow a draft below that match and keep the draft of highest *score*, the
+sum of its nodes' probabilities (ties go to the longer match). A node's probability is the product
+along its path of the conditional frequencies ``count(child) / count(parent)`` (1 for the first
+token's parent, the match). The draft of match length ``m`` has at most
+``min(max_spec_tokens, int(max_spec_factor * m + max_spec_offset))`` nodes (the paper's
+adaptive size, ``MAX_SPEC = alpha * p``) and only nodes of probability ``>= min_token_prob``. With
+``use_tree_spec`` the nodes are taken best-first by probability (a priority queue; a child is
+never likelier than its parent, so the taken nodes are the most probable ones and form a tree);
+without, the draft is the path that always follows the most frequent child. Probabilities and
+scores are computed in float32 in arctic's order of operations, so that they agree bit for bit.
+``match="longest"`` instead drafts only below the longest match that has a continuation (the
+simpler reading: one match length, no comparison of scores).
+
+**The drafter.** :class:`SuffixDecodingDrafter` keeps, as arctic's ``SuffixDecodingCache``, a
+per-request tree over the prompt and the tokens generated so far (one sequence; :meth:`start`
+builds it, each :meth:`propose_tree` appends the newly committed tokens) and a global tree over
+the responses of earlier generations (:meth:`finish` adds one; ``use_global=False`` or
+:meth:`clear_global` keeps it away, e.g. from a measurement that repeats a prompt). The context is
+the prefix's last ``max_depth`` tokens; each tree proposes its best draft and the per-request
+tree's wins ties. Deterministic: ``q`` is None.
+
+**Against arctic-inference 0.3.0** (``csrc/suffix_decoding/suffix_tree.cc``, ``cache.py``), which
+``tests/test_suffix_reference.py`` runs when it is importable and whose recorded outputs
+``specdec/drafting/suffix_reference.json`` holds:
+
+* the same: counts (every substring up to ``max_depth``, per sequence), the match-length loop and
+  its choice by score, ``max_spec_factor`` / ``max_spec_offset`` (``int(f * m + o + 1e-6)``, at
+  least 0), ``min_token_prob``, the float32 probabilities and scores, best-first tree growth,
+  path speculation, context truncation to ``max_tree_depth``, local-over-global on equal scores;
+* ties broken the same way: equal-count siblings keep the order of arctic's sibling lists (a
+  new child joins the end, an incremented one moves as ``_increment_count`` moves it: kept in
+  ``_Node.order``), and equal probabilities leave the queue in ``std::priority_queue`` order
+  (libstdc++'s ``push_heap`` / ``pop_heap``, emulated by ``_StdHeap``, with arctic's
+  emit / expand items). A standard library whose heap differs from libstdc++'s could order
+  equal-probability nodes differently (never different probabilities, scores or match lengths);
+* the global tree: arctic appends a running request's response to the global tree *as it is
+  generated* (so the global tree also sees the current response); here the global tree holds
+  only *finished* generations (:meth:`finish`). Arctic can disable its global tree
+  (``max_cached_requests=0``) or evict a response; here ``use_global`` / :meth:`clear_global`.
+  Arctic's ``max_cached_requests`` FIFO eviction is not reproduced (the global tree grows until
+  cleared);
+* arctic defaults to path speculation (``use_tree_spec=False``) and ``max_spec_tokens`` = the
+  tree depth (its ``speculate(max_spec_tokens=None)`` reads a missing ``self.max_depth``: pass it
+  explicitly); the drafter here defaults to tree speculation and takes ``budget`` as
+  ``max_spec_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+
+from specdec.drafting.tree import TreeDrafter, TreeProposal, check_budget, check_token_ids
+from specdec.engine.drafters import WarpFn
+from specdec.theory.checks import check_float, check_int
+from specdec.theory.trees import DraftTree
+
+__all__ = ["SuffixDecodingDrafter", "SuffixDraft", "SuffixTree"]
+
+_F32 = np.float32
+_ONE = np.float32(1.0)
+
+
+class _Node:
+    """A trie node: its token, how many occurrences pass through it, its children (None: none yet)
+    and, once it has two or more, their order (arctic's sibling list: decreasing count)."""
+
+    __slots__ = ("children", "count", "order", "token")
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+        self.count = 0
+        self.children: dict[int, _Node] | None = None
+        self.order: list[_Node] | None = None
+
+
+def _increment(parent: _Node, child: _Node) -> None:
+    """``child.count += 1``, moving it in ``parent.order`` as arctic's ``_increment_count`` moves it
+    in its sibling list: before the first sibling of its previous sibling's count when that count
+    is at most its new count (so equal counts keep arctic's order, not first-seen order)."""
+    order = parent.order
+    if order is not None:
+        i = order.index(child)
+        if i and order[i - 1].count <= child.count + 1:
+            head_count = order[i - 1].count
+            j = i - 1
+            while j and order[j - 1].count == head_count:
+                j -= 1
+            del order[i]
+            order.insert(j, child)
+    child.count += 1
+
+
+@dataclass
+class SuffixDraft:
+    """A speculation: tokens, parents (-1: below the root), each node's probability, their sum
+    (float32, as arctic) and the match length that produced it (0: no match)."""
+
+    token_ids: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+    score: float = 0.0
+    match_len: int = 0
+
+    @property
+    def tree(self) -> DraftTree:
+        return DraftTree(self.token_ids, self.parents)
+
+
+def _check_spec_args(max_spec_factor: float, max_spec_offset: float, min_token_prob: float) -> None:
+    check_float("max_spec_factor", max_spec_factor, low=0.0)
+    check_float("max_spec_offset", max_spec_offset)
+    check_float("min_token_prob", min_token_prob, low=0.0, high=1.0)
+
+
+def _check_match(match: str) -> None:
+    if match not in ("best", "longest"):
+        raise ValueError(f"match must be 'best' or 'longest'; got {match!r}")
+
+
+class SuffixTree:
+    """Occurrence counts of every token string of at most ``max_depth`` tokens in the held
+    sequences, updated incrementally (see the module docstring)."""
+
+    def __init__(self, max_depth: int = 64) -> None:
+        self.max_depth = check_int("max_depth", max_depth, low=1)
+        self.root = _Node(-1)
+        self._active: dict[int, list[_Node]] = {}  # per sequence: suffix nodes, longest first
+        self._last: dict[int, int] = {}  # per sequence: its last token
+        self._lengths: dict[int, int] = {}
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self._active)
+
+    def length(self, seq_id: int) -> int:
+        """How many tokens sequence ``seq_id`` holds (0 for an unknown id)."""
+        return self._lengths.get(seq_id, 0)
+
+    def last_token(self, seq_id: int) -> int | None:
+        return self._last.get(seq_id)
+
+    def append(self, seq_id: int, token: int) -> None:
+        """Append ``token`` to sequence ``seq_id`` (a new one if unknown): O(max_depth)."""
+        check_int("seq_id", seq_id, low=0)
+        check_int("token", token, low=0, note="a token id")
+        self._append(seq_id, [int(token)])
+
+    def extend(self, seq_id: int, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` to sequence ``seq_id`` (a new one if unknown)."""
+        check_int("seq_id", seq_id, low=0)
+        self._append(seq_id, check_token_ids("tokens", tokens))
+
+    def _append(self, seq_id: int, tokens: list[int]) -> None:
+        if not tokens:
+            return
+        active = self._active.setdefault(seq_id, [])
+        root, depth = self.root, self.max_depth
+        for token in tokens:
+            if len(active) == depth:
+                del active[0]  # a suffix of max_depth tokens is not extended further
+            active.append(root)
+            root.count += 1
+            for i, node in enumerate(active):
+                children = node.children
+                if children is None:
+                    child = _Node(token)
+                    node.children = {token: child}
+                    child.count = 1
+                else:
+                    child = children.get(token)
+                    if child is None:  # a new child joins the end of the sibling list
+                        child = children[token] = _Node(token)
+                        child.count = 1
+                        if node is not root:  # the root's order is never read (matches are >= 1 token)
+                            if node.order is None:
+                                node.order = list(children.values())
+                            else:
+                                node.order.append(child)
+                    elif node is root:
+                        child.count += 1
+                    else:
+                        _increment(node, child)
+                active[i] = child
+        self._last[seq_id] = tokens[-1]
+        self._lengths[seq_id] = self._lengths.get(seq_id, 0) + len(tokens)
+
+    def count(self, ngram: Sequence[int]) -> int:
+        """How many times ``ngram`` (1 to max_depth tokens) occurs in the held sequences."""
+        ids = check_token_ids("ngram", ngram)
+        check_int("len(ngram)", len(ids), low=1, high=self.max_depth, note="max_depth")
+        node = self._walk(ids)
+        return 0 if node is None else node.count
+
+    def counts(self) -> dict[tuple[int, ...], int]:
+        """Every string in the trie and its count (for checks: it walks the whole trie)."""
+        out: dict[tuple[int, ...], int] = {}
+        stack: list[tuple[tuple[int, ...], _Node]] = [((), self.root)]
+        while stack:
+            path, node = stack.pop()
+            for token, child in (node.children or {}).items():
+                out[(*path, token)] = child.count
+                stack.append(((*path, token), child))
+        return out
+
+    def num_nodes(self) -> int:
+        return len(self.counts())
+
+    def _walk(self, ids: Iterable[int]) -> _Node | None:
+        node = self.root
+        for token in ids:
+            children = node.children
+            node = None if children is None else children.get(token)
+            if node is None:
+                return None
+        return node
+
+    def suffix_nodes(self, seq_id: int) -> list[_Node]:
+        """The nodes of the sequence's last 1, 2, ... min(length, max_depth) tokens, in that order."""
+        return self._active.get(seq_id, [])[::-1]
+
+    def match_nodes(self, context: Sequence[int]) -> list[_Node]:
+        """The nodes of the context's last 1, 2, ... tokens, while they occur (shortest first)."""
+        return self._match_nodes(check_token_ids("context", context))
+
+    def _match_nodes(self, ids: list[int]) -> list[_Node]:
+        out = []
+        for m in range(1, min(len(ids), self.max_depth) + 1):
+            node = self._walk(ids[len(ids) - m :])
+            if node is None:
+                break
+            out.append(node)
+        return out
+
+    def speculate(
+        self,
+        context: Sequence[int],
+        max_spec_tokens: int,
+        max_spec_factor: float = 1.0,
+        max_spec_offset: float = 0.0,
+        min_token_prob: float = 0.1,
+        use_tree_spec: bool = True,
+        match: Literal["best", "longest"] = "best",
+    ) -> SuffixDraft:
+        """Arctic's ``SuffixTree::speculate`` (see the module docstring): ``context`` as given
+        (the drafter truncates it to max_depth tokens first, as arctic's cache does)."""
+        check_int("max_spec_tokens", max_spec_tokens, low=0)
+        _check_spec_args(max_spec_factor, max_spec_offset, min_token_prob)
+        _check_match(match)
+        ids = check_token_ids("context", context)
+        return self.speculate_at(
+            self._match_nodes(ids[1:]),  # arctic matches lengths m < len(context) only
+            max_spec_tokens,
+            max_spec_factor,
+            max_spec_offset,
+            min_token_prob,
+            use_tree_spec,
+            match,
+        )
+
+    def speculate_at(
+        self,
+        nodes: Sequence[_Node],
+        max_spec_tokens: int,
+        max_spec_factor: float,
+        max_spec_offset: float,
+        min_token_prob: float,
+        use_tree_spec: bool,
+        match: str,
+    ) -> SuffixDraft:
+        """Speculation from given match nodes (``nodes[m - 1]``: the match of length m), e.g. a
+        sequence's own :meth:`suffix_nodes` (arguments are the caller's to check)."""
+        factor, offset, threshold = _F32(max_spec_factor), _F32(max_spec_offset), _F32(min_token_prob)
+        grow = _grow_tree if use_tree_spec else _grow_path
+        if match == "longest":
+            for m in range(len(nodes), 0, -1):
+                if nodes[m - 1].children:
+                    draft = grow(nodes[m - 1], _max_tokens(m, factor, offset, max_spec_tokens), threshold)
+                    draft.match_len = m
+                    return draft
+            return SuffixDraft()
+        best: SuffixDraft | None = None
+        best_m, best_score = 0, 0.0
+        for m, node in enumerate(nodes, start=1):
+            max_tokens = 0 if node.children is None else _max_tokens(m, factor, offset, max_spec_tokens)
+            if max_tokens == 0:  # an empty draft, score 0 (no queue needed): the best while all are
+                if best_score == 0:
+                    best, best_m = None, m
+                continue
+            draft = grow(node, max_tokens, threshold)
+            if draft.score >= best_score:
+                best, best_m, best_score = draft, m, draft.score
+        out = SuffixDraft() if best is None else best
+        out.match_len = best_m
+        return out
+
+
+@lru_cache(maxsize=4096)
+def _max_tokens(m: int, factor: np.float32, offset: np.float32, cap: int) -> int:
+    """``max(min(cap, int(m * factor + offset + 1e-6)), 0)`` with arctic's float32 / double steps."""
+    return max(min(cap, int(float(_F32(m) * factor + offset) + 1e-6)), 0)
+
+
+def _path_prob(prob: np.float32, child: _Node, parent: _Node) -> np.float32:
+    # Arctic multiplies only across a compressed node's boundary; a chain of equal counts is one
+    # node there, so its tokens keep the probability unchanged (not prob * c / c, which rounds).
+    # Its path growth rounds prob * (c / p), its tree growth (prob * c) / p: float32 either way.
+    if child.count == parent.count:
+        return prob
+    return prob * (_F32(child.count) / _F32(parent.count))
+
+
+def _ordered(node: _Node) -> list[_Node]:
+    """Children in arctic's sibling order (decreasing count)."""
+    if node.order is not None:
+        return node.order
+    return [] if node.children is None else list(node.children.values())
+
+
+def _next_in_node(node: _Node) -> _Node | None:
+    """The child that arctic keeps in the same (path-compressed) node: the only child, of equal count."""
+    children = node.children
+    if children is not None and len(children) == 1:
+        (child,) = children.values()
+        if child.count == node.count:
+            return child
+    return None
+
+
+class _StdHeap:
+    """``std::priority_queue`` of libstdc++ (``push_heap`` / ``pop_heap``), largest ``key`` on top:
+    the same layout, so equal keys come out in the same order as arctic's queue."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def push(self, item: tuple) -> None:
+        heap = self.items
+        heap.append(item)
+        self._sift_up(len(heap) - 1, 0, item)
+
+    def _sift_up(self, hole: int, top: int, item: tuple) -> None:
+        heap, key = self.items, item[0]
+        parent = (hole - 1) // 2
+        while hole > top and heap[parent][0] < key:
+            heap[hole] = heap[parent]
+            hole = parent
+            parent = (hole - 1) // 2
+        heap[hole] = item
+
+    def pop(self) -> tuple:
+        heap = self.items
+        n = len(heap)
+        if n == 1:
+            return heap.pop()
+        top, value = heap[0], heap[n - 1]
+        heap[n - 1] = top
+        length, hole, child = n - 1, 0, 0  # libstdc++'s __adjust_heap over the first n - 1
+        while child < (length - 1) // 2:
+            child = 2 * (child + 1)
+            if heap[child][0] < heap[child - 1][0]:
+                child -= 1
+            heap[hole] = heap[child]
+            hole = child
+        if length % 2 == 0 and child == (length - 2) // 2:
+            child = 2 * (child + 1)
+            heap[hole] = heap[child - 1]
+            hole = child - 1
+        self._sift_up(hole, 0, value)
+        return heap.pop()
+
+
+def _grow_tree(node: _Node, max_tokens: int, threshold: np.float32) -> SuffixDraft:
+    """Arctic's ``_speculate_tree``: a queue of (prob, node, emit?, parent); an *emit* item drafts
+    its node's token, then queues the next token of the same compressed node (emit) or the node's
+    children (an expand item); an *expand* item queues every child whose probability reaches the
+    threshold, in sibling order."""
+    draft = SuffixDraft()
+    score = _F32(0.0)
+    heap = _StdHeap()
+    nxt = _next_in_node(node)
+    heap.push((1.0, _ONE, node, False, -1) if nxt is None else (1.0, _ONE, nxt, True, -1))
+    while heap and len(draft.token_ids) < max_tokens:
+        _, prob, at, emit, parent = heap.pop()
+        if emit:
+            while True:
+                draft.token_ids.append(at.token)
+                draft.parents.append(parent)
+                draft.probs.append(float(prob))
+                score = score + prob
+                index = len(draft.token_ids) - 1
+                nxt = _next_in_node(at)
+                # a lone item would be pushed and popped at once: walk the compressed node directly
+                if nxt is None or len(heap) or len(draft.token_ids) >= max_tokens:
+                    break
+                at, parent = nxt, index
+            heap.push(
+                (float(prob), prob, at, False, index)
+                if nxt is None
+                else (float(prob), prob, nxt, True, index)
+            )
+        else:
+            for child in _ordered(at):
+                p = prob * _F32(child.count) / _F32(at.count)
+                if p < threshold:
+                    break
+                heap.push((float(p), p, child, True, parent))
+    draft.score = float(score)
+    return draft
+
+
+def _grow_path(node: _Node, max_tokens: int, threshold: np.float32) -> SuffixDraft:
+    draft = SuffixDraft()
+    score, prob = _F32(0.0), _ONE
+    while len(draft.token_ids) < max_tokens:
+        children = _ordered(node)
+        if not children:
+            break
+        prob = _path_prob(prob, children[0], node)
+        if prob < threshold:
+            break
+        node = children[0]
+        draft.parents.append(len(draft.token_ids) - 1)
+        draft.token_ids.append(node.token)
+        draft.probs.append(float(prob))
+        score = score + prob
+    draft.score = float(score)
+    return draft
+
+
+class SuffixDecodingDrafter(TreeDrafter):
+    """Suffix decoding as a tree drafter: a per-request suffix tree and a global one over earlier
+    generations (see the module docstring). ``budget`` plays arctic's ``max_spec_tokens``."""
+
+    def __init__(
+        self,
+        max_depth: int = 64,
+        *,
+        max_spec_factor: float = 1.0,
+        max_spec_offset: float = 0.0,
+        min_token_prob: float = 0.1,
+        use_tree_spec: bool = True,
+        use_global: bool = True,
+        match: Literal["best", "longest"] = "best",
+    ) -> None:
+        self.max_depth = check_int("max_depth", max_depth, low=1)
+        _check_spec_args(max_spec_factor, max_spec_offset, min_token_prob)
+        _check_match(match)
+        for name, flag in (("use_tree_spec", use_tree_spec), ("use_global", use_global)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be True or False; got {flag!r}")
+        self.max_spec_factor, self.max_spec_offset = float(max_spec_factor), float(max_spec_offset)
+        self.min_token_prob = float(min_token_prob)
+        self.use_tree_spec, self.use_global, self.match = use_tree_spec, use_global, match
+        self.global_tree = SuffixTree(self.max_depth)
+        self.local_tree: SuffixTree | None = None
+        self._next_seq = 0
+
+    def clear_global(self) -> None:
+        """Forget every earlier generation."""
+        self.global_tree = SuffixTree(self.max_depth)
+        self._next_seq = 0
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self.local_tree = SuffixTree(self.max_depth)
+        self.local_tree.extend(0, check_token_ids("prompt_ids", prompt_ids))
+
+    def _sync(self, prefix_ids: Sequence[int]) -> list[int]:
+        """Append the prefix's tokens beyond what the per-request tree holds; return the context."""
+        if self.local_tree is None:
+            raise RuntimeError("call start(prompt_ids) before propose_tree (a new generation)")
+        if isinstance(prefix_ids, (str, bytes)):
+            raise ValueError("prefix_ids must be a sequence of token ids (integers >= 0); got a string")
+        # only the new tokens are checked (the earlier ones were when they came): O(new), not O(prefix)
+        seen, n = self.local_tree.length(0), len(prefix_ids)
+        if n < seen or (seen and prefix_ids[seen - 1] != self.local_tree.last_token(0)):
+            raise ValueError(
+                f"prefix_ids must extend the {seen} tokens seen since start() (prompt + tokens so far); "
+                f"got {n} tokens{' that differ' if n >= seen else ''}"
+            )
+        self.local_tree.extend(0, check_token_ids(f"prefix_ids[{seen}:]", prefix_ids[seen:]))
+        return [int(t) for t in prefix_ids[max(n - self.max_depth, 0) :]]
+
+    def speculate(self, prefix_ids: Sequence[int], budget: int) -> SuffixDraft:
+        """The draft (with probabilities, score and match length) for ``prefix_ids``."""
+        budget = check_budget(budget)
+        context = self._sync(prefix_ids)
+        assert self.local_tree is not None
+        args = (budget, self.max_spec_factor, self.max_spec_offset, self.min_token_prob)
+        args = (*args, self.use_tree_spec, self.match)
+        # the per-request tree holds the context itself: its suffix nodes are the matches
+        # (arctic matches lengths m < len(context) only)
+        local_nodes = self.local_tree.suffix_nodes(0)[: max(len(context) - 1, 0)]
+        draft = self.local_tree.speculate_at(local_nodes, *args)
+        if self.use_global and self.global_tree.num_seqs:
+            other = self.global_tree.speculate_at(self.global_tree._match_nodes(context[1:]), *args)
+            if other.score > draft.score:
+                draft = other
+        return draft
+
+    def propose_tree(
+        self, prefix_ids: Sequence[int], budget: int, warp_fn: WarpFn, rng: np.random.Generator
+    ) -> TreeProposal:
+        draft = self.speculate(prefix_ids, budget)
+        return TreeProposal(draft.tree, None, calls=1 if budget else 0)
+
+    def finish(self, generated_ids: Sequence[int]) -> None:
+        """Remember the generation's response in the global tree (unless ``use_global`` is False)."""
+        ids = check_token_ids("generated_ids", generated_ids)
+        if self.use_global and ids:
+            self.global_tree.extend(self._next_seq, ids)
+            self._next_seq += 1
+        self.local_tree = None

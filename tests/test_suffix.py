@@ -1,0 +1,239 @@
+"""SuffixTree (counts, incremental updates) and SuffixDecodingDrafter (trees, budget, global tree)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specdec.drafting.suffix import SuffixDecodingDrafter, SuffixTree
+from specdec.drafting.tree import TreeDrafter, TreeProposal
+from specdec.theory.trees import DraftTree
+
+RNG = np.random.default_rng
+
+
+def brute_counts(seqs: list[list[int]], depth: int) -> dict[tuple[int, ...], int]:
+    out: dict[tuple[int, ...], int] = {}
+    for seq in seqs:
+        for i in range(len(seq)):
+            for j in range(i + 1, min(i + depth, len(seq)) + 1):
+                key = tuple(seq[i:j])
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
+def paths(tree: DraftTree) -> list[tuple[int, ...]]:
+    return [tuple(tree.tokens[j] for j in tree.path(i)) for i in range(len(tree))]
+
+
+@pytest.mark.parametrize("depth", [1, 2, 5, 64])
+def test_counts_are_every_substring_up_to_max_depth_after_incremental_appends(depth):
+    rng = RNG(depth)
+    for _ in range(20):
+        tree = SuffixTree(depth)
+        seqs: dict[int, list[int]] = {}
+        for _ in range(int(rng.integers(1, 15))):  # appends to up to 3 sequences, interleaved
+            seq_id = int(rng.integers(0, 3))
+            chunk = rng.integers(0, int(rng.choice([2, 4, 30])), size=int(rng.integers(0, 12))).tolist()
+            if len(chunk) == 1 and rng.random() < 0.5:
+                tree.append(seq_id, chunk[0])
+            else:
+                tree.extend(seq_id, chunk)
+            seqs.setdefault(seq_id, []).extend(chunk)
+            assert tree.counts() == brute_counts(list(seqs.values()), depth)
+        assert tree.root.count == sum(len(s) for s in seqs.values())
+        assert tree.num_seqs == sum(1 for s in seqs.values() if s) and all(
+            tree.length(i) == len(s) for i, s in seqs.items()
+        )
+        for ngram, count in list(brute_counts(list(seqs.values()), depth).items())[:20]:
+            assert tree.count(ngram) == count
+        assert tree.count([999]) == 0
+
+
+def test_incremental_updates_equal_a_rebuild():
+    rng = RNG(7)
+    for _ in range(30):
+        seq = rng.integers(0, int(rng.choice([2, 3, 8])), size=200).tolist()
+        one_by_one, chunked, at_once = SuffixTree(16), SuffixTree(16), SuffixTree(16)
+        for t in seq:
+            one_by_one.append(0, t)
+        for start in range(0, len(seq), 7):
+            chunked.extend(0, seq[start : start + 7])
+        at_once.extend(0, seq)
+        assert one_by_one.counts() == chunked.counts() == at_once.counts()
+        for k in range(5):
+            context = seq[: 40 * (k + 1)]
+            drafts = [
+                t.speculate(context, 16, use_tree_spec=k % 2 == 0) for t in (one_by_one, chunked, at_once)
+            ]
+            assert drafts[0] == drafts[1] == drafts[2]
+
+
+def test_the_drafter_fed_round_by_round_equals_one_started_on_the_whole_prefix():
+    rng = RNG(3)
+    base = rng.integers(0, 6, size=30).tolist()
+    prompt = base + rng.integers(0, 6, size=10).tolist()
+    generated = base[5:] + rng.integers(0, 6, size=20).tolist()
+    drafter = SuffixDecodingDrafter(32, use_global=False)
+    drafter.start(prompt)
+    done = 0
+    while done < len(generated):
+        prefix = prompt + generated[:done]
+        fresh = SuffixDecodingDrafter(32, use_global=False)
+        fresh.start(prefix)
+        assert drafter.speculate(prefix, 12) == fresh.speculate(prefix, 12)
+        done += int(rng.integers(1, 4))
+
+
+def check_draft_against_counts(draft, context, seqs, depth, budget, factor, offset, threshold):
+    """Probabilities are count ratios below the match; best-first, siblings most likely first."""
+    tree = draft.tree
+    assert len(tree) <= min(budget, max(int(factor * draft.match_len + offset + 1e-6), 0))
+    if not len(tree):
+        return
+    brute = brute_counts(seqs, depth)
+    match = tuple(context[len(context) - draft.match_len :])
+    for path, prob in zip(paths(tree), draft.probs, strict=True):
+        assert prob == pytest.approx(brute[match + path] / brute[match], rel=1e-5)
+        assert prob >= np.float32(threshold)
+    for node in [-1, *range(len(tree))]:
+        sib = [draft.probs[c] for c in tree.children(node)]
+        assert sib == sorted(sib, reverse=True)
+    kept = set(paths(tree))
+    frontier = [
+        brute[p] / brute[match]
+        for p in brute
+        if len(p) > len(match) and p[: len(match)] == match and p[len(match) :] not in kept
+        if len(p) == len(match) + 1 or p[len(match) : -1] in kept
+    ]
+    if len(tree) == budget:  # nothing left out beats what was kept
+        assert max(frontier, default=0.0) <= min(draft.probs) * (1 + 1e-6)
+    else:  # stopped by the threshold or the tree ran out
+        assert all(f < threshold * (1 + 1e-6) for f in frontier) or len(tree) == int(
+            factor * draft.match_len + offset + 1e-6
+        )
+
+
+@pytest.mark.parametrize("factor, offset, threshold", [(1.0, 0.0, 0.1), (2.0, 1.0, 0.0), (0.5, 0.0, 0.3)])
+def test_proposed_trees_are_valid_bounded_and_most_likely_first(factor, offset, threshold):
+    rng = RNG(11)
+    for _ in range(25):
+        depth = int(rng.choice([4, 16, 64]))
+        prompt = rng.integers(0, int(rng.choice([2, 3, 6])), size=int(rng.integers(1, 150))).tolist()
+        drafter = SuffixDecodingDrafter(
+            depth, max_spec_factor=factor, max_spec_offset=offset, min_token_prob=threshold, use_global=False
+        )
+        drafter.start(prompt)
+        for budget in (0, 1, 3, 8, 32):
+            proposal = drafter.propose_tree(prompt, budget, lambda x: x, rng)
+            assert isinstance(proposal, TreeProposal) and proposal.q is None
+            assert isinstance(proposal.tree, DraftTree) and len(proposal.tree) <= budget
+            draft = drafter.speculate(prompt, budget)
+            assert draft.tree == proposal.tree  # deterministic
+            context = prompt[-depth:]
+            check_draft_against_counts(draft, context, [prompt], depth, budget, factor, offset, threshold)
+
+
+def test_a_repetitive_context_drafts_its_continuation():
+    drafter = SuffixDecodingDrafter(use_global=False)
+    text = [1, 2, 3, 4, 5, 6, 7, 8] * 4
+    drafter.start(text)
+    draft = drafter.speculate(text, 8)
+    assert draft.tree == DraftTree([1, 2, 3, 4, 5, 6, 7, 8], list(range(-1, 7)))
+    # the best match is the last 8 tokens: 4 occurrences, 3 followed by more text (score 8 * 3/4)
+    assert draft.match_len == 8 and draft.probs == [0.75] * 8
+
+
+def test_the_global_tree_remembers_finished_generations_and_can_be_cleared_or_kept_off():
+    prompt, response = [9, 9, 1, 2], [10, 11, 12, 13, 14, 15]
+    # an offset of 8 lets a 2-token match draft the whole rest of the response
+    kept = SuffixDecodingDrafter(max_spec_offset=8.0)
+    off = SuffixDecodingDrafter(max_spec_offset=8.0, use_global=False)
+    for drafter in (kept, off):
+        drafter.start(prompt)
+        assert len(drafter.speculate(prompt, 8).tree) == 0  # nothing to copy yet
+        drafter.finish(response)
+    # the same prompt again (a measurement's repeat): only the global tree knows what follows
+    for drafter in (kept, off):
+        drafter.start(prompt)
+    repeat = prompt + response[:2]
+    assert kept.speculate(repeat, 8).token_ids == response[2:]
+    assert off.speculate(repeat, 8).token_ids == []
+    assert kept.global_tree.num_seqs == 1 and off.global_tree.num_seqs == 0
+    kept.clear_global()
+    kept.start(prompt)
+    assert kept.speculate(repeat, 8).token_ids == [] and kept.global_tree.num_seqs == 0
+
+
+def test_the_per_request_tree_is_fresh_for_each_generation():
+    drafter = SuffixDecodingDrafter(use_global=False)
+    drafter.start([1, 2, 3, 1, 2])
+    assert drafter.speculate([1, 2, 3, 1, 2], 4).token_ids[0] == 3
+    drafter.finish([3])
+    drafter.start([1, 2])
+    assert drafter.speculate([1, 2], 4).token_ids == []
+
+
+def test_the_protocol():
+    assert issubclass(SuffixDecodingDrafter, TreeDrafter)
+    with pytest.raises(ValueError, match="q must have shape"):
+        TreeProposal(DraftTree([1, 2], [-1, 0]), torch.zeros(3, 5))
+    with pytest.raises(ValueError, match="tree must be a DraftTree"):
+        TreeProposal([1, 2])
+    with pytest.raises(ValueError, match="calls"):
+        TreeProposal(DraftTree([], []), None, -1)
+    with pytest.raises(NotImplementedError):
+        TreeDrafter().propose_tree([1], 1, lambda x: x, RNG(0))
+    drafter = SuffixDecodingDrafter()
+    with pytest.raises(RuntimeError, match="start"):
+        drafter.propose_tree([1, 2], 3, lambda x: x, RNG(0))
+    drafter.start([1, 2, 1])
+    empty = drafter.propose_tree([1, 2, 1, 2], 0, lambda x: x, RNG(0))
+    assert len(empty.tree) == 0 and empty.calls == 0
+    assert drafter.propose_tree([1, 2, 1, 2], 2, lambda x: x, RNG(0)).calls == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"max_depth": 0}, "max_depth"),
+        ({"max_spec_factor": -1.0}, "max_spec_factor"),
+        ({"max_spec_offset": float("nan")}, "max_spec_offset"),
+        ({"min_token_prob": 1.5}, "min_token_prob"),
+        ({"match": "first"}, "match"),
+        ({"use_global": 1}, "use_global"),
+        ({"use_tree_spec": None}, "use_tree_spec"),
+    ],
+)
+def test_bad_drafter_arguments_are_refused(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        SuffixDecodingDrafter(**kwargs)
+
+
+def test_bad_call_arguments_are_refused():
+    drafter = SuffixDecodingDrafter()
+    with pytest.raises(ValueError, match=r"prompt_ids\[1\]"):
+        drafter.start([1, -1])
+    drafter.start([1, 2, 3])
+    with pytest.raises(ValueError, match="budget"):
+        drafter.speculate([1, 2, 3], -1)
+    with pytest.raises(ValueError, match="prefix_ids must extend"):
+        drafter.speculate([1, 2], 4)
+    with pytest.raises(ValueError, match="prefix_ids must extend"):
+        drafter.speculate([1, 2, 4, 5], 4)
+    with pytest.raises(ValueError, match="generated_ids"):
+        drafter.finish([1.5])
+    tree = SuffixTree(4)
+    with pytest.raises(ValueError, match="max_depth"):
+        SuffixTree(0)
+    with pytest.raises(ValueError, match="seq_id"):
+        tree.extend(-1, [1])
+    with pytest.raises(ValueError, match="token"):
+        tree.append(0, -3)
+    with pytest.raises(ValueError, match=r"len\(ngram\)"):
+        tree.count([1, 2, 3, 4, 5])
+    with pytest.raises(ValueError, match="max_spec_tokens"):
+        tree.speculate([1], -1)
+    with pytest.raises(ValueError, match="min_token_prob"):
+        tree.speculate([1], 3, min_token_prob=-0.1)
