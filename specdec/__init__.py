@@ -48,6 +48,14 @@ Engine (torch + transformers, the ``models`` extra):
 * :mod:`specdec.engine.tinymodels` -- tiny random Llama models for the tests and the GPU record.
 * :mod:`specdec.engine.randomllama` -- Llama models at real shapes with random weights (cost surfaces).
 
+Drafting (tree drafters and the drafter registry; may import theory and engine):
+
+* :mod:`specdec.drafting.tree`       -- the tree-drafter protocol (``TreeProposal``, ``TreeDrafter``).
+* :mod:`specdec.drafting.lookuptree` -- prompt lookup merging every earlier match into a count trie.
+* :mod:`specdec.drafting.suffix`     -- suffix decoding (arXiv:2411.04975; arctic-inference's semantics).
+* :mod:`specdec.drafting.modeltree`  -- a model drafter's chain with side leaves; any chain as a tree.
+* :mod:`specdec.drafting.registry`   -- the drafter registry: one spec string -> one drafter.
+
 Training data and drafts:
 
 * :mod:`specdec.train.workloads` -- the evaluation prompts (three tasks) and the distillation prompts.
@@ -93,6 +101,8 @@ Analysis (Part IV and V's readers):
 * :mod:`specdec.analysis.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).
 * :mod:`specdec.analysis.crossfit`  -- the campaign's analysis: gamma chosen by cross-fitting, speedups over
   the same engine's plain and the fastest plain decoder, with intervals (numpy only).
+* :mod:`specdec.analysis.treebench` -- issue 29's trees measurement: held-out prompts, chain and tree
+  configurations through the registry, v(N) of chain and tree calls, the tree summary.
 * :mod:`specdec.analysis.campaign`  -- the campaign runner: every plain decoder and speculative
   configuration on the same prompts, interleaved, resumable (``benchmarks/campaign.py``).
 * :mod:`specdec.analysis.answer`    -- Part VI's reading of the campaign: "faster than what?".

@@ -5,7 +5,7 @@ candidate generator from one generation config, a drafter here is named by a *sp
 
     kind[:argument][,key=value ...]
 
-e.g. ``lookup``, ``lookup-tree``, ``suffix``, ``suffix,factor=2``, ``draft:distil-l1``,
+e.g. ``lookup``, ``lookup-tree``, ``suffix``, ``suffix,factor=2,global=1``, ``draft:distil-l1``,
 ``draft-tree:distil-l1,branch=3``, ``early-exit:8``, ``early-exit-tree:8,branch=2``. Each kind
 says whether it drafts a chain (``propose``, decoded by :func:`specdec.engine.decoding.speculative`
 at a gamma) or a tree (``propose_tree``, decoded by :func:`specdec.engine.decoding.speculative_tree`
@@ -15,6 +15,9 @@ spec and what is valid); :func:`build_drafter` builds it around a target. What a
 from the layers above this one (a distilled draft's weights, which live in ``train``, in the
 lean engine's mode chosen by ``measure``) comes in through :class:`DraftContext`'s ``load_draft``,
 so the registry imports nothing above ``engine``. The spec string is what a record stores.
+
+Suffix decoding's global tree (earlier finished generations) is off unless ``global=1``: a
+measurement that repeats a prompt would otherwise speculate from that prompt's own earlier output.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ KINDS: dict[str, _Kind] = {
             "factor": _float_option(0.0, 64.0),
             "offset": _float_option(-64.0, 64.0),
             "min_prob": _float_option(0.0, 1.0),
+            "global": _int_option(0, 1),
         },
         "suffix decoding (arXiv:2411.04975) over the prompt and the generation so far",
     ),
@@ -157,7 +161,7 @@ def build_drafter(spec: object, context: DraftContext) -> Any:
     """The drafter a spec names, built around ``context.target``; the one place drafters are made."""
     from specdec.drafting.lookuptree import LookupTreeDrafter
     from specdec.drafting.modeltree import ModelTreeDrafter
-    from specdec.drafting.suffix import SuffixDrafter
+    from specdec.drafting.suffix import SuffixDecodingDrafter
     from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
 
     parsed = parse_spec(spec)
@@ -168,8 +172,10 @@ def build_drafter(spec: object, context: DraftContext) -> Any:
         return LookupTreeDrafter(**opts)
     if parsed.kind == "suffix":
         names = {"depth": "max_depth", "factor": "max_spec_factor", "offset": "max_spec_offset",
-                 "min_prob": "min_token_prob"}  # fmt: skip
-        return SuffixDrafter(**{names[k]: v for k, v in opts.items()})
+                 "min_prob": "min_token_prob", "global": "use_global"}  # fmt: skip
+        kw = {names[k]: v for k, v in opts.items()}
+        kw["use_global"] = bool(kw.get("use_global", 0))
+        return SuffixDecodingDrafter(**kw)
     if parsed.kind in ("draft", "draft-tree"):
         if context.load_draft is None:
             raise ValueError(f"drafter spec {parsed.text!r} needs a draft loader (DraftContext.load_draft)")

@@ -169,14 +169,14 @@ def speculative_tree(
     check_draft_context(drafter, len(prompt), max_new_tokens)
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
-    stats = Stats(gamma=budget, max_drafts=min(budget, max(max_new_tokens - 1, 1)))
+    stats = Stats(gamma=budget)  # a tree's nodes are not bounded by the tokens left, its depth is
     tokens = list(prompt)
     with stats.timer("prefill_s", lm.device):
         _prefill(lm, prompt)
         drafter.start(prompt)
     while (left := max_new_tokens - (len(tokens) - len(prompt))) > 0:
         with stats.timer("draft_s", lm.device):
-            limit = min(budget, stats.max_drafts, left - 1)
+            limit = budget if left > 1 else 0
             proposal = drafter.propose_tree(tokens, limit, warp_fn, rng)
             tree, q = proposal.tree, proposal.q
             if not isinstance(tree, DraftTree) or len(tree) > limit:
