@@ -20,6 +20,8 @@ Theory (numpy only, no torch):
   time and verify curve the roofline predicts from them (pure arithmetic).
 * :mod:`specdec.theory.chisquare` -- Pearson's chi-square against a law, its one p-value path (scipy or
   the tested fallback, named in the result).
+* :mod:`specdec.theory.recordio` -- THE NaN rule (NaN and infinity -> null, an empty CSV cell) and the
+  one atomic JSON writer of every record, draft card and manifest the package writes.
 
 Engine (torch + transformers, the ``models`` extra):
 
@@ -51,7 +53,7 @@ Training data and drafts:
 Measurement:
 
 * :mod:`specdec.measure.core`   -- the one timer and the one T(k) loop over any session, the
-  verify-cost curves, environment records and the one record writer.
+  verify-cost curves and environment records (written by :mod:`specdec.theory.recordio`).
 * :mod:`specdec.measure.pairedrun` -- the one paired plain-vs-speculative run driver.
 * :mod:`specdec.measure.cellrun`   -- the one resumable cell runner: saved after every cell, resumed.
 * :mod:`specdec.measure.benchargs` -- what the benchmark scripts share: common arguments, checks, paths.

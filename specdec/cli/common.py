@@ -158,7 +158,7 @@ def progress(items: Any, desc: str) -> Any:
 
 
 def json_out(record: Any) -> str:
-    from specdec.measure.core import jsonable
+    from specdec.theory.recordio import jsonable
 
     return json.dumps(jsonable(record), indent=1, allow_nan=False)  # the records' rule: NaN -> null
 

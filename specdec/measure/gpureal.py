@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from specdec.engine.lm import Session
 from specdec.theory.checks import check_int
 from specdec.theory.intervals import bootstrap_ci, geomean, ratio_ci, verdict
+from specdec.theory.recordio import write_record
 
 __all__ = [
     "MANIFEST",
@@ -268,7 +269,7 @@ def write_payload(
         manifest["prepared_commit"] = git_output("rev-parse", "HEAD")
     except Exception:  # noqa: BLE001  (no git: the manifest says so)
         manifest["prepared_commit"] = None
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    write_record(out / MANIFEST, manifest, indent=1, sort_keys=False)  # atomic; NaN -> null
     say(f"payload: {len(pieces)} pieces, {sum(p['size'] for p in pieces) / 1e6:.1f} MB -> {out}")
     return manifest
 

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from specdec.theory.checks import check_int
+from specdec.theory.recordio import write_record
 from specdec.train.shards import load_shards, response_tokens, shard_paths, write_shard
 
 __all__ = ["TOP_K", "generate_data", "load_shards", "main"]
@@ -218,7 +219,7 @@ def generate_data(
         "this_run_seconds": round(seconds, 1),
         "tokens_per_s": round(made / seconds, 1) if seconds > 0 else None,
     }
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_record(out / "meta.json", meta, indent=2, sort_keys=False)  # atomic; NaN -> null
     return meta
 
 
