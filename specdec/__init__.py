@@ -70,8 +70,10 @@ Measurement:
 * :mod:`specdec.measure.devicechecks` -- greedy equality and losslessness checked on a device.
 * :mod:`specdec.measure.surfaces` -- cost surfaces T(b, k) by the one T(k) loop: wall clock, kernels' time.
 * :mod:`specdec.measure.gpurecord` -- the GPU record's run: the CUDA paths checked, the cost surfaces.
-* :mod:`specdec.measure.gpureal` -- the real target on a GPU: the device payload, the static-cache engine
-  with CUDA graphs, the run's tables.
+* :mod:`specdec.measure.gpupayload` -- the real target's weights carried to a GPU: the payload written
+  on a CPU, checked and dequantized on the device.
+* :mod:`specdec.measure.gpureal` -- the real target on a GPU: the static-cache engine with CUDA graphs.
+* :mod:`specdec.measure.gpusummary` -- the GPU run's tables, recomputed from its stored timings.
 * :mod:`specdec.measure.gpurun`  -- the real-weights GPU run, section by section (timers, decoding).
 
 Analysis (Part IV and V's readers):
