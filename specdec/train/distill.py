@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from specdec.theory.checks import check_int
-from specdec.theory.recordio import write_record
+from specdec.theory.recordio import jsonable, write_record
 from specdec.train.shards import load_shards, response_tokens, shard_paths, write_shard
 
 __all__ = ["TOP_K", "generate_data", "load_shards", "main"]
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             minutes=args.minutes,
             sort_window=args.sort_window,
         )
-        print(json.dumps(meta))
+        print(json.dumps(jsonable(meta)))  # the records' NaN rule: NaN -> null
         return 0
     from specdec.train.draftnets import train_draft
 
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         out_root=args.out_root,
         command="python -m specdec.train.distill " + " ".join(argv if argv is not None else sys.argv[1:]),
     )
-    print(json.dumps({k: v for k, v in card.items() if k != "history"}))
+    print(json.dumps(jsonable({k: v for k, v in card.items() if k != "history"})))
     return 0
 
 

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int
-from specdec.theory.recordio import write_record
+from specdec.theory.recordio import jsonable, write_record
 from specdec.train.shards import load_shards, sequences
 
 __all__ = [
@@ -480,7 +480,7 @@ def train_draft(
                 "minutes": round((time.perf_counter() - start) / 60, 2),
             }
             history.append(row)
-            log(json.dumps(row))
+            log(json.dumps(jsonable(row)))  # the records' NaN rule: NaN -> null
     draft.eval()
     train_minutes = (time.perf_counter() - start) / 60
     card = {
