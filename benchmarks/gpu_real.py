@@ -2,7 +2,7 @@
 
 What it measures, in one run (``results/gpu/<device>-real.json``, saved after every cell):
 
-* ``payload``  -- the target's weights from the payload (:mod:`specdec.measure.gpureal`): every piece
+* ``payload``  -- the target's weights from the payload (:mod:`specdec.measure.gpupayload`): every piece
                   checked by sha256, the GGUF's Q4_1/Q8_0 blocks dequantized on the device with
                   torch, every float32 weight checked against the CPU loader's sha256;
 * ``engine``   -- the static-cache engine (target, early exit, distilled drafts), its CUDA
@@ -26,7 +26,7 @@ What it measures, in one run (``results/gpu/<device>-real.json``, saved after ev
                   prompt (all temperatures and tasks of prompt 1, then of prompt 2, ...), so a
                   budget cut keeps the groups balanced; tables (tokens/s, speedup over plain
                   with 95 % bootstrap intervals over prompts, alpha, c) are recomputed from the
-                  stored timings (:func:`specdec.measure.gpureal.summarize_runs`).
+                  stored timings (:func:`specdec.measure.gpusummary.summarize_runs`).
 
 The run itself is :func:`specdec.measure.gpurun.run_real`'s (this script parses the command line and
 checks it). Only torch and numpy are needed on the device (transformers only for the ``hf_eager`` column and
@@ -189,7 +189,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> Path | None:
     args = parse_args(argv)
     if args.prepare:
-        from specdec.measure.gpureal import write_payload
+        from specdec.measure.gpupayload import write_payload
 
         write_payload(args.payload, piece_bytes=int(args.piece_mb * 1e6), log=log)
         return Path(args.payload)
@@ -198,11 +198,11 @@ def main(argv: list[str] | None = None) -> Path | None:
     if args.check_payload:  # also a preflight: the run's imports, the device, a graph smoke, the pieces
         log(json.dumps(gpurun.preflight(args.device)))
         log(json.dumps(gpurun.graph_smoke(args.device)))
-        from specdec.measure.gpureal import check_payload
+        from specdec.measure.gpupayload import check_payload
 
         log(json.dumps(check_payload(args.payload)))
         return None
-    from specdec.measure.gpureal import read_manifest
+    from specdec.measure.gpupayload import read_manifest
 
     drafts_root = ROOT / "specdec" / "data" / "drafts"
     saved = sorted(p.parent.name for p in drafts_root.glob("*/card.json"))

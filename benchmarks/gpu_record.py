@@ -31,6 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec.engine.randomllama import SHAPES  # noqa: E402
 from specdec.measure import gpurecord as gr  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dtype", default="bfloat16", help="dtype of the shape-true targets")
     ap.add_argument("--budget-s", type=float, default=300.0, help="global time budget, checked between cells")
     ap.add_argument("--quick", action="store_true", help="a scaled-down run (CPU tests)")
-    ap.add_argument("--shapes", nargs="*", default=None, help=f"any of {list(gr.SHAPES)} (default: all)")
+    ap.add_argument("--shapes", nargs="*", default=None, help=f"any of {list(SHAPES)} (default: all)")
     ap.add_argument("--context", type=int, default=128, help="cached tokens per sequence")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     from specdec.analysis.campaign import run_campaign
     from specdec.engine import native
     from specdec.engine.models import set_threads
-    from specdec.measure.core import cpu_name, environment, write_record
+    from specdec.measure.core import cpu_name, environment
+    from specdec.theory.recordio import write_record
     from specdec.measure.device import device_slug
     from specdec.measure.modes import machine_identity
 

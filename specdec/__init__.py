@@ -26,6 +26,8 @@ Theory (numpy only, no torch):
   rule, with and without replacement, deterministic drafts), greedy tree verification, a round's exact law.
 * :mod:`specdec.theory.treetheory` -- trees under the i.i.d. model: E[accepted], the best static tree,
   Theorem 3.8 with draft calls and a verify curve, simulation.
+* :mod:`specdec.theory.recordio` -- THE NaN rule (NaN and infinity -> null, an empty CSV cell) and the
+  one atomic JSON writer of every record, draft card and manifest the package writes.
 
 Engine (torch + transformers, the ``models`` extra):
 
@@ -67,7 +69,7 @@ Training data and drafts:
 Measurement:
 
 * :mod:`specdec.measure.core`   -- the one timer and the one T(k) loop over any session, the
-  verify-cost curves, environment records and the one record writer.
+  verify-cost curves and environment records (written by :mod:`specdec.theory.recordio`).
 * :mod:`specdec.measure.pairedrun` -- the one paired plain-vs-speculative run driver.
 * :mod:`specdec.measure.cellrun`   -- the one resumable cell runner: saved after every cell, resumed.
 * :mod:`specdec.measure.benchargs` -- what the benchmark scripts share: common arguments, checks, paths.
@@ -84,8 +86,10 @@ Measurement:
 * :mod:`specdec.measure.devicechecks` -- greedy equality and losslessness checked on a device.
 * :mod:`specdec.measure.surfaces` -- cost surfaces T(b, k) by the one T(k) loop: wall clock, kernels' time.
 * :mod:`specdec.measure.gpurecord` -- the GPU record's run: the CUDA paths checked, the cost surfaces.
-* :mod:`specdec.measure.gpureal` -- the real target on a GPU: the device payload, the static-cache engine
-  with CUDA graphs, the run's tables.
+* :mod:`specdec.measure.gpupayload` -- the real target's weights carried to a GPU: the payload written
+  on a CPU, checked and dequantized on the device.
+* :mod:`specdec.measure.gpureal` -- the real target on a GPU: the static-cache engine with CUDA graphs.
+* :mod:`specdec.measure.gpusummary` -- the GPU run's tables, recomputed from its stored timings.
 * :mod:`specdec.measure.gpurun`  -- the real-weights GPU run, section by section (timers, decoding).
 
 Analysis (Part IV and V's readers):
@@ -134,10 +138,6 @@ The engine's names are importable from the package root too, but lazily, so that
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import sys
 from typing import Any
 
 from specdec.theory.speedup import (
@@ -191,62 +191,6 @@ __all__ = [
     "walltime_speedup_rounds",
     *_LAZY,
 ]
-
-
-#: Where the modules of the flat layout (before the layer folders) live now; ``specdec.<old>``
-#: still imports (the same module object) and ``python -m specdec.<old>`` still runs.
-MOVED = {
-    **{m: f"specdec.theory.{m}" for m in ("checks", "tokens", "iid", "sampling", "policies", "intervals")},
-    **{
-        m: f"specdec.engine.{m}"
-        for m in ("lm", "lean", "native", "llamacpp", "models", "drafters", "decoding", "batched", "stats")
-    },
-    "tinymodels": "specdec.engine.tinymodels",
-    **{m: f"specdec.train.{m}" for m in ("shards", "workloads", "draftnets", "distill")},
-    **{
-        m: f"specdec.measure.{m}"
-        for m in ("pairedrun", "roofline", "modes", "acceptance", "enginebench", "gpurecord", "gpureal")
-    },
-    **{
-        m: f"specdec.analysis.{m}"
-        for m in ("realrun", "realtables", "hardware", "oracle", "batchcost", "usermeasure", "campaign")
-    },
-    "crossfit": "specdec.analysis.crossfit",
-    **{m: f"specdec.paper.{m}" for m in ("published", "reproduce", "article", "audit", "book", "ledger")},
-}
-
-
-class _MovedLoader(importlib.abc.Loader):
-    """Loads ``specdec.<old>`` as the module at its new path (one module object, not a copy);
-    gives runpy the new file's code so that ``python -m specdec.<old>`` runs it."""
-
-    def __init__(self, new: str) -> None:
-        self.new = new
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        return importlib.import_module(self.new)
-
-    def exec_module(self, module: Any) -> None:
-        return None
-
-    def get_code(self, fullname: str) -> Any:
-        return importlib.util.find_spec(self.new).loader.get_code(self.new)  # type: ignore[union-attr]
-
-    def is_package(self, fullname: str) -> bool:
-        return False
-
-
-class _MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        head, _, old = fullname.partition(".")
-        first, dot, rest = old.partition(".")
-        if head != "specdec" or first not in MOVED:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, _MovedLoader(MOVED[first] + dot + rest))
-
-
-if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-    sys.meta_path.insert(0, _MovedFinder())
 
 
 def __getattr__(name: str) -> Any:

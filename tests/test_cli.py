@@ -644,3 +644,47 @@ def test_engine_verify_curves_format_and_checks(one_thread, monkeypatch):
             engine_verify_curves(engines, [5, 6], ks, 1, log=None)
     with pytest.raises(ValueError, match="repeats"):
         engine_verify_curves(engines, [5, 6], [1, 2], 0, log=None)
+
+
+# --------------------------------------------------------------------------- --threads: one bound, first
+BAD_THREADS = ["0", "-1", "1025", "100000", str(2**63), "two", "1e3", "9" * 5000]
+
+
+@pytest.mark.parametrize("command", ["modes", "measure", "bench"])
+@pytest.mark.parametrize("value", BAD_THREADS, ids=lambda v: v[:20])
+def test_threads_out_of_bounds_is_one_line_before_anything_runs(capsys, command, value):
+    """--threads is bounded once (common.MAX_THREADS) and checked as argparse reads it: one line naming
+    --threads and the bound, exit status 2 (issue #32, item 8: 100000 segfaulted after the libraries
+    started, 2**63 ended in "Overflow when unpacking long long", 5000 after the model load)."""
+    from specdec.cli.common import MAX_THREADS
+
+    code, out, err = run(capsys, command, "--threads", value)
+    one_line_error(code, out, err, command, "--threads", f"[1, {MAX_THREADS}]")
+    assert len(err) < 300
+
+
+def test_threads_bound_is_checked_before_torch_is_imported():
+    """The bound stops the command before torch (and its thread pools) is even imported."""
+    code = (
+        "import sys\nfrom specdec.cli import app\n"
+        f"rc = app.main(['bench', '--threads', '{2**63}'])\n"
+        "print(rc, 'torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "--threads" in done.stderr
+
+
+def test_threads_bound_is_named_in_help_and_is_the_engines(capsys):
+    """Each command's --help names the bound, and it is the C forward's (engine.native.check_threads)."""
+    from specdec.cli.common import MAX_THREADS, threads_arg
+
+    for command in ("modes", "measure", "bench"):
+        code, out, _ = run(capsys, command, "--help")
+        assert code == 0 and f"1 .. {MAX_THREADS}" in " ".join(out.split()), command
+    assert threads_arg("1") == 1 and threads_arg(str(MAX_THREADS)) == MAX_THREADS
+    native = pytest.importorskip("specdec.engine.native")
+    assert native.check_threads(MAX_THREADS) == MAX_THREADS
+    with pytest.raises(ValueError):
+        native.check_threads(MAX_THREADS + 1)

@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec.measure import gpureal, gpurun  # noqa: E402
+from specdec.measure import gpupayload, gpureal, gpurun, gpusummary  # noqa: E402
 from specdec.theory.intervals import geomean  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small torch ops: one thread is fastest
@@ -45,7 +45,7 @@ def script(root):
 def payload_dir(tmp_path_factory):
     _needs_target()
     folder = tmp_path_factory.mktemp("payload")
-    gpureal.write_payload(folder, per_task=2)
+    gpupayload.write_payload(folder, per_task=2)
     return folder
 
 
@@ -66,31 +66,31 @@ def test_q4_1_and_q8_0_blocks_dequantize_by_the_gguf_formulas():
     q = rng.integers(0, 16, 32)
     nibbles = (q[:16] | (q[16:] << 4)).astype(np.uint8)  # low nibbles: 0..15, high: 16..31
     block = np.concatenate([np.frombuffer(d.tobytes() + m.tobytes(), np.uint8), nibbles])
-    got = gpureal.dequantize_q4_1(torch.from_numpy(np.tile(block, (2, 3))))
+    got = gpupayload.dequantize_q4_1(torch.from_numpy(np.tile(block, (2, 3))))
     want = np.float32(d) * q.astype(np.float32) + np.float32(m)
     assert got.shape == (2, 96)
     assert np.array_equal(got[1, 32:64].numpy(), want)
     q8 = rng.integers(-127, 128, 32).astype(np.int8)
     block8 = np.concatenate([np.frombuffer(d.tobytes(), np.uint8), q8.view(np.uint8)])
-    got8 = gpureal.dequantize_q8_0(torch.from_numpy(block8[None]))
+    got8 = gpupayload.dequantize_q8_0(torch.from_numpy(block8[None]))
     assert np.array_equal(got8[0].numpy(), np.float32(d) * q8.astype(np.float32))
     with pytest.raises(ValueError, match="20-byte blocks"):
-        gpureal.dequantize_q4_1(torch.zeros(2, 21, dtype=torch.uint8))
+        gpupayload.dequantize_q4_1(torch.zeros(2, 21, dtype=torch.uint8))
 
 
 def test_reverse_permute_is_transformers_formula():
     w = np.arange(12 * 2, dtype=np.float32).reshape(12, 2)
     n_head = 3  # transformers: reshape(n_head, rows // n_head // 2, 2, ...).swapaxes(2, 1)
     want = w.reshape(n_head, 2, 2, 2).swapaxes(2, 1).reshape(w.shape)
-    assert np.array_equal(gpureal.reverse_permute(torch.from_numpy(w), n_head).numpy(), want)
+    assert np.array_equal(gpupayload.reverse_permute(torch.from_numpy(w), n_head).numpy(), want)
     with pytest.raises(ValueError, match="n_head"):
-        gpureal.reverse_permute(torch.from_numpy(w), 5)
+        gpupayload.reverse_permute(torch.from_numpy(w), 5)
 
 
 def test_safetensors_reader_matches_the_package(root):
     st = pytest.importorskip("safetensors.numpy")
     path = root / "specdec" / "data" / "drafts" / "distil-l1" / "weights.safetensors"
-    mine, ref = gpureal.read_safetensors(path), st.load_file(str(path))
+    mine, ref = gpupayload.read_safetensors(path), st.load_file(str(path))
     assert set(mine) == set(ref)
     assert all(mine[k].dtype == ref[k].dtype and np.array_equal(mine[k], ref[k]) for k in ref)
 
@@ -204,12 +204,12 @@ def test_bad_arguments_are_named(script, capsys, argv, needle):
 def test_payload_round_trip_is_exact(payload_dir, cpu_target):
     from specdec.engine.models import smollm2_gguf_path
 
-    manifest = json.loads((payload_dir / gpureal.MANIFEST).read_text())
-    assert all(p["size"] <= gpureal.PIECE_BYTES for p in manifest["pieces"])
+    manifest = json.loads((payload_dir / gpupayload.MANIFEST).read_text())
+    assert all(p["size"] <= gpupayload.PIECE_BYTES for p in manifest["pieces"])
     gguf_path = smollm2_gguf_path()
     assert manifest["source"]["sha256"] == hashlib.sha256(gguf_path.read_bytes()).hexdigest()
-    assert gpureal.check_payload(payload_dir)["complete"]
-    loaded = gpureal.load_payload(payload_dir, "cpu")
+    assert gpupayload.check_payload(payload_dir)["complete"]
+    loaded = gpupayload.load_payload(payload_dir, "cpu")
     state = cpu_target.state_dict()
     assert set(state) == set(loaded.weights)
     unequal = [k for k, v in state.items() if not torch.equal(v, loaded.weights[k])]
@@ -218,30 +218,30 @@ def test_payload_round_trip_is_exact(payload_dir, cpu_target):
 
 
 def test_payload_refuses_missing_or_damaged_pieces(payload_dir, tmp_path):
-    manifest = json.loads((payload_dir / gpureal.MANIFEST).read_text())
+    manifest = json.loads((payload_dir / gpupayload.MANIFEST).read_text())
     for p in manifest["pieces"]:
         os.symlink(payload_dir / p["file"], tmp_path / p["file"])
-    shutil.copy(payload_dir / gpureal.MANIFEST, tmp_path / gpureal.MANIFEST)
+    shutil.copy(payload_dir / gpupayload.MANIFEST, tmp_path / gpupayload.MANIFEST)
     victim = manifest["pieces"][1]["file"]
     (tmp_path / victim).unlink()
     with pytest.raises(ValueError, match=f"missing.*{victim}"):
-        gpureal.load_payload(tmp_path)
+        gpupayload.load_payload(tmp_path)
     data = bytearray((payload_dir / victim).read_bytes())
     data[12345] ^= 1
     (tmp_path / victim).write_bytes(bytes(data))
-    assert gpureal.check_payload(tmp_path)["bad"] == [victim]
+    assert gpupayload.check_payload(tmp_path)["bad"] == [victim]
     with pytest.raises(ValueError, match=f"sha256.*{victim}"):
-        gpureal.load_payload(tmp_path)
+        gpupayload.load_payload(tmp_path)
 
 
 def test_payload_refuses_weights_unlike_the_cpu_loaders(payload_dir, tmp_path):
-    manifest = json.loads((payload_dir / gpureal.MANIFEST).read_text())
+    manifest = json.loads((payload_dir / gpupayload.MANIFEST).read_text())
     for p in manifest["pieces"]:
         os.symlink(payload_dir / p["file"], tmp_path / p["file"])
     manifest["tensors"][5]["sha256_float32"] = "0" * 64
-    (tmp_path / gpureal.MANIFEST).write_text(json.dumps(manifest))
+    (tmp_path / gpupayload.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match=manifest["tensors"][5]["hf"].replace(".", r"\.")):
-        gpureal.load_payload(tmp_path)
+        gpupayload.load_payload(tmp_path)
 
 
 # -- the engine ----------------------------------------------------------------------------------------
@@ -251,7 +251,7 @@ def test_engine_matches_transformers(payload_dir, cpu_target, root):
     from specdec.engine.drafters import early_exit_model
     from specdec.train.draftnets import load_draft
 
-    loaded = gpureal.load_payload(payload_dir, "cpu", check_float32=False)
+    loaded = gpupayload.load_payload(payload_dir, "cpu", check_float32=False)
     engine = gpureal.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)
     ids = loaded.prompts[-1]["ids"][:24]
     with torch.no_grad():
@@ -333,7 +333,7 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
     assert dec["greedy"]["plain_engines_equal"]["cells"] == 0  # one engine on a CPU: nothing to compare
 
     # the tables are the stored timings' (JSON round trip), and a speedup recomputed by hand
-    assert dec["summary"] == json.loads(json.dumps(gpureal.summarize_runs(runs, seed=quick["seed"])))
+    assert dec["summary"] == json.loads(json.dumps(gpusummary.summarize_runs(runs, seed=quick["seed"])))
     row = next(r for r in dec["summary"] if r["method"] == "lookup" and r["temperature"] == 0)
     plain = {r["prompt"]: r["decode_s"] for r in runs if r["method"] == "plain" and r["temperature"] == 0}
     mine = {r["prompt"]: r["decode_s"] for r in runs if r["method"] == "lookup" and r["temperature"] == 0}
@@ -341,7 +341,7 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
     assert row["speedup"]["estimate"] == pytest.approx(by_hand, rel=1e-12)
     assert row["speedup"]["low"] <= row["speedup"]["estimate"] <= row["speedup"]["high"]
     costs = rec["costs"]
-    assert costs["summary"] == json.loads(json.dumps(gpureal.summarize_costs(costs)))
+    assert costs["summary"] == json.loads(json.dumps(gpusummary.summarize_costs(costs)))
     t = costs["raw"]["target"]["eager"]
     assert costs["summary"]["v"]["eager"]["3"] == pytest.approx(np.median(t["3"]) / np.median(t["1"]))
     draft_t1 = np.median(costs["raw"]["draft-distil-l1"]["eager"]["1"])
@@ -424,7 +424,7 @@ def test_graph_path_bookkeeping_and_greedy_equality(payload_dir):
     from specdec.engine.decoding import autoregressive, speculative
     from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
 
-    loaded = gpureal.load_payload(payload_dir, "cpu", check_float32=False)
+    loaded = gpupayload.load_payload(payload_dir, "cpu", check_float32=False)
     target = gpureal.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)
     early = target.early_exit(2)
     for engine, ks in ((target, (1, 2, 3)), (early, (1, 2))):

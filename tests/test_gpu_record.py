@@ -22,7 +22,7 @@ import pytest
 import scipy.stats
 
 from specdec.engine import randomllama as rl
-from specdec.measure import device, gpurecord, recorder, surfaces
+from specdec.measure import device, recorder, surfaces
 from specdec.theory import chisquare
 
 # What the GPU machine may lack; an unguarded import of any of them fails the run. (sympy, tqdm,
@@ -207,17 +207,6 @@ def test_chi2_pvalue_names_its_method_and_falls_back_only_without_scipy(monkeypa
     rng = np.random.default_rng(1)
     law = rng.dirichlet(np.full(10, 1.0))
     assert chisquare.chi_square_pvalue(rng.multinomial(400, law), law)["method"] == chisquare.FALLBACK_METHOD
-
-
-def test_the_old_module_path_keeps_the_names():
-    """specdec.measure.gpurecord (and specdec.gpurecord) still hand out the moved names, the same objects."""
-    import specdec.gpurecord
-
-    assert specdec.gpurecord is gpurecord
-    for name in ("device_slug", "Recorder", "Deadline", "cost_surface", "random_llama", "chi_square_pvalue"):
-        assert name in gpurecord.__all__
-    assert gpurecord.cost_surface is surfaces.cost_surface and gpurecord.device_slug is device.device_slug
-    assert gpurecord.chi2_sf is chisquare.chi2_sf and gpurecord.Recorder is recorder.Recorder
 
 
 def test_time_forwards_takes_another_clock_per_name():

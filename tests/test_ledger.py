@@ -14,20 +14,23 @@ import pytest
 pytest.importorskip("sympy")
 pytest.importorskip("pandas")
 
-from specdec.paper.article import ArticleClaim, load_article_claims  # noqa: E402
+from specdec.paper.article import ArticleClaim, load_article_claims, load_article_readings  # noqa: E402
 from specdec.paper.audit import AGREES, DIFFERS  # noqa: E402
-from specdec.paper.ledger import (  # noqa: E402
+from specdec.paper.ledger import (  # noqa: E402  # noqa: E402
     IMPRECISE,
     NOT_CHECKABLE,
     VERDICTS,
     Result,
     build_ledger,
+    checks_closing,
+    checks_intro,
     ledger_records,
     section_html,
     summary_frame,
     write_ledger_csv,
 )
-from specdec.paper.ledger.checks import CHECKS  # noqa: E402
+from specdec.paper.ledger.checks import CHECKS, gather_checks  # noqa: E402
+from specdec.paper.ledger.readings import reading_checks  # noqa: E402
 from specdec.paper.ledger.registry import Context, evaluate  # noqa: E402
 from specdec.paper.ledger.render import values_cell  # noqa: E402
 from specdec.paper.reproduce import csv_text  # noqa: E402
@@ -153,6 +156,27 @@ def test_build_refuses_duplicate_ids_and_stray_checks():
         build_ledger([*claims, claims[0]])
     with pytest.raises(ValueError, match="without a check"):
         build_ledger(checks={k: v for k, v in CHECKS.items() if k != "五-9"})
+
+
+def test_the_reading_verdicts_are_data_beside_the_claims(ledger):
+    """A claim judged by reading alone gets its stored verdict, how and note (article_readings.csv), by
+    the same rules as a computed one; a bad verdict, an id that is not a reading claim or a reading
+    claim also checked in code are refused."""
+    readings = load_article_readings()
+    rows = {row.claim.id: row for row in ledger.rows}
+    kinds = {c.id: c.check_kind for c in load_article_claims()}
+    assert readings and all(kinds[r.id] == "reading" for r in readings)
+    for r in readings:
+        assert (rows[r.id].verdict, rows[r.id].how, rows[r.id].note) == (r.verdict, r.how, r.note)
+        assert rows[r.id].comparisons == ()
+    first = readings[0]
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        reading_checks([first._replace(verdict="fits")])
+    with pytest.raises(ValueError, match="check_kind 'reading'"):
+        reading_checks([first._replace(id="五-9")])
+    with pytest.raises(ValueError, match="two checks"):
+        source = reading_checks([first._replace(id="来源-1")])  # 来源-1 is checked in code
+        gather_checks(checks_intro.CHECKS, source, checks_closing.CHECKS)
 
 
 def test_context_refuses_a_bad_seed():

@@ -31,6 +31,7 @@ from specdec.measure.core import (  # noqa: E402
     verify_cost_curve,
     write_result,
 )
+from specdec.theory import recordio  # noqa: E402
 
 
 def tiny_llama(attn: str = "sdpa", seed: int = 0) -> LlamaForCausalLM:
@@ -278,12 +279,12 @@ def test_write_record_writes_nan_as_null_atomically(tmp_path, monkeypatch):
     """The one NaN rule: NaN and infinity -> null, in every record (numpy included); a failed
     write leaves the old record whole and no temporary file behind."""
     rec = {"x": float("nan"), "y": [np.float32("inf"), -math.inf, 1.5], "z": np.arange(2), (1, 2): "k"}
-    path = measure.write_record(tmp_path / "a" / "r.json", rec)
+    path = recordio.write_record(tmp_path / "a" / "r.json", rec)
     assert json.loads(path.read_text()) == {"x": None, "y": [None, None, 1.5], "z": [0, 1], "(1, 2)": "k"}
     assert "NaN" not in path.read_text() and "Infinity" not in path.read_text()
     assert json.loads(write_result(tmp_path / "r.json", {"x": math.nan}, env={}).read_text())["x"] is None
     with pytest.raises(TypeError):
-        measure.write_record(path, {"x": object()})
+        recordio.write_record(path, {"x": object()})
     assert json.loads(path.read_text())["x"] is None  # the old record is untouched
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]
 

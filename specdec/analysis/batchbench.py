@@ -95,7 +95,7 @@ def save(path: Path, record: dict[str, Any], started: float) -> None:
     record["status"]["elapsed_s"] = record["status"].get("elapsed_before_s", 0.0) + time.monotonic() - started
     env = record.pop("environment")
     try:
-        write_result(path, record, env=env)  # atomic (specdec.measure.core.write_record)
+        write_result(path, record, env=env)  # atomic (specdec.theory.recordio.write_record)
     finally:
         record["environment"] = env
 

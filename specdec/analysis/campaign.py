@@ -12,7 +12,7 @@ analysis is :func:`specdec.analysis.crossfit.analyse` (gamma chosen by cross-fit
   engine once in a fresh seeded order, and on each engine :func:`specdec.measure.pairedrun.paired_block`
   (plain and that engine's configurations, order drawn, plain first or last alternately), all
   with one sampling seed and exactly ``new_tokens`` tokens (EOS ignored).
-* **Resume**: the record is written (:func:`specdec.measure.core.write_record`) to ``<out>.partial.json``
+* **Resume**: the record is written (:func:`specdec.theory.recordio.write_record`) to ``<out>.partial.json``
   after every finished cell, and a run with the same settings continues from it
   (:mod:`specdec.measure.cellrun`, the runner Part IV's benchmark shares); a budget stops
   the run cleanly after the cell that exhausts it. When every cell is done the cross-fit analysis
@@ -35,10 +35,10 @@ import numpy as np
 
 from specdec.analysis.crossfit import analyse, fold_of
 from specdec.measure.cellrun import as_stored, open_partial, run_cells
-from specdec.measure.core import jsonable, write_record
 from specdec.measure.modes import cpu_counters, load_during
 from specdec.measure.pairedrun import finish_cell, paired_block
 from specdec.theory.checks import check_float, check_int, check_ints
+from specdec.theory.recordio import jsonable, write_record
 
 __all__ = [
     "RECORD_FORMAT",

@@ -44,9 +44,10 @@ import numpy as np
 from specdec.analysis.realrun import speedup_gap
 from specdec.engine.drafters import EarlyExitDrafter, PromptLookupDrafter
 from specdec.engine.stats import cost_coefficient
-from specdec.measure.core import VerifyCost, jsonable, time_once, verify_cost_curves
+from specdec.measure.core import VerifyCost, time_once, verify_cost_curves
 from specdec.measure.pairedrun import paired_block, timed_generation, timing_row
 from specdec.theory.checks import check_int, check_ints
+from specdec.theory.recordio import jsonable
 from specdec.theory.tokens import first_divergence
 
 __all__ = [

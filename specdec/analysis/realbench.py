@@ -10,7 +10,7 @@ The script parses the arguments (see its ``--help`` and docstring for how it mea
 * the cells: a cell's repetitions are :func:`specdec.measure.pairedrun.paired_block` runs
   (:func:`paired_cell`), slimmed by :func:`specdec.measure.pairedrun.finish_cell`; the cells run
   through the one resumable runner, :func:`specdec.measure.cellrun.run_cells` (the state saved after
-  every cell by :func:`specdec.measure.core.write_record`, NaN -> null), the main phase
+  every cell by :func:`specdec.theory.recordio.write_record`, NaN -> null), the main phase
   (:func:`main_cells`) then the extras (the gamma sweep and argmax lenience, :func:`extra_configs`);
 * the record: the tables of :mod:`specdec.analysis.realtables`, :func:`write_outputs`.
 """
@@ -18,6 +18,7 @@ The script parses the arguments (see its ``--help`` and docstring for how it mea
 from __future__ import annotations
 
 import csv
+import io
 import statistics
 import sys
 import time
@@ -48,9 +49,10 @@ from specdec.engine.drafters import (
 from specdec.engine.models import load_target, pick_device
 from specdec.measure.acceptance import target_p_rows, teacher_forced
 from specdec.measure.cellrun import as_stored, run_cells
-from specdec.measure.core import environment, verify_cost_curve, write_record, write_result
+from specdec.measure.core import environment, verify_cost_curve, write_result
 from specdec.measure.pairedrun import finish_cell, paired_block, timed_generation
 from specdec.theory.intervals import geomean, per_unit_medians
+from specdec.theory.recordio import csv_cell, write_record, write_text_atomic
 from specdec.theory.sampling import warp
 from specdec.train.shards import load_shards, sequences, shard_paths
 from specdec.train.workloads import chat_prompt_ids, evaluation_prompts, training_prompts
@@ -564,13 +566,18 @@ def write_outputs(out: Path, tag: str, record: dict[str, Any], env: dict[str, An
     path = write_result(out / f"{tag}.json", record, env=env)
     table = record["table"]
     cols = [k for k in table[0] if k not in ("pooled", "per_prompt")]
-    with (out / f"{tag}-table.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, cols)
-        w.writeheader()
-        w.writerows({k: row[k] for k in cols} for row in table)
+    write_text_atomic(out / f"{tag}-table.csv", _csv(cols, table))
     if record["sweep"]["rows"]:
-        with (out / f"{tag}-sweep.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, list(record["sweep"]["rows"][0]))
-            w.writeheader()
-            w.writerows(record["sweep"]["rows"])
+        write_text_atomic(
+            out / f"{tag}-sweep.csv", _csv(list(record["sweep"]["rows"][0]), record["sweep"]["rows"])
+        )
     return path
+
+
+def _csv(cols: list[str], rows: Sequence[Mapping[str, Any]]) -> str:
+    """CSV text of ``rows``' ``cols`` (the records' NaN rule: NaN and infinity -> the empty cell)."""
+    buffer = io.StringIO()
+    w = csv.DictWriter(buffer, cols)
+    w.writeheader()
+    w.writerows({k: csv_cell(row[k]) for k in cols} for row in rows)
+    return buffer.getvalue()

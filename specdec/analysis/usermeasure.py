@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from specdec.measure.core import engine_verify_curves, environment, jsonable
+from specdec.measure.core import engine_verify_curves, environment
 from specdec.theory.checks import check_float, check_int
+from specdec.theory.recordio import jsonable
 
 __all__ = [
     "ENGINES",

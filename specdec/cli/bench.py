@@ -19,6 +19,8 @@ from specdec.cli.common import (
     needs_models,
     para,
     read_record,
+    threads_arg,
+    threads_help,
 )
 
 __all__ = ["BENCH_QUICK", "add_parser", "ks_arg", "print_bench", "run"]
@@ -94,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_bench(record)
         return 0
-    for name in ("threads", "prompts_per_task", "new_tokens", "gamma", "repeats", "verify_repeats"):
+    for name in ("prompts_per_task", "new_tokens", "gamma", "repeats", "verify_repeats"):
         at_least("--" + name.replace("_", "-"), getattr(args, name), 1, COUNTS[name])
     if args.out is not None and Path(args.out).is_dir():
         raise UsageError(f"--out {args.out!r} is a folder; give a file name")
@@ -181,10 +183,10 @@ def add_parser(sub: Any, formatter: Any) -> None:
     )
     b.add_argument(
         "--threads",
-        type=int,
+        type=threads_arg,
         default=1,
         metavar="N",
-        help="torch threads and q4q8's C threads, >= 1 (default 1)",
+        help=threads_help("1"),
     )
     b.add_argument(
         "--prompts-per-task",

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 __all__ = [
     "COUNTS",
+    "MAX_THREADS",
     "NAMES",
     "USAGE_ERROR",
     "Parser",
@@ -32,6 +33,8 @@ __all__ = [
     "para",
     "progress",
     "read_record",
+    "threads_arg",
+    "threads_help",
 ]
 
 #: Exit status of every usage error (argparse's convention).
@@ -109,9 +112,38 @@ COUNTS = {
     "new_tokens": "tokens to generate per prompt",
     "repeats": "passes over the prompts",
     "verify_repeats": "timed passes of the verify curve",
-    "threads": "torch threads",
     "prompts_per_task": "prompts per task",
 }
+
+#: The most threads a command takes: the bound of the C forward's pool
+#: (``specdec.engine.native.check_threads``, which holds it as a literal; tests/test_cli.py checks that
+#: the two agree). The commands check it as argparse reads ``--threads``, before torch, OpenBLAS or the
+#: C pool starts a thread (beyond it OpenBLAS cannot create the threads and the process dies).
+MAX_THREADS = 1024
+
+#: What --threads means, for the messages and the help.
+THREADS_NOTE = "torch threads and q4q8's C threads"
+
+
+def threads_arg(text: str) -> int:
+    """``--threads N`` as argparse reads it (its ``type``): an integer in 1 .. :data:`MAX_THREADS`, else
+    one line (argparse's, exit status 2) before anything else runs."""
+    from specdec.theory.checks import check_int
+
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    try:
+        value = int(text)
+    except ValueError:  # not an integer, or too many digits for int()
+        raise argparse.ArgumentTypeError(f"must be an integer in [1, {MAX_THREADS}]; got {shown!r}") from None
+    try:
+        return check_int("--threads", value, low=1, high=MAX_THREADS, note=THREADS_NOTE)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--threads ")) from None
+
+
+def threads_help(default: str) -> str:
+    """``--threads``'s help: its meaning, its bound and ``default``."""
+    return f"{THREADS_NOTE}, 1 .. {MAX_THREADS} (default {default})"
 
 
 def lean_modes() -> list[str]:
@@ -158,7 +190,7 @@ def progress(items: Any, desc: str) -> Any:
 
 
 def json_out(record: Any) -> str:
-    from specdec.measure.core import jsonable
+    from specdec.theory.recordio import jsonable
 
     return json.dumps(jsonable(record), indent=1, allow_nan=False)  # the records' rule: NaN -> null
 

@@ -21,6 +21,8 @@ from specdec.cli.common import (
     para,
     progress,
     read_record,
+    threads_arg,
+    threads_help,
 )
 from specdec.theory.checks import check_float
 
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if args.from_json is not None:
         record = read_record(args.from_json, "specdec-measure", "measure")
     else:
-        for name in ("gamma", "new_tokens", "repeats", "verify_repeats", "threads"):
+        for name in ("gamma", "new_tokens", "repeats", "verify_repeats"):
             at_least("--" + name.replace("_", "-"), getattr(args, name), 1, COUNTS[name])
         if args.new_tokens < 2:  # one draft and the target's own token: the smallest round
             raise UsageError(
@@ -246,10 +248,10 @@ def add_parser(sub: Any, formatter: Any) -> None:
     )
     e.add_argument(
         "--threads",
-        type=int,
+        type=threads_arg,
         default=1,
         metavar="N",
-        help="torch threads and q4q8's C threads, >= 1 (default 1)",
+        help=threads_help("1"),
     )
     e.add_argument(
         "--seed", type=int, default=0, help="seed of the sampling and of the run order (default 0)"

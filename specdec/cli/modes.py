@@ -10,12 +10,13 @@ from specdec.cli.common import (
     NAMES,
     UsageError,
     alpha_arg,
-    at_least,
     c_arg,
     json_out,
     lean_modes,
     needs_models,
     para,
+    threads_arg,
+    threads_help,
 )
 
 __all__ = ["add_parser", "load_target", "missing_modes", "run", "run_probe"]
@@ -50,7 +51,6 @@ def missing_modes(probe: dict[str, Any]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    at_least("--threads", args.threads, 1, "torch threads")
     if args.c is not None and args.alpha is None:
         raise UsageError("--c needs --alpha (the draft's acceptance rate); give both")
     alpha = None if args.alpha is None else alpha_arg(args.alpha)
@@ -137,11 +137,10 @@ def add_parser(sub: Any, formatter: Any) -> None:
     )
     m.add_argument(
         "--threads",
-        type=int,
+        type=threads_arg,
         default=None,
         metavar="N",
-        help="torch threads and q4q8's C threads, >= 1 (default 1, as in the book's records; the probe is "
-        "cached per count)",
+        help=threads_help("1, as in the book's records; the probe is cached per count"),
     )
     m.add_argument("--refresh", action="store_true", help="re-measure even if this machine's probe is cached")
     m.add_argument(

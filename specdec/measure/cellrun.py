@@ -10,7 +10,7 @@ continues after the last finished one:
   there is none, or when the caller starts afresh); a damaged file or one made with other settings
   stops the run with a message that says what to do.
 * :func:`run_cells` -- every cell not yet in the record's ``done`` list, in order; after each, its
-  id joins ``done`` and the record is written (:func:`specdec.measure.core.write_record`: atomic,
+  id joins ``done`` and the record is written (:func:`specdec.theory.recordio.write_record`: atomic,
   NaN and infinity -> null, the one NaN rule of the records), so a resumed record equals a whole one.
 """
 
@@ -22,14 +22,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from specdec.measure.core import jsonable, write_record
 from specdec.theory.checks import check_float
+from specdec.theory.recordio import jsonable, write_record
 
 __all__ = ["as_stored", "open_partial", "run_cells"]
 
 
 def as_stored(value: Any) -> Any:
-    """``value`` as a record file stores and reads it back (:func:`specdec.measure.core.jsonable`,
+    """``value`` as a record file stores and reads it back (:func:`specdec.theory.recordio.jsonable`,
     then JSON): what a resumed run's settings are compared in."""
     return json.loads(json.dumps(jsonable(value)))
 
@@ -85,7 +85,7 @@ def run_cells(
 
     ``run()`` adds the cell's results to ``record``; then the id joins ``record["done"]``,
     ``after(id, seconds)`` runs (bookkeeping, a log line), and the record is written to ``path``
-    (:func:`specdec.measure.core.write_record`, compact, keys in order). ``budget_s``: stop after
+    (:func:`specdec.theory.recordio.write_record`, compact, keys in order). ``budget_s``: stop after
     the cell that brings this call's time to or past it. Returns whether every cell is done.
     """
     if budget_s is not None:

@@ -15,8 +15,8 @@
   curve of the engine benchmark (:mod:`specdec.measure.enginebench`) and of ``specdec measure``.
 * :func:`environment` and :func:`write_result` stamp every results file with the versions,
   the device, the dtype, the threads and the git commit it came from (no hostname, no user).
-  :func:`write_record` is the one writer of JSON records (atomic; NaN and infinity -> null,
-  :func:`jsonable`).
+  The one writer of JSON records (atomic; NaN and infinity -> null) is
+  :func:`specdec.theory.recordio.write_record`.
 * ``specdec measure`` (a drafter against a target on your prompts) lives in
   :mod:`specdec.analysis.usermeasure`, on top of these.
 
@@ -26,7 +26,6 @@ Speed thresholds belong in benchmarks, never in tests: these functions only meas
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 import platform
@@ -35,7 +34,7 @@ import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -45,6 +44,7 @@ import numpy as np
 
 from specdec.engine.machine import cpu_name
 from specdec.theory.checks import check_float, check_int
+from specdec.theory.recordio import write_record
 
 __all__ = [
     "TensorSession",
@@ -60,10 +60,8 @@ __all__ = [
     "time_calls",
     "time_forwards",
     "time_once",
-    "jsonable",
     "verify_cost_curve",
     "verify_cost_curves",
-    "write_record",
     "write_result",
 ]
 
@@ -561,56 +559,11 @@ def environment(*, model: Any = None, dtype: str | None = None, device: str | No
     }
 
 
-def jsonable(obj: Any) -> Any:
-    """``obj`` as plain JSON values, with THE NaN rule of every record the package writes.
-
-    The rule: NaN and infinity become ``None`` (``null`` in the file): a quantity that is
-    undefined (alpha when nothing was drafted) or was not measured reads null, never a number
-    and never the non-standard ``NaN`` token that strict JSON readers refuse. Readers map null
-    back to NaN where they compute. Besides: numpy scalars and arrays become Python numbers
-    and lists, tuples lists, dict keys strings, paths POSIX strings, dataclasses their
-    ``to_dict()`` (or fields); anything else is refused (TypeError).
-    """
-    if isinstance(obj, Mapping):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return jsonable(obj.item())
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if obj is None or isinstance(obj, str | bool | int):
-        return obj
-    if isinstance(obj, Path):
-        return obj.as_posix()
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return jsonable(obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj))
-    raise TypeError(f"cannot write a {type(obj).__name__} to JSON")
-
-
-def write_record(path: str | Path, record: Any, *, indent: int | None = 2, sort_keys: bool = True) -> Path:
-    """THE record writer: ``record`` through :func:`jsonable` (NaN and infinity -> null), as JSON, written
-    atomically (a temporary file in the same folder, then :func:`os.replace`: a crash or a timeout
-    never leaves half a file, and a reader sees the old record or the new one). Creates the folder."""
-    text = json.dumps(jsonable(record), indent=indent, sort_keys=sort_keys, allow_nan=False)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text + "\n", encoding="utf-8")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
-
-
 def write_result(
     path: str | Path, record: Mapping[str, Any], *, env: Mapping[str, Any] | None = None
 ) -> Path:
-    """Write ``record`` (:func:`write_record`: sorted keys, indent 2, atomic, NaN -> null) with the
-    environment under ``"environment"``.
+    """Write ``record`` (:func:`~specdec.theory.recordio.write_record`: sorted keys, indent 2, atomic,
+    NaN -> null) with the environment under ``"environment"``.
 
     ``env`` defaults to :func:`environment` (called now). A record that already has an
     ``"environment"`` key is refused.

@@ -16,8 +16,6 @@ package install (``PYTHONPATH=.``). Issue #12, item 4.
                        (:func:`specdec.measure.surfaces.cost_surface`), the kernels' time on CUDA
                        (:func:`~specdec.measure.surfaces.kernel_time_surface`) and the engine's own
                        step (:func:`~specdec.measure.surfaces.engine_forward_times`).
-
-The names the steps come from are importable from here too (the module's older home).
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from typing import Any
 
 from specdec.engine.randomllama import QUICK_SHAPE, SHAPES, random_llama
 from specdec.measure.device import device_info, device_roofline, device_slug, free_memory
-from specdec.measure.devicechecks import exact_two_token_law, first_two_token_test, greedy_equality
+from specdec.measure.devicechecks import first_two_token_test, greedy_equality
 from specdec.measure.recorder import Deadline, Recorder
 from specdec.measure.surfaces import (
     B1_EXTRA_KS,
@@ -39,32 +37,8 @@ from specdec.measure.surfaces import (
     engine_forward_times,
     kernel_time_surface,
 )
-from specdec.theory.chisquare import chi2_sf, chi_square_pvalue
 
-__all__ = [
-    "B1_EXTRA_KS",
-    "GRID_BATCHES",
-    "GRID_KS",
-    "QUICK_SHAPE",
-    "SHAPES",
-    "Deadline",
-    "Recorder",
-    "chi2_sf",
-    "chi_square_pvalue",
-    "cost_surface",
-    "device_info",
-    "device_roofline",
-    "device_slug",
-    "engine_forward_times",
-    "exact_two_token_law",
-    "first_two_token_test",
-    "free_memory",
-    "greedy_equality",
-    "kernel_time_surface",
-    "plan",
-    "random_llama",
-    "run_record",
-]
+__all__ = ["plan", "run_record"]
 
 
 def plan(settings: Any) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Real weights on a GPU (issue #23): the run of ``benchmarks/gpu_real.py``, section by section.
 
 The script parses its command line and calls :func:`run_real` (or, for ``--check-payload``,
-:func:`preflight` and :func:`graph_smoke`); the payload, the static-cache engine and the tables
-are :mod:`specdec.measure.gpureal`'s. The sections of the record (``<device>-real.json``, a
+:func:`preflight` and :func:`graph_smoke`); the payload is :mod:`specdec.measure.gpupayload`'s,
+the static-cache engine :mod:`specdec.measure.gpureal`'s, the tables
+:mod:`specdec.measure.gpusummary`'s. The sections of the record (``<device>-real.json``, a
 :class:`specdec.measure.recorder.Recorder` saved after every section):
 
 * ``payload``, ``engine``, ``graphs``, ``checks``, ``hf_check`` -- the weights loaded and
@@ -17,7 +18,7 @@ are :mod:`specdec.measure.gpureal`'s. The sections of the record (``<device>-rea
   paired plain-vs-speculative driver (:func:`specdec.measure.pairedrun.paired_block`, its
   ``timer`` hook choosing the engine and counting graph replays);
 * ``summary`` -- the tables recomputed from the stored timings
-  (:func:`specdec.measure.gpureal.summarize_runs`).
+  (:func:`specdec.measure.gpusummary.summarize_runs`).
 
 torch and numpy only at import; transformers only for ``hf_check`` and ``hf_eager``.
 """
@@ -60,7 +61,9 @@ __all__ = [
 RUN_MODULES = (
     "torch",
     "numpy",
+    "specdec.measure.gpupayload",
     "specdec.measure.gpureal",
+    "specdec.measure.gpusummary",
     "specdec.measure.gpurun",
     "specdec.engine.decoding",
     "specdec.engine.drafters",
@@ -450,13 +453,9 @@ def run_real(
     import torch
 
     from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
-    from specdec.measure.gpureal import (
-        StaticLlama,
-        distilled_draft,
-        load_payload,
-        summarize_costs,
-        summarize_runs,
-    )
+    from specdec.measure.gpupayload import load_payload
+    from specdec.measure.gpureal import StaticLlama, distilled_draft
+    from specdec.measure.gpusummary import summarize_costs, summarize_runs
 
     if s.threads:
         torch.set_num_threads(s.threads)

@@ -29,8 +29,9 @@ import numpy as np
 import torch
 
 from specdec.engine.lean import MODES, NATIVE_MODES, LeanLlama, int4_supported, torch_threads_for
-from specdec.measure.core import cpu_name, time_forwards, write_record
+from specdec.measure.core import cpu_name, time_forwards
 from specdec.theory.checks import check_float, check_int, check_ints
+from specdec.theory.recordio import write_record
 
 __all__ = [
     "DRAFT_MODES",

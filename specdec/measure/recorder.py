@@ -3,7 +3,7 @@
 * :class:`Deadline` -- a global time budget, checked between cells (what it cuts is listed as
   skipped, never run halfway).
 * :class:`Recorder` -- the record of one run (``settings``, ``status`` and one key per section),
-  written atomically by :func:`specdec.measure.core.write_record` after every section, so a
+  written atomically by :func:`specdec.theory.recordio.write_record` after every section, so a
   timeout still leaves the data so far. The GPU record (:mod:`specdec.measure.gpurecord`) and the
   real-weights GPU run (:mod:`specdec.measure.gpurun`) both keep their records here.
 """
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from specdec.measure.core import write_record
+from specdec.theory.recordio import write_record
 
 __all__ = ["Deadline", "Recorder"]
 

@@ -291,28 +291,3 @@ def machine_roofline(
         "torch_threads": torch.get_num_threads(),
         "rooflines": entries,
     }
-
-
-#: Names that lived here before the roofline module's four jobs were parted, and their homes now
-#: (``from specdec.measure.roofline import step_cost`` still works).
-MOVED = {
-    **dict.fromkeys(
-        ("GB", "WEIGHT_FORMATS", "WEIGHT_PARTS", "WeightFormat", "predict_step_time", "predict_verify_curve",
-         "step_cost"),
-        "specdec.theory.cost",
-    ),
-    **dict.fromkeys(
-        ("BUCKETS", "LABELS", "LLAMA_LABELS", "label_modules", "profile_native_step", "profile_step",
-         "timed_call"),
-        "specdec.measure.profile",
-    ),
-    **dict.fromkeys(("cpu_flags", "cpu_identity", "numpy_simd"), "specdec.engine.machine"),
-}  # fmt: skip
-
-
-def __getattr__(name: str) -> Any:
-    if name in MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

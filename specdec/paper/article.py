@@ -101,6 +101,8 @@ def load_article_numbers() -> list[ArticleNumber]:
 # --------------------------------------------------------------------------------------------
 
 CLAIMS_FILE = "article_claims.csv"
+#: The verdicts of the claims judged by reading alone (constant judgements, data beside the claims).
+READINGS_FILE = "article_readings.csv"
 
 #: The article's printed tables other than the E[T] table, by name (file ``article_<name>.csv``):
 #: its section 六 comparison table, its section 六 excerpt of the paper's Table 3, its section 八
@@ -122,6 +124,16 @@ class ArticleClaim(NamedTuple):
     check_kind: str
     cites: str
     reason: str
+
+
+class ArticleReading(NamedTuple):
+    """The book's judgement of one claim judged by reading alone, as stored in ``article_readings.csv``
+    (all fields text): its verdict, how it was read, and the reason."""
+
+    id: str
+    verdict: str
+    how: str
+    note: str
 
 
 class Comparison(NamedTuple):
@@ -161,6 +173,23 @@ def load_article_claims() -> list[ArticleClaim]:
         if (claim.check_kind == "none") != bool(claim.reason.strip()):
             raise ValueError(f"claim {claim.id}: a reason is given exactly when check_kind is 'none'")
     return claims
+
+
+def load_article_readings() -> list[ArticleReading]:
+    """The verdicts of the claims judged by reading alone (``article_readings.csv``), in its order.
+
+    Raises ``ValueError`` if an id repeats or a row says nothing of how the claim was read; the
+    ledger checks the rest (a known verdict, a reading claim, no check in code as well).
+    """
+    readings = [ArticleReading(**row) for row in csv.DictReader(_data_lines(READINGS_FILE))]
+    seen: set[str] = set()
+    for reading in readings:
+        if reading.id in seen:
+            raise ValueError(f"reading ids must be unique; {reading.id!r} repeats")
+        seen.add(reading.id)
+        if not reading.how.strip():
+            raise ValueError(f"reading {reading.id}: 'how' must say what was read")
+    return readings
 
 
 def printed_values(printed: str) -> dict[str, list[str]]:
@@ -223,10 +252,12 @@ __all__ += [
     "ARTICLE_TABLES",
     "CHECK_KINDS",
     "ArticleClaim",
+    "ArticleReading",
     "Comparison",
     "article_ops_factor",
     "compare_printed",
     "load_article_claims",
+    "load_article_readings",
     "load_article_table",
     "printed_values",
 ]

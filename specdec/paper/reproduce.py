@@ -28,6 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 from specdec.paper.audit import agrees, parse_printed, verdict
 from specdec.paper.published import load_table, statement, value
 from specdec.theory.checks import check_array, check_int, check_ints
+from specdec.theory.recordio import csv_cell, write_text_atomic
 from specdec.theory.speedup import (
     expected_tokens,
     ops_factor,
@@ -510,6 +511,7 @@ EXPORTS: dict[str, Callable[[], list[Record]]] = {
 
 
 def _cell(x: object) -> str:
+    x = csv_cell(x)  # the records' NaN rule: NaN and infinity -> the empty cell
     if isinstance(x, (bool, np.bool_)):
         return "true" if x else "false"
     if isinstance(x, (float, np.floating)):
@@ -525,6 +527,8 @@ def csv_text(records: Sequence[Record]) -> str:
 
     Booleans are written ``true``/``false``, lines end with ``\\n``, and ``-0.0000`` is
     written ``0.0000``, so equal records always give identical bytes.
+    NaN and infinity are written as the empty cell (:func:`specdec.theory.recordio.csv_cell`, the
+    records' NaN rule).
     """
     if not records:
         raise ValueError("records must hold at least one row")
@@ -540,10 +544,8 @@ def csv_text(records: Sequence[Record]) -> str:
 
 
 def write_csv(records: Sequence[Record], path: str | Path) -> Path:
-    """Write ``records`` to ``path`` as :func:`csv_text` (UTF-8); returns the path."""
-    path = Path(path)
-    path.write_bytes(csv_text(records).encode("utf-8"))
-    return path
+    """Write ``records`` to ``path`` as :func:`csv_text` (UTF-8, atomically); returns the path."""
+    return write_text_atomic(path, csv_text(records))
 
 
 def export_tables(out_dir: str | Path) -> list[Path]:

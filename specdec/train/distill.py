@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from specdec.theory.checks import check_int
+from specdec.theory.recordio import jsonable, write_record
 from specdec.train.shards import load_shards, response_tokens, shard_paths, write_shard
 
 __all__ = ["TOP_K", "generate_data", "load_shards", "main"]
@@ -218,7 +219,7 @@ def generate_data(
         "this_run_seconds": round(seconds, 1),
         "tokens_per_s": round(made / seconds, 1) if seconds > 0 else None,
     }
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_record(out / "meta.json", meta, indent=2, sort_keys=False)  # atomic; NaN -> null
     return meta
 
 
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             minutes=args.minutes,
             sort_window=args.sort_window,
         )
-        print(json.dumps(meta))
+        print(json.dumps(jsonable(meta)))  # the records' NaN rule: NaN -> null
         return 0
     from specdec.train.draftnets import train_draft
 
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         out_root=args.out_root,
         command="python -m specdec.train.distill " + " ".join(argv if argv is not None else sys.argv[1:]),
     )
-    print(json.dumps({k: v for k, v in card.items() if k != "history"}))
+    print(json.dumps(jsonable({k: v for k, v in card.items() if k != "history"})))
     return 0
 
 

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int
+from specdec.theory.recordio import jsonable, write_record
 from specdec.train.shards import load_shards, sequences
 
 __all__ = [
@@ -189,7 +190,7 @@ def save_draft(draft: torch.nn.Module, folder: str | Path, card: dict) -> dict:
     tensors["kept"] = draft.lm_head.kept.to(torch.int32)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / _WEIGHTS))
     card = {**card, "bytes": (folder / _WEIGHTS).stat().st_size, "params": draft_param_count(draft)}
-    (folder / _CARD).write_text(json.dumps(card, indent=2) + "\n")
+    write_record(folder / _CARD, card, indent=2, sort_keys=False)  # atomic; NaN -> null
     return card
 
 
@@ -479,7 +480,7 @@ def train_draft(
                 "minutes": round((time.perf_counter() - start) / 60, 2),
             }
             history.append(row)
-            log(json.dumps(row))
+            log(json.dumps(jsonable(row)))  # the records' NaN rule: NaN -> null
     draft.eval()
     train_minutes = (time.perf_counter() - start) / 60
     card = {
@@ -515,7 +516,7 @@ def train_draft(
     root = DRAFT_DIR if out_root is None else Path(out_root)
     card = save_draft(draft, root / name, card)
     card["heldout"] = _evaluate(draft, held, remap, pad, batch_tokens)  # after int8 rounding
-    (root / name / _CARD).write_text(json.dumps(card, indent=2) + "\n")
+    write_record(root / name / _CARD, card, indent=2, sort_keys=False)
     return draft, card
 
 

@@ -5,7 +5,11 @@ judges them. One job per module:
 
 * :mod:`specdec.paper.ledger.registry` -- the verdicts, what a check returns, and how one claim is
   judged (:func:`~specdec.paper.ledger.registry.evaluate`).
-* :mod:`specdec.paper.ledger.checks`   -- the check of each checkable claim, keyed by claim id.
+* :mod:`specdec.paper.ledger.checks`   -- the check of each checkable claim, keyed by claim id, gathered
+  from the modules of checks by section (``checks_intro``, ``checks_speedup``, ``checks_tables``,
+  ``checks_closing``, sharing :mod:`~specdec.paper.ledger.base`) and the readings.
+* :mod:`specdec.paper.ledger.readings` -- the claims judged by reading alone: their verdicts are data
+  (``specdec/data/article_readings.csv``).
 * :mod:`specdec.paper.ledger.build`    -- the whole ledger, in the article's order, with its counts.
 * :mod:`specdec.paper.ledger.render`   -- the HTML tables, the summary table and the CSV export.
 * :mod:`specdec.paper.ledger.measured` -- measured verdicts of the article's hardware and load claims
