@@ -67,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     from specdec.engine import native
     from specdec.engine.models import set_threads
     from specdec.measure.core import cpu_name, environment
-    from specdec.theory.recordio import write_record
     from specdec.measure.device import device_slug
     from specdec.measure.modes import machine_identity
+    from specdec.theory.recordio import write_record
 
     env = environment()
     if env.get("git_dirty") and not args.quick:

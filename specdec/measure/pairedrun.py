@@ -50,7 +50,8 @@ def timed_generation(
     exact_length: bool = False,
 ) -> tuple[list[int], Any, float]:
     """One generation, timed as a whole: plain decoding when ``drafter`` is None, else speculative
-    decoding at ``gamma`` (a tree drafter's node budget when the drafter proposes trees). Returns ``(tokens, stats, total_s)``; the decoding time alone is
+    decoding at ``gamma`` (a tree drafter's node budget when the drafter proposes trees). Returns
+    ``(tokens, stats, total_s)``; the decoding time alone is
     ``total_s - stats.prefill_s``. With ``exact_length`` (and no EOS) a generation of other
     than ``new_tokens`` tokens is an error (Part IV times fixed-length runs)."""
     from specdec.engine.lean import torch_threads_for
