@@ -1,6 +1,6 @@
 """Issue 29: draft trees and suffix decoding, measured on held-out prompts against chains and plain decoding.
 
-    python benchmarks/trees.py --quick                 # a smoke run (a few minutes); a dirty tree allowed
+    python benchmarks/trees.py --quick                 # a smoke run (a minute) on development prompts
     python benchmarks/trees.py --budget-s 3000         # the run; the same command again resumes it
 
 The program is :mod:`specdec.analysis.treebench` (configurations, prompts, summary); the runner and the
@@ -80,9 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_identity()  # before any thread count is pinned
     configs = tb.QUICK_CONFIGS if args.quick else tb.CONFIGS
     built = tb.build(threads=threads, configs=configs)
-    prompts, sha = tb.heldout_prompts(built["tokenizer"])
-    if args.quick:
-        prompts = [p for p in prompts if p["index"] < 2]
+    if args.quick:  # the development prompts: a smoke run never touches the held-out set
+        prompts, sha = tb.development_prompts(built["tokenizer"], per_task=2), None
+    else:
+        prompts, sha = tb.heldout_prompts(built["tokenizer"])
     slug = device_slug(cpu_name())[:40]
     out = Path(args.out) if args.out else (
         ROOT / "results" / "bench" / f"trees-{slug}-{threads}t{'-quick' if args.quick else ''}.json"

@@ -25,25 +25,37 @@ import numpy as np
 from specdec.analysis.campaign import Config, Engine, spec_configs
 from specdec.theory.checks import check_int
 
-__all__ = ["CONFIGS", "HELDOUT", "QUICK_CONFIGS", "build", "heldout_prompts", "tree_summary", "verify_curves"]
+__all__ = [
+    "CONFIGS",
+    "HELDOUT",
+    "QUICK_CONFIGS",
+    "build",
+    "development_prompts",
+    "heldout_prompts",
+    "tree_summary",
+    "verify_curves",
+]
 
 #: Rows of the verify calls timed for v(N) (the root included: a tree of N - 1 drafts is a call of N rows).
 VERIFY_KS = (1, 2, 3, 4, 6, 8, 10, 12, 17, 24, 33)
 
 HELDOUT = Path(__file__).resolve().parents[1] / "data" / "workloads" / "heldout" / "trees-v1.jsonl"
 
-#: Drafter specs and their gammas (chains) or node budgets (trees), fixed before the run. Chains and
-#: trees meet at equal node budgets (lookup 8 vs lookup-tree 8, draft g6 vs draft-tree 6) and at
-#: equal draft cost (draft g3 vs draft-tree,branch=2 at 6 nodes: three draft calls each).
+#: Drafter specs and their gammas (chains) or node budgets (trees), fixed before the run on the
+#: development prompts (``specdec/data/workloads``; never the held-out set): budgets above 8 lost there
+#: on this machine's steep verify curve, and lookup trees from 1-gram matches lost to 2-gram ones.
+#: Chains and trees meet at equal node budgets (lookup g4 vs lookup-tree 4, draft g4 vs draft-tree 4,
+#: suffix as a path vs as a tree at 8).
 CONFIGS: dict[str, tuple[int, ...]] = {
-    "lookup": (4, 8),
-    "lookup-tree": (8, 16),
-    "suffix": (16, 32),
-    "draft:distil-l1": (3, 6),
-    "draft-tree:distil-l1,branch=2": (6,),
-    "draft-tree:distil-l1,branch=3": (9,),
+    "lookup": (2, 4),
+    "lookup-tree,min_ngram=2": (4, 8),
+    "suffix": (8, 16),
+    "suffix,tree=0": (8,),
+    "draft:distil-l1": (2, 4),
+    "draft-tree:distil-l1,branch=2": (4,),
+    "draft-tree:distil-l1,branch=3": (6,),
 }
-QUICK_CONFIGS: dict[str, tuple[int, ...]] = {"lookup": (4,), "lookup-tree": (8,), "suffix": (16,)}
+QUICK_CONFIGS: dict[str, tuple[int, ...]] = {"lookup": (4,), "lookup-tree,min_ngram=2": (4,), "suffix": (8,)}
 
 
 def heldout_prompts(tokenizer: Any, path: str | Path = HELDOUT) -> tuple[list[dict[str, Any]], str]:
@@ -70,6 +82,20 @@ def heldout_prompts(tokenizer: Any, path: str | Path = HELDOUT) -> tuple[list[di
         out.append({"id": row["id"], "task": row["task"], "index": index,
                     "ids": chat_prompt_ids(tokenizer, row["prompt"])})  # fmt: skip
     return out, hashlib.sha256(raw).hexdigest()
+
+
+def development_prompts(tokenizer: Any, per_task: int = 2) -> list[dict[str, Any]]:
+    """The first ``per_task`` development prompts of each task (the set the engine and the
+    configurations were developed on: :func:`specdec.train.workloads.evaluation_prompts`), with
+    ``index`` in its task."""
+    from specdec.train.workloads import evaluation_prompts
+
+    seen: dict[str, int] = {}
+    out = []
+    for p in evaluation_prompts(tokenizer, per_task):
+        out.append(p | {"index": seen.get(p["task"], 0)})
+        seen[p["task"]] = seen.get(p["task"], 0) + 1
+    return out
 
 
 def build(

@@ -18,6 +18,7 @@ so the registry imports nothing above ``engine``. The spec string is what a reco
 
 Suffix decoding's global tree (earlier finished generations) is off unless ``global=1``: a
 measurement that repeats a prompt would otherwise speculate from that prompt's own earlier output.
+``suffix,tree=0`` speculates a single path (arctic-inference's default) instead of a tree.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ KINDS: dict[str, _Kind] = {
             "offset": _float_option(-64.0, 64.0),
             "min_prob": _float_option(0.0, 1.0),
             "global": _int_option(0, 1),
+            "tree": _int_option(0, 1),
         },
         "suffix decoding (arXiv:2411.04975) over the prompt and the generation so far",
     ),
@@ -172,9 +174,10 @@ def build_drafter(spec: object, context: DraftContext) -> Any:
         return LookupTreeDrafter(**opts)
     if parsed.kind == "suffix":
         names = {"depth": "max_depth", "factor": "max_spec_factor", "offset": "max_spec_offset",
-                 "min_prob": "min_token_prob", "global": "use_global"}  # fmt: skip
+                 "min_prob": "min_token_prob", "global": "use_global", "tree": "use_tree_spec"}  # fmt: skip
         kw = {names[k]: v for k, v in opts.items()}
         kw["use_global"] = bool(kw.get("use_global", 0))
+        kw["use_tree_spec"] = bool(kw.get("use_tree_spec", 1))
         return SuffixDecodingDrafter(**kw)
     if parsed.kind in ("draft", "draft-tree"):
         if context.load_draft is None:
