@@ -60,8 +60,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def reanalyse(path: str) -> int:
+    """The record's analyses recomputed from its stored runs (pure functions of them), with the commit
+    that computed them."""
+    import json
+
+    from specdec.analysis import treebench as tb
+    from specdec.analysis.treetables import simultaneous
+    from specdec.measure.core import environment
+    from specdec.theory.recordio import write_record
+
+    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not record.get("complete"):
+        print(f"trees.py: {path} is not a complete record", file=sys.stderr)
+        return 2
+    record["trees"] = tb.tree_summary(record)
+    record["simultaneous"] = simultaneous(record)
+    env = environment()
+    record["analysed_with"] = {"git_commit": env.get("git_commit"), "git_dirty": env.get("git_dirty"),
+                               "timestamp_utc": env.get("timestamp_utc")}  # fmt: skip
+    write_record(path, record, indent=1, sort_keys=False)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.reanalyse:
+        return reanalyse(args.reanalyse)
     from specdec.analysis import treebench as tb
     from specdec.analysis.campaign import run_campaign
     from specdec.engine import native

@@ -24,14 +24,14 @@ def python_blocks() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.S | re.M)
 
 
-def test_the_readme_has_its_two_decoding_examples():
+def test_the_readme_has_its_three_decoding_examples():
     blocks = python_blocks()
-    assert len(blocks) == 2
-    assert all("eos_token_id=eos" in b for b in blocks)  # both stop at the end of the reply
+    assert len(blocks) == 3
+    assert all("eos_token_id=eos" in b for b in blocks)  # each stops at the end of the reply
 
 
 def test_the_readme_examples_run_as_written(capsys, one_thread):
-    first, second = python_blocks()
+    first, second, trees = python_blocks()
     space: dict = {"__name__": "readme"}
     exec(compile(first, "README.md: example 1", "exec"), space)
     printed = capsys.readouterr().out.splitlines()
@@ -51,3 +51,13 @@ def test_the_readme_examples_run_as_written(capsys, one_thread):
     assert out.tokens[-1] == eos and out.tokens.count(eos) == 1 and len(out.tokens) < 64
     shown = "\n".join(printed)  # the mode, then the reply (which may span lines)
     assert shown.startswith(fast.mode + " ") and "<|im_start|>" not in shown
+
+    exec(compile(trees, "README.md: the trees example", "exec"), space)
+    printed = capsys.readouterr().out.splitlines()
+    tree_out = space["out"]
+    assert tree_out.tokens[-1] == eos and float(printed[0]) > 1  # it stops, and rounds emit > 1 token
+    if fast.mode != "float32":  # every exact mode: the tree decode is greedy plain decoding, bit for bit
+        from specdec.engine.decoding import autoregressive
+
+        plain = autoregressive(fast, ids, max_new_tokens=64, eos_token_id=eos)
+        assert tree_out.tokens == plain.tokens

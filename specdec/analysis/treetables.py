@@ -1,0 +1,183 @@
+"""The trees chapter's reader of the trees record (issue 29): tables, goals and where the time goes.
+
+Everything here is a pure function of a complete ``trees`` record (``benchmarks/trees.py``): its
+cross-fit analysis (:mod:`specdec.analysis.crossfit`, per-comparison 95 % intervals), its simultaneous
+analysis (:func:`simultaneous`: the same bootstrap at a Bonferroni level over every family-vs-fastest-plain
+verdict of the record, stored by ``benchmarks/trees.py --reanalyse``), its tree summary
+(:func:`specdec.analysis.treebench.tree_summary`) and its verify curves. Torch-free.
+
+Goal rules (issue 29), fixed here before the record was read: a goal "at least X times the fastest
+plain decoder" is met when the cross-fitted estimate is >= X *and* the interval's lower end is above 1;
+"no task below 0.95x" fails when any task's estimate is below 0.95. Estimates are compared at full
+precision (ties decided exactly); the chapter prints them rounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "COPY_TASKS",
+    "family_rows",
+    "fixed_rows",
+    "goals",
+    "short",
+    "simultaneous",
+    "stratum",
+    "where_time_goes",
+]
+
+#: The tasks whose output copies the input (issue 29's first goal).
+COPY_TASKS = ("summarize", "extract")
+#: Families of issue 29's goals, by their short names (:func:`short`).
+LOOKUP_FAMILIES = ("lookup-tree,min_ngram=2", "suffix", "suffix,tree=0")
+MODEL_TREE_FAMILIES = ("draft-tree:distil-l1,branch=2", "draft-tree:distil-l1,branch=3")
+
+
+def short(name: str) -> str:
+    """A family or configuration id without its engine (``lean-q4q8-2t/suffix/g8`` -> ``suffix/g8``)."""
+    return name.split("/", 1)[1] if "/" in name else name
+
+
+def stratum(analysis: Mapping[str, Any], temperature: float, task: str) -> Mapping[str, Any]:
+    """The stratum of ``analysis`` at ``temperature`` and ``task`` ("all": tasks pooled)."""
+    for s in analysis["strata"]:
+        if float(s["temperature"]) == float(temperature) and s["task"] == task:
+            return s
+    raise KeyError(f"no stratum at temperature {temperature} and task {task!r}")
+
+
+def simultaneous(record: Mapping[str, Any], *, n_boot: int = 20000, alpha: float = 0.05) -> dict[str, Any]:
+    """The record's cross-fit analysis again at a Bonferroni level: ``1 - alpha / m`` with ``m`` the number
+    of family-vs-fastest-plain verdicts (families x temperatures x (tasks + pooled)), so that every such
+    interval holds at once with probability >= 1 - alpha. More resamples, for the far quantiles."""
+    from specdec.analysis.crossfit import analyse, fold_of
+
+    families = {c["family"] for c in record["configs"] if not c["plain"]}
+    tasks = {p["task"] for p in record["prompts"]}
+    m = len(families) * len(record["temperatures"]) * (len(tasks) + 1)
+    level = 1.0 - alpha / m
+    folds = {(p["task"], p["id"]): fold_of(p["index"]) for p in record["prompts"]}
+    seed = int(record["settings"].get("seed", 0))
+    out = analyse(record["runs"], record["configs"], folds, n_boot=n_boot, seed=seed, level=level)
+    return {"method": "Bonferroni over the family-vs-fastest-plain verdicts", "m": m, "alpha": alpha} | out
+
+
+def _ratio(x: Mapping[str, Any]) -> dict[str, Any]:
+    return {"estimate": x["estimate"], "low": x["low"], "high": x["high"], "verdict": x.get("verdict")}
+
+
+def family_rows(analysis: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per (temperature, task, family): the configuration chosen on each half, tokens/s and the
+    ratio to the fastest plain decoder (estimate, interval, verdict)."""
+    rows = []
+    for s in analysis["strata"]:
+        for f in s["families"]:
+            chosen = sorted({short(c) for c in f["chosen_on_half"].values()})
+            rows.append({
+                "temperature": float(s["temperature"]), "task": s["task"], "family": short(f["family"]),
+                "chosen": " / ".join(chosen), "tok_s": f["tok_s"]["estimate"],
+                "fastest_plain_tok_s": s["fastest_plain_tok_s"]["estimate"],
+                **{f"x_{k}": v for k, v in _ratio(f["vs_fastest_plain"]).items()},
+            })  # fmt: skip
+    return rows
+
+
+def fixed_rows(analysis: Mapping[str, Any], task: str = "all") -> list[dict[str, Any]]:
+    """One row per (temperature, configuration) at ``task``: no choice made (each budget a setting stated
+    in advance), tokens/s and the ratio to the fastest plain decoder."""
+    rows = []
+    for s in analysis["strata"]:
+        if s["task"] != task:
+            continue
+        for f in s["fixed"]:
+            rows.append({
+                "temperature": float(s["temperature"]), "config": short(f["config"]),
+                "tok_s": f["tok_s"]["estimate"],
+                **{f"x_{k}": v for k, v in _ratio(f["vs_fastest_plain"]).items()},
+            })  # fmt: skip
+    return rows
+
+
+def _unprefixed(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k[2:]: v for k, v in row.items() if k.startswith("x_")}
+
+
+def _best(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    return max(rows, key=lambda r: (r["x_estimate"], r["family"]))
+
+
+def goals(record: Mapping[str, Any], analysis: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Issue 29's three goals judged on the cross-fitted families (rules in the module docstring):
+    (1) suffix decoding or a lookup tree >= 1.3x on each input-copying task at temperature 0;
+    (2) that family below 0.95x on no task (either temperature); (3) a model-drafter tree >= 1.0x
+    pooled at temperature 0. Returns one row per goal: the family judged, the numbers, met or not."""
+    rows = family_rows(analysis or record["crossfit"])
+
+    def pick(temp: float, task: str, names: Sequence[str]) -> list[Mapping[str, Any]]:
+        return [r for r in rows if r["temperature"] == temp and r["task"] == task and r["family"] in names]
+
+    out = []
+    # (1) the lookup-like family chosen as the one with the best pooled copy-task estimate at T = 0
+    copy = {
+        name: [pick(0.0, t, [name])[0] for t in COPY_TASKS]
+        for name in LOOKUP_FAMILIES
+        if all(pick(0.0, t, [name]) for t in COPY_TASKS)
+    }
+    name = max(copy, key=lambda n: (min(r["x_estimate"] for r in copy[n]), n))
+    met1 = all(r["x_estimate"] >= 1.3 and r["x_low"] > 1.0 for r in copy[name])
+    out.append({
+        "goal": "suffix or lookup tree >= 1.3x the fastest plain on the input-copying tasks, T = 0",
+        "family": name, "numbers": {r["task"]: _unprefixed(r) for r in copy[name]}, "met": met1,
+    })  # fmt: skip
+    # (2) the same family on every task, both temperatures
+    tasks = [r for r in rows if r["family"] == name and r["task"] != "all"]
+    low = min(tasks, key=lambda r: r["x_estimate"])
+    out.append({
+        "goal": "that family below 0.95x on no task (T = 0 and 1)", "family": name,
+        "numbers": {"lowest": f"{low['task']} at T = {low['temperature']:g}", "estimate": low["x_estimate"],
+                    "low": low["x_low"], "high": low["x_high"]},
+        "met": low["x_estimate"] >= 0.95,
+    })  # fmt: skip
+    # (3) the best model-drafter tree, pooled, T = 0
+    best = _best(pick(0.0, "all", MODEL_TREE_FAMILIES))
+    out.append({
+        "goal": "a model-drafter tree >= 1.0x the fastest plain, pooled, T = 0", "family": best["family"],
+        "numbers": {"estimate": best["x_estimate"], "low": best["x_low"], "high": best["x_high"]},
+        "met": best["x_estimate"] >= 1.0 and best["x_low"] > 1.0,
+    })  # fmt: skip
+    return out
+
+
+def _v_at(curves: Mapping[str, Any], rows: float, which: str) -> float:
+    """v(rows) by linear interpolation on the record's measured verify curve (``which``: chain or tree)."""
+    return float(np.interp(rows, curves["ks"], curves[f"v_{which}"]))
+
+
+def where_time_goes(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per (temperature, configuration): tokens per target call, nodes and accepted drafts per round,
+    acceptance at depths 1-3, c per round (draft time per round in plain steps), v at the mean round's
+    rows (1 + nodes, on the measured tree curve), the speedup they predict over the same engine's plain
+    decoding, E[T] / (c_round + v), and the measured one (the fixed configuration, tasks pooled)."""
+    curves = record["verify_curves"]
+    measured = {}
+    for s in record["crossfit"]["strata"]:
+        if s["task"] == "all":
+            for f in s["fixed"]:
+                measured[(float(s["temperature"]), short(f["config"]))] = f["vs_same_plain"]["estimate"]
+    out = []
+    for r in record["trees"]["rows"]:
+        v = _v_at(curves, 1.0 + r["nodes_per_round"], "tree")
+        c = r["c_round_median"] or 0.0
+        depth = (r["accept_at_depth"] + [None] * 3)[:3]
+        out.append({
+            "temperature": r["temperature"], "config": short(r["config"]),
+            "tokens_per_call": r["tokens_per_call"], "nodes_per_round": r["nodes_per_round"],
+            "accept_d1": depth[0], "accept_d2": depth[1], "accept_d3": depth[2],
+            "c_round": c, "v_rows": v, "predicted": r["tokens_per_call"] / (c + v),
+            "measured": measured.get((r["temperature"], short(r["config"]))),
+        })  # fmt: skip
+    return out

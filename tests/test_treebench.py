@@ -1,0 +1,113 @@
+"""The trees measurement's program, script and reader (issue 29), without timing anything real."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from specdec.analysis import treebench as tb
+from specdec.analysis import treetables as tt
+from specdec.engine.lean import LeanLlama
+from tests.tiny_models import tiny_llama
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("trees_script", ROOT / "benchmarks" / "trees.py")
+script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(script)
+
+
+class _Tok:
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        return messages[-1]["content"]
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) % 50 for c in text[:20]]
+
+
+def test_the_held_out_prompts_are_the_frozen_file_and_the_record_names_its_hash():
+    prompts, sha = tb.heldout_prompts(_Tok())
+    assert sha == hashlib.sha256(tb.HELDOUT.read_bytes()).hexdigest()
+    tasks = [p["task"] for p in prompts]
+    assert {t: tasks.count(t) for t in set(tasks)} == {"summarize": 6, "extract": 6, "code": 6, "chat": 6}
+    assert [p["index"] for p in prompts if p["task"] == "code"] == list(range(6))
+    # the committed records were measured on exactly this file: editing it breaks them
+    for path in sorted((ROOT / "results" / "bench").glob("trees-*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not record["settings"].get("quick"):
+            assert record["settings"]["prompts_sha256"] == sha, path.name
+
+
+def test_a_malformed_prompt_file_is_refused(tmp_path):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"id": "a", "task": "chat", "prompt": 5}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="line 1"):
+        tb.heldout_prompts(_Tok(), bad)
+
+
+def test_verify_curves_time_chain_and_tree_calls_on_a_tiny_model():
+    model = LeanLlama(tiny_llama(0), "float32")
+    v = tb.verify_curves(model, prefix_len=8, ks=(1, 2, 5), repeats=2)
+    assert v["ks"] == [1, 2, 5] and v["v_chain"][0] == 1.0
+    assert len(v["samples_s"]["tree"][2]) == 2 and all(t > 0 for t in v["median_s"]["tree"])
+
+
+def _run(temp, prompt, config, rep, rate, task="summarize", stats=None):
+    row = {"temperature": temp, "task": task, "prompt": prompt, "config": config, "rep": rep,
+           "drafter": "plain" if config.endswith("plain") else config.split("/")[1],
+           "decode_s": 100 / rate, "new_tokens": 100, "draft_s": 0.01, "rounds": 50}  # fmt: skip
+    if stats is not None:
+        row["stats"] = stats
+    return row
+
+
+def test_tree_summary_pools_rep0_stats_and_prices_the_draft_in_plain_steps():
+    st = {"target_calls": 50, "new_tokens": 100, "rounds": 50, "drafted_tokens": 200, "accepted_tokens": 50,
+          "draft_calls": 50, "examined_at": [50, 20], "accepted_at": [30, 10]}  # fmt: skip
+    runs = [_run(0.0, "p", "e/plain", 0, 100.0), _run(0.0, "p", "e/suffix/g8", 0, 150.0, stats=st)]
+    row = tb.tree_summary({"runs": runs})["rows"][0]
+    assert row["tokens_per_call"] == 2.0 and row["nodes_per_round"] == 4.0
+    assert row["accept_at_depth"] == [0.6, 0.5]
+    assert row["c_round_median"] == pytest.approx(0.01 / 50 / (1 / 100))  # draft per round / plain step
+
+
+def _fam(task, family, est, low, high=2.0, temp=0.0):
+    ratio = {"estimate": est, "low": low, "high": high, "verdict": "x"}
+    return {"family": f"e/{family}", "chosen_on_half": {"0": f"e/{family}/g4", "1": f"e/{family}/g4"},
+            "tok_s": {"estimate": 100.0 * est}, "vs_fastest_plain": ratio}  # fmt: skip
+
+
+def _analysis(copy_est, copy_low, chat_est, tree_est, tree_low):
+    strata = []
+    for temp in (0.0, 1.0):
+        for task in ("summarize", "extract", "code", "chat", "all"):
+            est = copy_est if task in tt.COPY_TASKS else chat_est if task == "chat" else 1.1
+            families = [_fam(task, "suffix", est, copy_low if task in tt.COPY_TASKS else 0.9),
+                        _fam(task, "lookup-tree,min_ngram=2", 0.5, 0.4),
+                        _fam(task, "suffix,tree=0", 0.5, 0.4),
+                        _fam(task, "draft-tree:distil-l1,branch=2", tree_est, tree_low),
+                        _fam(task, "draft-tree:distil-l1,branch=3", 0.5, 0.4)]  # fmt: skip
+            strata.append({"temperature": temp, "task": task, "families": families,
+                           "fastest_plain_tok_s": {"estimate": 100.0}})  # fmt: skip
+    return {"strata": strata}
+
+
+def test_the_goal_rules_decide_at_their_bounds_exactly():
+    met = tt.goals({}, _analysis(1.3, 1.01, 0.95, 1.0, 1.001))
+    assert [g["met"] for g in met] == [True, True, True] and met[0]["family"] == "suffix"
+    missed = tt.goals({}, _analysis(1.2999999, 1.01, 0.9499999, 1.0, 1.0))
+    assert [g["met"] for g in missed] == [False, False, False]
+    assert not tt.goals({}, _analysis(1.5, 1.0, 1.0, 1.2, 1.1))[0]["met"]  # an interval touching 1
+
+
+def test_the_script_refuses_bad_arguments_and_an_incomplete_record(tmp_path, capsys):
+    for argv in (["--repeats", "0"], ["--new-tokens", "1"], ["--threads", "0"], ["--budget-s", "-1"]):
+        with pytest.raises(SystemExit):
+            script.parse_args(argv)
+        assert argv[0] in capsys.readouterr().err
+    partial = tmp_path / "r.json"
+    partial.write_text(json.dumps({"complete": False}), encoding="utf-8")
+    assert script.main(["--reanalyse", str(partial)]) == 2
