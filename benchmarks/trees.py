@@ -44,6 +44,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--out", default=None, help="the record's path (default: results/bench/trees-<cpu>-<n>t.json)"
     )
+    ap.add_argument(
+        "--reanalyse",
+        metavar="RECORD",
+        default=None,
+        help="add the simultaneous (Bonferroni) intervals and the tree summary to a complete record, anew",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.new_tokens, args.repeats = 16, 1
