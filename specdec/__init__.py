@@ -107,6 +107,8 @@ Analysis (Part IV and V's readers):
   the same engine's plain and the fastest plain decoder, with intervals (numpy only).
 * :mod:`specdec.analysis.treebench` -- issue 29's trees measurement: held-out prompts, chain and tree
   configurations through the registry, v(N) of chain and tree calls, the tree summary.
+* :mod:`specdec.analysis.treetables` -- the trees chapter's reader: family and fixed tables, issue 29's
+  goals, where the time goes, simultaneous (Bonferroni) intervals.
 * :mod:`specdec.analysis.campaign`  -- the campaign runner: every plain decoder and speculative
   configuration on the same prompts, interleaved, resumable (``benchmarks/campaign.py``).
 * :mod:`specdec.analysis.answer`    -- Part VI's reading of the campaign: "faster than what?".

@@ -209,7 +209,7 @@ def verify_curves(
 
     check_int("prefix_len", prefix_len, low=1)
     rng = np.random.default_rng(seed)
-    ids = rng.integers(0, 1000, prefix_len + max(ks)).tolist()
+    ids = rng.integers(0, min(1000, int(target.vocab_size)), prefix_len + max(ks)).tolist()
     chain, tree = open_lm(target), open_lm(target)
     chain.forward(ids[:prefix_len])
     tree.forward(ids[:prefix_len])
