@@ -2,7 +2,7 @@
 
 arctic-inference's suffix tree is a C++ extension (``arctic_inference.suffix_decoding._C``) that
 the project does not install (the package pulls vLLM and builds CUDA ops). Its outputs on the
-inputs below were recorded once in ``specdec/drafting/suffix_reference.json`` (the extension
+inputs below were recorded once in ``specdec/data/arctic/suffix_reference.json`` (the extension
 built alone from the 0.3.0 sdist's ``csrc/suffix_decoding`` with cmake and nanobind 2.9.2, GCC
 12 / libstdc++, on x86-64); :func:`test_reproduces_the_recorded_arctic_outputs` checks that this
 implementation still gives exactly those drafts (tokens, parents, float32 probabilities, scores,
@@ -33,7 +33,7 @@ import pytest
 
 from specdec.drafting.suffix import SuffixDecodingDrafter, SuffixTree
 
-RECORD = Path(__file__).resolve().parents[1] / "specdec" / "drafting" / "suffix_reference.json"
+RECORD = Path(__file__).resolve().parents[1] / "specdec" / "data" / "arctic" / "suffix_reference.json"
 ARCTIC_VERSION = "0.3.0"
 
 

@@ -36,7 +36,7 @@ tree's wins ties. Deterministic: ``q`` is None.
 
 **Against arctic-inference 0.3.0** (``csrc/suffix_decoding/suffix_tree.cc``, ``cache.py``), which
 ``tests/test_suffix_reference.py`` runs when it is importable and whose recorded outputs
-``specdec/drafting/suffix_reference.json`` holds:
+``specdec/data/arctic/suffix_reference.json`` holds:
 
 * the same: counts (every substring up to ``max_depth``, per sequence), the match-length loop and
   its choice by score, ``max_spec_factor`` / ``max_spec_offset`` (``int(f * m + o + 1e-6)``, at
