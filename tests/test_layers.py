@@ -330,9 +330,10 @@ def test_every_module_lives_in_a_layer_folder():
 #: The most lines a module may have (issue #32, item 7): Python under specdec/, C under engine/csrc.
 MAX_LINES = 800
 
-#: Modules still over :data:`MAX_LINES`, owned elsewhere (the engine is being reworked): each must still be
-#: over, so the set only shrinks (remove a file here when it is split).
-KNOWN_LONG = {"specdec/engine/csrc/leanq8.c"}
+#: Modules still over :data:`MAX_LINES`, owned elsewhere (the engine is being reworked), each with the
+#: most lines it may have: each must still be over MAX_LINES and may not grow, so the set only shrinks
+#: (remove a file here when it is split).
+KNOWN_LONG = {"specdec/engine/csrc/leanq8.c": 1187}
 
 
 def long_modules() -> dict[str, int]:
@@ -348,7 +349,9 @@ def test_no_module_is_over_800_lines():
     long = long_modules()
     new = {path: n for path, n in long.items() if path not in KNOWN_LONG}
     assert not new, f"modules over {MAX_LINES} lines (split them by job): {new}"
-    shrunk = sorted(KNOWN_LONG - set(long))
+    grown = {path: n for path, n in long.items() if path in KNOWN_LONG and n > KNOWN_LONG[path]}
+    assert not grown, f"known long modules grew past their ceiling {KNOWN_LONG}: {grown}"
+    shrunk = sorted(set(KNOWN_LONG) - set(long))
     assert not shrunk, f"no longer over {MAX_LINES} lines: drop {shrunk} from KNOWN_LONG here"
 
 

@@ -148,8 +148,8 @@ def test_a_repetitive_context_drafts_its_continuation():
 def test_the_global_tree_remembers_finished_generations_and_can_be_cleared_or_kept_off():
     prompt, response = [9, 9, 1, 2], [10, 11, 12, 13, 14, 15]
     # an offset of 8 lets a 2-token match draft the whole rest of the response
-    kept = SuffixDecodingDrafter(max_spec_offset=8.0)
-    off = SuffixDecodingDrafter(max_spec_offset=8.0, use_global=False)
+    kept = SuffixDecodingDrafter(max_spec_offset=8.0, use_global=True)
+    off = SuffixDecodingDrafter(max_spec_offset=8.0)  # the default: no global tree
     for drafter in (kept, off):
         drafter.start(prompt)
         assert len(drafter.speculate(prompt, 8).tree) == 0  # nothing to copy yet

@@ -40,8 +40,29 @@ def small():
     return tiny_llama(0, layers=2)
 
 
+def _side_leaf_hits(target, drafter, prompt, budget) -> int:
+    """Rounds of a greedy tree decode whose accepted path used a non-first child."""
+    from specdec.theory import treeverify
+
+    hits = []
+    original = treeverify.verify_tree
+
+    def spy(p, q, tree, rng):
+        path, token = original(p, q, tree, rng)
+        hits.append(any(tree.children(tree.parents[i]).index(i) > 0 for i in path))
+        return path, token
+
+    treeverify.verify_tree = spy
+    try:
+        speculative_tree(target, drafter, prompt, budget=budget, max_new_tokens=40)
+    finally:
+        treeverify.verify_tree = original
+    return sum(hits)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_greedy_tree_decoding_equals_greedy_plain(small, mode):
+    side_hits: dict[str, int] = {}
     target = LeanLlama(small, mode, threads=1)
     draft = LeanLlama(perturbed_copy(small, 0.05, 3), mode, threads=1)
     drafters = {
@@ -60,6 +81,9 @@ def test_greedy_tree_decoding_equals_greedy_plain(small, mode):
             assert gen.stats.new_tokens == 40 and gen.stats.target_calls == gen.stats.rounds
             if name.startswith(("chain", "model")):
                 assert gen.stats.accepted_tokens > 0, name  # the drafts were used
+            if name == "model-tree-b3":
+                side_hits[mode] = side_hits.get(mode, 0) + _side_leaf_hits(target, drafter, prompt, budget)
+    assert side_hits[mode] > 0  # a runner-up (not the first child) was accepted: the tree was exercised
 
 
 def test_a_chain_as_a_tree_accepts_what_the_chain_loop_accepts(small):
@@ -143,3 +167,29 @@ def test_the_registry_parses_checks_and_builds_every_kind(small):
         assert has_tree == (KINDS[kind].shape == "tree"), kind
     with pytest.raises(ValueError, match="loader"):
         build_drafter("draft:d", DraftContext(target))
+    # suffix decoding's tree over earlier generations is off unless the spec asks for it
+    assert not built["suffix"].use_global and build_drafter("suffix,global=1", context).use_global
+    assert not build_drafter("suffix,tree=0", context).use_tree_spec
+
+
+def test_a_tree_never_outgrows_the_target_context():
+    small = tiny_llama(0, layers=1)  # max_position_embeddings 512
+    target = LeanLlama(small, "float32")
+    drafter = ModelTreeDrafter(ModelDrafter(LeanLlama(perturbed_copy(small, 0.05, 3), "float32")), branch=3)
+    prompt = _prompt(5, 492)
+    plain = autoregressive(target, prompt, max_new_tokens=20)
+    tree = speculative_tree(target, drafter, prompt, budget=9, max_new_tokens=20)
+    assert tree.tokens == plain.tokens
+
+
+def test_eos_inside_a_tree_ends_the_generation_as_plain_decoding_does(small):
+    target = LeanLlama(small, "float32")
+    draft = LeanLlama(perturbed_copy(small, 0.05, 3), "float32")
+    for seed in range(4):
+        prompt = _prompt(seed)
+        plain = autoregressive(target, prompt, max_new_tokens=40)
+        eos = plain.tokens[7 + seed]  # a token the generation reaches: it must stop there
+        want = autoregressive(target, prompt, max_new_tokens=40, eos_token_id=eos).tokens
+        for drafter in (ModelTreeDrafter(ModelDrafter(draft), branch=3), LookupTreeDrafter()):
+            got = speculative_tree(target, drafter, prompt, budget=9, max_new_tokens=40, eos_token_id=eos)
+            assert got.tokens == want and got.tokens[-1] == eos

@@ -97,10 +97,13 @@ def _analysis(copy_est, copy_low, chat_est, tree_est, tree_low):
 
 def test_the_goal_rules_decide_at_their_bounds_exactly():
     met = tt.goals({}, _analysis(1.3, 1.01, 0.95, 1.0, 1.001))
-    assert [g["met"] for g in met] == [True, True, True] and met[0]["family"] == "suffix"
+    assert tt.goals_met(met) == {1: True, 2: True, 3: True}
+    assert [g["family"] for g in met if g["met"]] == ["suffix", "suffix", "draft-tree:distil-l1,branch=2"]
+    # every family named in advance is judged, none picked on the data
+    assert {g["family"] for g in met if g["goal"] == 1} == set(tt.LOOKUP_FAMILIES)
     missed = tt.goals({}, _analysis(1.2999999, 1.01, 0.9499999, 1.0, 1.0))
-    assert [g["met"] for g in missed] == [False, False, False]
-    assert not tt.goals({}, _analysis(1.5, 1.0, 1.0, 1.2, 1.1))[0]["met"]  # an interval touching 1
+    assert tt.goals_met(missed) == {1: False, 2: False, 3: False}
+    assert not tt.goals_met(tt.goals({}, _analysis(1.5, 1.0, 1.0, 1.2, 1.1)))[1]  # an interval touching 1
 
 
 def test_the_script_refuses_bad_arguments_and_an_incomplete_record(tmp_path, capsys):

@@ -141,18 +141,19 @@ def tree_summary(record: Mapping[str, Any]) -> dict[str, Any]:
     """Per (temperature, configuration), from every repetition-0 run's Stats: tokens per target call
     (new tokens / target calls), nodes per round, accepted drafts per round, acceptance at each depth
     (accepted_at / examined_at, pooled over prompts), draft calls per round, and the draft time per
-    round in plain steps (c per round: draft_s / rounds over the paired plain run's decode_s /
-    new_tokens, median over prompts and repetitions)."""
+    round in plain steps (c per round: draft_s / rounds over the decode_s / new_tokens of the plain
+    run of the same engine, prompt, temperature and repetition; median over prompts and repetitions)."""
     plain_step: dict[tuple[Any, ...], float] = {}
     for r in record["runs"]:
         if r["drafter"] == "plain":
-            plain_step[(r["temperature"], r["prompt"], r["rep"])] = r["decode_s"] / max(r["new_tokens"], 1)
+            key = (r["engine"], r["temperature"], r["prompt"], r["rep"])
+            plain_step[key] = r["decode_s"] / max(r["new_tokens"], 1)
     groups: dict[tuple[float, str], dict[str, Any]] = {}
     for r in record["runs"]:
         if r["drafter"] == "plain":
             continue
         g = groups.setdefault((float(r["temperature"]), r["config"]), {"c": [], "stats": []})
-        step = plain_step.get((r["temperature"], r["prompt"], r["rep"]))
+        step = plain_step.get((r["engine"], r["temperature"], r["prompt"], r["rep"]))
         if step and r["rounds"]:
             g["c"].append(r["draft_s"] / r["rounds"] / step)
         if r["rep"] == 0 and "stats" in r:

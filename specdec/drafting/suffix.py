@@ -29,8 +29,9 @@ simpler reading: one match length, no comparison of scores).
 **The drafter.** :class:`SuffixDecodingDrafter` keeps, as arctic's ``SuffixDecodingCache``, a
 per-request tree over the prompt and the tokens generated so far (one sequence; :meth:`start`
 builds it, each :meth:`propose_tree` appends the newly committed tokens) and a global tree over
-the responses of earlier generations (:meth:`finish` adds one; ``use_global=False`` or
-:meth:`clear_global` keeps it away, e.g. from a measurement that repeats a prompt). The context is
+the responses of earlier generations when ``use_global=True`` (:meth:`finish` adds one;
+:meth:`clear_global` forgets them). It is off by default: a measurement that repeats a prompt
+would otherwise draft from that prompt's own earlier output. The context is
 the prefix's last ``max_depth`` tokens; each tree proposes its best draft and the per-request
 tree's wins ties. Deterministic: ``q`` is None.
 
@@ -464,7 +465,7 @@ class SuffixDecodingDrafter(TreeDrafter):
         max_spec_offset: float = 0.0,
         min_token_prob: float = 0.1,
         use_tree_spec: bool = True,
-        use_global: bool = True,
+        use_global: bool = False,
         match: Literal["best", "longest"] = "best",
     ) -> None:
         self.max_depth = check_int("max_depth", max_depth, low=1)

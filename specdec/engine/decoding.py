@@ -149,7 +149,8 @@ def speculative_tree(
     have one child, so this loop with a chain drafter is :func:`speculative`'s.
 
     Lossless at every temperature (the proof is :mod:`specdec.theory.treeverify`'s). Nodes below
-    an EOS are cut, and so are nodes deeper than the tokens left to generate. ``Stats``: a round's
+    an EOS are cut, and so are nodes deeper than the tokens left to generate; a tree never has more
+nodes than the target's context has free positions. ``Stats``: a round's
     ``drafted`` is its node count, ``accepted`` the accepted path's length; ``examined_at[d]``
     counts rounds that reached depth d + 1 of the tree. ``drafter.finish(tokens)``, when the
     drafter has it, is told the whole generation at the end (suffix decoding's global tree).
@@ -169,6 +170,8 @@ def speculative_tree(
     check_draft_context(drafter, len(prompt), max_new_tokens)
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
+    context = getattr(getattr(target, "config", None), "max_position_embeddings", None)
+    context = int(context) if is_int(context) else None
     stats = Stats(gamma=budget)  # a tree's nodes are not bounded by the tokens left, its depth is
     tokens = list(prompt)
     with stats.timer("prefill_s", lm.device):
@@ -177,6 +180,8 @@ def speculative_tree(
     while (left := max_new_tokens - (len(tokens) - len(prompt))) > 0:
         with stats.timer("draft_s", lm.device):
             limit = budget if left > 1 else 0
+            if context is not None:  # a tree call holds 1 + N slots after the cached tokens
+                limit = min(limit, context - len(tokens))
             proposal = drafter.propose_tree(tokens, limit, warp_fn, rng)
             tree, q = proposal.tree, proposal.q
             if not isinstance(tree, DraftTree) or len(tree) > limit:
