@@ -57,6 +57,7 @@ def test_verify_curves_time_chain_and_tree_calls_on_a_tiny_model():
 
 def _run(temp, prompt, config, rep, rate, task="summarize", stats=None):
     row = {"temperature": temp, "task": task, "prompt": prompt, "config": config, "rep": rep,
+           "engine": config.split("/")[0],
            "drafter": "plain" if config.endswith("plain") else config.split("/")[1],
            "decode_s": 100 / rate, "new_tokens": 100, "draft_s": 0.01, "rounds": 50}  # fmt: skip
     if stats is not None:
@@ -67,7 +68,8 @@ def _run(temp, prompt, config, rep, rate, task="summarize", stats=None):
 def test_tree_summary_pools_rep0_stats_and_prices_the_draft_in_plain_steps():
     st = {"target_calls": 50, "new_tokens": 100, "rounds": 50, "drafted_tokens": 200, "accepted_tokens": 50,
           "draft_calls": 50, "examined_at": [50, 20], "accepted_at": [30, 10]}  # fmt: skip
-    runs = [_run(0.0, "p", "e/plain", 0, 100.0), _run(0.0, "p", "e/suffix/g8", 0, 150.0, stats=st)]
+    runs = [_run(0.0, "p", "e/plain", 0, 100.0), _run(0.0, "p", "e/suffix/g8", 0, 150.0, stats=st),
+            _run(0.0, "p", "other/plain", 0, 10.0)]  # another engine's plain run: not the step  # fmt: skip
     row = tb.tree_summary({"runs": runs})["rows"][0]
     assert row["tokens_per_call"] == 2.0 and row["nodes_per_round"] == 4.0
     assert row["accept_at_depth"] == [0.6, 0.5]

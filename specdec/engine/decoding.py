@@ -138,22 +138,22 @@ def speculative_tree(
 ) -> Generation:
     """Speculative decoding with a draft *tree* verified in one target call per round.
 
-    Each round: the drafter proposes a :class:`~specdec.theory.trees.DraftTree` of at most
-    ``budget`` nodes (``drafter.propose_tree(prefix, budget, warp_fn, rng)``, a
-    :class:`specdec.drafting.tree.TreeProposal`); one target call over ``[last committed token,
-    *nodes]`` with tree attention (each node sees the committed prefix and its own ancestors:
-    ``Session.forward_tree``) gives p at the root and at every node;
-    :func:`specdec.theory.treeverify.verify_tree` walks down the tree (SpecInfer's multi-candidate
-    rule; exact matching at temperature 0) and draws the round's own token; the target's cache
-    keeps the accepted path only (``Session.keep_path``). A chain is the tree whose nodes each
-    have one child, so this loop with a chain drafter is :func:`speculative`'s.
+        Each round: the drafter proposes a :class:`~specdec.theory.trees.DraftTree` of at most
+        ``budget`` nodes (``drafter.propose_tree(prefix, budget, warp_fn, rng)``, a
+        :class:`specdec.drafting.tree.TreeProposal`); one target call over ``[last committed token,
+        *nodes]`` with tree attention (each node sees the committed prefix and its own ancestors:
+        ``Session.forward_tree``) gives p at the root and at every node;
+        :func:`specdec.theory.treeverify.verify_tree` walks down the tree (SpecInfer's multi-candidate
+        rule; exact matching at temperature 0) and draws the round's own token; the target's cache
+        keeps the accepted path only (``Session.keep_path``). A chain is the tree whose nodes each
+        have one child, so this loop with a chain drafter is :func:`speculative`'s.
 
-    Lossless at every temperature (the proof is :mod:`specdec.theory.treeverify`'s). Nodes below
-    an EOS are cut, and so are nodes deeper than the tokens left to generate; a tree never has more
-nodes than the target's context has free positions. ``Stats``: a round's
-    ``drafted`` is its node count, ``accepted`` the accepted path's length; ``examined_at[d]``
-    counts rounds that reached depth d + 1 of the tree. ``drafter.finish(tokens)``, when the
-    drafter has it, is told the whole generation at the end (suffix decoding's global tree).
+        Lossless at every temperature (the proof is :mod:`specdec.theory.treeverify`'s). Nodes below
+        an EOS are cut, and so are nodes deeper than the tokens left to generate; a tree never has more
+    nodes than the target's context has free positions. ``Stats``: a round's
+        ``drafted`` is its node count, ``accepted`` the accepted path's length; ``examined_at[d]``
+        counts rounds that reached depth d + 1 of the tree. ``drafter.finish(tokens)``, when the
+        drafter has it, is told the whole generation at the end (suffix decoding's global tree).
     """
     from specdec.theory.trees import DraftTree
     from specdec.theory.treeverify import verify_tree
