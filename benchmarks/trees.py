@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reanalyse:
         return reanalyse(args.reanalyse)
     from specdec.analysis import treebench as tb
-    from specdec.analysis.campaign import run_campaign
+    from specdec.analysis.campaign import evaluation_cells, run_campaign
     from specdec.engine import native
     from specdec.engine.models import set_threads
     from specdec.measure.core import cpu_name, environment
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = tb.QUICK_CONFIGS if args.quick else tb.CONFIGS
     built = tb.build(threads=threads, configs=configs)
     if args.quick:  # the development prompts: a smoke run never touches the held-out set
-        prompts, sha = tb.development_prompts(built["tokenizer"], per_task=2), None
+        prompts, sha = evaluation_cells(built["tokenizer"], per_task=2), None
     else:
         prompts, sha = tb.heldout_prompts(built["tokenizer"])
     slug = device_slug(cpu_name())[:40]

@@ -30,7 +30,6 @@ __all__ = [
     "HELDOUT",
     "QUICK_CONFIGS",
     "build",
-    "development_prompts",
     "heldout_prompts",
     "tree_summary",
     "verify_curves",
@@ -82,20 +81,6 @@ def heldout_prompts(tokenizer: Any, path: str | Path = HELDOUT) -> tuple[list[di
         out.append({"id": row["id"], "task": row["task"], "index": index,
                     "ids": chat_prompt_ids(tokenizer, row["prompt"])})  # fmt: skip
     return out, hashlib.sha256(raw).hexdigest()
-
-
-def development_prompts(tokenizer: Any, per_task: int = 2) -> list[dict[str, Any]]:
-    """The first ``per_task`` development prompts of each task (the set the engine and the
-    configurations were developed on: :func:`specdec.train.workloads.evaluation_prompts`), with
-    ``index`` in its task."""
-    from specdec.train.workloads import evaluation_prompts
-
-    seen: dict[str, int] = {}
-    out = []
-    for p in evaluation_prompts(tokenizer, per_task):
-        out.append(p | {"index": seen.get(p["task"], 0)})
-        seen[p["task"]] = seen.get(p["task"], 0) + 1
-    return out
 
 
 def build(

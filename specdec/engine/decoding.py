@@ -193,7 +193,7 @@ def speculative_tree(
                 for i, par in enumerate(tree.parents)
             ]
             if not all(keep):  # below an EOS, or deeper than the tokens left: cut
-                kept = _kept_nodes(tree, keep)
+                kept = tree.kept(keep)
                 tree = tree.cut(keep)
                 q = None if q is None else q[kept]
         with stats.timer("target_s", lm.device):  # one call scores the root and every node
@@ -213,17 +213,6 @@ def speculative_tree(
     if callable(finish):
         finish(out.tokens)
     return out
-
-
-def _kept_nodes(tree: Any, keep: Sequence[bool]) -> list[int]:
-    """The node indices :meth:`DraftTree.cut` keeps (a node stays when it and its parent stay)."""
-    alive: set[int] = {-1}
-    kept = []
-    for i, parent in enumerate(tree.parents):
-        if keep[i] and parent in alive:
-            alive.add(i)
-            kept.append(i)
-    return kept
 
 
 def autoregressive(

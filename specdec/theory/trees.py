@@ -89,18 +89,22 @@ class DraftTree:
         """The parents of a verify call over ``[root, *tokens]``: ``[-1, parents[i] + 1 ...]``."""
         return [-1, *(parent + 1 for parent in self.parents)]
 
-    def cut(self, keep: Sequence[bool]) -> DraftTree:
-        """The tree without the nodes where ``keep`` is False and their descendants (indices renumbered)."""
+    def kept(self, keep: Sequence[bool]) -> list[int]:
+        """The nodes that stay when those where ``keep`` is False are removed with their descendants
+        (a node stays when it and its parent stay), in order."""
         if len(keep) != len(self):
             raise ValueError(f"keep must have one entry per node ({len(self)}); got {len(keep)}")
-        new_index: dict[int, int] = {-1: -1}
-        tokens, parents = [], []
-        for i, (token, parent) in enumerate(zip(self.tokens, self.parents, strict=True)):
-            if keep[i] and parent in new_index:
-                new_index[i] = len(tokens)
-                tokens.append(token)
-                parents.append(new_index[parent])
-        return DraftTree(tokens, parents)
+        alive: set[int] = {-1}
+        for i, parent in enumerate(self.parents):
+            if keep[i] and parent in alive:
+                alive.add(i)
+        return sorted(alive - {-1})
+
+    def cut(self, keep: Sequence[bool]) -> DraftTree:
+        """The tree of :meth:`kept`'s nodes (indices renumbered)."""
+        nodes = self.kept(keep)
+        new_index = {-1: -1, **{old: new for new, old in enumerate(nodes)}}
+        return DraftTree([self.tokens[i] for i in nodes], [new_index[self.parents[i]] for i in nodes])
 
 
 def chain_tree(tokens: Sequence[object]) -> DraftTree:
