@@ -27,7 +27,10 @@ repacks the GGUF's 4-bit weights at load and computes integer dot products by th
 instruction set the build targets (AVX512-VNNI, AVX-VNNI, AVX2, else portable C: :func:`isa`).
 Its tree forward (``specdec_q8_forward_tree``, ABI 4; leanq4.c's ``specdec_q4_forward_tree``)
 verifies a draft tree in one call, each node equal bit for bit to the chain forward over its path
-(:mod:`specdec.engine.leannative`).
+(:mod:`specdec.engine.leannative`). ABI 5 adds ``specdec_q8_forward_ex`` (embedding rows in place
+of token ids, and every row's pre-final-norm features out, for target-conditioned drafters) and a
+standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`). The library's cache key
+covers the C source and every header beside it (``csrc/lean_pool.h``, the thread pool).
 
 A cached library is checked before it is loaded (its size and SHA-256 against a sidecar written
 when it was built): a damaged one (truncated, emptied, replaced) is rebuilt, and a line says
@@ -81,7 +84,7 @@ SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
 #: The C forwards, by the lean mode that runs them.
 KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
-Q8_ABI = 4
+Q8_ABI = 5
 
 
 def _source(kind: str) -> Path:
@@ -147,7 +150,9 @@ def _library_path(cc: tuple[str, ...], flags: list[str], kind: str = "q4_1") -> 
 
     source = _source(kind)
     key = hashlib.sha256()
-    for part in (source.read_bytes(), " ".join(flags).encode(), _compiler_version(cc).encode()):
+    # the source and every header beside it (leanq8.c includes lean_pool.h): editing one rebuilds
+    headers = [h.name.encode() + b"\0" + h.read_bytes() for h in sorted(source.parent.glob("*.h"))]
+    for part in (source.read_bytes(), *headers, " ".join(flags).encode(), _compiler_version(cc).encode()):
         key.update(part + b"\0")
     key.update(" ".join(sorted(cpu_flags())).encode() + platform.machine().encode())
     return cache_root() / "native" / f"{source.stem}-{key.hexdigest()[:20]}.so"
@@ -292,6 +297,14 @@ def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.specdec_q8_forward.restype = i32
     lib.specdec_q8_forward_tree.argtypes = [p, p, p, i32, i32, p, i32, p, i32, i32, i32]
     lib.specdec_q8_forward_tree.restype = i32
+    lib.specdec_q8_forward_ex.argtypes = [p, p, p, p, i32, i32, p, i32, p, i32, i32, i32, p]
+    lib.specdec_q8_forward_ex.restype = i32
+    lib.specdec_q8_linear_new.argtypes = [ctypes.POINTER(Q80), ctypes.POINTER(i32)]
+    lib.specdec_q8_linear_new.restype = p
+    lib.specdec_q8_linear_free.argtypes = [p]
+    lib.specdec_q8_linear_free.restype = None
+    lib.specdec_q8_linear.argtypes = [p, p, i32, p, i32]
+    lib.specdec_q8_linear.restype = i32
     lib.specdec_q8_set_profiling.argtypes = [p, i32]
     lib.specdec_q8_set_profiling.restype = i32
     lib.specdec_q8_profile.argtypes = [p, ctypes.POINTER(ctypes.c_double), i32]
@@ -331,13 +344,23 @@ class Q8Forward:
         layers: int,
         threads: int,
         parents: Any = None,
+        embeds: Any = None,
+        features: Any = None,
     ) -> None:
         """Run leanq8.c's forward on raw pointers (``ids``, ``cache``, ``logits``: addresses).
 
         ``parents`` (the address of k int32 parent indices, each in [-1, r - 1]) runs the tree forward
         (``specdec_q8_forward_tree``): node r at slot start + r, position start + its depth, attending
-        to the prefix and its ancestors; None runs the chain."""
-        if parents is None:
+        to the prefix and its ancestors; None runs the chain. ``embeds`` (the address of (k, hidden)
+        float32 rows, used in place of the embedding's rows of ``ids``, which must then be None) and
+        ``features`` (the address of a (k, hidden) float32 output: every row's residual after the
+        layers, before the final norm) run ``specdec_q8_forward_ex`` (ABI 5)."""
+        if embeds is not None or features is not None:
+            status = self.lib.specdec_q8_forward_ex(
+                self.handle, ids, embeds, parents, k, start, cache, capacity, logits, keep, layers, threads,
+                features,
+            )  # fmt: skip
+        elif parents is None:
             status = self.lib.specdec_q8_forward(
                 self.handle, ids, k, start, cache, capacity, logits, keep, layers, threads
             )
@@ -351,7 +374,7 @@ class Q8Forward:
             raise ValueError(
                 f"the C forward refused its arguments (code {status}): k={k}, start={start}, "
                 f"capacity={capacity}, keep={keep}, layers={layers} (of {self.layers}), threads={threads}, "
-                "or a token id outside the vocabulary"
+                "or a token id outside the vocabulary, or not exactly one of ids and embeds"
                 + ("" if parents is None else ", or a parent outside [-1, r - 1]")
             )
 

@@ -29,6 +29,9 @@
  * the call. Node r is written at slot start + r, rotated at position start + depth(r), and attends to
  * slots 0 .. start-1 and then its ancestors' slots and its own (a slot map in attend_g): the keys, in
  * the order, of the chain forward over its path, so its logits equal that chain's bit for bit.
+ *
+ * ABI 5: specdec_q8_forward_ex (embedding rows in place of ids; every row's pre-norm features out)
+ * and a standalone Q8_0 linear (specdec_q8_linear*). The thread pool lives in lean_pool.h.
  */
 #include <math.h>
 #include <stdint.h>
@@ -42,7 +45,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#define SPECDEC_Q8_ABI 4
+#define SPECDEC_Q8_ABI 5
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ISA "avx512vnni"
@@ -103,139 +106,7 @@ int32_t specdec_q8_abi(int64_t *sizes, int32_t n) {
 /* The integer path this library was compiled with. */
 const char *specdec_q8_isa(void) { return ISA; }
 
-/* --- a small thread pool, one per process ------------------------------------------------- *
- * A call's parallel work is split into `parts` fixed parts (part p: a fixed range of tiles or of
- * (row, head) pairs), part 0 run by the calling thread and part p by worker p - 1. Which thread
- * runs a part never changes what it computes, so results do not depend on the thread count.
- * Waiting spins briefly, then yields the CPU, then (workers) sleeps: on a machine shared with
- * other processes a spinning waiter must not hold the core its partner needs. One pool serves every
- * model of the process (made for the thread count of the call, remade when it changes): a target
- * and its draft alternate every round of speculative decoding, and one pool per model left the
- * other model's workers spinning on the cores the running model needed (measured on a 2-core
- * EPYC: a one-layer draft's step 0.6 ms on one thread, 1.5 ms on two). */
-typedef void (*part_fn)(void *arg, int part, int parts);
-
-typedef struct {
-    int workers; /* threads - 1 */
-    pthread_t *tids;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_uint gen;     /* bumped for each job */
-    atomic_int pending;  /* workers still running the current job */
-    atomic_int sleepers; /* workers waiting on cv */
-    int stop;
-    part_fn fn;
-    void *arg;
-    int parts;
-} pool_t;
-
-typedef struct {
-    pool_t *pool;
-    int id;
-} worker_arg_t;
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-enum { SPIN_PAUSE = 4000, SPIN_YIELD = 200 };
-
-static void *worker_main(void *p) {
-    worker_arg_t *wa = p;
-    pool_t *pool = wa->pool;
-    const int id = wa->id;
-    free(wa);
-    unsigned seen = 0; /* the generation at the pool's creation: a job posted before this thread
-                        * first runs must still be seen as new */
-    for (;;) {
-        unsigned now_gen;
-        int spins = 0;
-        while ((now_gen = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen) {
-            if (spins < SPIN_PAUSE) cpu_relax();
-            else if (spins < SPIN_PAUSE + SPIN_YIELD) sched_yield();
-            else {
-                pthread_mutex_lock(&pool->mu);
-                atomic_fetch_add(&pool->sleepers, 1);
-                while (atomic_load(&pool->gen) == seen && !pool->stop) pthread_cond_wait(&pool->cv, &pool->mu);
-                atomic_fetch_sub(&pool->sleepers, 1);
-                pthread_mutex_unlock(&pool->mu);
-                spins = 0;
-                if (pool->stop) return NULL;
-                continue;
-            }
-            spins++;
-        }
-        seen = now_gen;
-        if (pool->stop) return NULL;
-        if (id + 1 < pool->parts) pool->fn(pool->arg, id + 1, pool->parts);
-        atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_release);
-    }
-}
-
-static void pool_free(pool_t *pool) {
-    if (!pool) return;
-    pthread_mutex_lock(&pool->mu);
-    pool->stop = 1;
-    atomic_fetch_add(&pool->gen, 1);
-    pthread_cond_broadcast(&pool->cv);
-    pthread_mutex_unlock(&pool->mu);
-    for (int i = 0; i < pool->workers; i++) pthread_join(pool->tids[i], NULL);
-    pthread_mutex_destroy(&pool->mu);
-    pthread_cond_destroy(&pool->cv);
-    free(pool->tids);
-    free(pool);
-}
-
-static pool_t *pool_new(int workers) {
-    pool_t *pool = calloc(1, sizeof *pool);
-    if (!pool) return NULL;
-    pool->tids = calloc((size_t)workers, sizeof *pool->tids);
-    if (!pool->tids) {
-        free(pool);
-        return NULL;
-    }
-    pthread_mutex_init(&pool->mu, NULL);
-    pthread_cond_init(&pool->cv, NULL);
-    atomic_init(&pool->gen, 0), atomic_init(&pool->pending, 0), atomic_init(&pool->sleepers, 0);
-    for (int i = 0; i < workers; i++) {
-        worker_arg_t *wa = malloc(sizeof *wa);
-        if (!wa) {
-            pool_free(pool); /* joins the workers started so far */
-            return NULL;
-        }
-        wa->pool = pool, wa->id = i;
-        if (pthread_create(&pool->tids[i], NULL, worker_main, wa) != 0) {
-            free(wa);
-            pool_free(pool);
-            return NULL;
-        }
-        pool->workers = i + 1;
-    }
-    return pool;
-}
-
-/* Run fn over parts 0 .. parts-1 (parts <= workers + 1) and wait for all of them. */
-static void pool_run(pool_t *pool, part_fn fn, void *arg, int parts) {
-    if (!pool || parts <= 1) {
-        for (int p = 0; p < parts; p++) fn(arg, p, parts);
-        return;
-    }
-    pool->fn = fn, pool->arg = arg, pool->parts = parts;
-    atomic_store_explicit(&pool->pending, pool->workers, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->gen, 1, memory_order_release);
-    if (atomic_load(&pool->sleepers) > 0) {
-        pthread_mutex_lock(&pool->mu);
-        pthread_cond_broadcast(&pool->cv);
-        pthread_mutex_unlock(&pool->mu);
-    }
-    fn(arg, 0, parts);
-    for (int spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++) {
-        if (spins < SPIN_PAUSE) cpu_relax();
-        else sched_yield();
-    }
-}
+#include "lean_pool.h" /* the thread pool: part_fn, pool_t, pool_new, pool_free, pool_run */
 
 /* --- repacked weights ----------------------------------------------------------------------- */
 
@@ -1057,22 +928,37 @@ int32_t specdec_q8_profile(handle_t *h, double *out, int32_t n) {
     return OK;
 }
 
-/* Logits of the k tokens ids placed at positions start .. start+k-1 through the first n_layers
- * layers, for the last `keep` rows (logits: keep x head.n). cache: (n_layers, 2, kv_heads,
- * capacity, head_dim), holding positions 0 .. start-1; the new tokens' keys and values are
- * written. Returns 0, ERR_ARGUMENT for arguments out of range (nothing written), ERR_MEMORY. */
-static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
-                          int32_t capacity, float *logits, int32_t keep, int32_t n_layers, pool_t *pool,
-                          const tree_t *tree);
+/* Logits of the k tokens ids (or the k embedding rows embeds, (k, hidden)) placed at positions
+ * start .. start+k-1 through the first n_layers layers, for the last `keep` rows (logits: keep x
+ * head.n). cache: (n_layers, 2, kv_heads, capacity, head_dim), holding positions 0 .. start-1; the
+ * new tokens' keys and values are written. features (NULL or (k, hidden)): every row's residual
+ * after the n_layers layers, before the final norm. Returns 0, ERR_ARGUMENT for arguments out of
+ * range (nothing written), ERR_MEMORY. */
+static int forward_locked(handle_t *h, const int64_t *ids, const float *embeds, int32_t k, int32_t start,
+                          float *cache, int32_t capacity, float *logits, int32_t keep, int32_t n_layers,
+                          pool_t *pool, const tree_t *tree, float *features);
 
-static int32_t forward_checked(handle_t *h, const int64_t *ids, const int32_t *parents, int32_t k, int32_t start,
-                               float *cache, int32_t capacity, float *logits, int32_t keep, int32_t n_layers,
-                               int32_t threads) {
-    if (!h || !ids || !cache || !logits) return ERR_ARGUMENT;
+/* The process's pool for a call on `threads` threads (NULL for one), locked until pool_give. */
+static pool_t *pool_take(int threads) {
+    if (threads == 1) return NULL;
+    pthread_mutex_lock(&process_pool_mu); /* one caller at a time */
+    if (process_pool && process_pool->workers != threads - 1) pool_free(process_pool), process_pool = NULL;
+    if (!process_pool) process_pool = pool_new(threads - 1); /* NULL (no threads): runs on one */
+    return process_pool;
+}
+
+static void pool_give(int threads) {
+    if (threads > 1) pthread_mutex_unlock(&process_pool_mu);
+}
+
+static int32_t forward_checked(handle_t *h, const int64_t *ids, const float *embeds, const int32_t *parents,
+                               int32_t k, int32_t start, float *cache, int32_t capacity, float *logits,
+                               int32_t keep, int32_t n_layers, int32_t threads, float *features) {
+    if (!h || !ids == !embeds || !cache || !logits) return ERR_ARGUMENT; /* exactly one of ids, embeds */
     if (k < 1 || keep < 1 || keep > k || start < 0 || capacity < 1 || capacity > h->positions ||
         start > capacity - k || n_layers < 1 || n_layers > h->n_layers || threads < 1 || threads > 1024)
         return ERR_ARGUMENT;
-    for (int r = 0; r < k; r++)
+    for (int r = 0; ids && r < k; r++)
         if (ids[r] < 0 || ids[r] >= h->vocab) return ERR_ARGUMENT;
     if (parents)
         for (int r = 0; r < k; r++)
@@ -1096,18 +982,10 @@ static int32_t forward_checked(handle_t *h, const int64_t *ids, const int32_t *p
         tree = (tree_t){depth, off, path};
     }
     pthread_mutex_lock(&h->call_mu);
-    int status;
-    if (threads == 1) {
-        status = forward_locked(h, ids, k, start, cache, capacity, logits, keep, n_layers, NULL,
-                                parents ? &tree : NULL);
-    } else { /* the process's pool, one caller at a time */
-        pthread_mutex_lock(&process_pool_mu);
-        if (process_pool && process_pool->workers != threads - 1) pool_free(process_pool), process_pool = NULL;
-        if (!process_pool) process_pool = pool_new(threads - 1); /* NULL (no threads): runs on one */
-        status = forward_locked(h, ids, k, start, cache, capacity, logits, keep, n_layers, process_pool,
-                                parents ? &tree : NULL);
-        pthread_mutex_unlock(&process_pool_mu);
-    }
+    pool_t *pool = pool_take(threads);
+    const int status = forward_locked(h, ids, embeds, k, start, cache, capacity, logits, keep, n_layers, pool,
+                                      parents ? &tree : NULL, features);
+    pool_give(threads);
     pthread_mutex_unlock(&h->call_mu);
     free(depth), free(off), free(path);
     return status;
@@ -1115,7 +993,7 @@ static int32_t forward_checked(handle_t *h, const int64_t *ids, const int32_t *p
 
 int32_t specdec_q8_forward(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
                            int32_t capacity, float *logits, int32_t keep, int32_t n_layers, int32_t threads) {
-    return forward_checked(h, ids, NULL, k, start, cache, capacity, logits, keep, n_layers, threads);
+    return forward_checked(h, ids, NULL, NULL, k, start, cache, capacity, logits, keep, n_layers, threads, NULL);
 }
 
 /* specdec_q8_forward over a tree of k nodes: parents[r] in [-1, r - 1] (-1: a child of the cached
@@ -1126,12 +1004,22 @@ int32_t specdec_q8_forward_tree(handle_t *h, const int64_t *ids, const int32_t *
                                 float *cache, int32_t capacity, float *logits, int32_t keep, int32_t n_layers,
                                 int32_t threads) {
     if (!parents) return ERR_ARGUMENT;
-    return forward_checked(h, ids, parents, k, start, cache, capacity, logits, keep, n_layers, threads);
+    return forward_checked(h, ids, NULL, parents, k, start, cache, capacity, logits, keep, n_layers, threads, NULL);
 }
 
-static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
-                          int32_t capacity, float *logits, int32_t keep, int32_t n_layers, pool_t *pool,
-                          const tree_t *tree) {
+/* Both of the above (ABI 5), and more: exactly one of ids (k token ids) and embeds (k rows of hidden
+ * floats, used in place of the embedding's rows); parents NULL (a chain) or a tree's; features NULL
+ * or (k, hidden): every row's residual after the n_layers layers, before the final norm. */
+int32_t specdec_q8_forward_ex(handle_t *h, const int64_t *ids, const float *embeds, const int32_t *parents,
+                              int32_t k, int32_t start, float *cache, int32_t capacity, float *logits,
+                              int32_t keep, int32_t n_layers, int32_t threads, float *features) {
+    return forward_checked(h, ids, embeds, parents, k, start, cache, capacity, logits, keep, n_layers, threads,
+                           features);
+}
+
+static int forward_locked(handle_t *h, const int64_t *ids, const float *embeds, int32_t k, int32_t start,
+                          float *cache, int32_t capacity, float *logits, int32_t keep, int32_t n_layers,
+                          pool_t *pool, const tree_t *tree, float *features) {
     const int H = h->hidden, hd = h->head_dim, nh = h->heads, kv = h->kv_heads, I = h->inter;
     const int qkv_n = (nh + 2 * kv) * hd, AD = nh * hd;
     const int KMAX = I > AD ? (I > H ? I : H) : (AD > H ? AD : H);
@@ -1148,8 +1036,10 @@ static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t st
     qx_t qx = {xq, xf, xf + (size_t)k * (KMAX / 32), xs, 0, 0};
     float *x = buf, *hb = x + (size_t)k * H, *qkv = hb + (size_t)k * H, *att = qkv + (size_t)k * qkv_n;
     float *gu = att + (size_t)k * AD, *act = gu + (size_t)k * 2 * I, *scores = act + (size_t)k * I;
-    PHASE(PH_OTHER, for (int r = 0; r < k; r++) memcpy(x + (size_t)r * H, h->embed + (size_t)ids[r] * H,
-                                                      sizeof(float) * H));
+    PHASE(PH_OTHER, for (int r = 0; r < k; r++) {
+        const float *row = embeds ? embeds + (size_t)r * H : h->embed + (size_t)ids[r] * H;
+        memcpy(x + (size_t)r * H, row, sizeof(float) * H);
+    });
     const size_t plane = (size_t)kv * capacity * hd;
     for (int l = 0; l < n_layers; l++) {
         const player_t *L = h->layers + l;
@@ -1177,11 +1067,55 @@ static int forward_locked(handle_t *h, const int64_t *ids, int32_t k, int32_t st
         PHASE(PH_LINEAR, matmul(&L->down, L->q4, &qx, k, x, H, 1, pool));
     }
     const int first = k - keep;
+    if (features) memcpy(features, x, sizeof(float) * (size_t)k * H); /* pre-norm, every row */
     PHASE(PH_OTHER, {
         for (int r = first; r < k; r++) rms(x + (size_t)r * H, h->norm, H, h->eps, hb + (size_t)(r - first) * H);
         quantize(hb, keep, H, &qx);
     });
     PHASE(PH_HEAD, matmul(&h->head, 0, &qx, keep, logits, h->head.n, 0, pool));
     free(buf), free(xq), free(xf), free(xs);
+    return OK;
+}
+
+/* --- a standalone Q8_0 linear (small heads): y = x W^T as the LM head computes it --------------- */
+
+typedef struct {
+    pq_t w;
+} lin_t;
+
+void specdec_q8_linear_free(lin_t *l) {
+    if (l) free(l->w.data), free(l);
+}
+
+/* Repack a Q8_0 weight (n, k) (k a multiple of 32); *status = 0, or an error code (and NULL). */
+lin_t *specdec_q8_linear_new(const q80_t *w, int32_t *status) {
+    lin_t *l = NULL;
+    int st = ERR_ARGUMENT;
+    if (!status) return NULL;
+    if (w && (l = calloc(1, sizeof *l)) == NULL) st = ERR_MEMORY;
+    if (l && (st = pack_q80(w, &l->w)) != OK) specdec_q8_linear_free(l), l = NULL;
+    *status = st;
+    return l;
+}
+
+/* y (rows x n) = x (rows x k) W^T: each row quantized per block of 32 (quantize), then the head's
+ * matmul on the process's pool; each row's bits do not depend on rows or threads. Returns 0,
+ * ERR_ARGUMENT (nothing written), ERR_MEMORY. */
+int32_t specdec_q8_linear(lin_t *l, const float *x, int32_t rows, float *y, int32_t threads) {
+    if (!l || !x || !y || rows < 1 || threads < 1 || threads > 1024) return ERR_ARGUMENT;
+    const int K = l->w.k, B = K / 32;
+    int8_t *xq = malloc((size_t)rows * K + 64);
+    float *xf = malloc(sizeof(float) * 2 * (size_t)rows * B + 64);
+    int32_t *xs = malloc(sizeof(int32_t) * (size_t)rows * B + 64);
+    if (!xq || !xf || !xs) {
+        free(xq), free(xf), free(xs);
+        return ERR_MEMORY;
+    }
+    qx_t qx = {xq, xf, xf + (size_t)rows * B, xs, 0, 0};
+    quantize(x, rows, K, &qx);
+    pool_t *pool = pool_take(threads);
+    matmul(&l->w, 0, &qx, rows, y, l->w.n, 0, pool);
+    pool_give(threads);
+    free(xq), free(xf), free(xs);
     return OK;
 }
