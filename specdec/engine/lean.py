@@ -623,6 +623,9 @@ class LeanLlama:
         cache: torch.Tensor,
         keep: int | None = None,
         parents: Any = None,
+        *,
+        embeds: torch.Tensor | None = None,
+        features: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits (float32) of the tokens ``ids`` (1-D) placed at positions ``start ..``.
 
@@ -637,10 +640,17 @@ class LeanLlama:
         equal that chain's bit for bit in ``"q4_1"``, ``"q4q8"``, ``"bfloat16"`` and ``"int4"`` (a tree
         attends row by row whatever ``exact_verify``), and closely in ``"float32"`` (as its verify rows
         equal steps). None: a chain.
+
+        ``embeds`` (len(ids), hidden) float32 replaces ``self.embed[ids]`` (``ids`` still given, checked;
+        EAGLE's draft layer); ``features``, a (len(ids), hidden) float32 tensor, receives every row's
+        residual after the layers and before the final norm (whatever ``keep``). Both need mode
+        ``"q4q8"`` or a torch mode (:func:`specdec.engine.leannative.check_extras`).
         """
         tree = None if parents is None else leannative.tree_layout(parents, int(ids.shape[0]))
+        embeds = leannative.check_extras(self, ids, embeds, features)
         if self.mode in NATIVE_MODES:
-            return self._full_logits(leannative.native_forward(self, ids, start, cache, keep, tree))
+            out = leannative.native_forward(self, ids, start, cache, keep, tree, embeds, features)
+            return self._full_logits(out)
         k = int(ids.shape[0])
         end = start + k
         cos_all, sin_all = self._rotary(end)
@@ -651,7 +661,7 @@ class LeanLlama:
             cos, sin = cos_all[positions, None, :], sin_all[positions, None, :]
         kv, hd = self.kv_heads, self.head_dim
         slots = None if tree is None else [tree.keys(start, i) for i in range(k)]
-        x = self.embed[ids]  # a new tensor (advanced indexing): the residual adds run in place
+        x = self.embed[ids] if embeds is None else embeds.to(self.dtype).clone()  # new: adds in place
         for layer, entry in enumerate(self.layers):
             h = self._rms(x, entry["norm_attn"])
             qk, value = entry["qkv"](h).split([(self.heads + kv) * hd, kv * hd], dim=-1)
@@ -672,6 +682,8 @@ class LeanLlama:
             x.add_(entry["o"](out))
             gate, up = entry["gate_up"](self._rms(x, entry["norm_mlp"])).chunk(2, dim=-1)
             x.add_(entry["down"](F.silu(gate) * up))
+        if features is not None:
+            features.copy_(x)
         if keep is not None:
             x = x[-keep:]
         return self._full_logits(self.head(self._rms(x, self.norm)).float())
@@ -702,7 +714,9 @@ class LeanSession(Session):
     """A :class:`LeanLlama` plus the KV cache of the tokens it has seen (CachedLM's interface).
 
     The cache starts at 256 positions and doubles when full, up to the model's
-    ``max_position_embeddings``; feeding past that limit raises ValueError.
+    ``max_position_embeddings``; feeding past that limit raises ValueError. With ``record_features``
+    set, :meth:`forward` and :meth:`forward_tree` leave in ``features`` the (n, hidden) float32
+    residuals before the final norm of the call's rows (every row, whatever ``keep``).
     """
 
     def __init__(self, model: LeanLlama) -> None:
@@ -710,7 +724,15 @@ class LeanSession(Session):
         self.device, self.dtype = model.device, model.dtype
         self.vocab_size = model.vocab_size
         self.calls = 0
+        self.record_features, self.features = False, None
         self.reset()
+
+    def _run(self, ids: torch.Tensor, start: int, keep: Any, parents: Any, embeds: Any) -> torch.Tensor:
+        embeds = None if embeds is None else torch.as_tensor(embeds)
+        out = torch.empty(len(ids), self.model.hidden) if self.record_features else None
+        logits = self.model.forward(ids, start, self.cache, keep, parents, embeds=embeds, features=out)
+        self.features = None if out is None else out.numpy()
+        return logits
 
     def reset(self) -> None:
         self.ids: list[int] = []
@@ -729,30 +751,32 @@ class LeanSession(Session):
             new[:, :, :, : len(self.ids)] = self.cache[:, :, :, : len(self.ids)]
             self.cache = new
 
-    def forward(self, new_ids: Sequence[int], keep: int | None = None) -> torch.Tensor:
+    def forward(self, new_ids: Sequence[int], keep: int | None = None, *, embeds: Any = None) -> torch.Tensor:
         """Feed ``new_ids`` after the cached tokens in one call; float32 logits (n, V), or the last ``keep``
-        rows."""
+        rows. ``embeds``: (n, hidden) float32 rows in place of the tokens' embeddings."""
         n = self._check_forward(new_ids, keep)
         start = len(self.ids)
         self._reserve(start + n)
         ids = torch.tensor([int(t) for t in new_ids], dtype=torch.long)
-        logits = self.model.forward(ids, start, self.cache, keep)
+        logits = self._run(ids, start, keep, None, embeds)
         self.calls += 1
         self.ids.extend(int(t) for t in new_ids)
         return logits
 
-    def forward_tree(self, new_ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+    def forward_tree(
+        self, new_ids: Sequence[int], parents: Sequence[int], *, embeds: Any = None
+    ) -> torch.Tensor:
         """Feed a tree of ``n`` tokens after the cached ones in one call (``parents[r]`` in ``[-1, r - 1]``,
         -1: a child of the last cached token); float32 logits (n, V), row r equal bit for bit to the
         chain forward over r's path (every mode but ``"float32"``, where it is close: see
         :meth:`LeanLlama.forward`). The nodes take slots ``len(ids) ..`` and ``ids`` becomes the prefix
-        and every node: follow with :meth:`keep_path` (or :meth:`crop`)."""
+        and every node: follow with :meth:`keep_path` (or :meth:`crop`). ``embeds``: as :meth:`forward`."""
         n = self._check_forward(new_ids, None)
         tree = leannative.tree_layout(parents, n)  # refuse bad parents before the cache grows
         start = len(self.ids)
         self._reserve(start + n)
         ids = torch.tensor([int(t) for t in new_ids], dtype=torch.long)
-        logits = self.model.forward(ids, start, self.cache, parents=tree.parents)
+        logits = self._run(ids, start, None, tree.parents, embeds)
         self.calls += 1
         self.ids.extend(int(t) for t in new_ids)
         self._tree_call = (start, list(tree.parents))

@@ -8,19 +8,34 @@
   path sees at slots ``start .. start + depth``, so that an exact engine gives it the chain's logits.
 * :func:`native_structure`, :func:`q8_forward`, :func:`native_forward` -- the C forwards' model
   descriptions and calls (:mod:`specdec.engine.native`), moved out of ``lean.py``.
+* :func:`check_extras` -- :meth:`specdec.engine.lean.LeanLlama.forward`'s ``embeds`` (rows used in
+  place of the embedding's) and ``features`` (every row's residual before the final norm), checked.
+* :class:`Q8Linear` -- a standalone Q8_0 linear layer on leanq8.c's int8 kernel (small heads of
+  target-conditioned drafters: Medusa, EAGLE, MLP speculators).
 """
 
 from __future__ import annotations
 
 import ctypes
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from specdec.theory.checks import check_int
 from specdec.theory.trees import check_parents
 
-__all__ = ["TreeLayout", "native_forward", "native_structure", "q8_forward", "tree_layout"]
+__all__ = [
+    "Q8Linear",
+    "TreeLayout",
+    "check_extras",
+    "native_forward",
+    "native_structure",
+    "q8_forward",
+    "tree_layout",
+]
 
 
 @dataclass(frozen=True)
@@ -114,11 +129,113 @@ def q8_forward(model: Any) -> Any:
     return model._q8["forward"]
 
 
+def check_extras(model: Any, ids: torch.Tensor, embeds: Any, features: Any) -> torch.Tensor | None:
+    """:meth:`LeanLlama.forward`'s ``embeds`` and ``features`` checked (ValueError naming the argument):
+    each None or a (len(ids), hidden) float32 tensor, ``features`` contiguous (written in place), ``ids``
+    1-D in the vocabulary; mode ``"q4_1"`` takes neither. Returns ``embeds`` as a contiguous float32
+    tensor (None if not given)."""
+    if embeds is None and features is None:
+        return None
+    if model.mode == "q4_1":
+        raise ValueError("embeds/features needs mode 'q4q8' or a torch mode; this model's mode is 'q4_1'")
+    vocab = int(model.embed.shape[0])
+    if (
+        ids.dim() != 1
+        or ids.is_floating_point()
+        or not len(ids)
+        or not 0 <= int(ids.min()) <= int(ids.max()) < vocab
+    ):
+        raise ValueError(f"ids must be a 1-D tensor of token ids in [0, {vocab}); got {ids!r}")
+    shape = (int(ids.shape[0]), model.hidden)
+    for name, value in (("embeds", embeds), ("features", features)):
+        if value is None:
+            continue
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or tuple(value.shape) != shape:
+            got = (
+                f"{tuple(value.shape)} {value.dtype}"
+                if isinstance(value, torch.Tensor)
+                else type(value).__name__
+            )
+            raise ValueError(
+                f"{name} must be a float32 tensor of shape {shape} (len(ids), hidden); got {got}"
+            )
+    if features is not None and not features.is_contiguous():
+        raise ValueError("features must be a contiguous tensor (it is written in place)")
+    return None if embeds is None else embeds.detach().contiguous()
+
+
+class Q8Linear:
+    """A linear layer y = x W^T on leanq8.c's int8 kernel: ``weight`` (n, k) float, k a multiple of 32,
+    coded Q8_0 (int8 per block of 32 along k, one half-precision scale per block, as the ``"q4q8"``
+    LM head: :func:`specdec.engine.lean._q80`), repacked once; each call quantizes x's rows per block
+    of 32 (as the head's activations) and runs the head's matmul. A row's result does not depend on
+    the number of rows or of threads (bit for bit). ``weight_error``: the code's largest absolute
+    error; :attr:`dequantized`: the (n, k) float32 weight the code stands for."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        from specdec.engine import native
+        from specdec.engine.lean import _q80
+
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
+            raise ValueError(f"weight must be a 2-D floating-point tensor (n, k); got {weight!r:.80}")
+        n, k = weight.shape
+        if n < 1 or k < 32 or k % 32:
+            raise ValueError(
+                f"weight's input dimension k must be a positive multiple of 32; got shape {(n, k)}"
+            )
+        self.lib = native.library("q4q8")
+        self.code, self.weight_error = _q80(weight.detach().float().contiguous(), half_scales=True)
+        self.out_features, self.in_features = int(n), int(k)
+        status = ctypes.c_int32(0)
+        handle = self.lib.specdec_q8_linear_new(ctypes.byref(self.code.struct()), ctypes.byref(status))
+        if not handle:
+            if status.value == -1:
+                raise MemoryError("the C linear could not allocate the repacked weight")
+            raise ValueError(f"the C linear refused the weight (code {status.value})")
+        self.handle = handle
+        self._free = weakref.finalize(self, self.lib.specdec_q8_linear_free, handle)
+
+    @property
+    def dequantized(self) -> torch.Tensor:
+        n, k = self.out_features, self.in_features
+        return (self.code.qs.float().view(n, k // 32, 32) * self.code.d[..., None]).view(n, k)
+
+    def __call__(self, x: Any, threads: int = 1) -> np.ndarray:
+        """y (rows, n) float32 of x (rows, k) float32 (a NumPy array or a CPU tensor), on ``threads``
+        threads (the process's pool, as the C forward)."""
+        threads = check_int("threads", threads, low=1, high=1024)
+        if isinstance(x, torch.Tensor):
+            x = x.detach().cpu().numpy()
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+            raise ValueError(f"x must be a float32 NumPy array or tensor; got {getattr(x, 'dtype', type(x))}")
+        if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] != self.in_features:
+            raise ValueError(f"x must have shape (rows >= 1, {self.in_features}); got {x.shape}")
+        if not np.isfinite(x).all():
+            raise ValueError("x must hold finite values only")
+        x = np.ascontiguousarray(x)
+        y = np.empty((x.shape[0], self.out_features), dtype=np.float32)
+        status = self.lib.specdec_q8_linear(self.handle, x.ctypes.data, x.shape[0], y.ctypes.data, threads)
+        if status == -1:
+            raise MemoryError("the C linear could not allocate its work buffers")
+        if status != 0:
+            raise ValueError(f"the C linear refused its arguments (code {status})")
+        return y
+
+
 def native_forward(
-    model: Any, ids: torch.Tensor, start: int, cache: torch.Tensor, keep: int | None, tree: TreeLayout | None
+    model: Any,
+    ids: torch.Tensor,
+    start: int,
+    cache: torch.Tensor,
+    keep: int | None,
+    tree: TreeLayout | None,
+    embeds: torch.Tensor | None = None,
+    features: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The C forward of ``model`` (mode ``"q4_1"`` or ``"q4q8"``) over ``ids`` at ``start``, its arguments
-    checked first; ``tree`` runs the tree forward. Logits over the head's rows."""
+    checked first; ``tree`` runs the tree forward. Logits over the head's rows. ``embeds`` and
+    ``features`` (``"q4q8"`` only; checked by :func:`check_extras`): rows in place of the embedding's
+    and the (len(ids), hidden) output of every row's residual before the final norm."""
     from specdec.engine import native
 
     k = int(ids.shape[0])
@@ -143,8 +260,10 @@ def native_forward(
     parents = None if tree is None else torch.tensor(tree.parents, dtype=torch.int32)
     if model.mode == "q4q8":
         q8_forward(model).forward(
-            ids.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]), logits.data_ptr(), rows,
-            model.num_layers, model.threads, None if parents is None else parents.data_ptr(),
+            None if embeds is not None else ids.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]),
+            logits.data_ptr(), rows, model.num_layers, model.threads,
+            None if parents is None else parents.data_ptr(),
+            None if embeds is None else embeds.data_ptr(), None if features is None else features.data_ptr(),
         )  # fmt: skip
         return logits
     lib, structure = native.library(), ctypes.byref(native_structure(model))
