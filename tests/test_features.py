@@ -203,11 +203,13 @@ def test_bad_arguments_are_refused():
             q41.forward(ids, 0, q41.new_cache(16), features=torch.empty(3, q41.hidden))
 
 
+WEIGHT = torch.randn(37, 96, generator=torch.Generator().manual_seed(0))
+
+
 @pytest.fixture(scope="module")
 def linear():
     needs_q8()
-    torch.manual_seed(0)
-    return Q8Linear(torch.randn(37, 96))  # 37 outputs: a partial tile of 16
+    return Q8Linear(WEIGHT)  # 37 outputs: a partial tile of 16
 
 
 def test_q8_linear_matches_the_dequantized_product(linear):
@@ -219,6 +221,10 @@ def test_q8_linear_matches_the_dequantized_product(linear):
     bound = 0.02 * float(np.abs(ref).max())
     assert float(np.abs(y - ref).max()) < bound
     assert linear.weight_error < 0.05
+    from specdec.engine.lean import _q80  # the LM head's Q8_0 code: the same codes and scales
+
+    code, _ = _q80(WEIGHT, half_scales=True)
+    assert torch.equal(code.qs, linear.qs) and torch.equal(code.d, linear.d)
     assert np.array_equal(linear(torch.from_numpy(x)), y)  # a tensor too
 
 

@@ -167,14 +167,14 @@ def check_extras(model: Any, ids: torch.Tensor, embeds: Any, features: Any) -> t
 class Q8Linear:
     """A linear layer y = x W^T on leanq8.c's int8 kernel: ``weight`` (n, k) float, k a multiple of 32,
     coded Q8_0 (int8 per block of 32 along k, one half-precision scale per block, as the ``"q4q8"``
-    LM head: :func:`specdec.engine.lean._q80`), repacked once; each call quantizes x's rows per block
+    LM head: ``specdec.engine.lean``'s ``_q80(w, half_scales=True)``, the same formula here, as lean
+    imports this module), repacked once; each call quantizes x's rows per block
     of 32 (as the head's activations) and runs the head's matmul. A row's result does not depend on
     the number of rows or of threads (bit for bit). ``weight_error``: the code's largest absolute
     error; :attr:`dequantized`: the (n, k) float32 weight the code stands for."""
 
     def __init__(self, weight: torch.Tensor) -> None:
         from specdec.engine import native
-        from specdec.engine.lean import _q80
 
         if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
             raise ValueError(f"weight must be a 2-D floating-point tensor (n, k); got {weight!r:.80}")
@@ -184,10 +184,16 @@ class Q8Linear:
                 f"weight's input dimension k must be a positive multiple of 32; got shape {(n, k)}"
             )
         self.lib = native.library("q4q8")
-        self.code, self.weight_error = _q80(weight.detach().float().contiguous(), half_scales=True)
+        groups = weight.detach().float().reshape(n, k // 32, 32)
+        d = groups.abs().amax(-1) / 127  # d = max |w| / 127 per block, q = round(w / d) (lean's Q8_0)
+        q = torch.round(groups / torch.where(d > 0, d, torch.ones_like(d))[..., None]).clamp(-127, 127)
+        self.d = d.half().float().contiguous()  # the head's half-precision scales
+        self.qs = q.to(torch.int8).reshape(n, k).contiguous()
+        self.weight_error = float((q * self.d[..., None] - groups).abs().max())
         self.out_features, self.in_features = int(n), int(k)
         status = ctypes.c_int32(0)
-        handle = self.lib.specdec_q8_linear_new(ctypes.byref(self.code.struct()), ctypes.byref(status))
+        struct = native.Q80(self.qs.data_ptr(), self.d.data_ptr(), int(n), int(k))
+        handle = self.lib.specdec_q8_linear_new(ctypes.byref(struct), ctypes.byref(status))
         if not handle:
             if status.value == -1:
                 raise MemoryError("the C linear could not allocate the repacked weight")
@@ -198,7 +204,7 @@ class Q8Linear:
     @property
     def dequantized(self) -> torch.Tensor:
         n, k = self.out_features, self.in_features
-        return (self.code.qs.float().view(n, k // 32, 32) * self.code.d[..., None]).view(n, k)
+        return (self.qs.float().view(n, k // 32, 32) * self.d[..., None]).view(n, k)
 
     def __call__(self, x: Any, threads: int = 1) -> np.ndarray:
         """y (rows, n) float32 of x (rows, k) float32 (a NumPy array or a CPU tensor), on ``threads``
