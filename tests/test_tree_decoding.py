@@ -45,18 +45,18 @@ def _side_leaf_hits(target, drafter, prompt, budget) -> int:
     from specdec.theory import treeverify
 
     hits = []
-    original = treeverify.verify_tree
+    original = treeverify.verify_tree_greedy  # temperature 0: the loop verifies by exact matching
 
-    def spy(p, q, tree, rng):
-        path, token = original(p, q, tree, rng)
+    def spy(argmax_ids, tree):
+        path, token = original(argmax_ids, tree)
         hits.append(any(tree.children(tree.parents[i]).index(i) > 0 for i in path))
         return path, token
 
-    treeverify.verify_tree = spy
+    treeverify.verify_tree_greedy = spy
     try:
         speculative_tree(target, drafter, prompt, budget=budget, max_new_tokens=40)
     finally:
-        treeverify.verify_tree = original
+        treeverify.verify_tree_greedy = original
     return sum(hits)
 
 

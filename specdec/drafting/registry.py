@@ -6,7 +6,9 @@ candidate generator from one generation config, a drafter here is named by a *sp
     kind[:argument][,key=value ...]
 
 e.g. ``lookup``, ``lookup-tree``, ``suffix``, ``suffix,factor=2,global=1``, ``draft:distil-l1``,
-``draft-tree:distil-l1,branch=3``, ``early-exit:8``, ``early-exit-tree:8,branch=2``. Each kind
+``draft-tree:distil-l1,branch=3``, ``early-exit:8``, ``early-exit-tree:8,branch=2``, and the drafters
+conditioned on the target's features: ``medusa:medusa-4,ranks=4``, ``mlp:mlp-4,ranks=1``,
+``eagle:eagle-1,topk=1`` (EAGLE's chain), ``eagle:eagle-1,topk=4,depth=6`` (EAGLE-2's dynamic tree). Each kind
 says whether it drafts a chain (``propose``, decoded by :func:`specdec.engine.decoding.speculative`
 at a gamma) or a tree (``propose_tree``, decoded by :func:`specdec.engine.decoding.speculative_tree`
 at a node budget): :data:`KINDS`. :func:`parse_spec` checks a spec before anything is loaded
@@ -88,6 +90,24 @@ KINDS: dict[str, _Kind] = {
         {"branch": _int_option(1, 64)},
         "a distilled draft's chain + side leaves",
     ),
+    "medusa": _Kind(
+        "tree",
+        "a saved Medusa drafter's name",
+        {"ranks": _int_option(1, 64)},
+        "Medusa-1 heads on the target's features, a static tree (ranks: tokens per head)",
+    ),
+    "mlp": _Kind(
+        "tree",
+        "a saved MLP speculator's name",
+        {"ranks": _int_option(1, 64)},
+        "the MLP speculator on the target's features, a static tree (ranks=1: a chain)",
+    ),
+    "eagle": _Kind(
+        "tree",
+        "a saved EAGLE drafter's name",
+        {"topk": _int_option(1, 64), "depth": _int_option(1, 64)},
+        "EAGLE's draft layer on the target's features (topk=1: a chain; topk>1: EAGLE-2's dynamic tree)",
+    ),  # fmt: skip
     "early-exit": _Kind("chain", "layers (>= 1)", {}, "the target's first layers as the draft"),
     "early-exit-tree": _Kind(
         "tree", "layers (>= 1)", {"branch": _int_option(1, 64)}, "early exit's chain + side leaves"
@@ -157,6 +177,9 @@ class DraftContext:
 
     target: Any
     load_draft: Callable[[str], Any] | None = None
+    #: for ``medusa``, ``mlp`` and ``eagle``: name -> (the trained module, its card), e.g.
+    #: :func:`specdec.train.condnets.load_conditioned` around the Hugging Face target
+    load_conditioned: Callable[[str], tuple[Any, dict]] | None = None
 
 
 def build_drafter(spec: object, context: DraftContext) -> Any:
@@ -179,6 +202,14 @@ def build_drafter(spec: object, context: DraftContext) -> Any:
         kw["use_global"] = bool(kw.get("use_global", 0))
         kw["use_tree_spec"] = bool(kw.get("use_tree_spec", 1))
         return SuffixDecodingDrafter(**kw)
+    if parsed.kind in ("medusa", "mlp", "eagle"):
+        from specdec.drafting.conditioned import build_conditioned_drafter
+
+        if context.load_conditioned is None:
+            raise ValueError(f"drafter spec {parsed.text!r} needs a loader (DraftContext.load_conditioned)")
+        module, card = context.load_conditioned(parsed.argument)
+        threads = int(getattr(context.target, "threads", 1) or 1)
+        return build_conditioned_drafter(parsed.kind, module, card, threads, opts)
     if parsed.kind in ("draft", "draft-tree"):
         if context.load_draft is None:
             raise ValueError(f"drafter spec {parsed.text!r} needs a draft loader (DraftContext.load_draft)")

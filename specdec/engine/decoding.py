@@ -156,7 +156,7 @@ def speculative_tree(
         drafter has it, is told the whole generation at the end (suffix decoding's global tree).
     """
     from specdec.theory.trees import DraftTree
-    from specdec.theory.treeverify import verify_tree
+    from specdec.theory.treeverify import verify_tree, verify_tree_greedy
 
     lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     check_int("budget", budget, low=0)
@@ -168,6 +168,14 @@ def speculative_tree(
             f"the drafter's vocabulary size ({v_draft}) differs from the target's ({lm.vocab_size})"
         )
     check_draft_context(drafter, len(prompt), max_new_tokens)
+    conditioned = bool(getattr(drafter, "conditioned", False))
+    if conditioned:  # the drafter reads the target's features: the session must report them
+        if not hasattr(lm, "record_features"):
+            raise ValueError(
+                f"drafter {type(drafter).__name__} is conditioned on the target's features; the target must "
+                "report them (a LeanLlama in mode 'q4q8' or a torch mode); got " + type(target).__name__
+            )
+        lm.record_features = True
     rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
     context = getattr(getattr(target, "config", None), "max_position_embeddings", None)
@@ -177,6 +185,8 @@ def speculative_tree(
     with stats.timer("prefill_s", lm.device):
         _prefill(lm, prompt)
         drafter.start(prompt)
+        if conditioned:  # pairs (f_j, x_{j+1}) of the prefilled positions 0 .. n-2
+            drafter.extend(lm.features if len(prompt) > 1 else np.zeros((0, 1), np.float32), prompt[1:])
     while (left := max_new_tokens - (len(tokens) - len(prompt))) > 0:
         with stats.timer("draft_s", lm.device):
             limit = budget if left > 1 else 0
@@ -199,13 +209,22 @@ def speculative_tree(
         with stats.timer("target_s", lm.device):  # one call scores the root and every node
             logits = lm.forward_tree([tokens[-1], *tree.tokens], tree.call_parents())
         with stats.timer("verify_s", lm.device):
-            p = warp_fn(logits)
-            path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng)
+            if temperature == 0:  # exact matching: what verify_tree gives on one-hot rows, without them
+                path, next_token = verify_tree_greedy(logits.argmax(-1), tree)
+            else:
+                p = warp_fn(logits)
+                path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng)
         stats.record_tree_round(len(tree), tree.depth, len(path), proposal.calls)
         new = [*(tree.tokens[i] for i in path), next_token]
         start = len(tokens) - 1  # the cache held the committed tokens minus the last (the root)
-        lm.keep_path(start, [0, *(i + 1 for i in path)])
+        rows = [0, *(i + 1 for i in path)]
+        if conditioned:  # the root's and the accepted nodes' features, each with the token after it
+            feats = lm.features[rows]
+        lm.keep_path(start, rows)
         tokens += new
+        if conditioned and eos_token_id not in new and len(tokens) - len(prompt) < max_new_tokens:
+            with stats.timer("draft_s", lm.device):
+                drafter.extend(feats, new)
         if eos_token_id in new:
             break
     out = finish_generation(tokens[len(prompt) :], stats, eos_token_id)

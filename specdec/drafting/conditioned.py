@@ -1,0 +1,316 @@
+"""Tree drafters conditioned on the target's features: Medusa heads, the MLP speculator, EAGLE / EAGLE-2.
+
+The models and their training are :mod:`specdec.train.condnets` / :mod:`specdec.train.condtrain`;
+here they draft, in int8 rows on the lean engine's kernels (:class:`specdec.engine.leannative.Q8Linear`
+for the heads and stages, the q4q8 forward fed with embedding rows for EAGLE's layer).
+
+Protocol (beyond :class:`~specdec.drafting.tree.TreeDrafter`): ``conditioned = True`` asks the tree
+loop (:func:`specdec.engine.decoding.speculative_tree`) to record the target's features and to call
+:meth:`ConditionedDrafter.extend` with the pairs ``(f_j, x_{j+1})`` of every newly committed position:
+after the prefill (positions 0 .. n-2 of the prompt) and after every round (the root and the accepted
+path; the last pair holds the bonus token). At a round's start the drafter has thus seen the features
+of every cached position ``0 .. m-1``; the root ``x_m`` is the last token of the prefix.
+
+Every drafter here drafts deterministically (top tokens by its own logits), so each node's law given
+its parent and earlier siblings is a point mass and the tree verification is lossless at every
+temperature (:mod:`specdec.theory.treeverify`); at temperature 0 it is exact matching.
+
+* :class:`MedusaDrafter` -- one call of K heads on ``norm(f_{m-1})``; head d's rank-r token fills every
+  node at depth d and rank r of a *static* tree, the best tree for the budget under the heads'
+  held-out acceptance profile (:func:`specdec.theory.treetheory.best_tree`), as Medusa's tree is.
+* :class:`SpeculatorDrafter` -- the MLP speculator's stages, one batched call per depth, over the same
+  kind of static tree (``ranks=1``: a chain).
+* :class:`EagleDrafter` -- EAGLE's draft layer over its own KV cache; ``topk=1``: EAGLE's chain;
+  ``topk > 1``: EAGLE-2's dynamic tree: at each depth the ``topk`` frontier nodes of highest
+  cumulative draft probability are expanded (``topk`` children each), then the ``budget`` nodes of
+  highest cumulative probability are kept (a set closed under parents).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from specdec.drafting.tree import TreeDrafter, TreeProposal, check_budget
+from specdec.engine.drafters import WarpFn
+from specdec.theory.checks import check_int
+from specdec.theory.trees import DraftTree
+
+__all__ = ["ConditionedDrafter", "EagleDrafter", "MedusaDrafter", "SpeculatorDrafter"]
+
+_EMPTY = DraftTree([], [])
+
+
+def _norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return (weight * (x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(eps)))).astype(np.float32)
+
+
+def _top(logits: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest entries of each row, largest first (ties: smaller index first)."""
+    k = min(k, logits.shape[-1])
+    part = np.argpartition(-logits, k - 1, axis=-1)[..., :k]
+    vals = np.take_along_axis(logits, part, -1)
+    order = np.lexsort((part, -vals), axis=-1)
+    return np.take_along_axis(part, order, -1)
+
+
+class ConditionedDrafter(TreeDrafter):
+    """Shared parts: the target's frozen norm, embeddings and kept-vocabulary head, and the last feature."""
+
+    conditioned = True
+
+    def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1) -> None:
+        from specdec.engine.leannative import Q8Linear
+
+        frozen = module.frozen
+        self.card, self.name = card, str(card.get("name"))
+        self.threads = check_int("threads", threads, low=1, high=1024)
+        self.kept = frozen.kept.numpy().astype(np.int64)
+        self.norm_w = frozen.norm.numpy().astype(np.float32)
+        self.eps = float(frozen.eps)
+        self.embed = frozen.embed.numpy()
+        self.head = Q8Linear(frozen.head)
+        profile = card.get("heldout_profile", {}).get("hit")
+        self.profile = None if profile is None else np.asarray(profile, dtype=np.float64)
+        self._trees: dict[tuple[int, int], tuple[list[int], list[int], list[int]]] = {}
+        self.last: np.ndarray | None = None
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self.last = None
+
+    def extend(self, features: np.ndarray, next_ids: Sequence[int]) -> None:
+        """The target's pre-norm features of newly committed positions and each one's next token."""
+        features = np.asarray(features, dtype=np.float32)
+        if features.ndim != 2 or features.shape[0] != len(next_ids):
+            raise ValueError(
+                f"extend needs (n, hidden) features and n next tokens; got {features.shape}, {len(next_ids)}"
+            )
+        if len(next_ids):
+            self.last = features[-1].copy()
+
+    def static_tree(self, budget: int, ranks: int) -> tuple[list[int], list[int], list[int]]:
+        """(parents, depths (1-based), ranks) of the best static tree of ``budget`` nodes under the
+        held-out profile's first ``ranks`` ranks (cached per budget)."""
+        from specdec.theory.treetheory import best_tree
+
+        key = (budget, ranks)
+        if key not in self._trees:
+            if self.profile is None:
+                raise ValueError(
+                    f"drafter {self.name!r}: its card has no held-out profile to shape a static tree"
+                )
+            a = np.minimum.accumulate(self.profile[:, :ranks], axis=1)  # a later rank never likelier
+            parents = best_tree(a, budget)
+            depths, rank, children = [], [], {}
+            for p in parents:
+                depths.append(1 if p < 0 else depths[p] + 1)
+                rank.append(children.get(p, 0))
+                children[p] = children.get(p, 0) + 1
+            self._trees[key] = (parents, depths, rank)
+        return self._trees[key]
+
+
+class MedusaDrafter(ConditionedDrafter):
+    """Medusa-1 heads over a static tree (see the module docstring); ``ranks``: tokens tried per head."""
+
+    def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1, ranks: int = 4) -> None:
+        from specdec.engine.leannative import Q8Linear
+
+        super().__init__(module, card, threads)
+        self.ranks = check_int("ranks", ranks, low=1, high=64)
+        self.k = int(module.heads)
+        h = module.w.shape[-1]
+        self.w = Q8Linear(module.w.detach().reshape(self.k * h, h))
+        self.b = module.b.detach().numpy().astype(np.float32)
+
+    @torch.inference_mode()
+    def propose_tree(
+        self, prefix_ids: Sequence[int], budget: int, warp_fn: WarpFn, rng: np.random.Generator
+    ) -> TreeProposal:
+        budget = check_budget(budget)
+        if self.last is None or budget == 0:
+            return TreeProposal(_EMPTY, None, 0)
+        parents, depths, ranks = self.static_tree(budget, self.ranks)
+        u = _norm(self.last, self.norm_w, self.eps)
+        z = self.w(u[None], self.threads).reshape(self.k, -1) + self.b
+        r = u[None] + z / (1.0 + np.exp(-z))
+        top = _top(self.head(r.astype(np.float32), self.threads), self.ranks)  # (K, ranks)
+        tokens = [int(self.kept[top[d - 1, j]]) for d, j in zip(depths, ranks, strict=True)]
+        return TreeProposal(DraftTree(tokens, parents), None, 1)
+
+
+class SpeculatorDrafter(ConditionedDrafter):
+    """The MLP speculator's stages over a static tree (``ranks=1``: a chain)."""
+
+    def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1, ranks: int = 4) -> None:
+        from specdec.engine.leannative import Q8Linear
+
+        super().__init__(module, card, threads)
+        self.ranks = check_int("ranks", ranks, low=1, high=64)
+        self.stages = int(module.stages)
+        self.w = [
+            Q8Linear(torch.cat([module.state_weight * ws, module.emb_weight * we], 1))
+            for ws, we in zip(module.w_state.detach(), module.w_emb.detach(), strict=True)
+        ]  # fmt: skip
+        self.ln_w = module.ln_w.detach().numpy().astype(np.float32)
+        self.ln_b = module.ln_b.detach().numpy().astype(np.float32)
+        self.out_scale = module.out_scale.detach().numpy().astype(np.float32)
+
+    def _stage(self, n: int, states: np.ndarray, tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        z = self.w[n](np.concatenate([states, self.embed[tokens]], 1).astype(np.float32), self.threads)
+        z = (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + np.float32(1e-5))
+        z = z * self.ln_w[n] + self.ln_b[n]
+        s = (0.5 * z * (1.0 + np.tanh(np.float32(0.7978845608) * (z + np.float32(0.044715) * z**3)))).astype(
+            np.float32
+        )
+        return s, self.head((s * self.out_scale[n]).astype(np.float32), self.threads)
+
+    @torch.inference_mode()
+    def propose_tree(
+        self, prefix_ids: Sequence[int], budget: int, warp_fn: WarpFn, rng: np.random.Generator
+    ) -> TreeProposal:
+        budget = check_budget(budget)
+        if self.last is None or budget == 0:
+            return TreeProposal(_EMPTY, None, 0)
+        parents, depths, ranks = self.static_tree(budget, self.ranks)
+        n = len(parents)
+        tokens = [0] * n
+        state_in = {-1: _norm(self.last, self.norm_w, self.eps)}  # the state a node's stage reads
+        token_in = {-1: int(prefix_ids[-1])}  # the token it consumes (its own; the root's for -1)
+        calls = 0
+        for d in range(1, max(depths) + 1):
+            expand = sorted({parents[i] for i in range(n) if depths[i] == d})
+            states, logits = self._stage(
+                d - 1, np.stack([state_in[p] for p in expand]), [token_in[p] for p in expand]
+            )
+            calls += 1
+            top = _top(logits, self.ranks)
+            row = {p: r for r, p in enumerate(expand)}
+            for i in range(n):
+                if depths[i] == d:
+                    tokens[i] = int(self.kept[top[row[parents[i]], ranks[i]]])
+                    state_in[i], token_in[i] = states[row[parents[i]]], tokens[i]
+        return TreeProposal(DraftTree(tokens, parents), None, calls)
+
+
+class EagleDrafter(ConditionedDrafter):
+    """EAGLE's draft layer (``topk=1``: a chain) or EAGLE-2's dynamic tree (``topk > 1``), ``depth`` deep."""
+
+    def __init__(
+        self, module: torch.nn.Module, card: dict, threads: int = 1, topk: int = 1, depth: int = 6
+    ) -> None:
+        from specdec.engine.lean import LeanLlama
+        from specdec.engine.leannative import Q8Linear
+
+        super().__init__(module, card, threads)
+        self.topk = check_int("topk", topk, low=1, high=64)
+        self.depth = check_int("depth", depth, low=1, high=64)
+        self.fc = Q8Linear(module.fc.weight.detach())
+        layer_model = module.model
+        layer_model.int8_rows = True  # int8 rows, kept as codes by the q4q8 forward
+        self.layer = LeanLlama(layer_model, "q4q8", threads=self.threads)
+        self.context = self.layer.max_positions
+        self.cache = self.layer.new_cache(self.layer.max_positions)
+        self.m = 0
+        self.g: np.ndarray | None = None
+        self.logp: np.ndarray | None = None
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self.m, self.g, self.logp = 0, None, None
+
+    def _inputs(self, feats: np.ndarray, tokens: Sequence[int]) -> torch.Tensor:
+        u = _norm(feats, self.norm_w, self.eps)
+        return torch.from_numpy(
+            self.fc(np.concatenate([u, self.embed[list(tokens)]], 1).astype(np.float32), self.threads)
+        )
+
+    def _run(
+        self, tokens: Sequence[int], embeds: torch.Tensor, keep: int, parents: list[int] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The draft layer over ``tokens`` at slots m..: (every row's pre-norm output, the last ``keep``
+        rows' log-probabilities over the kept vocabulary)."""
+        from specdec.engine import leannative
+
+        ids = torch.tensor(list(tokens), dtype=torch.long)
+        feats = torch.empty(len(tokens), self.layer.hidden)
+        tree = None if parents is None else leannative.tree_layout(parents, len(tokens))
+        # the kept-vocabulary logits as the C head gives them (LeanLlama.forward would widen them)
+        small = leannative.native_forward(self.layer, ids, self.m, self.cache, keep, tree, embeds, feats)
+        small = small.numpy()
+        logp = small - small.max(-1, keepdims=True)
+        logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+        return feats.numpy(), logp
+
+    @torch.inference_mode()
+    def extend(self, features: np.ndarray, next_ids: Sequence[int]) -> None:
+        super().extend(features, next_ids)
+        if not len(next_ids):
+            return
+        if self.m + len(next_ids) > self.context:
+            raise ValueError(f"EAGLE's draft layer holds {self.context} positions; the generation is longer")
+        feats, logp = self._run(next_ids, self._inputs(features, next_ids), 1, None)
+        self.m += len(next_ids)  # committed pairs; speculative slots after m are overwritten
+        self.g, self.logp = feats[-1], logp[0]
+
+    @torch.inference_mode()
+    def propose_tree(
+        self, prefix_ids: Sequence[int], budget: int, warp_fn: WarpFn, rng: np.random.Generator
+    ) -> TreeProposal:
+        budget = check_budget(budget)
+        if self.g is None or budget == 0:
+            return TreeProposal(_EMPTY, None, 0)
+        k = self.topk
+        tok, par, score, dep = [], [], [], []  # candidate nodes
+        for t in _top(self.logp[None], k)[0]:
+            tok.append(int(self.kept[t])), par.append(-1), score.append(float(self.logp[t])), dep.append(1)
+        feat_of: dict[int, np.ndarray] = {-1: self.g}  # node -> its predicted feature (g after it)
+        run: list[int] = []  # expanded nodes, in call order (parents first)
+        calls = 0
+        for d in range(2, min(self.depth, budget) + 1):
+            frontier = [i for i in range(len(tok)) if dep[i] == d - 1]
+            new = sorted(frontier, key=lambda i: (-score[i], i))[:k]
+            order = run + new
+            index = {node: r for r, node in enumerate(order)}
+            parents = [index[par[i]] if par[i] >= 0 else -1 for i in order]
+            embeds = self._inputs(np.stack([feat_of[par[i]] for i in order]), [tok[i] for i in order])
+            feats, logp = self._run([tok[i] for i in order], embeds, len(new), parents)
+            calls += 1
+            for r, i in enumerate(new):
+                feat_of[i] = feats[len(run) + r]
+                for t in _top(logp[r][None], k)[0]:
+                    tok.append(int(self.kept[t])), par.append(i), dep.append(d)
+                    score.append(score[i] + float(logp[r][t]))
+            run = order
+        chosen = sorted(range(len(tok)), key=lambda i: (-score[i], dep[i], i))[:budget]
+        keep = set(chosen)
+        for i in list(chosen):  # close under parents (ties may leave a parent out)
+            while par[i] >= 0 and par[i] not in keep:
+                keep.add(par[i])
+                i = par[i]
+        nodes = sorted(keep, key=lambda i: (dep[i], -score[i], i))
+        while len(nodes) > budget:  # closing added parents: drop the weakest leaves
+            leaves = [i for i in nodes if not any(par[j] == i for j in nodes)]
+            nodes.remove(min(leaves, key=lambda i: (score[i], -i)))
+        pos = {node: r for r, node in enumerate(nodes)}
+        tree = DraftTree([tok[i] for i in nodes], [pos[par[i]] if par[i] >= 0 else -1 for i in nodes])
+        return TreeProposal(tree, None, calls)
+
+
+def build_conditioned_drafter(
+    kind: str, module: torch.nn.Module, card: dict, threads: int, options: dict[str, Any]
+) -> ConditionedDrafter:
+    """The drafter of registry kind ``kind`` (``medusa``, ``mlp``, ``eagle``) over a loaded module."""
+    family = {"medusa": "medusa", "mlp": "mlp-speculator", "eagle": "eagle"}[kind]
+    if card.get("kind") != family:
+        raise ValueError(
+            f"drafter kind {kind!r} needs a {family} drafter; {card.get('name')!r} is a {card.get('kind')}"
+        )
+    if kind == "medusa":
+        return MedusaDrafter(module, card, threads, **options)
+    if kind == "mlp":
+        return SpeculatorDrafter(module, card, threads, **options)
+    return EagleDrafter(module, card, threads, **options)

@@ -1,0 +1,170 @@
+"""Drafters conditioned on the target's features (issue 30): Medusa, the MLP speculator, EAGLE / EAGLE-2.
+
+On tiny random Llamas: the loop hands each drafter the target's features of exactly the committed
+positions (equal, bit for bit in q4q8, to one forward over the whole sequence); greedy decoding with
+every family equals plain greedy decoding; sampling keeps the target's law (chi-square) and a drafter
+that claims a wrong law for its nodes breaks it; the registry builds each kind; the training step runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specdec.drafting import conditioned
+from specdec.drafting.registry import DraftContext, build_drafter
+from specdec.drafting.tree import TreeProposal
+from specdec.engine import native
+from specdec.engine.decoding import autoregressive, speculative_tree
+from specdec.engine.lean import LeanLlama
+from specdec.engine.lm import open_lm
+from specdec.theory.chisquare import chi_square_pvalue
+from specdec.theory.sampling import warp
+from specdec.train.condnets import build_conditioned
+from tests.tiny_models import VOCAB, tiny_llama
+
+pytestmark = pytest.mark.skipif(not native.available("q4q8"), reason="needs the q4q8 C library")
+
+MODES = ["float32", "q4q8"]
+PROFILE = [[0.6, 0.2, 0.1], [0.5, 0.2, 0.1], [0.4, 0.2, 0.1]]
+SPECS = ["medusa:m", "medusa:m,ranks=1", "mlp:s", "mlp:s,ranks=1", "eagle:e", "eagle:e,topk=3,depth=3"]
+
+
+def _module(small, family: str, seed: int):
+    card = {"name": family, "kind": family, "heads": 3, "stages": 3, "depth": 3,
+            "hidden_size": small.config.hidden_size, "init_layer": small.config.num_hidden_layers - 1,
+            "heldout_profile": {"hit": PROFILE}}  # fmt: skip
+    module = build_conditioned(card, small, torch.arange(VOCAB))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # untrained but not degenerate: random weights of a modest scale
+        for p in module.parameters():
+            if p.requires_grad and p.ndim >= 2:
+                p.add_(0.3 * torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5)
+    return module, card
+
+
+@pytest.fixture(scope="module")
+def small():
+    return tiny_llama(0, layers=2)
+
+
+def _context(small, target, seed: int = 1) -> DraftContext:
+    families = {"m": "medusa", "s": "mlp-speculator", "e": "eagle"}
+    return DraftContext(target, load_conditioned=lambda name: _module(small, families[name], seed))
+
+
+def _prompt(seed: int, n: int = 24) -> list[int]:
+    return np.random.default_rng(seed).integers(0, VOCAB, n).tolist()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_greedy_decoding_with_every_conditioned_drafter_equals_plain(small, mode):
+    target = LeanLlama(small, mode, threads=1)
+    context = _context(small, target)
+    drafted = dict.fromkeys(SPECS, 0)
+    for seed in range(3):
+        prompt = _prompt(seed)
+        plain = autoregressive(target, prompt, max_new_tokens=30)
+        for spec in SPECS:
+            gen = speculative_tree(target, build_drafter(spec, context), prompt, budget=6, max_new_tokens=30)
+            assert gen.tokens == plain.tokens, (mode, spec, seed)
+            drafted[spec] += gen.stats.drafted_tokens
+    assert all(n > 0 for n in drafted.values()), drafted  # every drafter drafted
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_loop_hands_the_drafter_the_features_of_the_committed_positions(small, mode, monkeypatch):
+    target = LeanLlama(small, mode, threads=1)
+    drafter = build_drafter("eagle:e,topk=3,depth=3", _context(small, target))
+    seen: list[tuple[np.ndarray, list[int]]] = []
+    original = type(drafter).extend
+
+    def spy(self, features, next_ids):
+        seen.append((np.array(features, copy=True), list(next_ids)))
+        return original(self, features, next_ids)
+
+    monkeypatch.setattr(type(drafter), "extend", spy)
+    prompt = _prompt(5)
+    gen = speculative_tree(target, drafter, prompt, budget=6, max_new_tokens=20, temperature=1.0, seed=3)
+    feats = np.concatenate([f for f, _ in seen])
+    nexts = [t for _, ids in seen for t in ids]
+    tokens = prompt + gen.tokens
+    assert nexts == tokens[1 : 1 + len(nexts)]  # pairs (f_j, x_{j+1}) in order, none skipped
+    session = open_lm(target)
+    session.record_features = True
+    session.forward(tokens[: len(nexts)])
+    if mode == "q4q8":  # rows of tree calls equal the chain forward bit for bit
+        assert np.array_equal(feats, session.features)
+    else:
+        np.testing.assert_allclose(feats, session.features, rtol=1e-4, atol=1e-4)
+
+
+def _two_token_law(model: LeanLlama, prefix: list[int]) -> np.ndarray:
+    p1 = warp(open_lm(model).forward(prefix, keep=1), temperature=1.0)[0].double()
+    rows = torch.stack([open_lm(model).forward([*prefix, x], keep=1)[0] for x in range(VOCAB)])
+    law = (p1[:, None] * warp(rows, temperature=1.0).double()).numpy()
+    return law / law.sum()
+
+
+def _counts(target, drafter, prefix, n: int = 400) -> np.ndarray:
+    counts = np.zeros((VOCAB, VOCAB))
+    for s in range(n):
+        gen = speculative_tree(target, drafter, prefix, budget=6, max_new_tokens=2, temperature=1.0, seed=s)
+        counts[gen.tokens[0], gen.tokens[1]] += 1
+    return counts
+
+
+@pytest.mark.parametrize("spec", ["medusa:m", "mlp:s", "eagle:e,topk=3,depth=3"])
+def test_sampling_keeps_the_target_law_and_a_wrong_claimed_law_breaks_it(spec, monkeypatch):
+    one = tiny_llama(0, layers=1)
+    target = LeanLlama(one, "float32")
+    drafter = build_drafter(spec, _context(one, target, seed=4))
+    prefix = [36, 5, 17]
+    law = _two_token_law(target, prefix)
+    assert chi_square_pvalue(_counts(target, drafter, prefix), law)["pvalue"] > 1e-3
+    # broken: the nodes are deterministic (point masses) but claim to be draws from a q that gave
+    # them almost no mass; verification then accepts them far too often and the law is no longer p
+    propose = type(drafter).propose_tree
+
+    def claims_rare(self, prefix_ids, budget, warp_fn, rng):
+        out = propose(self, prefix_ids, budget, warp_fn, rng)
+        q = torch.full((len(out.tree), VOCAB), 1.0 / (VOCAB - 1))
+        for i, token in enumerate(out.tree.tokens):
+            q[i, token] = 1e-12
+        return TreeProposal(out.tree, q / q.sum(1, keepdim=True), out.calls)
+
+    monkeypatch.setattr(type(drafter), "propose_tree", claims_rare)
+    assert chi_square_pvalue(_counts(target, drafter, prefix), law)["pvalue"] < 1e-3
+
+
+def test_conditioned_drafters_refuse_a_target_without_features_and_bad_options(small):
+    target = LeanLlama(small, "float32", threads=1)
+    drafter = build_drafter("medusa:m", _context(small, target))
+    with pytest.raises(ValueError, match="features"):
+        speculative_tree(small, drafter, _prompt(0), budget=4, max_new_tokens=4)  # a Hugging Face target
+    with pytest.raises(ValueError, match="loader"):
+        build_drafter("medusa:m", DraftContext(target))
+    with pytest.raises(ValueError, match="ranks"):
+        build_drafter("medusa:m,ranks=0", _context(small, target))
+    with pytest.raises(ValueError, match="needs a medusa"):
+        build_drafter("medusa:e", _context(small, target))
+    with pytest.raises(ValueError, match="features"):
+        drafter.extend(np.zeros((2, 32), np.float32), [1])
+
+
+def test_an_eagle2_tree_is_closed_under_parents_and_within_budget(small):
+    target = LeanLlama(small, "q4q8", threads=1)
+    drafter = build_drafter("eagle:e,topk=3,depth=4", _context(small, target))
+    session = open_lm(target)
+    session.record_features = True
+    prompt = _prompt(2)
+    session.forward(prompt[:-1])
+    drafter.start(prompt)
+    drafter.extend(session.features, prompt[1:])
+    for budget in (1, 2, 5, 9, 20):
+        tree = drafter.propose_tree(prompt, budget, None, np.random.default_rng(0)).tree
+        assert 1 <= len(tree) <= budget
+        assert all(p < i for i, p in enumerate(tree.parents))
+        assert max(tree.depths) <= 4
+    assert conditioned._top(np.array([[1.0, 3.0, 3.0, 2.0]]), 3).tolist() == [[1, 2, 3]]  # ties: smaller id
