@@ -1,10 +1,12 @@
-"""Issue 29: draft trees and suffix decoding, measured on held-out prompts against chains and plain decoding.
+"""Issues 29 and 30: draft trees, suffix decoding and the drafters conditioned on the target, measured on
+held-out prompts against chains and plain decoding.
 
     python benchmarks/trees.py --quick                 # a smoke run (a minute) on development prompts
     python benchmarks/trees.py --budget-s 3000         # the run; the same command again resumes it
+    python benchmarks/trees.py --set conditioned       # issue 30: Medusa, the MLP speculator, EAGLE(-2)
 
 The program is :mod:`specdec.analysis.treebench` (configurations, prompts, summary); the runner and the
-cross-fit analysis are the campaign's. The record ``results/bench/trees-<cpu>-<threads>t[-quick].json``
+cross-fit analysis are the campaign's. The record ``results/bench/<set>-<cpu>-<threads>t[-quick].json``
 holds the command, settings (the prompt file's sha256 among them), the machine identity, the git commit,
 every run's raw timings and repetition-0 Stats, each cell's load, the cross-fit analysis and the tree
 summary. A full run refuses a dirty working tree: every cell is timed on one clean commit.
@@ -40,6 +42,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--budget-s", type=float, default=None, help="stop after the cell that exhausts this budget"
     )
     ap.add_argument("--seed", type=int, default=0, help="the sampling seeds start here (cell i: seed + i)")
+    ap.add_argument(
+        "--set",
+        choices=("trees", "conditioned"),
+        default="trees",
+        help="which configurations (default: trees)",
+    )
     ap.add_argument("--fresh", action="store_true", help="discard a partial record instead of resuming it")
     ap.add_argument(
         "--out", default=None, help="the record's path (default: results/bench/trees-<cpu>-<n>t.json)"
@@ -109,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     threads = args.threads or native.default_threads()
     machine = machine_identity()  # before any thread count is pinned
-    configs = tb.QUICK_CONFIGS if args.quick else tb.CONFIGS
+    full, quick = tb.SETS[args.set]
+    configs = quick if args.quick else full
     built = tb.build(threads=threads, configs=configs)
     if args.quick:  # the development prompts: a smoke run never touches the held-out set
         prompts, sha = evaluation_cells(built["tokenizer"], per_task=2), None
@@ -117,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         prompts, sha = tb.heldout_prompts(built["tokenizer"])
     slug = device_slug(cpu_name())[:40]
     out = Path(args.out) if args.out else (
-        ROOT / "results" / "bench" / f"trees-{slug}-{threads}t{'-quick' if args.quick else ''}.json"
+        ROOT / "results" / "bench" / f"{args.set}-{slug}-{threads}t{'-quick' if args.quick else ''}.json"
     )  # fmt: skip
     settings = {
         "quick": args.quick, "new_tokens": args.new_tokens, "repeats": args.repeats, "threads": threads,
@@ -128,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     print("[trees] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)
     curves = tb.verify_curves(target, repeats=3 if args.quick else 15)
     header = {
-        "kind": "trees",
+        "kind": args.set,
         "verify_curves": curves,
         "command": "python benchmarks/trees.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "environment": env,
@@ -142,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     if not record["complete"]:
         return 3
-    record["kind"] = "trees"
+    record["kind"] = args.set
     record["trees"] = tb.tree_summary(record)
     write_record(out, record, indent=1, sort_keys=False)
     return 0

@@ -56,6 +56,7 @@ Drafting (tree drafters and the drafter registry; may import theory and engine):
 * :mod:`specdec.drafting.lookuptree` -- prompt lookup merging every earlier match into a count trie.
 * :mod:`specdec.drafting.suffix`     -- suffix decoding (arXiv:2411.04975; arctic-inference's semantics).
 * :mod:`specdec.drafting.modeltree`  -- a model drafter's chain with side leaves; any chain as a tree.
+* :mod:`specdec.drafting.conditioned` -- drafters on the target's features: Medusa, MLP speculator, EAGLE(-2).
 * :mod:`specdec.drafting.registry`   -- the drafter registry: one spec string -> one drafter.
 
 Training data and drafts:
@@ -65,6 +66,8 @@ Training data and drafts:
 * :mod:`specdec.train.distill`   -- target samples with top-32 soft labels (``python -m
   specdec.train.distill``).
 * :mod:`specdec.train.draftnets` -- the distilled draft family: build, train, save (int8), load.
+* :mod:`specdec.train.condnets`  -- the drafters conditioned on the target: models, int8 storage, loading.
+* :mod:`specdec.train.condtrain` -- their features and resumable training (``python -m specdec.train.condtrain``).
 
 Measurement:
 
@@ -109,6 +112,8 @@ Analysis (Part IV and V's readers):
   configurations through the registry, v(N) of chain and tree calls, the tree summary.
 * :mod:`specdec.analysis.treetables` -- the trees chapter's reader: family and fixed tables, issue 29's
   goals, where the time goes, simultaneous (Bonferroni) intervals.
+* :mod:`specdec.analysis.condtables` -- the conditioned drafters' reader: issue 30's goals, c per call,
+  greedy equality.
 * :mod:`specdec.analysis.campaign`  -- the campaign runner: every plain decoder and speculative
   configuration on the same prompts, interleaved, resumable (``benchmarks/campaign.py``).
 * :mod:`specdec.analysis.answer`    -- Part VI's reading of the campaign: "faster than what?".

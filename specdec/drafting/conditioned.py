@@ -269,7 +269,7 @@ class EagleDrafter(ConditionedDrafter):
             tok.append(int(self.kept[t])), par.append(-1), score.append(float(self.logp[t])), dep.append(1)
         feat_of: dict[int, np.ndarray] = {-1: self.g}  # node -> its predicted feature (g after it)
         run: list[int] = []  # expanded nodes, in call order (parents first)
-        calls = 0
+        calls = 1  # the call of extend() that gave the first level's logits (one per round)
         for d in range(2, min(self.depth, budget) + 1):
             frontier = [i for i in range(len(tok)) if dep[i] == d - 1]
             new = sorted(frontier, key=lambda i: (-score[i], i))[:k]

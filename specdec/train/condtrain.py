@@ -239,12 +239,6 @@ def heldout_profile(
     return {"hit": hit, "top1_soft": p_top, "rows": int(logits.shape[1])}
 
 
-def _git_commit() -> str | None:
-    from specdec.train.draftnets import _git_commit as commit
-
-    return commit()
-
-
 def train_conditioned(
     target: torch.nn.Module,
     folders: list[str],
@@ -267,7 +261,7 @@ def train_conditioned(
     (``work_root/name/ckpt.pt``, written every minute and at the end); save it and its card."""
     from tqdm.auto import tqdm
 
-    from specdec.train.draftnets import DRAFT_DIR
+    from specdec.train.draftnets import DRAFT_DIR, git_commit
 
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}; got {family!r}")
@@ -379,7 +373,7 @@ def train_conditioned(
         + (" + smooth-L1 feature regression (weight 1; CE weight 0.5)" if family == "eagle" else ""),
         "final_loss": state["history"][-1]["loss"] if state["history"] else None,
         "train_minutes": round(state["seconds"] / 60, 2), "threads": torch.get_num_threads(),
-        "command": command, "git_commit": _git_commit(),
+        "command": command, "git_commit": git_commit(),
         "weights": "int8 per output row (symmetric) for matrices, float16 for vectors",
         "history": state["history"],
     })  # fmt: skip

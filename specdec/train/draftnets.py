@@ -377,7 +377,7 @@ def _git(*args: str) -> str | None:
         return None
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     """HEAD's commit, suffixed ``+dirty`` when the package's folder has uncommitted changes."""
     head = _git("rev-parse", "HEAD")
     dirty = _git("status", "--porcelain", "--", ".")
@@ -508,7 +508,7 @@ def train_draft(
         "train_minutes": round(train_minutes, 2),
         "threads": torch.get_num_threads(),
         "command": command,
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "weights": "int8 per output row (symmetric) for matrices, float16 for norms",
         "history": history,
     }

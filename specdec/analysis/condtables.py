@@ -1,0 +1,87 @@
+"""The reader of the conditioned-drafters record (issue 30): goals, losslessness and where the time goes.
+
+Pure functions of a complete ``conditioned`` record (``benchmarks/trees.py --set conditioned``), whose
+cross-fit analysis, tree summary and verify curves have the trees record's form, so
+:mod:`specdec.analysis.treetables`' readers apply to it too. Torch-free.
+
+Goal rules (issue 30), fixed here before the record was read: "at least X times the fastest plain
+decoder" is met when a family's cross-fitted estimate (tasks pooled) is >= X *and* its 95 % interval's
+lower end is above 1; "c <= 0.10" is judged on c per draft call (the paper's c: a draft step's time
+over a plain target step's, measured inside the decoding loop: ``c_round`` over the draft calls per
+round), for each configuration; lossless means every greedy run's tokens equal plain decoding's
+(``first_divergence_from_plain`` is None for every repetition-0 run at temperature 0). Estimates are
+compared at full precision; the chapter prints them rounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specdec.analysis.treetables import family_rows, short
+
+__all__ = ["CONDITIONED", "c_rows", "goals", "greedy_equal"]
+
+#: The target-conditioned families of issue 30, by their short names (their registry specs).
+CONDITIONED = (
+    "medusa:medusa-4",
+    "mlp:mlp-4,ranks=1",
+    "mlp:mlp-4",
+    "eagle:eagle-1",
+    "eagle:eagle-1,topk=4,depth=5",
+)
+
+
+def c_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per (temperature, configuration): c per round, draft calls per round and c per draft call."""
+    out = []
+    for r in record["trees"]["rows"]:
+        calls = r["draft_calls_per_round"] or 0.0
+        c = r["c_round_median"]
+        out.append({
+            "temperature": r["temperature"], "config": short(r["config"]), "c_round": c,
+            "calls_per_round": calls, "c_per_call": c / calls if c is not None and calls else None,
+        })  # fmt: skip
+    return out
+
+
+def greedy_equal(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Greedy runs (temperature 0, repetition 0) of speculative configurations whose tokens equal plain
+    decoding's, out of how many, and the configurations of any that differ."""
+    runs = [
+        r
+        for r in record["runs"]
+        if r["drafter"] != "plain" and r["rep"] == 0 and float(r["temperature"]) == 0
+    ]
+    differ = sorted({short(r["config"]) for r in runs if r.get("first_divergence_from_plain") is not None})
+    return {"runs": len(runs), "equal": sum(r.get("first_divergence_from_plain") is None for r in runs),
+            "differ": differ}  # fmt: skip
+
+
+def goals(record: Mapping[str, Any], families: Sequence[str] = CONDITIONED) -> list[dict[str, Any]]:
+    """Issue 30's goals per conditioned family: (1) >= 1.5x the fastest plain decoder pooled at
+    temperature 0; (2) >= 1.2x at temperature 1; (3) c per draft call <= 0.10 at both temperatures;
+    (4) greedy output equal to plain. One row per goal and family with its numbers and ``met``."""
+    rows = family_rows(record["crossfit"])
+    cs = c_rows(record)
+    eq = greedy_equal(record)
+    out = []
+    for name in families:
+        pooled = {r["temperature"]: r for r in rows if r["task"] == "all" and r["family"] == name}
+        if not pooled:
+            continue
+        for goal, temp, bar in ((1, 0.0, 1.5), (2, 1.0, 1.2)):
+            r = pooled[temp]
+            out.append({
+                "goal": goal, "family": name, "temperature": temp, "bar": bar,
+                "estimate": r["x_estimate"], "low": r["x_low"], "high": r["x_high"], "chosen": r["chosen"],
+                "met": r["x_estimate"] >= bar and r["x_low"] > 1.0,
+            })  # fmt: skip
+        mine = [c for c in cs if c["config"].rsplit("/", 1)[0] == name and c["c_per_call"] is not None]
+        worst = max((c["c_per_call"] for c in mine), default=None)
+        out.append({"goal": 3, "family": name, "c_per_call_max": worst,
+                    "met": worst is not None and worst <= 0.10})  # fmt: skip
+        out.append(
+            {"goal": 4, "family": name, "met": name not in {d.rsplit("/", 1)[0] for d in eq["differ"]}}
+        )
+    return out
