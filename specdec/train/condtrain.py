@@ -268,6 +268,7 @@ def train_conditioned(
     check_int("steps", steps, low=1)
     check_int("depth", depth, low=1, high=16)
     check_int("batch", batch, low=1)
+    commit = git_commit()  # of the code that trains (the card's weights are written at the end)
     torch.manual_seed(seed)
     eos = target.config.eos_token_id
     eos = eos[0] if isinstance(eos, list) else eos
@@ -373,7 +374,7 @@ def train_conditioned(
         + (" + smooth-L1 feature regression (weight 1; CE weight 0.5)" if family == "eagle" else ""),
         "final_loss": state["history"][-1]["loss"] if state["history"] else None,
         "train_minutes": round(state["seconds"] / 60, 2), "threads": torch.get_num_threads(),
-        "command": command, "git_commit": git_commit(),
+        "command": command, "git_commit": commit,
         "weights": "int8 per output row (symmetric) for matrices, float16 for vectors",
         "history": state["history"],
     })  # fmt: skip
