@@ -149,6 +149,12 @@ def test_conditioned_drafters_refuse_a_target_without_features_and_bad_options(s
         build_drafter("medusa:m,ranks=0", _context(small, target))
     with pytest.raises(ValueError, match="needs a medusa"):
         build_drafter("medusa:e", _context(small, target))
+    for spec in ("medusa", "eagle:e,topk=x", "mlp:s,branch=2"):  # no name; a bad option; an unknown one
+        with pytest.raises(ValueError, match="drafter spec"):
+            build_drafter(spec, _context(small, target))
+    from specdec.drafting.registry import KINDS
+
+    assert {KINDS[k].shape for k in ("medusa", "mlp", "eagle")} == {"tree"}
     with pytest.raises(ValueError, match="features"):
         drafter.extend(np.zeros((2, 32), np.float32), [1])
 
@@ -168,3 +174,26 @@ def test_an_eagle2_tree_is_closed_under_parents_and_within_budget(small):
         assert all(p < i for i, p in enumerate(tree.parents))
         assert max(tree.depths) <= 4
     assert conditioned._top(np.array([[1.0, 3.0, 3.0, 2.0]]), 3).tolist() == [[1, 2, 3]]  # ties: smaller id
+
+
+def test_training_labels_line_up_with_what_drafting_predicts(small):
+    """Medusa head k and MLP stage n at position j are trained on x_{j+1+k} / x_{j+n+1} and on the
+    target's law at j+k / j+n: the positions drafting asks them for (a round at m uses f_{m-1})."""
+    from specdec.train.condtrain import CondData, _position_batch
+
+    n, hidden = 40, small.config.hidden_size
+    ids = np.arange(n, dtype=np.int64) % VOCAB
+    srow = np.full(n, -1, dtype=np.int64)
+    srow[9:39] = np.arange(30)  # prompt of 10 tokens: soft labels from position 9 (predicting x_10) on
+    kept = torch.arange(VOCAB)
+    data = CondData(ids, np.zeros((n, hidden), np.float16), srow, np.array([[0, 10, n]]),
+                    np.zeros((30, 32), np.int32), np.zeros((30, 32), np.float16), kept, kept.clone())  # fmt: skip
+    j = data.positions("soft", 3, np.array([0]))
+    assert j.min() == 8 and j.max() == n - 2 - 3  # soft labels at j+1 .. j+3 all exist
+    for family in ("medusa", "mlp-speculator"):
+        module, _ = _module(small, "medusa" if family == "medusa" else "mlp-speculator", 0)
+        _, rows, hard = _position_batch(module, family, data, j, 3, True)
+        for d in range(3):
+            assert np.array_equal(hard[:, d], ids[j + 2 + d])  # x_{j+1+k}, k = d + 1
+            assert np.array_equal(rows[:, d], srow[j + 1 + d])  # p(x_{j+k+1} | x_{<=j+k})
+    assert data.positions("prompt", 3, np.array([0])).max() == 10 - 2 - 3  # labels inside the prompt

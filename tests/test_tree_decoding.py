@@ -160,8 +160,9 @@ def test_the_registry_parses_checks_and_builds_every_kind(small):
     context = DraftContext(
         target, load_draft=lambda name: LeanLlama(perturbed_copy(small, 0.05, 3), "float32")
     )
+    conditioned = {"medusa", "mlp", "eagle"}  # built and checked in tests/test_conditioned.py
     built = {kind: build_drafter(f"{kind}:1" if "early" in kind else f"{kind}:d" if "draft" in kind else kind,
-                                 context) for kind in KINDS}  # fmt: skip
+                                 context) for kind in KINDS if kind not in conditioned}  # fmt: skip
     for kind, drafter in built.items():
         has_tree = callable(getattr(drafter, "propose_tree", None))
         assert has_tree == (KINDS[kind].shape == "tree"), kind

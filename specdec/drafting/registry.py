@@ -165,7 +165,10 @@ def parse_spec(spec: object) -> DrafterSpec:
             )
         if key in options:
             raise ValueError(f"drafter spec {spec!r}: option {key} given twice")
-        options[key] = info.options[key](key, value)
+        try:
+            options[key] = info.options[key](key, value)
+        except ValueError as exc:
+            raise ValueError(f"drafter spec {spec!r}: {exc}") from None
     return DrafterSpec(kind, argument or None, options, spec.strip())
 
 
