@@ -67,7 +67,8 @@ Training data and drafts:
   specdec.train.distill``).
 * :mod:`specdec.train.draftnets` -- the distilled draft family: build, train, save (int8), load.
 * :mod:`specdec.train.condnets`  -- the drafters conditioned on the target: models, int8 storage, loading.
-* :mod:`specdec.train.condtrain` -- their features and resumable training (``python -m specdec.train.condtrain``).
+* :mod:`specdec.train.condtrain` -- their features and resumable training (``python -m
+  specdec.train.condtrain``).
 
 Measurement:
 
