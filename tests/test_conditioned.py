@@ -187,7 +187,8 @@ def test_training_labels_line_up_with_what_drafting_predicts(small):
     srow[9:39] = np.arange(30)  # prompt of 10 tokens: soft labels from position 9 (predicting x_10) on
     kept = torch.arange(VOCAB)
     top = (np.zeros((30, 32), np.int32), np.zeros((30, 32), np.float16))
-    data = CondData(ids, np.zeros((n, hidden), np.float16), srow, np.array([[0, 10, n]]), *top, kept, kept.clone())
+    feats = np.zeros((n, hidden), np.float16)
+    data = CondData(ids, feats, srow, np.array([[0, 10, n]]), *top, kept, kept.clone())
     j = data.positions("soft", 3, np.array([0]))
     assert j.min() == 8 and j.max() == n - 2 - 3  # soft labels at j+1 .. j+3 all exist
     for family in ("medusa", "mlp-speculator"):
