@@ -8,7 +8,9 @@ candidate generator from one generation config, a drafter here is named by a *sp
 e.g. ``lookup``, ``lookup-tree``, ``suffix``, ``suffix,factor=2,global=1``, ``draft:distil-l1``,
 ``draft-tree:distil-l1,branch=3``, ``early-exit:8``, ``early-exit-tree:8,branch=2``, and the drafters
 conditioned on the target's features: ``medusa:medusa-4,ranks=4``, ``mlp:mlp-4,ranks=1``,
-``eagle:eagle-1,topk=1`` (EAGLE's chain), ``eagle:eagle-1,topk=4,depth=6`` (EAGLE-2's dynamic tree). Each kind
+``eagle:eagle-1,topk=1`` (EAGLE's chain), ``eagle:eagle-1,topk=4,depth=6`` (EAGLE-2's dynamic tree);
+their small matrix products run on one thread unless ``threads=N`` says otherwise (a call of a few rows
+does not pay for waking a thread pool, and on a busy machine a woken worker may wait for its core). Each kind
 says whether it drafts a chain (``propose``, decoded by :func:`specdec.engine.decoding.speculative`
 at a gamma) or a tree (``propose_tree``, decoded by :func:`specdec.engine.decoding.speculative_tree`
 at a node budget): :data:`KINDS`. :func:`parse_spec` checks a spec before anything is loaded
@@ -93,19 +95,19 @@ KINDS: dict[str, _Kind] = {
     "medusa": _Kind(
         "tree",
         "a saved Medusa drafter's name",
-        {"ranks": _int_option(1, 64)},
+        {"ranks": _int_option(1, 64), "threads": _int_option(1, 1024)},
         "Medusa-1 heads on the target's features, a static tree (ranks: tokens per head)",
     ),
     "mlp": _Kind(
         "tree",
         "a saved MLP speculator's name",
-        {"ranks": _int_option(1, 64)},
+        {"ranks": _int_option(1, 64), "threads": _int_option(1, 1024)},
         "the MLP speculator on the target's features, a static tree (ranks=1: a chain)",
     ),
     "eagle": _Kind(
         "tree",
         "a saved EAGLE drafter's name",
-        {"topk": _int_option(1, 64), "depth": _int_option(1, 64)},
+        {"topk": _int_option(1, 64), "depth": _int_option(1, 64), "threads": _int_option(1, 1024)},
         "EAGLE's draft layer on the target's features (topk=1: a chain; topk>1: EAGLE-2's dynamic tree)",
     ),  # fmt: skip
     "early-exit": _Kind("chain", "layers (>= 1)", {}, "the target's first layers as the draft"),
@@ -211,7 +213,7 @@ def build_drafter(spec: object, context: DraftContext) -> Any:
         if context.load_conditioned is None:
             raise ValueError(f"drafter spec {parsed.text!r} needs a loader (DraftContext.load_conditioned)")
         module, card = context.load_conditioned(parsed.argument)
-        threads = int(getattr(context.target, "threads", 1) or 1)
+        threads = opts.pop("threads", 1)  # small calls: a thread pool's wake-up costs more than it saves
         return build_conditioned_drafter(parsed.kind, module, card, threads, opts)
     if parsed.kind in ("draft", "draft-tree"):
         if context.load_draft is None:
