@@ -70,7 +70,7 @@ CONDITIONED_CONFIGS: dict[str, tuple[int, ...]] = {
     "mlp:mlp-4,ranks=1": (2, 4),
     "mlp:mlp-4": (4, 8),
     "eagle:eagle-1": (2, 4),
-    "eagle:eagle-1,topk=4,depth=5": (6, 10),
+    "eagle:eagle-1,topk=4,depth=5": (4, 8),
 }
 QUICK_CONDITIONED: dict[str, tuple[int, ...]] = {
     "medusa:medusa-4": (4,),
