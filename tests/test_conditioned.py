@@ -31,7 +31,7 @@ PROFILE = [[0.6, 0.2, 0.1], [0.5, 0.2, 0.1], [0.4, 0.2, 0.1]]
 SPECS = ["medusa:m", "medusa:m,ranks=1", "mlp:s", "mlp:s,ranks=1", "eagle:e", "eagle:e,topk=3,depth=3"]
 
 
-def _module(small, family: str, seed: int):
+def _module(small, family: str, seed: int, scale: float = 0.3):
     card = {"name": family, "kind": family, "heads": 3, "stages": 3, "depth": 3,
             "hidden_size": small.config.hidden_size, "init_layer": small.config.num_hidden_layers - 1,
             "heldout_profile": {"hit": PROFILE}}  # fmt: skip
@@ -40,7 +40,7 @@ def _module(small, family: str, seed: int):
     with torch.no_grad():  # untrained but not degenerate: random weights of a modest scale
         for p in module.parameters():
             if p.requires_grad and p.ndim >= 2:
-                p.add_(0.3 * torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5)
+                p.add_(scale * torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5)
     return module, card
 
 
@@ -198,3 +198,56 @@ def test_training_labels_line_up_with_what_drafting_predicts(small):
             assert np.array_equal(hard[:, d], ids[j + 2 + d])  # x_{j+1+k}, k = d + 1
             assert np.array_equal(rows[:, d], srow[j + 1 + d])  # p(x_{j+k+1} | x_{<=j+k})
     assert data.positions("prompt", 3, np.array([0])).max() == 10 - 2 - 3  # labels inside the prompt
+
+
+def _near_max(logits: torch.Tensor, index: int, tol: float = 0.02) -> bool:
+    """``index`` is the argmax of ``logits`` up to ``tol`` of their range (int8 drafting vs float)."""
+    top, low = float(logits.max()), float(logits.min())
+    return float(logits[index]) >= top - tol * (top - low)
+
+
+@pytest.mark.parametrize("family", ["medusa", "mlp-speculator", "eagle"])
+def test_each_drafter_drafts_what_its_trained_module_predicts(small, family):
+    """The drafting code (int8, numpy, the C engine) against the training code's module (float torch),
+    as a chain of depth 3 after a prompt: each drafted token is the module's own top choice at that
+    depth (up to int8 rounding), fed the same features and the drafter's own earlier tokens."""
+    target = LeanLlama(small, "float32", threads=1)
+    module, card = _module(small, family, 7, scale=3.0)  # large enough that every input matters
+    if family == "mlp-speculator":  # the tiny model's embeddings are small: make the tokens count
+        with torch.no_grad():
+            module.w_emb.mul_(30.0)
+    spec = {"medusa": "medusa:m,ranks=1", "mlp-speculator": "mlp:s,ranks=1", "eagle": "eagle:e"}[family]
+    letter = {"medusa": "m", "mlp-speculator": "s", "eagle": "e"}[family]
+    drafter = build_drafter(spec, DraftContext(target, load_conditioned=lambda name: (module, card)))
+    assert letter in spec
+    prompt = _prompt(9)
+    session = open_lm(target)
+    session.record_features = True
+    session.forward(prompt[:-1])
+    feats = torch.from_numpy(session.features.copy())
+    drafter.start(prompt)
+    drafter.extend(session.features, prompt[1:])
+    tree = drafter.propose_tree(prompt, 3, None, np.random.default_rng(0)).tree
+    assert list(tree.parents) == [-1, 0, 1]
+    kept = module.frozen.kept
+    tokens = tree.tokens
+    with torch.no_grad():
+        if family == "medusa":  # head d on f_{m-1} predicts x_{m+d}
+            logits = module(feats[-1:])[0]
+            rows = [logits[d] for d in range(3)]
+        elif family == "mlp-speculator":  # stage n consumes the root, then the drafted tokens
+            from specdec.train.condnets import rms_norm
+
+            state, rows = rms_norm(feats[-1:], module.frozen.norm, module.frozen.eps), []
+            for n, consumed in enumerate([prompt[-1], *tokens[:2]]):
+                state, logits = module.stage(n, state, torch.tensor([consumed]))
+                rows.append(logits[0])
+        else:  # EAGLE: pairs (f_j, x_{j+1}), then its own g fed back with the drafted token
+            f, nxt, rows = feats, torch.tensor(prompt[1:]), []
+            for t in tokens:
+                g, logits = module(f[None], nxt[None])
+                rows.append(logits[0, -1])
+                f, nxt = torch.cat([f, g[0, -1:]]), torch.cat([nxt, torch.tensor([t])])
+    for d, (row, t) in enumerate(zip(rows, tokens, strict=True)):
+        index = int((kept == t).nonzero()[0, 0])
+        assert _near_max(row, index), (family, d)

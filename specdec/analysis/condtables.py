@@ -5,10 +5,13 @@ cross-fit analysis, tree summary and verify curves have the trees record's form,
 :mod:`specdec.analysis.treetables`' readers apply to it too. Torch-free.
 
 Goal rules (issue 30), fixed here before the record was read: "at least X times the fastest plain
-decoder" is met when a family's cross-fitted estimate (tasks pooled) is >= X *and* its 95 % interval's
-lower end is above 1; "c <= 0.10" is judged on c per draft call (the paper's c: a draft step's time
-over a plain target step's, measured inside the decoding loop: ``c_round`` over the draft calls per
-round), for each configuration; lossless means every greedy run's tokens equal plain decoding's
+decoder" is met when a family's cross-fitted estimate (tasks pooled) is >= X *and* the lower end of its
+simultaneous interval (Bonferroni over every family verdict of the record, ``record["simultaneous"]``,
+from ``benchmarks/trees.py --reanalyse``) is above 1, since a goal met by any of several families is a
+choice made after seeing them; "c <= 0.10" is judged on c per draft call (the paper's c: a draft
+step's time over a plain target step's, measured inside the decoding loop: ``c_round`` over the draft
+calls per round, EAGLE's call that catches its cache up with the accepted tokens counted), for each
+configuration; lossless means every greedy run's tokens equal plain decoding's
 (``first_divergence_from_plain`` is None for every repetition-0 run at temperature 0). Estimates are
 compared at full precision; the chapter prints them rounded.
 """
@@ -62,14 +65,14 @@ def goals(record: Mapping[str, Any], families: Sequence[str] = CONDITIONED) -> l
     """Issue 30's goals per conditioned family: (1) >= 1.5x the fastest plain decoder pooled at
     temperature 0; (2) >= 1.2x at temperature 1; (3) c per draft call <= 0.10 at both temperatures;
     (4) greedy output equal to plain. One row per goal and family with its numbers and ``met``."""
-    rows = family_rows(record["crossfit"])
+    rows = family_rows(record["simultaneous"])
     cs = c_rows(record)
     eq = greedy_equal(record)
     out = []
     for name in families:
         pooled = {r["temperature"]: r for r in rows if r["task"] == "all" and r["family"] == name}
-        if not pooled:
-            continue
+        if set(pooled) != {0.0, 1.0}:
+            raise ValueError(f"the record has no pooled row of {name!r} at temperatures 0 and 1")
         for goal, temp, bar in ((1, 0.0, 1.5), (2, 1.0, 1.2)):
             r = pooled[temp]
             out.append({

@@ -136,8 +136,8 @@ def build(
 
     def load_cond(draft_name: str) -> Any:
         module, card = load_conditioned(DRAFT_DIR / draft_name, loaded.model)
-        drafts[draft_name] = {"kind": card["kind"], "steps": card.get("steps"), "threads": threads,
-                              "runs_in": "int8 rows (Q8Linear heads; EAGLE's layer in q4q8)"}  # fmt: skip
+        drafts[draft_name] = {"kind": card["kind"], "steps": card.get("steps"), "threads": 1,
+                              "runs_in": "int8 rows (Q8Linear; EAGLE's layer: q4q8)"}  # fmt: skip
         return module, card
 
     context = DraftContext(target, load_draft=load, load_conditioned=load_cond)

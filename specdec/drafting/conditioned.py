@@ -20,10 +20,13 @@ temperature (:mod:`specdec.theory.treeverify`); at temperature 0 it is exact mat
   held-out acceptance profile (:func:`specdec.theory.treetheory.best_tree`), as Medusa's tree is.
 * :class:`SpeculatorDrafter` -- the MLP speculator's stages, one batched call per depth, over the same
   kind of static tree (``ranks=1``: a chain).
-* :class:`EagleDrafter` -- EAGLE's draft layer over its own KV cache; ``topk=1``: EAGLE's chain;
-  ``topk > 1``: EAGLE-2's dynamic tree: at each depth the ``topk`` frontier nodes of highest
-  cumulative draft probability are expanded (``topk`` children each), then the ``budget`` nodes of
-  highest cumulative probability are kept (a set closed under parents).
+* :class:`EagleDrafter` -- EAGLE's draft layer over its own KV cache; ``topk=1``: EAGLE's chain (one
+  row per level, the earlier levels kept in the cache); ``topk > 1``: EAGLE-2's dynamic tree: at each
+  depth the ``topk`` frontier nodes of highest cumulative draft probability are expanded (``topk``
+  children each), then the ``budget`` nodes of highest cumulative probability are kept (a set closed
+  under parents). A tree level is one tree call over every node expanded so far (the earlier ones
+  computed again: the engine's tree call hangs its nodes below the cached prefix only), so a tree's
+  draft cost grows with its depth faster than the papers' cached trees.
 """
 
 from __future__ import annotations
@@ -103,7 +106,11 @@ class ConditionedDrafter(TreeDrafter):
                 raise ValueError(
                     f"drafter {self.name!r}: its card has no held-out profile to shape a static tree"
                 )
-            a = np.minimum.accumulate(self.profile[:, :ranks], axis=1)  # a later rank never likelier
+            # the card's hits are marginal (P(rank j is the target's token), teacher-forced: parent
+            # right); best_tree wants P(rank j accepted | parent accepted, ranks < j rejected)
+            h = np.minimum.accumulate(self.profile[:, :ranks], axis=1)  # a later rank never likelier
+            left = 1.0 - np.hstack([np.zeros((h.shape[0], 1)), np.cumsum(h, axis=1)[:, :-1]])
+            a = np.clip(h / np.maximum(left, 1e-12), 0.0, 1.0)
             parents = best_tree(a, budget)
             depths, rank, children = [], [], {}
             for p in parents:
@@ -229,17 +236,17 @@ class EagleDrafter(ConditionedDrafter):
         )
 
     def _run(
-        self, tokens: Sequence[int], embeds: torch.Tensor, keep: int, parents: list[int] | None
+        self, tokens: Sequence[int], embeds: torch.Tensor, keep: int, parents: list[int] | None, start: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The draft layer over ``tokens`` at slots m..: (every row's pre-norm output, the last ``keep``
-        rows' log-probabilities over the kept vocabulary)."""
+        """The draft layer over ``tokens`` at slots ``start``..: (every row's pre-norm output, the last
+        ``keep`` rows' log-probabilities over the kept vocabulary)."""
         from specdec.engine import leannative
 
         ids = torch.tensor(list(tokens), dtype=torch.long)
         feats = torch.empty(len(tokens), self.layer.hidden)
         tree = None if parents is None else leannative.tree_layout(parents, len(tokens))
         # the kept-vocabulary logits as the C head gives them (LeanLlama.forward would widen them)
-        small = leannative.native_forward(self.layer, ids, self.m, self.cache, keep, tree, embeds, feats)
+        small = leannative.native_forward(self.layer, ids, start, self.cache, keep, tree, embeds, feats)
         small = small.numpy()
         logp = small - small.max(-1, keepdims=True)
         logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
@@ -252,7 +259,7 @@ class EagleDrafter(ConditionedDrafter):
             return
         if self.m + len(next_ids) > self.context:
             raise ValueError(f"EAGLE's draft layer holds {self.context} positions; the generation is longer")
-        feats, logp = self._run(next_ids, self._inputs(features, next_ids), 1, None)
+        feats, logp = self._run(next_ids, self._inputs(features, next_ids), 1, None, self.m)
         self.m += len(next_ids)  # committed pairs; speculative slots after m are overwritten
         self.g, self.logp = feats[-1], logp[0]
 
@@ -270,17 +277,23 @@ class EagleDrafter(ConditionedDrafter):
         feat_of: dict[int, np.ndarray] = {-1: self.g}  # node -> its predicted feature (g after it)
         run: list[int] = []  # expanded nodes, in call order (parents first)
         calls = 1  # the call of extend() that gave the first level's logits (one per round)
+        room = self.context - self.m  # the draft cache's free slots
         for d in range(2, min(self.depth, budget) + 1):
             frontier = [i for i in range(len(tok)) if dep[i] == d - 1]
             new = sorted(frontier, key=lambda i: (-score[i], i))[:k]
-            order = run + new
-            index = {node: r for r, node in enumerate(order)}
-            parents = [index[par[i]] if par[i] >= 0 else -1 for i in order]
+            if k == 1:  # a chain: the earlier levels stay in the cache at slots = positions; one row
+                order, start, parents = new, self.m + d - 2, None
+            else:  # a tree: the expanded nodes again, as one tree call (new rows last, for keep)
+                order, start = run + new, self.m
+                index = {node: r for r, node in enumerate(order)}
+                parents = [index[par[i]] if par[i] >= 0 else -1 for i in order]
+            if start + len(order) > room + self.m:
+                break
             embeds = self._inputs(np.stack([feat_of[par[i]] for i in order]), [tok[i] for i in order])
-            feats, logp = self._run([tok[i] for i in order], embeds, len(new), parents)
+            feats, logp = self._run([tok[i] for i in order], embeds, len(new), parents, start)
             calls += 1
             for r, i in enumerate(new):
-                feat_of[i] = feats[len(run) + r]
+                feat_of[i] = feats[len(order) - len(new) + r]
                 for t in _top(logp[r][None], k)[0]:
                     tok.append(int(self.kept[t])), par.append(i), dep.append(d)
                     score.append(score[i] + float(logp[r][t]))

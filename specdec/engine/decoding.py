@@ -170,7 +170,7 @@ def speculative_tree(
     check_draft_context(drafter, len(prompt), max_new_tokens)
     conditioned = bool(getattr(drafter, "conditioned", False))
     if conditioned:  # the drafter reads the target's features: the session must report them
-        if not hasattr(lm, "record_features"):
+        if not hasattr(lm, "record_features") or getattr(getattr(lm, "model", None), "mode", None) == "q4_1":
             raise ValueError(
                 f"drafter {type(drafter).__name__} is conditioned on the target's features; the target must "
                 "report them (a LeanLlama in mode 'q4q8' or a torch mode); got " + type(target).__name__
