@@ -8,6 +8,7 @@ nothing is written into the checkout.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+DRAFTS = ROOT / "specdec" / "data" / "drafts"
 
 
 def _tracked(*paths: str) -> list[str]:
@@ -81,7 +83,9 @@ def test_installed_wheel_finds_its_data(wheel, tmp_path):
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site)
-    expected = sorted({f.split("/")[3] for f in _tracked("specdec/data/drafts") if f.count("/") == 4})
+    folders = sorted({f.split("/")[3] for f in _tracked("specdec/data/drafts") if f.count("/") == 4})
+    # the distilled drafts (cards naming their init_layers), not the conditioned drafters beside them
+    expected = [n for n in folders if "init_layers" in json.loads((DRAFTS / n / "card.json").read_text())]
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "import specdec, specdec.train.draftnets as d, specdec.paper.published as p\n"
@@ -103,7 +107,7 @@ def test_installed_wheel_finds_its_data(wheel, tmp_path):
 # --------------------------------------------------------------------------- a requested draft
 def _draft(root: Path, name: str, weights: bool = True) -> None:
     (root / name).mkdir(parents=True)
-    (root / name / "card.json").write_text("{}\n")
+    (root / name / "card.json").write_text('{"init_layers": [0]}\n')  # a distilled draft's card
     if weights:
         (root / name / "weights.safetensors").write_bytes(b"")
 

@@ -195,9 +195,14 @@ def save_draft(draft: torch.nn.Module, folder: str | Path, card: dict) -> dict:
 
 
 def list_drafts(root: str | Path | None = None) -> list[str]:
-    """Names of the saved drafts (folders with a card) under ``root`` (default: the package's)."""
+    """Names of the saved distilled drafts (folders with a card naming their ``init_layers``) under
+    ``root`` (default: the package's); the drafters conditioned on the target that live beside them
+    (:mod:`specdec.train.condnets`: no layers of the target's copied) are left out."""
     root = DRAFT_DIR if root is None else Path(root)
-    return sorted(p.parent.name for p in root.glob(f"*/{_CARD}")) if root.exists() else []
+    if not root.exists():
+        return []
+    cards = sorted(root.glob(f"*/{_CARD}"))
+    return [p.parent.name for p in cards if "init_layers" in json.loads(p.read_text())]
 
 
 def require_drafts(names: Sequence[str] | None = None, root: str | Path | None = None) -> list[str]:
