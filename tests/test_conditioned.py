@@ -193,7 +193,7 @@ def test_training_labels_line_up_with_what_drafting_predicts(small):
     assert j.min() == 8 and j.max() == n - 2 - 3  # soft labels at j+1 .. j+3 all exist
     for family in ("medusa", "mlp-speculator"):
         module, _ = _module(small, "medusa" if family == "medusa" else "mlp-speculator", 0)
-        _, rows, hard = _position_batch(module, family, data, j, 3, True)
+        _, rows, hard = _position_batch(module, family, data, j, 3)
         for d in range(3):
             assert np.array_equal(hard[:, d], ids[j + 2 + d])  # x_{j+1+k}, k = d + 1
             assert np.array_equal(rows[:, d], srow[j + 1 + d])  # p(x_{j+k+1} | x_{<=j+k})

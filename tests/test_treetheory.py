@@ -160,3 +160,14 @@ BAD = [
 def test_bad_inputs_raise_naming_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_profile_from_marginals_inverts_the_per_rank_product_and_tree_shape_reads_a_tree():
+    from specdec.theory.treetheory import profile_from_marginals, tree_shape
+
+    marginal = np.array([[0.4, 0.2, 0.1], [0.3, 0.3, 0.05]])
+    a = profile_from_marginals(marginal)
+    survive = np.cumprod(np.hstack([np.ones((2, 1)), 1.0 - a[:, :-1]]), axis=1)
+    np.testing.assert_allclose(survive * a, marginal, rtol=1e-12)  # P(rank j accepted | parent accepted)
+    assert a[0, 1] == pytest.approx(0.2 / 0.6)
+    assert tree_shape([-1, -1, 0, 2]) == ([-1, -1, 0, 2], [1, 1, 2, 3], [0, 1, 0, 0])

@@ -42,7 +42,7 @@ from specdec.engine.drafters import WarpFn
 from specdec.theory.checks import check_int
 from specdec.theory.trees import DraftTree
 
-__all__ = ["ConditionedDrafter", "EagleDrafter", "MedusaDrafter", "SpeculatorDrafter"]
+__all__ = ["ConditionedDrafter", "EagleDrafter", "MedusaDrafter", "SpeculatorDrafter", "StaticTreeDrafter"]
 
 _EMPTY = DraftTree([], [])
 
@@ -77,9 +77,6 @@ class ConditionedDrafter(TreeDrafter):
         self.eps = float(frozen.eps)
         self.embed = frozen.embed.numpy()
         self.head = Q8Linear(frozen.head)
-        profile = card.get("heldout_profile", {}).get("hit")
-        self.profile = None if profile is None else np.asarray(profile, dtype=np.float64)
-        self._trees: dict[tuple[int, int], tuple[list[int], list[int], list[int]]] = {}
         self.last: np.ndarray | None = None
 
     def start(self, prompt_ids: Sequence[int]) -> None:
@@ -95,44 +92,33 @@ class ConditionedDrafter(TreeDrafter):
         if len(next_ids):
             self.last = features[-1].copy()
 
-    def static_tree(self, budget: int, ranks: int) -> tuple[list[int], list[int], list[int]]:
-        """(parents, depths (1-based), ranks) of the best static tree of ``budget`` nodes under the
-        held-out profile's first ``ranks`` ranks (cached per budget)."""
-        from specdec.theory.treetheory import best_tree
 
-        key = (budget, ranks)
-        if key not in self._trees:
+class StaticTreeDrafter(ConditionedDrafter):
+    """A drafter whose tree has a fixed shape per budget: the best static tree under the card's held-out
+    profile's first ``ranks`` ranks. Subclasses fill in the nodes' tokens (:meth:`_fill`)."""
+
+    def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1, ranks: int = 4) -> None:
+        super().__init__(module, card, threads)
+        self.ranks = check_int("ranks", ranks, low=1, high=64)
+        profile = card.get("heldout_profile", {}).get("hit")
+        self.profile = None if profile is None else np.asarray(profile, dtype=np.float64)
+        self._trees: dict[int, tuple[list[int], list[int], list[int]]] = {}
+
+    def static_tree(self, budget: int) -> tuple[list[int], list[int], list[int]]:
+        """(parents, depths (1-based), sibling ranks) of the best static tree of ``budget`` nodes under the
+        held-out profile's first ``ranks`` ranks (cached per budget)."""
+        from specdec.theory.treetheory import best_tree, profile_from_marginals, tree_shape
+
+        if budget not in self._trees:
             if self.profile is None:
                 raise ValueError(
                     f"drafter {self.name!r}: its card has no held-out profile to shape a static tree"
                 )
             # the card's hits are marginal (P(rank j is the target's token), teacher-forced: parent
             # right); best_tree wants P(rank j accepted | parent accepted, ranks < j rejected)
-            h = np.minimum.accumulate(self.profile[:, :ranks], axis=1)  # a later rank never likelier
-            left = 1.0 - np.hstack([np.zeros((h.shape[0], 1)), np.cumsum(h, axis=1)[:, :-1]])
-            a = np.clip(h / np.maximum(left, 1e-12), 0.0, 1.0)
-            parents = best_tree(a, budget)
-            depths, rank, children = [], [], {}
-            for p in parents:
-                depths.append(1 if p < 0 else depths[p] + 1)
-                rank.append(children.get(p, 0))
-                children[p] = children.get(p, 0) + 1
-            self._trees[key] = (parents, depths, rank)
-        return self._trees[key]
-
-
-class MedusaDrafter(ConditionedDrafter):
-    """Medusa-1 heads over a static tree (see the module docstring); ``ranks``: tokens tried per head."""
-
-    def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1, ranks: int = 4) -> None:
-        from specdec.engine.leannative import Q8Linear
-
-        super().__init__(module, card, threads)
-        self.ranks = check_int("ranks", ranks, low=1, high=64)
-        self.k = int(module.heads)
-        h = module.w.shape[-1]
-        self.w = Q8Linear(module.w.detach().reshape(self.k * h, h))
-        self.b = module.b.detach().numpy().astype(np.float32)
+            h = np.minimum.accumulate(self.profile[:, : self.ranks], axis=1)  # a later rank never likelier
+            self._trees[budget] = tree_shape(best_tree(profile_from_marginals(h), budget))
+        return self._trees[budget]
 
     @torch.inference_mode()
     def propose_tree(
@@ -141,23 +127,47 @@ class MedusaDrafter(ConditionedDrafter):
         budget = check_budget(budget)
         if self.last is None or budget == 0:
             return TreeProposal(_EMPTY, None, 0)
-        parents, depths, ranks = self.static_tree(budget, self.ranks)
+        parents, depths, ranks = self.static_tree(budget)
+        tokens, calls = self._fill(prefix_ids, parents, depths, ranks)
+        return TreeProposal(DraftTree(tokens, parents), None, calls)
+
+    def _fill(
+        self, prefix_ids: Sequence[int], parents: list[int], depths: list[int], ranks: list[int]
+    ) -> tuple[list[int], int]:
+        """The nodes' tokens and the draft calls spent, for the tree's shape."""
+        raise NotImplementedError
+
+
+class MedusaDrafter(StaticTreeDrafter):
+    """Medusa-1 heads over a static tree (see the module docstring); ``ranks``: tokens tried per head."""
+
+    def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1, ranks: int = 4) -> None:
+        from specdec.engine.leannative import Q8Linear
+
+        super().__init__(module, card, threads, ranks)
+        self.k = int(module.heads)
+        h = module.w.shape[-1]
+        self.w = Q8Linear(module.w.detach().reshape(self.k * h, h))
+        self.b = module.b.detach().numpy().astype(np.float32)
+
+    def _fill(
+        self, prefix_ids: Sequence[int], parents: list[int], depths: list[int], ranks: list[int]
+    ) -> tuple[list[int], int]:
+        """One call of every head on norm(f_{m-1}); head d's rank-r token fills the nodes at (d, r)."""
         u = _norm(self.last, self.norm_w, self.eps)
         z = self.w(u[None], self.threads).reshape(self.k, -1) + self.b
         r = u[None] + z / (1.0 + np.exp(-z))
         top = _top(self.head(r.astype(np.float32), self.threads), self.ranks)  # (K, ranks)
-        tokens = [int(self.kept[top[d - 1, j]]) for d, j in zip(depths, ranks, strict=True)]
-        return TreeProposal(DraftTree(tokens, parents), None, 1)
+        return [int(self.kept[top[d - 1, j]]) for d, j in zip(depths, ranks, strict=True)], 1
 
 
-class SpeculatorDrafter(ConditionedDrafter):
+class SpeculatorDrafter(StaticTreeDrafter):
     """The MLP speculator's stages over a static tree (``ranks=1``: a chain)."""
 
     def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1, ranks: int = 4) -> None:
         from specdec.engine.leannative import Q8Linear
 
-        super().__init__(module, card, threads)
-        self.ranks = check_int("ranks", ranks, low=1, high=64)
+        super().__init__(module, card, threads, ranks)
         self.stages = int(module.stages)
         self.w = [
             Q8Linear(torch.cat([module.state_weight * ws, module.emb_weight * we], 1))
@@ -176,14 +186,10 @@ class SpeculatorDrafter(ConditionedDrafter):
         )
         return s, self.head((s * self.out_scale[n]).astype(np.float32), self.threads)
 
-    @torch.inference_mode()
-    def propose_tree(
-        self, prefix_ids: Sequence[int], budget: int, warp_fn: WarpFn, rng: np.random.Generator
-    ) -> TreeProposal:
-        budget = check_budget(budget)
-        if self.last is None or budget == 0:
-            return TreeProposal(_EMPTY, None, 0)
-        parents, depths, ranks = self.static_tree(budget, self.ranks)
+    def _fill(
+        self, prefix_ids: Sequence[int], parents: list[int], depths: list[int], ranks: list[int]
+    ) -> tuple[list[int], int]:
+        """One batched stage call per depth, over the nodes that have children there."""
         n = len(parents)
         tokens = [0] * n
         state_in = {-1: _norm(self.last, self.norm_w, self.eps)}  # the state a node's stage reads
@@ -201,7 +207,7 @@ class SpeculatorDrafter(ConditionedDrafter):
                 if depths[i] == d:
                     tokens[i] = int(self.kept[top[row[parents[i]], ranks[i]]])
                     state_in[i], token_in[i] = states[row[parents[i]]], tokens[i]
-        return TreeProposal(DraftTree(tokens, parents), None, calls)
+        return tokens, calls
 
 
 class EagleDrafter(ConditionedDrafter):

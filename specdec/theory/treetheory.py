@@ -38,8 +38,10 @@ __all__ = [
     "chain_profile",
     "expected_accepted",
     "path_probabilities",
+    "profile_from_marginals",
     "simulate_tree_accepted",
     "tree_expected_tokens",
+    "tree_shape",
     "tree_speedup",
 ]
 
@@ -54,8 +56,8 @@ def _check_profile(profile: ArrayLike) -> NDArray[np.float64]:
     return a
 
 
-def _shape(parents: DraftTree | Sequence[object]) -> tuple[list[int], list[int], list[int]]:
-    """parents, depths (1 for a child of the root) and sibling ranks (0 for a first child)."""
+def tree_shape(parents: DraftTree | Sequence[object]) -> tuple[list[int], list[int], list[int]]:
+    """parents (checked), depths (1 for a child of the root) and sibling ranks (0 for a first child)."""
     checked = list(parents.parents) if isinstance(parents, DraftTree) else check_parents(parents)
     depths: list[int] = []
     ranks: list[int] = []
@@ -73,6 +75,16 @@ def _conditional(a: NDArray[np.float64]) -> NDArray[np.float64]:
     return survive * a
 
 
+def profile_from_marginals(marginal: ArrayLike) -> NDArray[np.float64]:
+    """The profile (P(rank j accepted | parent accepted, ranks < j rejected)) from per-rank marginals
+    ``marginal[d, j]`` = P(rank j is accepted | parent accepted), e.g. a drafter's measured hit rates:
+    ``marginal_j / (1 - sum_{k < j} marginal_k)``, clipped to [0, 1]; the inverse of the product that
+    turns a profile into marginals (:func:`path_probabilities` uses it)."""
+    h = _check_profile(marginal)
+    left = 1.0 - np.hstack([np.zeros((h.shape[0], 1)), np.cumsum(h, axis=1)[:, :-1]])
+    return np.clip(h / np.maximum(left, 1e-12), 0.0, 1.0)
+
+
 def chain_profile(alpha: float, gamma: int) -> NDArray[np.float64]:
     """The profile of the paper's i.i.d. chain: ``gamma`` rows, one column, every entry ``alpha``."""
     alpha = check_float("alpha", alpha, low=0.0, high=1.0)
@@ -84,7 +96,7 @@ def path_probabilities(parents: DraftTree | Sequence[object], profile: ArrayLike
     """P(node ``i`` is on the accepted path), for every node of the tree ``parents`` (a
     :class:`~specdec.theory.trees.DraftTree` or its parents list) under the i.i.d. tree model."""
     a = _check_profile(profile)
-    checked, depths, ranks = _shape(parents)
+    checked, depths, ranks = tree_shape(parents)
     for i, (d, j) in enumerate(zip(depths, ranks, strict=True)):
         if d > a.shape[0] or j >= a.shape[1]:
             raise ValueError(
@@ -182,7 +194,7 @@ def tree_speedup(
     for n = 1, 2, ... (entry ``n - 1``; v(1) = 1), or None for v = 1 (the theorem's assumption).
     For a chain of gamma nodes with v = 1 this is ``(1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))``.
     """
-    checked, depths, _ = _shape(parents)
+    checked, depths, _ = tree_shape(parents)
     c = check_float("c", c, low=0.0)
     calls = max(depths, default=0) if draft_calls is None else check_int("draft_calls", draft_calls, low=0)
     v = _check_curve(verify_curve, len(checked) + 1)
@@ -240,7 +252,7 @@ def simulate_tree_accepted(
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
     path_probabilities(parents, a)  # checks that the profile covers the tree
-    checked, depths, ranks = _shape(parents)
+    checked, depths, ranks = tree_shape(parents)
     if not checked:
         return np.zeros(n, dtype=np.int64)
     u = rng.random((n, len(checked)))

@@ -167,20 +167,17 @@ def token_loss(
     return -(soft * logq.gather(1, small)).sum(-1).mean() + 0.5 * hard_ce
 
 
-def _position_batch(
-    model: torch.nn.Module, family: str, data: CondData, j: np.ndarray, depth: int, soft: bool
-):
-    """Logits (B, depth, |kept|) and the labels of depth-``depth`` samples at positions ``j``."""
+def _position_batch(model: torch.nn.Module, family: str, data: CondData, j: np.ndarray, depth: int):
+    """Logits (B, depth, |kept|) of depth-``depth`` samples at positions ``j``, the rows of their soft
+    labels and their sampled tokens: depth d (0-based) predicts x_{j+2+d}, whose law p is at j+1+d
+    (Medusa's head d+1 on f_j; the MLP speculator's stage d+1, which consumes x_{j+1+d})."""
     feats = torch.from_numpy(data.feats[j].astype(np.float32))
-    nxt = np.stack([data.ids[j + 1 + n] for n in range(depth)], 1)
     if family == "medusa":
-        logits = model(feats)  # head k (1-based) predicts x_{j+1+k}
-        hard = np.stack([data.ids[j + 2 + n] for n in range(depth)], 1)
-        rows = np.stack([data.srow[j + 1 + n] for n in range(depth)], 1)
-    else:  # stage n consumes x_{j+n} and predicts x_{j+n+1}
-        logits = model(feats, torch.from_numpy(nxt))
-        hard = np.stack([data.ids[j + 2 + n] for n in range(depth)], 1)
-        rows = np.stack([data.srow[j + 1 + n] for n in range(depth)], 1)
+        logits = model(feats)
+    else:
+        logits = model(feats, torch.from_numpy(np.stack([data.ids[j + 1 + n] for n in range(depth)], 1)))
+    hard = np.stack([data.ids[j + 2 + n] for n in range(depth)], 1)
+    rows = np.stack([data.srow[j + 1 + n] for n in range(depth)], 1)
     return logits, rows, hard
 
 
@@ -226,7 +223,7 @@ def heldout_profile(
         logits, rows = logits[:, torch.from_numpy(keep)], rows[:, keep]
     else:
         j = data.positions("soft", depth, held)[:4000]
-        logits, rows, _ = _position_batch(model, family, data, j, depth, True)
+        logits, rows, _ = _position_batch(model, family, data, j, depth)
         logits, rows = logits.transpose(0, 1), rows.T
     hit, p_top = [], []
     for d in range(logits.shape[0]):
@@ -328,7 +325,7 @@ def train_conditioned(
             in_phase1 = family == "mlp-speculator" and step < phase1 * steps and len(prompt_pos)
             pool = prompt_pos if in_phase1 else soft_pos
             j = rng.choice(pool, size=batch)
-            logits, rows, hard = _position_batch(model, family, data, j, depth, not in_phase1)
+            logits, rows, hard = _position_batch(model, family, data, j, depth)
             loss = logits.new_zeros(())
             for d in range(depth):
                 if in_phase1:
