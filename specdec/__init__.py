@@ -132,6 +132,12 @@ The paper and the book:
 * :mod:`specdec.paper.book`      -- what the notebooks share: portable values and
   :func:`~specdec.paper.book.keep`.
 
+Run programs (the measurements whose records the book reads; ``benchmarks/*.py`` are their commands):
+
+* :mod:`specdec.experiments.campaign2` -- issue 31's second campaign: its design as a settings
+  dataclass (the record's settings and resume key), every plain decoder and every drafter family
+  built, and its analyses (three estimators, end to end, simultaneous intervals).
+
 Interface (the command line, ``specdec``, also ``python -m specdec``: :mod:`specdec.__main__`):
 
 * :mod:`specdec.cli.app`     -- the parser, assembled from each command's part, and ``main``.

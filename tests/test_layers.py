@@ -2,7 +2,7 @@
 
 Layers, lowest first (issue #19; docs: /work/shared/notes/architecture.md's sketch)::
 
-    theory < engine < drafting < train < measure < analysis = paper < cli
+    theory < engine < drafting < train < measure < analysis = paper < experiments < cli
 
 * ``theory``   -- closed forms, i.i.d. model, Algorithm 1 on rows, draft-length policies,
                   intervals, the argument checker, token comparisons (numpy only: no torch).
@@ -17,6 +17,8 @@ Layers, lowest first (issue #19; docs: /work/shared/notes/architecture.md's sket
                   oracle, batchcost) and ``specdec measure``'s analysis (usermeasure).
 * ``paper``    -- the paper's and the article's tables and claims (published, reproduce, article,
                   audit, book, ledger/).
+* ``experiments`` -- run programs (issue #32's one layer for them): a design as a settings dataclass,
+                  its engines and drafters built, its cells handed to the one runner (campaign v2).
 * ``cli``      -- the command line.
 
 A module may import from its own layer and from lower ones; ``analysis`` and ``paper`` share a
@@ -60,6 +62,7 @@ RANK = {
     "measure": 3,
     "analysis": 4,
     "paper": 4,
+    "experiments": 4.5,
     "cli": 5,
 }
 

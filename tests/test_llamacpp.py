@@ -22,7 +22,7 @@ V = 11
 
 
 class FakeLlama:
-    def __init__(self, model_path, n_ctx, n_threads, n_threads_batch, logits_all, verbose):
+    def __init__(self, model_path, n_ctx, n_batch, n_threads, n_threads_batch, logits_all, verbose):
         assert logits_all, "a verify call needs every position's logits"
         self.n_ctx, self.n_tokens = n_ctx, 0
         self.tokens: list[int] = []
@@ -83,3 +83,35 @@ def test_threads_are_checked(model):
 
     with pytest.raises(ValueError, match="threads"):
         LlamaCppModel("fake.gguf", threads=0)
+
+
+def test_loop_names_are_checked(model):
+    from specdec.engine.llamacpp import LlamaCppModel
+
+    with pytest.raises(ValueError, match="loop must be one of"):
+        LlamaCppModel("fake.gguf", threads=1, n_ctx=64, loop="fast")
+
+
+def test_the_low_level_loop_decodes_as_the_high_level_one():
+    """On the real llama.cpp (skipped without llama-cpp-python): the low-level loop (one llama_decode,
+    logits of the rows asked for) gives the high-level loop's greedy tokens, and after a crop it continues
+    as a fresh session would."""
+    pytest.importorskip("llama_cpp")
+    from specdec.engine import llamacpp as lc
+    from specdec.engine.decoding import autoregressive
+    from specdec.engine.models import smollm2_gguf_path
+
+    gguf = lc.requantized(smollm2_gguf_path(), "q4_0")
+    ids = [1, 9690, 198, 2683, 359, 253, 5356, 11173, 2, 198, 1, 4093, 198, 29830, 549, 563, 260, 1484, 30]
+    models = {loop: lc.LlamaCppModel(gguf, threads=1, n_ctx=256, loop=loop) for loop in lc.LOOPS}
+    tokens = {loop: autoregressive(m, ids, max_new_tokens=24).tokens for loop, m in models.items()}
+    assert tokens["lowlevel"] == tokens["eval"]
+    low = models["lowlevel"]
+    s = low.session()
+    s.forward(ids, keep=1)
+    s.forward([10, 20, 30])
+    s.crop(len(ids))
+    after = s.forward([10])
+    fresh = low.session()
+    fresh.forward(ids, keep=1)
+    assert np.array_equal(after.numpy(), fresh.forward([10]).numpy())

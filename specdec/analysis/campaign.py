@@ -35,7 +35,7 @@ import numpy as np
 
 from specdec.analysis.crossfit import analyse, fold_of
 from specdec.measure.cellrun import as_stored, open_partial, run_cells
-from specdec.measure.modes import cpu_counters, load_during
+from specdec.measure.modes import LOAD_MARGIN, cpu_counters, load_during
 from specdec.measure.pairedrun import finish_cell, paired_block
 from specdec.theory.checks import check_float, check_int, check_ints
 from specdec.theory.recordio import jsonable, write_record
@@ -60,12 +60,15 @@ TEMPERATURES = (0.0, 1.0)
 
 @dataclass
 class Engine:
-    """A plain decoder: ``model`` decodes with ``threads`` threads; ``info`` says what it is."""
+    """A plain decoder: ``model`` decodes with ``threads`` threads; ``info`` says what it is;
+    ``repeats``: it runs in the first ``repeats`` repetitions of a cell only (None: in every one),
+    for a slow reference decoder that is never a candidate for the fastest."""
 
     name: str
     model: Any
     threads: int
     info: dict[str, Any] = field(default_factory=dict)
+    repeats: int | None = None
 
 
 @dataclass
@@ -166,6 +169,8 @@ def _run_cell(
     for rep in range(repeats):
         for i in rng.permutation(len(engines)):
             e = engines[int(i)]
+            if e.repeats is not None and rep >= e.repeats:
+                continue
             set_threads(e.threads)
             block = [
                 {"drafter": c.id, "object": c.drafter, "gamma": c.gamma, "lenience": 1.0}
@@ -253,6 +258,7 @@ def run_campaign(
     log: Callable[[str], None] = _print,
     progress: bool = True,
     eos_token_id: int | None = None,
+    retry_loaded: int = 0,
 ) -> dict[str, Any]:
     """Run every cell not yet done, saving after each; analyse and write ``out`` when all are done.
 
@@ -262,10 +268,15 @@ def run_campaign(
     says about the run (command, environment, machine, left-out engines). ``budget_s``: stop
     after the cell that brings the run's own time to or past it. ``eos_token_id``: generations stop
     at their first EOS (at most ``new_tokens``; tokens/s counts each run's own tokens); None: exactly
-    ``new_tokens`` tokens, EOS ignored. Returns the record (``complete`` False when stopped early).
+    ``new_tokens`` tokens, EOS ignored. ``retry_loaded``: a cell timed while other processes left
+    fewer free CPUs than the engines' threads (:func:`specdec.measure.modes.load_during`) is timed
+    again, up to this many times; the discarded timings stay in the record (``discarded``: cell, load,
+    runs and the reason); the last attempt is kept whatever its load, which ``cell_load`` then shows.
+    Returns the record (``complete`` False when stopped early).
     """
     check_int("new_tokens", new_tokens, low=2)
     check_int("repeats", repeats, low=1)
+    check_int("retry_loaded", retry_loaded, low=0, high=10)
     if budget_s is not None:
         check_float("budget_s", budget_s, low=0.0)
     out = Path(out)
@@ -288,7 +299,10 @@ def run_campaign(
                 "format": RECORD_FORMAT,
                 "settings": settings,
                 **dict(header or {}),
-                "engines": {e.name: {"threads": e.threads, **e.info} for e in engines},
+                "engines": {
+                    e.name: {"threads": e.threads, **e.info, **({"repeats": e.repeats} if e.repeats else {})}
+                    for e in engines
+                },
                 "configs": all_configs(engines, configs),
                 "prompts": [
                     {"task": p["task"], "id": p["id"], "index": p["index"], "half": fold_of(p["index"])}
@@ -317,26 +331,40 @@ def run_campaign(
     def cell(i: int, temp: float, p: Mapping[str, Any]) -> Callable[[], None]:
         def run() -> None:
             cid = cell_id(temp, p)
-            t0, counters = time.perf_counter(), cpu_counters()
-            record["runs"] += jsonable(
-                _run_cell(
-                    engines,
-                    configs,
-                    p,
-                    temp,
-                    new_tokens=new_tokens,
-                    repeats=repeats,
-                    seed=seed + i,
-                    rng=np.random.default_rng([seed, i]),
-                    set_threads=set_threads,
-                    eos_token_id=eos_token_id,
-                )
-            )  # (as the file stores them: NaN -> None, so a resumed record equals a whole one)
-            record["cell_seconds"][cid] = time.perf_counter() - t0
-            # what else ran meanwhile (other processes' busy CPUs from /proc/stat): a cell timed on a
-            # shared machine says so in the record
-            load = load_during(counters, cpu_counters(), record["cell_seconds"][cid], most)
-            record.setdefault("cell_load", {})[cid] = jsonable(load)
+            for attempt in range(retry_loaded + 1):
+                t0, counters = time.perf_counter(), cpu_counters()
+                rows = jsonable(
+                    _run_cell(
+                        engines,
+                        configs,
+                        p,
+                        temp,
+                        new_tokens=new_tokens,
+                        repeats=repeats,
+                        seed=seed + i,
+                        rng=np.random.default_rng([seed, i]),
+                        set_threads=set_threads,
+                        eos_token_id=eos_token_id,
+                    )
+                )  # (as the file stores them: NaN -> None, so a resumed record equals a whole one)
+                seconds = time.perf_counter() - t0
+                # what else ran meanwhile (other processes' busy CPUs from /proc/stat): a cell timed on
+                # a shared machine says so in the record
+                load = jsonable(load_during(counters, cpu_counters(), seconds, most))
+                if load.get("loaded") and attempt < retry_loaded:
+                    # timed again; the discarded timings stay in the record with the reason
+                    record.setdefault("discarded", []).append({
+                        "cell": cid, "attempt": attempt, "load": load, "seconds": seconds, "runs": rows,
+                        "why": f"other processes kept {load.get('others_busy_cpus', 0.0):.2f} CPUs busy "
+                               f"(fewer than {most} - {LOAD_MARGIN} CPUs free); the cell was timed again",
+                    })  # fmt: skip
+                    log(f"[campaign] {cid}: loaded ({load.get('others_busy_cpus', 0.0):.2f} CPUs busy "
+                        "elsewhere); timing it again")  # fmt: skip
+                    continue
+                record["runs"] += rows
+                record["cell_seconds"][cid] = seconds
+                record.setdefault("cell_load", {})[cid] = load
+                return
 
         return run
 

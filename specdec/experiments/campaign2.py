@@ -1,0 +1,285 @@
+"""Issue 31's second campaign: every plain decoder at its best and every drafter family, on frozen prompts.
+
+The design (:class:`Campaign2`) is fixed before the run and stored as the record's settings (also the
+resume key: a partial record made with other settings, another commit or another machine is refused):
+
+* **Prompts**: ``specdec/data/workloads/heldout/campaign-v2.jsonl`` (4 tasks x 12, committed before any
+  timing, never used to develop or tune anything; its sha256 in the record). Halves for the cross-fit:
+  a prompt's index in its task mod 2.
+* **Generations** to EOS or ``new_tokens`` (128), temperatures 0 and 1, ``repeats`` (5) repetitions of
+  every cell; every cell on one clean commit (a dirty tree refuses to start); the load of every cell
+  recorded, a loaded cell timed again (``retry_loaded`` times) with the discarded timings kept.
+* **Plain decoders** (:func:`build`): the lean engine (q4q8, the book's engine) at every core and at one;
+  llama.cpp on Q4_0 requantized from the shipped GGUF (its fastest CPU format, repacked kernels) at the
+  same threads through its lowest-overhead loop (one ``llama_decode`` per token, last-row logits) and
+  through its high-level ``Llama.eval`` with every position's logits; transformers in its fastest dtype
+  here (float32 or bfloat16, timed at the start: :func:`fastest_hf_dtype`), in the first
+  ``hf_repeats`` (2) repetitions of a cell only: a tenth of the lean engine's speed, it is never a
+  candidate for the fastest plain decoder, and its 6 s decodes would take a quarter of the run.
+* **Families** on the lean engine at every core (:data:`CONFIGS`, drafter specs of
+  :mod:`specdec.drafting.registry`): prompt lookup as a chain and as a tree, suffix decoding as a tree
+  and as a path, the one-layer distilled draft as a chain and as a tree, early exit, Medusa, the MLP
+  speculator as a chain and as a tree, EAGLE's chain and EAGLE-2's dynamic tree; the heuristic gamma
+  policy on prompt lookup (:data:`ADAPTIVE`). A family with two gammas / budgets has its
+  setting chosen by cross-fitting (one half chooses, the other reports); a family with one had it fixed
+  before the run from the newest records on other prompts (the trees and conditioned records, the first
+  campaign): no setting is chosen on the prompts it is reported on.
+
+The analysis (:func:`analyse`): the cross-fit (:func:`specdec.analysis.crossfit.analyse`) under each
+estimator of a prompt's repetitions (median, mean, the fastest repetition) and with the prefill
+included, and Bonferroni-simultaneous intervals over the family-vs-fastest-plain verdicts.
+``benchmarks/campaign2.py`` is the command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from specdec.analysis.campaign import Config, Engine, spec_configs
+from specdec.theory.checks import check_int
+
+__all__ = [
+    "ADAPTIVE",
+    "CONFIGS",
+    "PROMPTS",
+    "QUICK_ADAPTIVE",
+    "QUICK_CONFIGS",
+    "Campaign2",
+    "analyse",
+    "build",
+    "fastest_hf_dtype",
+]
+
+PROMPTS = Path(__file__).resolve().parents[1] / "data" / "workloads" / "heldout" / "campaign-v2.jsonl"
+
+#: Every family: a drafter spec and its gammas (chains) or node budgets (trees). Two values: chosen by
+#: cross-fitting; one: fixed before the run from the newest records on other prompts (each the setting
+#: those records' cross-fit chose on every half: lookup tree 4, suffix path 8, draft tree 4, Medusa 4,
+#: the MLP chain 2 and tree 4, EAGLE's chain 2, EAGLE-2 4; early exit at 8 of 30 layers, gamma 1, the
+#: first campaign's).
+CONFIGS: dict[str, tuple[int, ...]] = {
+    "lookup": (2, 4),
+    "lookup-tree,min_ngram=2": (4,),
+    "suffix": (8, 16),
+    "suffix,tree=0": (8,),
+    "draft:distil-l1": (1, 2),
+    "draft-tree:distil-l1,branch=2": (4,),
+    "early-exit:8": (1,),
+    "medusa:medusa-4": (4,),
+    "mlp:mlp-4,ranks=1": (2,),
+    "mlp:mlp-4": (4,),
+    "eagle:eagle-1": (2,),
+    "eagle:eagle-1,topk=4,depth=5": (4,),
+}
+#: The heuristic gamma policy (:class:`specdec.theory.policies.HeuristicGamma`) on these chain drafters,
+#: started at each value (cross-fitted when two): on prompt lookup, started at 1 (the first campaign's
+#: choice at 2 threads; on the distilled draft it lost to a fixed gamma there, and is left out).
+ADAPTIVE: dict[str, tuple[int, ...]] = {"lookup": (1,)}
+QUICK_CONFIGS: dict[str, tuple[int, ...]] = {"lookup": (2,), "suffix": (8,), "eagle:eagle-1": (2,)}
+QUICK_ADAPTIVE: dict[str, tuple[int, ...]] = {"lookup": (1,)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Campaign2:
+    """The run's design: what the record stores as its settings and what a resumed run must equal."""
+
+    threads: int
+    machine: dict[str, Any]
+    git_commit: str | None
+    prompts_sha256: str | None
+    hf_dtype: str
+    quick: bool = False
+    new_tokens: int = 128
+    repeats: int = 5
+    seed: int = 0
+    retry_loaded: int = 2
+    llamacpp: bool = True
+    hf: bool = True
+    #: transformers (about a tenth of the lean engine's tokens/s here: never a candidate for the fastest
+    #: plain decoder) runs in the first ``hf_repeats`` repetitions of each cell only: ~6 s a decode
+    hf_repeats: int = 2
+    prompts_file: str = PROMPTS.name
+    configs: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=lambda: dict(CONFIGS))
+    adaptive: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=lambda: dict(ADAPTIVE))
+
+    def __post_init__(self) -> None:
+        check_int("threads", self.threads, low=1, high=1024)
+        check_int("new_tokens", self.new_tokens, low=2, high=2048)
+        check_int("repeats", self.repeats, low=1, high=100)
+        check_int("seed", self.seed, low=0)
+        check_int("retry_loaded", self.retry_loaded, low=0, high=10)
+        check_int("hf_repeats", self.hf_repeats, low=1, high=100)
+        if self.hf_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"hf_dtype must be 'float32' or 'bfloat16'; got {self.hf_dtype!r}")
+        for spec in self.adaptive:
+            if spec not in self.configs:
+                raise ValueError(
+                    f"adaptive drafter {spec!r} must be one of the configurations {list(self.configs)}"
+                )
+
+    def to_record(self) -> dict[str, Any]:
+        """The settings as the record stores them (JSON types): the resume key."""
+        from specdec.measure.cellrun import as_stored
+
+        return as_stored(dataclasses.asdict(self) | {"eos": True, "temperatures": [0.0, 1.0]})
+
+
+def fastest_hf_dtype(threads: int, *, tokens: int = 24, rounds: int = 3) -> tuple[str, dict[str, Any]]:
+    """transformers' faster dtype on this machine at ``threads``: float32 and bfloat16 each decode
+    ``tokens`` greedy tokens after a short prompt, interleaved ``rounds`` times (the first round a
+    warm-up); the lower median time per token wins. Returns the dtype and the timings."""
+    import numpy as np
+
+    from specdec.engine.decoding import autoregressive
+    from specdec.engine.models import load_target, set_threads
+
+    set_threads(threads)
+    models = {d: load_target(d, device="cpu", quiet=True) for d in ("float32", "bfloat16")}
+    ids = models["float32"].tokenizer("Tell me about the sea.")["input_ids"]
+    times: dict[str, list[float]] = {d: [] for d in models}
+    for r in range(rounds + 1):
+        for d, loaded in models.items():
+            t0 = time.perf_counter()
+            autoregressive(loaded.model, ids, max_new_tokens=tokens)
+            if r:
+                times[d].append((time.perf_counter() - t0) / tokens)
+    med = {d: float(np.median(v)) for d, v in times.items()}
+    best = min(med, key=lambda d: (med[d], d))
+    return best, {
+        "s_per_token": times,
+        "median_s_per_token": med,
+        "chosen": best,
+        "threads": threads,
+        "rule": f"{tokens} greedy tokens, {rounds} interleaved rounds after a warm-up; lower median wins",
+    }
+
+
+def build(settings: Campaign2, *, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The plain decoders and every configuration of ``settings`` (drafters by the registry, on the lean
+    engine at ``settings.threads``). Returns engines, configs, tokenizer, eos_token_id, drafts (what
+    each draft ran in) and left_out (what could not run, said)."""
+    from specdec.drafting.registry import DraftContext, build_drafter, parse_spec
+    from specdec.engine import llamacpp as lc
+    from specdec.engine.models import load_target, set_threads, smollm2_gguf_path
+    from specdec.measure.modes import lean_draft, lean_model
+    from specdec.train.condnets import load_conditioned
+    from specdec.train.draftnets import DRAFT_DIR, load_draft
+
+    threads = settings.threads
+    specs = {s: parse_spec(s) for s in settings.configs}  # every spec checked before anything loads
+    set_threads(threads)
+    loaded = load_target("float32", device="cpu", quiet=True)
+    target, _ = lean_model(loaded.model, "q4q8", threads=threads)
+    name = f"lean-{target.mode}-{threads}t"
+    drafts: dict[str, Any] = {}
+    left_out: list[str] = []
+
+    def load(draft_name: str) -> Any:
+        lean, _ = lean_draft(load_draft(draft_name, loaded.model), "q4q8", threads=threads)
+        drafts[draft_name] = {"mode": lean.mode, "codes": lean.codes, "threads": threads}
+        return lean
+
+    def load_cond(draft_name: str) -> Any:
+        module, card = load_conditioned(DRAFT_DIR / draft_name, loaded.model)
+        drafts[draft_name] = {
+            "kind": card["kind"],
+            "steps": card.get("steps"),
+            "threads": 1,
+            "runs_in": "int8 rows (Q8Linear; EAGLE's layer: q4q8)",
+        }
+        return module, card
+
+    context = DraftContext(target, load_draft=load, load_conditioned=load_cond)
+    configs: list[Config] = []
+    for text, spec in specs.items():
+        drafter = build_drafter(spec, context)
+        adaptive = [text] if text in settings.adaptive else []
+        configs += spec_configs(name, {text: drafter}, list(settings.configs[text]))
+        for start in settings.adaptive.get(text, ()):
+            configs += [
+                c
+                for c in spec_configs(name, {text: drafter}, [start], adaptive=adaptive)
+                if "+heuristic" in c.id
+            ]
+    info = {"engine": "lean", "mode": target.mode, "threads": threads}
+    engines = [Engine(name, target, threads, info)]
+    if threads > 1:
+        one, _ = lean_model(loaded.model, "q4q8", threads=1)
+        engines.append(
+            Engine(f"lean-{one.mode}-1t", one, 1, {"engine": "lean", "mode": one.mode, "threads": 1})
+        )
+    if settings.llamacpp and lc.available():
+        gguf = lc.requantized(smollm2_gguf_path(), "q4_0")
+        fmt = (
+            "Q4_0 requantized from the shipped Q4_1 GGUF (llama.cpp's best CPU format; not the same weights)"
+        )
+        for loop in ("lowlevel", "eval"):
+            model = lc.LlamaCppModel(gguf, threads=threads, loop=loop)
+            engines.append(
+                Engine(
+                    f"llama.cpp-{loop}-{threads}t",
+                    model,
+                    threads,
+                    {
+                        "engine": "llama.cpp",
+                        "gguf": gguf.name,
+                        "format": fmt,
+                        "threads": threads,
+                        "loop": lc.LOOPS[loop],
+                    },
+                )
+            )
+    elif settings.llamacpp:
+        left_out.append("llama.cpp left out: llama_cpp is not importable (pip install llama-cpp-python)")
+    if settings.hf:
+        hf = (
+            loaded
+            if settings.hf_dtype == "float32"
+            else load_target(settings.hf_dtype, device="cpu", quiet=True)
+        )
+        engines.append(
+            Engine(
+                f"hf-{settings.hf_dtype}-{threads}t",
+                hf.model,
+                threads,
+                {"engine": "transformers", "mode": settings.hf_dtype, "threads": threads},
+                repeats=min(settings.hf_repeats, settings.repeats),
+            )
+        )
+    for line in left_out:
+        log(f"[campaign2] {line}")
+    return {
+        "engines": engines,
+        "configs": configs,
+        "tokenizer": loaded.tokenizer,
+        "eos_token_id": loaded.tokenizer.eos_token_id,
+        "drafts": drafts,
+        "left_out": left_out,
+    }
+
+
+def analyse(
+    record: Mapping[str, Any], *, n_boot: int = 2000, simultaneous_boot: int = 20000
+) -> dict[str, Any]:
+    """The record's analyses, pure functions of its stored runs: the cross-fit under each estimator
+    (:data:`specdec.analysis.crossfit.ESTIMATORS`) on decode time, the median with the prefill included
+    (end to end), and the median's Bonferroni-simultaneous intervals
+    (:func:`specdec.analysis.treetables.simultaneous`)."""
+    from specdec.analysis.crossfit import ESTIMATORS, fold_of
+    from specdec.analysis.crossfit import analyse as crossfit
+    from specdec.analysis.treetables import simultaneous
+
+    folds = {(p["task"], p["id"]): fold_of(p["index"]) for p in record["prompts"]}
+    seed = int(record["settings"].get("seed", 0))
+    out: dict[str, Any] = {}
+    for est in ESTIMATORS:
+        out[est] = crossfit(record["runs"], record["configs"], folds, n_boot=n_boot, seed=seed, estimator=est)
+    out["end_to_end"] = crossfit(
+        record["runs"], record["configs"], folds, n_boot=n_boot, seed=seed, timing="end_to_end"
+    )
+    out["simultaneous"] = simultaneous(record, n_boot=simultaneous_boot)
+    return out

@@ -1,0 +1,133 @@
+"""Issue 31's second campaign: its frozen prompts, its design's checks, and what the runner gained for it
+(an engine in the first repetitions only, a loaded cell timed again with the discarded runs kept, the
+estimators of a prompt's repetitions). Tiny random models; no timing thresholds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specdec.analysis import campaign as cp
+from specdec.analysis.crossfit import ESTIMATORS, prompt_rates
+from specdec.engine.drafters import PromptLookupDrafter
+from specdec.engine.tinymodels import tiny_llama
+from specdec.experiments import campaign2 as c2
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+WORKLOADS = Path(c2.PROMPTS).parents[1]
+
+
+def test_the_frozen_prompts_are_4_tasks_of_12_and_new():
+    rows = [json.loads(line) for line in c2.PROMPTS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    tasks = {}
+    for r in rows:
+        tasks.setdefault(r["task"], []).append(r["id"])
+    assert {t: len(v) for t, v in tasks.items()} == {"summarize": 12, "extract": 12, "code": 12, "chat": 12}
+    assert len({r["id"] for r in rows}) == 48
+    seen = set()
+    for path in [*WORKLOADS.glob("*.jsonl"), WORKLOADS / "heldout" / "trees-v1.jsonl"]:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                seen.add(json.loads(line)["prompt"].strip().lower())
+    assert not [r["id"] for r in rows if r["prompt"].strip().lower() in seen]
+
+
+def design(**kw):
+    base = {"threads": 2, "machine": {"cpu": "x"}, "git_commit": "abc", "prompts_sha256": "0" * 64,
+            "hf_dtype": "bfloat16"}  # fmt: skip
+    return c2.Campaign2(**(base | kw))
+
+
+def test_the_design_is_checked_and_is_the_resume_key():
+    d = design()
+    rec = d.to_record()
+    assert rec["repeats"] == 5 and rec["new_tokens"] == 128 and rec["eos"] is True
+    assert rec["configs"]["lookup"] == [2, 4]  # as JSON stores it
+    assert json.loads(json.dumps(rec)) == rec
+    assert design(repeats=6).to_record() != rec  # another design cannot resume this one
+    bad_designs = (
+        ({"repeats": 0}, "repeats"),
+        ({"hf_dtype": "float16"}, "hf_dtype"),
+        ({"threads": 0}, "threads"),
+        ({"adaptive": {"draft:x": (1,)}}, "adaptive drafter"),
+    )
+    for bad, match in bad_designs:
+        with pytest.raises(ValueError, match=match):
+            design(**bad)
+
+
+def test_every_family_spec_parses_and_every_setting_is_declared():
+    from specdec.drafting.registry import parse_spec
+
+    for spec, values in {**c2.CONFIGS, **c2.QUICK_CONFIGS}.items():
+        assert parse_spec(spec).text == spec and values and all(v >= 1 for v in values)
+    assert set(c2.ADAPTIVE) <= set(c2.CONFIGS)
+
+
+def test_prompt_rates_estimators_and_end_to_end():
+    runs = [{"temperature": 0.0, "task": "t", "prompt": "p", "config": "c", "new_tokens": 10,
+             "decode_s": s, "prefill_s": 1.0} for s in (1.0, 2.0, 4.0)]  # fmt: skip
+    key = (0.0, "t", "p", "c")
+    assert prompt_rates(runs)[key] == 5.0
+    assert prompt_rates(runs, estimator="mean")[key] == pytest.approx((10 + 5 + 2.5) / 3)
+    assert prompt_rates(runs, estimator="min_time")[key] == 10.0
+    assert prompt_rates(runs, timing="end_to_end")[key] == pytest.approx(10 / 3)
+    assert ESTIMATORS == ("median", "mean", "min_time")
+    with pytest.raises(ValueError, match="estimator must be one of"):
+        prompt_rates(runs, estimator="best")
+    with pytest.raises(ValueError, match="timing must be one of"):
+        prompt_rates(runs, timing="wall")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    target = tiny_llama(0, layers=2)
+    engines = [
+        cp.Engine("a", target, 1, {"engine": "hf"}),
+        cp.Engine("slow", target, 1, {"engine": "hf"}, repeats=1),
+    ]
+    configs = cp.spec_configs("a", {"lookup": PromptLookupDrafter()}, [2])
+    rng = np.random.default_rng(0)
+    prompts = [
+        {"task": "x", "id": f"x-{i}", "index": i, "ids": rng.integers(1, 90, size=8).tolist()}
+        for i in range(2)
+    ]
+    return engines, configs, prompts
+
+
+def run(tiny, out, **kw):
+    engines, configs, prompts = tiny
+    return cp.run_campaign(
+        engines, configs, prompts, out, settings={"s": 1}, temperatures=(0.0,), new_tokens=4, repeats=3,
+        n_boot=100, progress=False, log=lambda s: None, **kw,
+    )  # fmt: skip
+
+
+def test_an_engine_with_repeats_runs_in_the_first_repetitions_only(tiny, tmp_path):
+    rec = run(tiny, tmp_path / "r.json")
+    reps = {e: sorted({r["rep"] for r in rec["runs"] if r["engine"] == e}) for e in ("a", "slow")}
+    assert reps == {"a": [0, 1, 2], "slow": [0]}
+    assert rec["engines"]["slow"]["repeats"] == 1 and "repeats" not in rec["engines"]["a"]
+
+
+def test_a_loaded_cell_is_timed_again_and_its_runs_kept_as_discarded(tiny, tmp_path, monkeypatch):
+    calls = {"n": 0}
+    real = cp.load_during
+
+    def fake(before, after, wall, threads):
+        calls["n"] += 1
+        out = real(before, after, wall, threads)
+        return out | {"loaded": calls["n"] == 1, "others_busy_cpus": 1.5}
+
+    monkeypatch.setattr(cp, "load_during", fake)
+    rec = run(tiny, tmp_path / "r.json", retry_loaded=2)
+    assert len(rec["discarded"]) == 1
+    gone = rec["discarded"][0]
+    assert gone["cell"] == rec["done"][0] and gone["runs"] and "1.50 CPUs busy" in gone["why"]
+    assert len(rec["done"]) == 2 and len(rec["cell_load"]) == 2
+    assert not any(v["loaded"] for v in rec["cell_load"].values())
+    with pytest.raises(ValueError, match="retry_loaded"):
+        run(tiny, tmp_path / "s.json", retry_loaded=-1)
