@@ -118,6 +118,8 @@ Analysis (Part IV and V's readers):
 * :mod:`specdec.analysis.campaign`  -- the campaign runner: every plain decoder and speculative
   configuration on the same prompts, interleaved, resumable (``benchmarks/campaign.py``).
 * :mod:`specdec.analysis.answer`    -- Part VI's reading of the campaign: "faster than what?".
+* :mod:`specdec.analysis.answerfig` -- the answer as a figure: every plain decoder and family, per task.
+* :mod:`specdec.analysis.beyond`    -- the source article's section 7 comparison table, measured.
 * :mod:`specdec.analysis.records`   -- the one way chapters read records: the newest of a kind, and
   where each came from (provenance).
 

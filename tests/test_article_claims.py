@@ -113,6 +113,7 @@ def test_tables_are_the_articles(name):
         "alpha_table": ["target", "draft", "temp", "alpha"],
         "lenience_table": ["beta_cell", "amplification_cell", "speedup"],
         "ops_table": ["alpha", "gamma", "operations", "speed"],
+        "sources_table": ["source", "alpha", "c", "training", "memory", "note"],
     }[name]
     for row in load_article_table(name):
         assert "\t".join(row[c] for c in columns) in lines, row

@@ -23,7 +23,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["engine_label", "faster_than_what", "headline", "stratum", "task_verdicts"]
+__all__ = [
+    "ESTIMATES",
+    "METHOD_NAMES",
+    "VERDICT_WORDS",
+    "config_words",
+    "engine_label",
+    "estimator_agreement",
+    "faster_than_what",
+    "headline",
+    "label",
+    "method_words",
+    "stratum",
+    "task_verdicts",
+]
 
 
 def engine_label(record: Mapping[str, Any], engine: str) -> str:
@@ -36,17 +49,31 @@ def engine_label(record: Mapping[str, Any], engine: str) -> str:
         return f"lean {info.get('mode')}, {t}"
     if kind == "llama.cpp":
         fmt = "Q4_0 (requantized)" if "Q4_0" in str(info.get("format", "")) else str(info.get("gguf", ""))
-        return f"llama.cpp {fmt}, {t}"
+        loop = str(info.get("loop", ""))
+        how = " low-level loop," if loop.startswith("one llama_decode") else " Llama.eval," if loop else ""
+        return f"llama.cpp {fmt},{how} {t}"
     if kind == "transformers":
         return f"transformers {info.get('mode')}, {t}"
     return f"{engine}, {t}"
 
 
-def stratum(record: Mapping[str, Any], temperature: float, task: str = "all") -> dict[str, Any]:
-    """The cross-fit analysis of one (temperature, task) of a complete campaign record."""
+def stratum(
+    record: Mapping[str, Any], temperature: float, task: str = "all", analysis: str = "median"
+) -> dict[str, Any]:
+    """The cross-fit analysis of one (temperature, task) of a complete campaign record; ``analysis``
+    names one of a campaign-v2 record's analyses (``median``, ``mean``, ``min_time``, ``end_to_end``,
+    ``simultaneous``; a first-campaign record has the median's only)."""
     if not record.get("complete") or "crossfit" not in record:
         raise ValueError("the campaign record is not complete: it has no cross-fit analysis yet")
-    for s in record["crossfit"]["strata"]:
+    if analysis == "median":
+        found = record.get("analyses", {}).get("median", record["crossfit"])
+    elif analysis in record.get("analyses", {}):
+        found = record["analyses"][analysis]
+    else:
+        raise ValueError(
+            f"analysis must be one of {['median', *record.get('analyses', {})]}; got {analysis!r}"
+        )
+    for s in found["strata"]:
         if float(s["temperature"]) == float(temperature) and s["task"] == task:
             return s
     raise ValueError(f"no stratum at temperature {temperature} and task {task!r} in the record")
@@ -69,14 +96,14 @@ def _gammas(record: Mapping[str, Any], halves: Mapping[str, str]) -> str:
 
 
 def faster_than_what(
-    record: Mapping[str, Any], temperature: float, task: str = "all"
+    record: Mapping[str, Any], temperature: float, task: str = "all", analysis: str = "median"
 ) -> list[dict[str, Any]]:
     """Rows for the table "faster than what?": every plain decoder, then every speculative family
     (its gamma chosen on the other half), then the blind choice among all speculative configurations.
     Each row: ``what``, ``engine`` (in words), ``gamma``, ``tok_s`` (estimate, low, high), ``vs_own``
     and ``vs_fastest`` (estimate, low, high, verdict); ``vs_own`` is None for plain decoders and
-    for the blind choice (whose engine differs by half)."""
-    s = stratum(record, temperature, task)
+    for the blind choice (whose engine differs by half). ``analysis``: as :func:`stratum`."""
+    s = stratum(record, temperature, task, analysis)
 
     def triple(d: Mapping[str, Any]) -> tuple[float, float, float]:
         return (float(d["estimate"]), float(d["low"]), float(d["high"]))
@@ -126,12 +153,15 @@ def faster_than_what(
     return rows
 
 
-def headline(record: Mapping[str, Any], temperature: float, task: str = "all") -> dict[str, Any]:
+def headline(
+    record: Mapping[str, Any], temperature: float, task: str = "all", analysis: str = "median"
+) -> dict[str, Any]:
     """The fastest plain decoder (chosen on each half; its engine in words and its tokens/s with
     interval) and the blind speculative choice against it: its configurations, tokens/s, speedup over
     the fastest plain decoder with interval and verdict; plus how many families beat their own
-    engine's plain decoding and how many beat the fastest plain decoder, by their intervals."""
-    s = stratum(record, temperature, task)
+    engine's plain decoding and how many beat the fastest plain decoder, by their intervals.
+    ``analysis``: as :func:`stratum`."""
+    s = stratum(record, temperature, task, analysis)
     fastest = s["fastest_plain_chosen_on_half"]
     fastest_engines = sorted({engine_label(record, _config_engine(record, c)) for c in fastest.values()})
     a = s["any_speculative"]
@@ -186,3 +216,101 @@ def task_verdicts(
             }
         )
     return out
+
+
+#: The analyses a campaign-v2 record holds, as the robustness table names them.
+ESTIMATES = {
+    "median": "median of the repetitions (the book's estimator)",
+    "mean": "mean of the repetitions",
+    "min_time": "fastest repetition",
+    "end_to_end": "median, prefill included (end to end)",
+}
+
+
+def estimator_agreement(record: Mapping[str, Any], temperature: float, task: str = "all") -> dict[str, Any]:
+    """The headline (the blind speculative choice against the fastest plain decoder) under each estimator
+    of a prompt's repetitions and end to end (:data:`ESTIMATES`): rows with the estimate, interval and
+    verdict, and ``same``: whether the three estimators of decoding time give one verdict (decided
+    exactly: the verdict strings compared)."""
+    rows = []
+    for key, what in ESTIMATES.items():
+        h = headline(record, temperature, task, key)
+        rows.append({"estimate": key, "what": what, "fastest plain": h["fastest_plain"],
+                     "fastest plain tok/s": h["fastest_plain_tok_s"][0], "speculative": h["spec_chosen"],
+                     "x": h["spec_vs_fastest"][0], "low": h["spec_vs_fastest"][1],
+                     "high": h["spec_vs_fastest"][2], "verdict": h["spec_verdict"]})  # fmt: skip
+    decode = {r["verdict"] for r in rows if r["estimate"] != "end_to_end"}
+    return {"rows": rows, "same": len(decode) == 1, "verdict": rows[0]["verdict"]}
+
+
+#: A verdict as the prose says it: "<x> is faster than / slower than / not distinguishable from" the baseline.
+VERDICT_WORDS = {
+    "faster": "faster than",
+    "slower": "slower than",
+    "not distinguishable": "not distinguishable from",
+    "too few prompts": "not decidable (too few prompts) against",
+}
+
+
+def method_words(method: str) -> str:
+    """A drafter spec (or "plain decoding") in words: "suffix decoding, tree", "EAGLE-2", ..."""
+    if method in ("plain decoding", "any speculative configuration, chosen blind"):
+        return method
+    return label({}, f"x/{method}")
+
+
+def _setting(method: str, config: Mapping[str, Any]) -> str:
+    """ ", γ = 2", ", 8 nodes", ", γ adapted from 1" or "" (plain decoding)."""
+    from specdec.drafting.registry import parse_spec
+
+    if config["plain"]:
+        return ""
+    gamma = str(config["gamma"])
+    if gamma.startswith("heuristic start"):
+        return f", from γ = {gamma.split()[2]}"
+    try:
+        shape = parse_spec(method.split("+")[0]).shape
+    except ValueError:  # a first-campaign name (draft-distil-l1, ee-8): chains
+        shape = "chain"
+    return f", γ = {gamma}" if shape == "chain" else f", {gamma} nodes"
+
+
+def config_words(record: Mapping[str, Any], config: str) -> str:
+    """A configuration id (or the two halves' choices, "a (half 0) / b (half 1)") in words: the method,
+    its setting and its engine, e.g. "suffix decoding, tree, 8 nodes (lean q4q8, 2 threads)"."""
+    parts = [p.strip() for p in config.split(" / ")]
+    out = []
+    configs = {c["id"]: c for c in record["configs"]}
+    for part in parts:
+        cid, _, half = part.partition(" (half")
+        c = configs[cid]
+        what = "plain decoding" if c["plain"] else method_words(cid.split("/")[1])
+        text = f"{what}{_setting(cid.split('/')[1], c)} ({engine_label(record, c['engine'])})"
+        out.append(text + (f" (half{half}" if half else ""))
+    return " / ".join(out)
+
+
+#: Each drafter spec of the campaigns in words.
+METHOD_NAMES = {
+    "lookup": "prompt lookup",
+    "lookup-tree,min_ngram=2": "prompt lookup, tree",
+    "lookup+heuristic": "prompt lookup, adaptive γ",
+    "suffix": "suffix decoding, tree",
+    "suffix,tree=0": "suffix decoding, path",
+    "draft:distil-l1": "distilled draft (1 layer)",
+    "draft-tree:distil-l1,branch=2": "distilled draft, tree",
+    "early-exit:8": "early exit (8 layers)",
+    "medusa:medusa-4": "Medusa-1",
+    "mlp:mlp-4,ranks=1": "MLP speculator",
+    "mlp:mlp-4": "MLP speculator, tree",
+    "eagle:eagle-1": "EAGLE",
+    "eagle:eagle-1,topk=4,depth=5": "EAGLE-2",
+}
+
+
+def label(record: Mapping[str, Any], key: str) -> str:
+    """A decoder in words: a plain decoder by its engine, a family by its method."""
+    if key.endswith("/plain"):
+        return engine_label(record, key.split("/", 1)[0])
+    method = key.split("/", 1)[1]
+    return METHOD_NAMES.get(method, method)

@@ -107,7 +107,7 @@ READINGS_FILE = "article_readings.csv"
 #: The article's printed tables other than the E[T] table, by name (file ``article_<name>.csv``):
 #: its section 六 comparison table, its section 六 excerpt of the paper's Table 3, its section 八
 #: lenience table and its section 九 reprint of the paper's Table 1.
-ARTICLE_TABLES = ("speedup_table", "alpha_table", "lenience_table", "ops_table")
+ARTICLE_TABLES = ("speedup_table", "alpha_table", "lenience_table", "ops_table", "sources_table")
 
 #: How a claim is checked (column ``check_kind`` of ``article_claims.csv``).
 CHECK_KINDS = ("compute", "paper", "reading", "none")

@@ -1,0 +1,202 @@
+"""The second campaign's readers on a synthetic complete record (no decoding, no timing thresholds): the
+answer's rows and figure, the estimators' agreement, the configurations in words, the section 7 table and
+its measured verdicts, each checked to follow the stored numbers and to change when they change."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from specdec.analysis import answer
+from specdec.analysis.answerfig import answer_figure, answer_rows
+from specdec.analysis.beyond import SOURCES, section7_table
+from specdec.experiments.campaign2 import analyse
+from specdec.paper.ledger.section7 import RULES7, section7_rows
+
+TASKS = ("summarize", "extract", "code", "chat")
+ENGINES = {"lean-q4q8-2t": 190.0, "lean-q4q8-1t": 170.0, "hf-bfloat16-2t": 19.0}
+#: family spec -> (its settings, its speed over the fastest plain decoder)
+FAMILIES = {
+    "suffix": ((8, 16), 1.3),
+    "lookup": ((2, 4), 1.05),
+    "medusa:medusa-4": ((4,), 0.7),
+    "eagle:eagle-1": ((2,), 0.8),
+    "eagle:eagle-1,topk=4,depth=5": ((4,), 0.55),
+    "mlp:mlp-4,ranks=1": ((2,), 0.8),
+    "draft:distil-l1": ((1, 2), 0.85),
+}
+
+
+def _configs():
+    out = [
+        {
+            "id": f"{e}/plain",
+            "engine": e,
+            "family": f"{e}/plain",
+            "drafter": "plain",
+            "gamma": "0",
+            "plain": True,
+        }
+        for e in ENGINES
+    ]
+    for spec, (settings, _) in FAMILIES.items():
+        for g in settings:
+            out.append(
+                {
+                    "id": f"lean-q4q8-2t/{spec}/g{g}",
+                    "engine": "lean-q4q8-2t",
+                    "family": f"lean-q4q8-2t/{spec}",
+                    "drafter": spec,
+                    "gamma": str(g),
+                    "plain": False,
+                }
+            )
+    return out
+
+
+def synthetic(seed: int = 0, reps: int = 3) -> dict:
+    """A campaign-v2-shaped record: 4 tasks x 4 prompts, both temperatures, every run's timings drawn
+    around the speeds above (suffix faster on summarize and extract than on chat)."""
+    rng = np.random.default_rng(seed)
+    prompts = [{"task": t, "id": f"{t}-{i}", "index": i, "half": i % 2} for t in TASKS for i in range(4)]
+    configs = _configs()
+    runs = []
+    for temp in (0.0, 1.0):
+        for p in prompts:
+            for c in configs:
+                base = ENGINES[c["engine"]] if c["plain"] else 190.0 * FAMILIES[c["drafter"]][1]
+                if c["drafter"] == "suffix" and p["task"] == "chat":
+                    base = 190.0 * 0.95
+                for rep in range(reps):
+                    rate = base * np.exp(rng.normal(0, 0.03))
+                    n = 100
+                    run = {
+                        "temperature": temp,
+                        "task": p["task"],
+                        "prompt": p["id"],
+                        "config": c["id"],
+                        "engine": c["engine"],
+                        "drafter": c["drafter"],
+                        "gamma": c["gamma"],
+                        "rep": rep,
+                        "new_tokens": n,
+                        "decode_s": n / rate,
+                        "prefill_s": 0.02,
+                        "draft_s": 0.01,
+                        "rounds": 40,
+                        "target_calls": 40,
+                        "first_divergence_from_plain": None,
+                    }
+                    if rep == 0 and not c["plain"]:
+                        run["stats"] = {
+                            "target_calls": 40,
+                            "rounds": 40,
+                            "new_tokens": n,
+                            "drafted_tokens": 120,
+                            "accepted_tokens": 60,
+                            "draft_calls": 40,
+                            "examined_at": [40, 30],
+                            "accepted_at": [30, 20],
+                        }
+                    runs.append(run)
+    from specdec.analysis.crossfit import analyse as crossfit
+    from specdec.analysis.crossfit import fold_of
+    from specdec.analysis.treebench import tree_summary
+
+    record = {
+        "complete": True,
+        "settings": {"seed": 0},
+        "prompts": prompts,
+        "configs": configs,
+        "runs": runs,
+        "temperatures": [0.0, 1.0],
+        "engines": {
+            e: {
+                "engine": "transformers" if e.startswith("hf") else "lean",
+                "mode": "q4q8",
+                "threads": int(e[-2]),
+            }
+            for e in ENGINES
+        },
+    }
+    folds = {(p["task"], p["id"]): fold_of(p["index"]) for p in prompts}
+    record["crossfit"] = crossfit(runs, configs, folds, n_boot=200)
+    record["analyses"] = analyse(record, n_boot=200, simultaneous_boot=400)
+    record["trees"] = tree_summary(record)
+    return record
+
+
+@pytest.fixture(scope="module")
+def record():
+    return synthetic()
+
+
+def test_answer_rows_follow_the_analysis(record):
+    rows = answer_rows(record, 0.0)
+    assert len(rows) == len(ENGINES) + len(FAMILIES)
+    (fastest,) = [r for r in rows if r["fastest"]]
+    assert fastest["key"] == "lean-q4q8-2t/plain"
+    suffix = next(r for r in rows if r["key"] == "lean-q4q8-2t/suffix")
+    assert suffix["verdict"] == "faster" and suffix["x"] == pytest.approx(1.3**0.75 * 0.95**0.25, rel=0.05)
+    assert set(suffix["tasks"]) == set(TASKS) and suffix["tasks"]["chat"] < suffix["tasks"]["extract"]
+    medusa = next(r for r in rows if r["key"].endswith("medusa:medusa-4"))
+    assert medusa["verdict"] == "slower" and medusa["low"] <= medusa["tok_s"] <= medusa["high"]
+    fig = answer_figure(record)
+    assert len(fig.axes) == 2
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_the_estimators_agree_here_and_the_headline_reads_each(record):
+    agree = answer.estimator_agreement(record, 0.0)
+    assert [r["estimate"] for r in agree["rows"]] == list(answer.ESTIMATES)
+    assert agree["same"] and agree["verdict"] == "faster"
+    broken = copy.deepcopy(record)
+    s = next(
+        s for s in broken["analyses"]["mean"]["strata"] if s["temperature"] == 0.0 and s["task"] == "all"
+    )
+    s["any_speculative"]["vs_fastest_plain"]["verdict"] = "not distinguishable"
+    assert not answer.estimator_agreement(broken, 0.0)["same"]
+    with pytest.raises(ValueError, match="analysis must be one of"):
+        answer.stratum(record, 0.0, analysis="best")
+
+
+def test_configurations_in_words(record):
+    assert (
+        answer.config_words(record, "lean-q4q8-2t/suffix/g8")
+        == "suffix decoding, tree, 8 nodes (lean q4q8, 2 threads)"
+    )
+    assert answer.config_words(record, "lean-q4q8-2t/lookup/g2").startswith("prompt lookup, γ = 2")
+    two = answer.config_words(record, "lean-q4q8-2t/lookup/g2 (half 0) / lean-q4q8-2t/suffix/g16 (half 1)")
+    assert "(half 0)" in two and "16 nodes" in two
+
+
+def test_section7_table_sets_every_printed_row_beside_its_families(record):
+    rows = section7_table(record)
+    assert {r["source"] for r in rows} == set(SOURCES)
+    medusa = next(r for r in rows if r["family"] == "medusa:medusa-4")
+    assert medusa["article_training"] == "是" and medusa["train_minutes"] > 0 and medusa["stored_mb"] > 0
+    assert medusa["x_t0"][3] == "slower" and medusa["accept_d1"] == pytest.approx(0.75)
+    assert next(r for r in rows if r["family"] == "lookup+heuristic")["x_t0"] is None  # not in this record
+
+
+def test_section7_verdicts_follow_the_record(record):
+    rows = {r["claim"]: r for r in section7_rows(record)}
+    assert set(rows) == {c for c, _ in RULES7.values()}
+    assert rows["七-2"]["verdict"] == "fails here"  # 0.7x against "over 2.2X"
+    assert rows["七-6"]["verdict"] == "undecided here"  # no agentic workload here
+    assert rows["七-8"]["verdict"] == "holds here" and rows["三-7"]["verdict"] == "holds here"
+    assert rows["七-9"]["verdict"] == "holds here"  # suffix faster on summarize/extract, above chat
+    assert rows["七-4"]["values"]["rel"] == pytest.approx(0.55 / 0.8, rel=0.05)
+    bad = copy.deepcopy(record)
+    for r in bad["runs"]:
+        if r["drafter"] == "suffix":
+            r["target_calls"] = r["rounds"] + 1  # a tree verified in two calls
+        if r["drafter"] == "medusa:medusa-4" and r["temperature"] == 0.0:
+            r["first_divergence_from_plain"] = 5
+    rows = {r["claim"]: r for r in section7_rows(bad)}
+    assert rows["七-8"]["verdict"] == "fails here" and rows["三-7"]["verdict"] == "fails here"
+    assert all(r["verdict"] == "not recorded on this machine" for r in section7_rows(None))
