@@ -87,8 +87,10 @@ def synthetic(seed: int = 0, reps: int = 3) -> dict:
                         "draft_s": 0.01,
                         "rounds": 40,
                         "target_calls": 40,
-                        "first_divergence_from_plain": None,
+                        "same_as_rep0": True,
                     }
+                    if rep == 0:
+                        run["first_divergence_from_plain"] = None  # only repetition 0 carries it
                     if rep == 0 and not c["plain"]:
                         run["stats"] = {
                             "target_calls": 40,
@@ -170,6 +172,10 @@ def test_configurations_in_words(record):
         == "suffix decoding, tree, 8 nodes (lean q4q8, 2 threads)"
     )
     assert answer.config_words(record, "lean-q4q8-2t/lookup/g2").startswith("prompt lookup, γ = 2")
+    assert answer.config_words(record, "lean-q4q8-2t/eagle:eagle-1/g2").startswith("EAGLE, γ = 2")  # a path
+    assert answer.config_words(record, "lean-q4q8-2t/eagle:eagle-1,topk=4,depth=5/g4").startswith(
+        "EAGLE-2, 4 nodes"
+    )
     two = answer.config_words(record, "lean-q4q8-2t/lookup/g2 (half 0) / lean-q4q8-2t/suffix/g16 (half 1)")
     assert "(half 0)" in two and "16 nodes" in two
 
@@ -189,14 +195,18 @@ def test_section7_verdicts_follow_the_record(record):
     assert rows["七-2"]["verdict"] == "fails here"  # 0.7x against "over 2.2X"
     assert rows["七-6"]["verdict"] == "undecided here"  # no agentic workload here
     assert rows["七-8"]["verdict"] == "holds here" and rows["三-7"]["verdict"] == "holds here"
+    assert rows["三-7"]["values"]["greedy_runs"] == 3 * 16 * 3  # three families, 16 prompts, 3 repetitions
+    assert (
+        rows["七-8"]["values"]["tree_runs"] == 4 * 16 * 2 * 3
+    )  # suffix (2 settings), Medusa, EAGLE-2; both temps
     assert rows["七-9"]["verdict"] == "holds here"  # suffix faster on summarize/extract, above chat
     assert rows["七-4"]["values"]["rel"] == pytest.approx(0.55 / 0.8, rel=0.05)
     bad = copy.deepcopy(record)
     for r in bad["runs"]:
         if r["drafter"] == "suffix":
             r["target_calls"] = r["rounds"] + 1  # a tree verified in two calls
-        if r["drafter"] == "medusa:medusa-4" and r["temperature"] == 0.0:
-            r["first_divergence_from_plain"] = 5
+        if r["drafter"] == "medusa:medusa-4" and r["temperature"] == 0.0 and r["rep"] == 1:
+            r["same_as_rep0"] = False  # a later repetition that left repetition 0's (plain's) tokens
     rows = {r["claim"]: r for r in section7_rows(bad)}
     assert rows["七-8"]["verdict"] == "fails here" and rows["三-7"]["verdict"] == "fails here"
     assert all(r["verdict"] == "not recorded on this machine" for r in section7_rows(None))

@@ -269,10 +269,17 @@ def _setting(method: str, config: Mapping[str, Any]) -> str:
     if gamma.startswith("heuristic start"):
         return f", from γ = {gamma.split()[2]}"
     try:
-        shape = parse_spec(method.split("+")[0]).shape
+        spec = parse_spec(method.split("+")[0])
     except ValueError:  # a first-campaign name (draft-distil-l1, ee-8): chains
-        shape = "chain"
-    return f", γ = {gamma}" if shape == "chain" else f", {gamma} nodes"
+        return f", γ = {gamma}"
+    opts = spec.options
+    path = (
+        spec.shape == "chain"
+        or (spec.kind == "suffix" and opts.get("tree") == 0)
+        or (spec.kind == "eagle" and opts.get("topk", 1) == 1)
+        or (spec.kind in ("mlp", "medusa") and opts.get("ranks") == 1)
+    )  # a tree kind drafting a single path: its budget is a gamma
+    return f", γ = {gamma}" if path else f", {gamma} nodes"
 
 
 def config_words(record: Mapping[str, Any], config: str) -> str:

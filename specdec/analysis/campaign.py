@@ -62,7 +62,7 @@ TEMPERATURES = (0.0, 1.0)
 class Engine:
     """A plain decoder: ``model`` decodes with ``threads`` threads; ``info`` says what it is;
     ``repeats``: it runs in the first ``repeats`` repetitions of a cell only (None: in every one),
-    for a slow reference decoder that is never a candidate for the fastest."""
+    for a slow reference decoder not expected to be the fastest (it stays a candidate)."""
 
     name: str
     model: Any

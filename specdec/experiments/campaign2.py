@@ -14,8 +14,9 @@ resume key: a partial record made with other settings, another commit or another
   same threads through its lowest-overhead loop (one ``llama_decode`` per token, last-row logits) and
   through its high-level ``Llama.eval`` with every position's logits; transformers in its fastest dtype
   here (float32 or bfloat16, timed at the start: :func:`fastest_hf_dtype`), in the first
-  ``hf_repeats`` (2) repetitions of a cell only: a tenth of the lean engine's speed, it is never a
-  candidate for the fastest plain decoder, and its 6 s decodes would take a quarter of the run.
+  ``hf_repeats`` (2) repetitions of a cell only: about a tenth of the lean engine's speed in a smoke run,
+  it is not expected to be the fastest plain decoder (it stays among the candidates the cross-fit
+  chooses from), and its 6 s decodes would take a quarter of the run.
 * **Families** on the lean engine at every core (:data:`CONFIGS`, drafter specs of
   :mod:`specdec.drafting.registry`): prompt lookup as a chain and as a tree, suffix decoding as a tree
   and as a path, the one-layer distilled draft as a chain and as a tree, early exit, Medusa, the MLP
@@ -99,8 +100,8 @@ class Campaign2:
     retry_loaded: int = 2
     llamacpp: bool = True
     hf: bool = True
-    #: transformers (about a tenth of the lean engine's tokens/s here: never a candidate for the fastest
-    #: plain decoder) runs in the first ``hf_repeats`` repetitions of each cell only: ~6 s a decode
+    #: transformers (about a tenth of the lean engine's tokens/s in a smoke run, not expected to be the
+    #: fastest plain decoder) runs in the first ``hf_repeats`` repetitions of each cell only: ~6 s a decode
     hf_repeats: int = 2
     prompts_file: str = PROMPTS.name
     configs: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=lambda: dict(CONFIGS))
@@ -263,7 +264,7 @@ def build(settings: Campaign2, *, log: Callable[[str], None] = print) -> dict[st
 
 
 def analyse(
-    record: Mapping[str, Any], *, n_boot: int = 2000, simultaneous_boot: int = 20000
+    record: Mapping[str, Any], *, n_boot: int = 2000, simultaneous_boot: int = 100_000
 ) -> dict[str, Any]:
     """The record's analyses, pure functions of its stored runs: the cross-fit under each estimator
     (:data:`specdec.analysis.crossfit.ESTIMATORS`) on decode time, the median with the prefill included
