@@ -211,3 +211,15 @@ def test_optimal_gamma_at_c_0_is_the_limit_exactly_as_plan_says():
         assert int(optimal_gamma(alpha, 0.0, 64)) == 64 == plan(alpha, 0.0)["optimal_gamma"]
     assert int(optimal_gamma(0.0, 0.0, 64)) == 0  # nothing accepted: no gamma helps
     assert list(optimal_gamma([0.5, 0.5], [0.0, 0.05], 64)) == [64, int(optimal_gamma(0.5, 0.05, 64))]
+
+
+def test_per_gamma_arrays_are_bounded_before_they_are_built():
+    """accepted_pmf and optimal_gamma build one value per gamma: an absurd gamma is refused at once,
+    naming the argument and the bound, instead of exhausting memory."""
+    from specdec.theory.speedup import MAX_GAMMA, accepted_pmf, optimal_gamma
+
+    with pytest.raises(ValueError, match=rf"gamma must be an integer in \[0, {MAX_GAMMA}\]"):
+        accepted_pmf(0.5, 10**9)
+    with pytest.raises(ValueError, match=rf"max_gamma must be an integer in \[0, {MAX_GAMMA}\]"):
+        optimal_gamma(0.5, 0.1, max_gamma=10**9)
+    assert len(accepted_pmf(0.5, MAX_GAMMA)) == MAX_GAMMA + 1

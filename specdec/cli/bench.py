@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.cli.common import (
+    COUNT_MAX,
     COUNTS,
     NAMES,
     UsageError,
@@ -76,6 +77,10 @@ BENCH_QUICK = {
 }
 
 
+#: The widest verify call --ks may time, and how many widths one curve may hold.
+MAX_K, MAX_KS = 256, 64
+
+
 def ks_arg(text: str) -> list[int]:
     try:
         ks = sorted({int(k) for k in text.split(",")})
@@ -85,6 +90,11 @@ def ks_arg(text: str) -> list[int]:
         ) from None
     if not ks or ks[0] != 1:
         raise UsageError(f"--ks must include 1 (the step every ratio divides by) and no k < 1; got {text!r}")
+    if ks[-1] > MAX_K or len(ks) > MAX_KS:
+        raise UsageError(
+            f"--ks must hold at most {MAX_KS} values, each in 1..{MAX_K} (rows of one verify call); "
+            f"got {text!r}"
+        )
     return ks
 
 
@@ -97,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             print_bench(record)
         return 0
     for name in ("prompts_per_task", "new_tokens", "gamma", "repeats", "verify_repeats"):
-        at_least("--" + name.replace("_", "-"), getattr(args, name), 1, COUNTS[name])
+        at_least("--" + name.replace("_", "-"), getattr(args, name), 1, COUNTS[name], COUNT_MAX[name])
     if args.out is not None and Path(args.out).is_dir():
         raise UsageError(f"--out {args.out!r} is a folder; give a file name")
     try:

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 __all__ = [
     "COUNTS",
+    "COUNT_MAX",
     "MAX_THREADS",
     "NAMES",
     "USAGE_ERROR",
@@ -98,12 +99,12 @@ def c_arg(value: float) -> float:
     )
 
 
-def at_least(name: str, value: int | None, low: int, what: str) -> None:
-    """An integer option >= ``low`` (None: not given)."""
+def at_least(name: str, value: int | None, low: int, what: str, high: int | None = None) -> None:
+    """An integer option in ``low`` .. ``high`` (None: no upper bound; a None value: not given)."""
     from specdec.theory.checks import check_int
 
     if value is not None:
-        checked(check_int, name, value, low=low, note=what)
+        checked(check_int, name, value, low=low, high=high, note=what)
 
 
 #: What each count means, for the error messages.
@@ -113,6 +114,15 @@ COUNTS = {
     "repeats": "passes over the prompts",
     "verify_repeats": "timed passes of the verify curve",
     "prompts_per_task": "prompts per task",
+}
+#: The largest value each count takes: beyond it a run would only exhaust memory or time (a round of
+#: more than 64 drafts is never chosen; SmolLM2's context is 8192 tokens, prompt included).
+COUNT_MAX = {
+    "gamma": 64,
+    "new_tokens": 4096,
+    "repeats": 1000,
+    "verify_repeats": 1000,
+    "prompts_per_task": 1000,
 }
 
 #: The most threads a command takes: the bound of the C forward's pool

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.cli.common import (
+    COUNT_MAX,
     COUNTS,
     NAMES,
     UsageError,
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         record = read_record(args.from_json, "specdec-measure", "measure")
     else:
         for name in ("gamma", "new_tokens", "repeats", "verify_repeats"):
-            at_least("--" + name.replace("_", "-"), getattr(args, name), 1, COUNTS[name])
+            at_least("--" + name.replace("_", "-"), getattr(args, name), 1, COUNTS[name], COUNT_MAX[name])
         if args.new_tokens < 2:  # one draft and the target's own token: the smallest round
             raise UsageError(
                 f"--new-tokens must be >= 2 to measure speculation (a round drafts at most "

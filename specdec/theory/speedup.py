@@ -28,6 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 from specdec.theory.checks import check_array, check_float, check_int
 
 __all__ = [
+    "MAX_GAMMA",
     "acceptance_rate",
     "accepted_pmf",
     "best_gamma_on_curve",
@@ -44,6 +45,9 @@ __all__ = [
 
 #: Tolerance used to decide that a row of probabilities sums to one.
 SUM_TOL = 1e-6
+#: The largest gamma a function that builds one value per gamma takes (accepted_pmf, optimal_gamma's
+#: max_gamma): Theorem 3.8 is flat long before it, and beyond it the arrays only exhaust memory.
+MAX_GAMMA = 100_000
 
 
 def _check_alpha(alpha: ArrayLike) -> NDArray[np.float64]:
@@ -84,10 +88,10 @@ def accepted_pmf(alpha: float, gamma: int) -> NDArray[np.float64]:
     Section 3.1 of the paper, under its i.i.d. assumption: ``alpha^k (1 - alpha)`` for
     k < gamma and ``alpha^gamma`` for k = gamma. Tokens per round are T = A + 1.
     """
-    a = float(_check_alpha(alpha))
-    g = int(_check_gamma(gamma))
     if np.ndim(alpha) or np.ndim(gamma):
         raise ValueError("accepted_pmf takes a scalar alpha and a scalar gamma")
+    a = float(_check_alpha(alpha))
+    g = int(check_int("gamma", gamma, low=0, high=MAX_GAMMA, note="one probability per accepted count"))
     k = np.arange(g + 1)
     pmf = a**k * (1.0 - a)
     pmf[g] = a**g
@@ -194,7 +198,7 @@ def optimal_gamma(alpha: ArrayLike, c: ArrayLike, max_gamma: int = 64) -> NDArra
     the answer is ``max_gamma`` exactly (not a floating-point tie below it, as a scan would
     find where alpha^(gamma+1) underflows the last digit; ``specdec plan`` says the same).
     """
-    check_int("max_gamma", max_gamma, low=0)
+    check_int("max_gamma", max_gamma, low=0, high=MAX_GAMMA, note="every gamma up to it is scanned")
     a, cc = np.broadcast_arrays(_check_alpha(alpha), _check_cost(c, "c"))
     grid = np.arange(max_gamma + 1).reshape((-1,) + (1,) * a.ndim)
     speedups = walltime_speedup(a[None, ...], grid, cc[None, ...])
