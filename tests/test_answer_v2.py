@@ -127,6 +127,7 @@ def synthetic(seed: int = 0, reps: int = 3) -> dict:
     record["crossfit"] = crossfit(runs, configs, folds, n_boot=200)
     record["analyses"] = analyse(record, n_boot=200, simultaneous_boot=400)
     record["trees"] = tree_summary(record)
+    record["verify_curves"] = {"ks": [1, 2, 4, 8], "v_tree": [1.0, 1.1, 1.3, 2.0]}
     return record
 
 
@@ -172,6 +173,7 @@ def test_configurations_in_words(record):
         == "suffix decoding, tree, 8 nodes (lean q4q8, 2 threads)"
     )
     assert answer.config_words(record, "lean-q4q8-2t/lookup/g2").startswith("prompt lookup, γ = 2")
+    assert answer.config_words(record, "lean-q4q8-2t/lookup/g2", engine=False) == "prompt lookup, γ = 2"
     assert answer.config_words(record, "lean-q4q8-2t/eagle:eagle-1/g2").startswith("EAGLE, γ = 2")  # a path
     assert answer.config_words(record, "lean-q4q8-2t/eagle:eagle-1,topk=4,depth=5/g4").startswith(
         "EAGLE-2, 4 nodes"
@@ -186,6 +188,12 @@ def test_section7_table_sets_every_printed_row_beside_its_families(record):
     medusa = next(r for r in rows if r["family"] == "medusa:medusa-4")
     assert medusa["article_training"] == "是" and medusa["train_minutes"] > 0 and medusa["stored_mb"] > 0
     assert medusa["x_t0"][3] == "slower" and medusa["accept_d1"] == pytest.approx(0.75)
+    assert medusa["chosen"] == "4 nodes" and next(r for r in rows if r["family"] == "lookup")["chosen"] in (
+        "γ = 2",
+        "γ = 4",
+        "γ = 2 / γ = 4",
+        "γ = 4 / γ = 2",
+    )
     assert next(r for r in rows if r["family"] == "lookup+heuristic")["x_t0"] is None  # not in this record
 
 
@@ -210,3 +218,28 @@ def test_section7_verdicts_follow_the_record(record):
     rows = {r["claim"]: r for r in section7_rows(bad)}
     assert rows["七-8"]["verdict"] == "fails here" and rows["三-7"]["verdict"] == "fails here"
     assert all(r["verdict"] == "not recorded on this machine" for r in section7_rows(None))
+
+
+def test_where_the_time_goes_follows_the_three_numbers(record):
+    rows = answer.where_time_goes(record, 0.0)
+    assert {r["config"] for r in rows} == {c["id"] for c in record["configs"] if not c["plain"]}
+    r = next(r for r in rows if r["config"] == "lean-q4q8-2t/medusa:medusa-4/g4")
+    assert r["label"] == "Medusa-1, 4 nodes" and r["engine"] == "lean q4q8, 2 threads"
+    assert r["tokens_per_call"] == pytest.approx(2.5) and r["width"] == pytest.approx(4.0)
+    assert r["v"] == pytest.approx(1.3)  # the curve at 4 rows
+    assert r["predicted"] == pytest.approx(2.5 / (1.3 + r["c_round"]))
+    assert r["measured"] == pytest.approx(0.7, rel=0.05)
+    assert r["round_cost"] == pytest.approx(2.5 / r["measured"])
+    assert r["overhead"] == pytest.approx(r["round_cost"] - 1.3 - r["c_round"])
+    assert r["needed"] == pytest.approx(1.5 * r["round_cost"])
+    dearer = copy.deepcopy(record)
+    dearer["verify_curves"]["v_tree"] = [1.0, 1.2, 2.6, 4.0]
+    r2 = next(x for x in answer.where_time_goes(dearer, 0.0) if x["config"] == r["config"])
+    assert r2["v"] == pytest.approx(2.6) and r2["predicted"] < r["predicted"]
+    assert r2["overhead"] == pytest.approx(r["overhead"] - 1.3)  # the measured round cost is the same
+    narrow = copy.deepcopy(record)
+    narrow["verify_curves"] = {"ks": [1, 2], "v_tree": [1.0, 1.1]}
+    with pytest.raises(ValueError, match="measured verify widths"):
+        answer.where_time_goes(narrow, 0.0)
+    with pytest.raises(ValueError, match="goal must be > 0"):
+        answer.where_time_goes(record, 0.0, goal=0)

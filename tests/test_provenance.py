@@ -49,7 +49,7 @@ def manifests():
 
 def test_the_chapters_that_read_records_show_their_provenance():
     names = {name for name, _, _ in manifests()}
-    assert {"answer", "dynamic-gamma", "command-line", "hardware", "claims-ledger"} <= names
+    assert {"answer", "beyond", "dynamic-gamma", "command-line", "hardware", "claims-ledger"} <= names
 
 
 @pytest.mark.parametrize("name,entries,note", manifests(), ids=[m[0] for m in manifests()])

@@ -13,7 +13,10 @@ analysis and shape it for the answer chapter and the landing page:
   decoder, each with its 95 % interval and the verdict the interval gives;
 * :func:`headline` -- the fastest plain decoder and the blind choice among all speculative
   configurations against it, for one temperature and task;
-* :func:`task_verdicts` -- the headline's verdict per task.
+* :func:`task_verdicts` -- the headline's verdict per task;
+* :func:`where_time_goes` -- per speculative configuration of a campaign-v2 record, the three
+  measured numbers of a round (tokens per target call, the verify call's cost, the draft's cost)
+  and the speedup they predict beside the measured one.
 
 Verdicts are the record's (from intervals only: faster, slower, not distinguishable).
 """
@@ -34,8 +37,10 @@ __all__ = [
     "headline",
     "label",
     "method_words",
+    "setting_words",
     "stratum",
     "task_verdicts",
+    "where_time_goes",
 ]
 
 
@@ -282,9 +287,16 @@ def _setting(method: str, config: Mapping[str, Any]) -> str:
     return f", γ = {gamma}" if path else f", {gamma} nodes"
 
 
-def config_words(record: Mapping[str, Any], config: str) -> str:
+def setting_words(record: Mapping[str, Any], config: str) -> str:
+    """A speculative configuration's setting alone: "γ = 2", "8 nodes", "from γ = 1" ("" for plain)."""
+    c = next(c for c in record["configs"] if c["id"] == config)
+    return _setting(config.split("/")[1], c).removeprefix(", ")
+
+
+def config_words(record: Mapping[str, Any], config: str, *, engine: bool = True) -> str:
     """A configuration id (or the two halves' choices, "a (half 0) / b (half 1)") in words: the method,
-    its setting and its engine, e.g. "suffix decoding, tree, 8 nodes (lean q4q8, 2 threads)"."""
+    its setting and (unless ``engine`` is False) its engine, e.g. "suffix decoding, tree, 8 nodes (lean
+    q4q8, 2 threads)"."""
     parts = [p.strip() for p in config.split(" / ")]
     out = []
     configs = {c["id"]: c for c in record["configs"]}
@@ -292,7 +304,9 @@ def config_words(record: Mapping[str, Any], config: str) -> str:
         cid, _, half = part.partition(" (half")
         c = configs[cid]
         what = "plain decoding" if c["plain"] else method_words(cid.split("/")[1])
-        text = f"{what}{_setting(cid.split('/')[1], c)} ({engine_label(record, c['engine'])})"
+        text = f"{what}{_setting(cid.split('/')[1], c)}"
+        if engine:
+            text += f" ({engine_label(record, c['engine'])})"
         out.append(text + (f" (half{half}" if half else ""))
     return " / ".join(out)
 
@@ -321,3 +335,57 @@ def label(record: Mapping[str, Any], key: str) -> str:
         return engine_label(record, key.split("/", 1)[0])
     method = key.split("/", 1)[1]
     return METHOD_NAMES.get(method, method)
+
+
+def _interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Linear interpolation of ys at x inside xs (ValueError outside: nothing is extrapolated)."""
+    if not xs[0] <= x <= xs[-1]:
+        raise ValueError(f"x must lie in [{xs[0]}, {xs[-1]}] (the measured verify widths); got {x}")
+    for i in range(len(xs) - 1):
+        if xs[i] <= x <= xs[i + 1]:
+            return ys[i] + (ys[i + 1] - ys[i]) * (x - xs[i]) / (xs[i + 1] - xs[i])
+    return float(ys[-1])
+
+
+def where_time_goes(
+    record: Mapping[str, Any], temperature: float = 0.0, *, goal: float = 1.5
+) -> list[dict[str, Any]]:
+    """Where a round's time goes, per speculative configuration of a complete campaign-v2 record at
+    ``temperature`` (tasks pooled), in units of one plain decoding step of the same engine:
+    ``label`` (the configuration in words) and ``engine``, ``tokens_per_call`` (new tokens per target
+    call, repetition-0 Stats), ``width`` (the verify call's
+    mean rows: drafted nodes per round + 1), ``v`` (the record's measured tree-verify cost
+    v(N) = T(N)/T(1) at that mean width, interpolated), ``c_round`` (draft seconds per round over a plain
+    step, the median over repetitions), ``predicted`` = tokens_per_call / (v + c_round) (Theorem 3.8's
+    form with the measured terms; the mean width stands for a mix of widths), ``measured`` (tokens/s
+    over the same engine's plain decoding, this configuration on every prompt, not cross-fitted),
+    ``round_cost`` = tokens_per_call / measured (what a round costs, in plain steps, as measured),
+    ``overhead`` = round_cost - v - c_round (what the three numbers leave out: the loop's own work per
+    round, and the mean width's approximation), and ``needed`` = goal * round_cost: the tokens per call
+    the configuration would need for ``goal`` times plain decoding at the same cost per round."""
+    if goal <= 0:
+        raise ValueError(f"goal must be > 0; got {goal}")
+    curves = record["verify_curves"]
+    ks, v_tree = [float(k) for k in curves["ks"]], [float(v) for v in curves["v_tree"]]
+    fixed = {f["config"]: f for f in stratum(record, temperature)["fixed"]}
+    out = []
+    for row in record["trees"]["rows"]:
+        if float(row["temperature"]) != float(temperature) or row["config"] not in fixed:
+            continue
+        width = 1.0 + float(row["nodes_per_round"])
+        v = _interp(width, ks, v_tree)
+        c_round = float(row["c_round_median"])
+        tpc = float(row["tokens_per_call"])
+        predicted = tpc / (v + c_round)
+        measured = float(fixed[row["config"]]["vs_same_plain"]["estimate"])
+        round_cost = tpc / measured
+        out.append({
+            "config": row["config"], "label": config_words(record, row["config"], engine=False),
+            "engine": engine_label(record, _config_engine(record, row["config"])),
+            "tokens_per_call": tpc, "width": width, "v": v, "c_round": c_round,
+            "predicted": predicted, "measured": measured, "round_cost": round_cost,
+            "overhead": round_cost - v - c_round, "needed": goal * round_cost,
+        })  # fmt: skip
+    if not out:
+        raise ValueError(f"the record has no speculative configuration at temperature {temperature}")
+    return out

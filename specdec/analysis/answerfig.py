@@ -82,7 +82,9 @@ def answer_figure(record: Mapping[str, Any], *, temperatures: tuple[float, ...] 
     first = per_temp[temperatures[0]]
     order = sorted(first, key=lambda r: (not r["plain"], -r["tok_s"]))
     keys = [r["key"] for r in order]
-    fig, axes = plt.subplots(1, len(temperatures), figsize=(12.5, 0.36 * len(keys) + 1.9), sharey=True)
+    fig, axes = plt.subplots(
+        1, len(temperatures), figsize=(12.5, 0.36 * len(keys) + 1.9), sharey=True, dpi=150
+    )  # 150 dpi: the row labels stay legible when the page shrinks the figure
     axes = [axes] if len(temperatures) == 1 else list(axes)
     for ax, temp in zip(axes, temperatures, strict=True):
         rows = {r["key"]: r for r in per_temp[temp]}

@@ -51,7 +51,7 @@ def section7_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     chosen configuration's repetition-0 Stats, tasks pooled), ``c_round`` (draft seconds per round over a
     plain step), training minutes and stored MB (the card; None for drafters that train nothing), and
     ``x_t0`` / ``x_t1``: (estimate, simultaneous low, high, verdict) against the fastest plain decoder."""
-    from specdec.analysis.answer import label
+    from specdec.analysis.answer import label, setting_words
     from specdec.paper.article import load_article_table
 
     printed = {row["source"]: row for row in load_article_table("sources_table")}
@@ -76,7 +76,7 @@ def section7_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
             med = [f for f in _stratum(median, 0.0)["families"] if f["family"].split("/", 1)[1] == spec]
             if med:
                 chosen = list(dict.fromkeys(med[0]["chosen_on_half"].values()))
-                out["chosen"] = " / ".join(c.rsplit("/", 1)[1] for c in chosen)
+                out["chosen"] = " / ".join(setting_words(record, c) for c in chosen)
                 t = trees.get((0.0, chosen[0]))
                 out["accept_d1"] = t["accept_at_depth"][0] if t and t["accept_at_depth"] else None
                 out["tokens_per_call"] = t["tokens_per_call"] if t else None
@@ -96,7 +96,7 @@ def section7_figure(rows: list[dict[str, Any]]) -> Any:
     from specdec.analysis.answerfig import VERDICT_COLORS
 
     shown = [r for r in rows if r["x_t0"] is not None]
-    fig, ax = plt.subplots(figsize=(9.5, 0.42 * len(shown) + 1.4))
+    fig, ax = plt.subplots(figsize=(9.5, 0.42 * len(shown) + 1.4), dpi=150)
     for y, r in enumerate(shown):
         for key, dy, marker in (("x_t0", -0.15, "o"), ("x_t1", 0.15, "s")):
             if r[key] is None:
