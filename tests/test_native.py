@@ -193,3 +193,40 @@ def test_the_q4_1_entry_point_checks_its_arguments_in_c():
     for bad in ({"start": 7}, {"start": -1}, {"k": 0}, {"keep": 3}, {"keep": 0}, {"capacity": 10**6}):
         assert call(**bad) == -2, bad
     assert call(ids=torch.tensor([1, -5], dtype=torch.int64)) == -2
+
+
+def test_every_q4_1_entry_point_checks_its_arguments_and_its_abi(monkeypatch, fresh_load):
+    """leanq4.c's exported functions refuse what would read or write out of bounds (-2): ids at or past
+    the vocabulary, null pointers and bad row counts in the one-layer products, a null profile buffer,
+    a profiling switch other than 0/1; and a library whose structures differ from Python's is refused
+    at load, by version or by size, as leanq8's is."""
+    if not native.available():
+        pytest.skip(f"the C forward cannot be built here: {native.unavailable_reason()}")
+    import ctypes
+
+    model = LeanLlama(tiny_llama(0), "q4_1")
+    cache, desc = model.new_cache(8), model._native_structure()
+    assert desc.vocab == model.vocab_size
+    logits = torch.empty(2, model.vocab_size)
+    lib = native.library()
+    ids = torch.tensor([1, model.vocab_size], dtype=torch.int64)  # one past the last row
+    args = (ids.data_ptr(), 2, 0, cache.data_ptr(), 8, logits.data_ptr(), 2)
+    assert lib.specdec_q4_forward(ctypes.byref(desc), *args) == -2
+    ok = torch.tensor([1, model.vocab_size - 1], dtype=torch.int64)
+    assert lib.specdec_q4_forward(ctypes.byref(desc), ok.data_ptr(), *args[1:]) == 0
+    layer = model.layers[0]["qkv"].struct()
+    k, n = layer.k, layer.n
+    x, y = torch.zeros(3, k), torch.empty(3, n)
+    assert lib.specdec_q41_mm(ctypes.byref(layer), x.data_ptr(), 3, y.data_ptr()) == 0
+    assert lib.specdec_q41_mm(ctypes.byref(layer), x.data_ptr(), 0, y.data_ptr()) == -2
+    assert lib.specdec_q41_mm(ctypes.byref(layer), None, 3, y.data_ptr()) == -2
+    assert lib.specdec_q41_mm(None, x.data_ptr(), 3, y.data_ptr()) == -2
+    head = model.head.struct()
+    hx, hy = torch.zeros(2, head.k), torch.empty(2, head.n)
+    assert lib.specdec_q80_mm(ctypes.byref(head), hx.data_ptr(), 2, hy.data_ptr()) == 0
+    assert lib.specdec_q80_mm(ctypes.byref(head), hx.data_ptr(), 2, None) == -2
+    assert lib.specdec_q4_profile(None) == -2
+    assert lib.specdec_q4_set_profiling(2) == -2 and lib.specdec_q4_set_profiling(0) == 0
+    monkeypatch.setattr(native, "Q4_ABI", native.Q4_ABI + 100)
+    native._load.cache_clear()
+    assert "leanq4 ABI mismatch" in native.unavailable_reason("q4_1")

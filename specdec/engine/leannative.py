@@ -90,10 +90,10 @@ def native_structure(model: Any) -> Any:
                 *(entry[name].struct() for name in ("qkv", "o", "gate_up", "down")),
             )
         inter = model.layers[0]["down"].qs.shape[1] * 2
-        model._native = native.Model(
+        model._native = native.ModelQ4(
             len(model.layers), model.hidden, model.heads, model.kv_heads, model.head_dim, inter,
             model.max_positions, model.eps, model.embed.data_ptr(), layers, model.norm.data_ptr(),
-            model.head.struct(), cos.data_ptr(), sin.data_ptr(),
+            model.head.struct(), cos.data_ptr(), sin.data_ptr(), int(model.embed.shape[0]),
         )  # fmt: skip
         model._native_keep = (layers, cos, sin)
     return model._native

@@ -32,6 +32,12 @@ of token ids, and every row's pre-final-norm features out, for target-conditione
 standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`). The library's cache key
 covers the C source and every header beside it (``csrc/lean_pool.h``, the thread pool).
 
+Both libraries report their ABI version and the sizes of the structures they share with Python
+(``specdec_q4_abi``, ``specdec_q8_abi``; :data:`Q4_ABI`, :data:`Q8_ABI`), checked at load: a stale or
+foreign build is refused with the mismatch named. Every exported entry point checks its own
+arguments (null pointers, row counts, positions against the cache, token ids against the vocabulary)
+and returns -2 instead of reading or writing out of bounds.
+
 A cached library is checked before it is loaded (its size and SHA-256 against a sidecar written
 when it was built): a damaged one (truncated, emptied, replaced) is rebuilt, and a line says
 so, instead of crashing the process that maps it. Where the cache folder cannot be written (a
@@ -85,6 +91,8 @@ SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
 KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
 Q8_ABI = 5
+#: The ABI version of leanq4.c's structures (its SPECDEC_Q4_ABI), checked at load.
+Q4_ABI = 1
 
 
 def _source(kind: str) -> Path:
@@ -271,10 +279,18 @@ class Model(ctypes.Structure):
     ]
 
 
+class ModelQ4(Model):
+    """leanq4.c's model description: :class:`Model` plus the embedding's rows (``vocab``: every id is
+    checked against it in C)."""
+
+    _fields_ = [("vocab", ctypes.c_int32)]
+
+
 class ModelQ8(Model):
-    """leanq8.c's model description: :class:`Model` plus the embedding's rows (ids are checked in C)
-    and the layers' code (``layer_codes``: 0 Q4_1, 1 Q8_0, whose :class:`Q41` entries then hold
-    int8 codes (n, k) in ``qs``, scales in ``d`` and no ``m``)."""
+    """leanq8.c's model description: :class:`Model` plus the embedding's rows (as :class:`ModelQ4`; not a
+    subclass of it, whose padded size would move the next field) and the layers' code (``layer_codes``:
+    0 Q4_1, 1 Q8_0, whose :class:`Q41` entries then hold int8 codes (n, k) in ``qs``, scales in ``d``
+    and no ``m``)."""
 
     _fields_ = [("vocab", ctypes.c_int32), ("layer_codes", ctypes.c_int32)]
 
@@ -392,7 +408,7 @@ class Q8Forward:
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     p = ctypes.c_void_p
     lib.specdec_q4_forward.argtypes = [
-        ctypes.POINTER(Model),
+        ctypes.POINTER(ModelQ4),
         p,
         ctypes.c_int32,
         ctypes.c_int32,
@@ -403,7 +419,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     ]
     lib.specdec_q4_forward.restype = ctypes.c_int
     lib.specdec_q4_forward_tree.argtypes = [
-        ctypes.POINTER(Model),
+        ctypes.POINTER(ModelQ4),
         p,
         p,
         ctypes.c_int32,
@@ -415,25 +431,33 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     ]
     lib.specdec_q4_forward_tree.restype = ctypes.c_int
     lib.specdec_q41_mm.argtypes = [ctypes.POINTER(Q41), p, ctypes.c_int32, p]
-    lib.specdec_q41_mm.restype = None
+    lib.specdec_q41_mm.restype = ctypes.c_int32
     lib.specdec_q80_mm.argtypes = [ctypes.POINTER(Q80), p, ctypes.c_int32, p]
-    lib.specdec_q80_mm.restype = None
-    lib.specdec_q4_set_profiling.argtypes = [ctypes.c_int]
-    lib.specdec_q4_set_profiling.restype = None
+    lib.specdec_q80_mm.restype = ctypes.c_int32
+    lib.specdec_q4_set_profiling.argtypes = [ctypes.c_int32]
+    lib.specdec_q4_set_profiling.restype = ctypes.c_int32
     lib.specdec_q4_profile.argtypes = [ctypes.POINTER(ctypes.c_double)]
-    lib.specdec_q4_profile.restype = None
+    lib.specdec_q4_profile.restype = ctypes.c_int32
+    lib.specdec_q4_abi.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
+    lib.specdec_q4_abi.restype = ctypes.c_int32
     return lib
 
 
-def _check_abi(lib: ctypes.CDLL) -> None:
-    """The C structures must match the ctypes ones (a stale or foreign library must not be used)."""
+def _check_abi(lib: ctypes.CDLL, kind: str = "q4q8") -> None:
+    """The C structures must match the ctypes ones (a stale or foreign library must not be used): the
+    library's ABI version and the sizes of its four shared structures, for either C forward."""
     sizes = (ctypes.c_int64 * 4)()
-    version = lib.specdec_q8_abi(sizes, 4)
-    want = [ctypes.sizeof(t) for t in (Q41, Q80, Layer, ModelQ8)]
-    if version != Q8_ABI or list(sizes) != want:
+    name, report, abi, model = (
+        ("leanq8", lib.specdec_q8_abi, Q8_ABI, ModelQ8)
+        if kind == "q4q8"
+        else ("leanq4", lib.specdec_q4_abi, Q4_ABI, ModelQ4)
+    )
+    version = report(sizes, 4)
+    want = [ctypes.sizeof(t) for t in (Q41, Q80, Layer, model)]
+    if version != abi or list(sizes) != want:
         raise OSError(
-            f"leanq8 ABI mismatch: the library has version {version} and structure sizes {list(sizes)}, "
-            f"Python expects version {Q8_ABI} and {want}"
+            f"{name} ABI mismatch: the library has version {version} and structure sizes {list(sizes)}, "
+            f"Python expects version {abi} and {want}"
         )
 
 
@@ -514,9 +538,11 @@ def _load(flags: tuple[str, ...], kind: str = "q4_1") -> ctypes.CDLL | str:
         lib = ctypes.CDLL(str(path))
         if kind == "q4q8":
             _declare_q8(lib)
-            _check_abi(lib)
+            _check_abi(lib, kind)
             return lib
-        return _declare(lib)
+        _declare(lib)
+        _check_abi(lib, kind)
+        return lib
     except (OSError, subprocess.SubprocessError) as err:
         return str(err) or type(err).__name__
 

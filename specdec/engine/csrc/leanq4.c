@@ -50,7 +50,18 @@ typedef struct {
     const float *norm;
     q80_t head;
     const float *cos, *sin; /* (positions, head_dim); sin with rotate_half's sign folded in */
+    int32_t vocab;          /* rows of embed: every id must lie in 0 .. vocab - 1 */
 } model_t;
+
+/* The version of the structures above; specdec_q4_abi reports it with their sizes, and Python refuses
+ * a library whose structures differ from its ctypes ones (a stale or foreign build). */
+#define SPECDEC_Q4_ABI 1
+int32_t specdec_q4_abi(int64_t *sizes, int32_t n) {
+    const int64_t s[4] = {sizeof(q41_t), sizeof(q80_t), sizeof(layer_t), sizeof(model_t)};
+    if (!sizes || n < 0) return -2;
+    for (int i = 0; i < n && i < 4; i++) sizes[i] = s[i];
+    return SPECDEC_Q4_ABI;
+}
 
 /* Optional wall-clock time per phase of the forward (specdec_q4_profile): linear layers, LM
  * head, attention (rotary, cache writes, attention), other (embedding, norms, SiLU). */
@@ -71,14 +82,23 @@ static inline double now(void) {
         if (profiling) phase_s[which] += now() - t0_;                                                 \
     } while (0)
 
-/* Turn the phase clocks on (1) or off (0); reading them (specdec_q4_profile) also resets them. */
-void specdec_q4_set_profiling(int on) { profiling = on; }
+/* Turn the phase clocks on (1) or off (0): 0, or -2 for any other value (nothing changed). Reading
+ * them (specdec_q4_profile: PHASES doubles into out, 0; -2 for a null out) also resets them. The clocks
+ * are the library's, not a model's: one profiled forward at a time (the q4q8 forward keeps its own per
+ * model). */
+int32_t specdec_q4_set_profiling(int32_t on) {
+    if (on != 0 && on != 1) return -2;
+    profiling = on;
+    return 0;
+}
 
-void specdec_q4_profile(double *out) {
+int32_t specdec_q4_profile(double *out) {
+    if (!out) return -2;
     for (int i = 0; i < PHASES; i++) {
         out[i] = phase_s[i];
         phase_s[i] = 0.0;
     }
+    return 0;
 }
 
 static inline v16f loadf(const float *p) {
@@ -282,8 +302,9 @@ static int forward(const model_t *m, const int64_t *ids, const int32_t *parents,
     if (!m || !ids || !cache || !logits || k < 1 || keep < 1 || keep > k || start < 0 || capacity < 1 ||
         capacity > m->positions || start > capacity - k)
         return -2;
+    if (m->vocab < 1) return -2;
     for (int r = 0; r < k; r++)
-        if (ids[r] < 0) return -2; /* the upper bound (the embedding's rows) is checked by Python */
+        if (ids[r] < 0 || ids[r] >= m->vocab) return -2;
     if (parents)
         for (int r = 0; r < k; r++)
             if (parents[r] < -1 || parents[r] >= r) return -2;
@@ -366,6 +387,15 @@ static int forward(const model_t *m, const int64_t *ids, const int32_t *parents,
     return 0;
 }
 
-/* One linear layer, for tests and benchmarks: y (rows x n) = x (rows x k) W^T. */
-void specdec_q41_mm(const q41_t *w, const float *x, int32_t rows, float *y) { q41_mm(w, x, rows, y, w->n, 0); }
-void specdec_q80_mm(const q80_t *w, const float *x, int32_t rows, float *y) { q80_mm(w, x, rows, y, w->n); }
+/* One linear layer, for tests and benchmarks: y (rows x n) = x (rows x k) W^T. Returns 0, or -2 for a
+ * null pointer, rows < 1 or a shape the kernels do not take (n < 1, k not a positive multiple of 32). */
+int32_t specdec_q41_mm(const q41_t *w, const float *x, int32_t rows, float *y) {
+    if (!w || !x || !y || rows < 1 || !w->qs || !w->d || !w->m || w->n < 1 || w->k < 32 || w->k % 32) return -2;
+    q41_mm(w, x, rows, y, w->n, 0);
+    return 0;
+}
+int32_t specdec_q80_mm(const q80_t *w, const float *x, int32_t rows, float *y) {
+    if (!w || !x || !y || rows < 1 || !w->qs || !w->d || w->n < 1 || w->k < 32 || w->k % 32) return -2;
+    q80_mm(w, x, rows, y, w->n);
+    return 0;
+}
