@@ -127,7 +127,12 @@ def synthetic(seed: int = 0, reps: int = 3) -> dict:
     record["crossfit"] = crossfit(runs, configs, folds, n_boot=200)
     record["analyses"] = analyse(record, n_boot=200, simultaneous_boot=400)
     record["trees"] = tree_summary(record)
-    record["verify_curves"] = {"ks": [1, 2, 4, 8], "v_tree": [1.0, 1.1, 1.3, 2.0]}
+    step = 1 / 190.0  # the fastest plain decoder's step (its rate above)
+    record["verify_curves"] = {
+        "ks": [1, 2, 4, 8],
+        "median_s": {"chain": [0.8 * step, 0.9 * step, 1.0 * step, 1.6 * step],
+                     "tree": [0.8 * step, 0.9 * step, 1.04 * step, 1.7 * step]},
+    }  # fmt: skip
     return record
 
 
@@ -178,8 +183,10 @@ def test_configurations_in_words(record):
     assert answer.config_words(record, "lean-q4q8-2t/eagle:eagle-1,topk=4,depth=5/g4").startswith(
         "EAGLE-2, 4 nodes"
     )
-    two = answer.config_words(record, "lean-q4q8-2t/lookup/g2 (half 0) / lean-q4q8-2t/suffix/g16 (half 1)")
-    assert "(half 0)" in two and "16 nodes" in two
+    two = answer.config_words(
+        record, "lean-q4q8-2t/lookup/g2 (chosen on half 0) / lean-q4q8-2t/suffix/g16 (chosen on half 1)"
+    )
+    assert "γ = 2 (lean q4q8, 2 threads) (chosen on half 0)" in two and "16 nodes" in two
 
 
 def test_section7_table_sets_every_printed_row_beside_its_families(record):
@@ -200,14 +207,19 @@ def test_section7_table_sets_every_printed_row_beside_its_families(record):
 def test_section7_verdicts_follow_the_record(record):
     rows = {r["claim"]: r for r in section7_rows(record)}
     assert set(rows) == {c for c, _ in RULES7.values()}
-    assert rows["七-2"]["verdict"] == "fails here"  # 0.7x against "over 2.2X"
-    assert rows["七-6"]["verdict"] == "undecided here"  # no agentic workload here
-    assert rows["七-8"]["verdict"] == "holds here" and rows["三-7"]["verdict"] == "holds here"
+    assert rows["七-2"]["verdict"] == "fails for this target"  # 0.7x against "over 2.2X"
+    assert rows["七-6"]["verdict"] == "undecided for this target"  # no agentic workload here
+    assert (
+        rows["七-8"]["verdict"] == "holds for this target"
+        and rows["三-7"]["verdict"] == "holds for this target"
+    )
     assert rows["三-7"]["values"]["greedy_runs"] == 3 * 16 * 3  # three families, 16 prompts, 3 repetitions
     assert (
         rows["七-8"]["values"]["tree_runs"] == 4 * 16 * 2 * 3
     )  # suffix (2 settings), Medusa, EAGLE-2; both temps
-    assert rows["七-9"]["verdict"] == "holds here"  # suffix faster on summarize/extract, above chat
+    assert (
+        rows["七-9"]["verdict"] == "holds for this target"
+    )  # suffix faster on summarize/extract, above chat
     assert rows["七-4"]["values"]["rel"] == pytest.approx(0.55 / 0.8, rel=0.05)
     bad = copy.deepcopy(record)
     for r in bad["runs"]:
@@ -216,7 +228,19 @@ def test_section7_verdicts_follow_the_record(record):
         if r["drafter"] == "medusa:medusa-4" and r["temperature"] == 0.0 and r["rep"] == 1:
             r["same_as_rep0"] = False  # a later repetition that left repetition 0's (plain's) tokens
     rows = {r["claim"]: r for r in section7_rows(bad)}
-    assert rows["七-8"]["verdict"] == "fails here" and rows["三-7"]["verdict"] == "fails here"
+    assert (
+        rows["七-8"]["verdict"] == "fails for this target"
+        and rows["三-7"]["verdict"] == "fails for this target"
+    )
+    wrong = copy.deepcopy(record)
+    for r in wrong["runs"]:
+        if r["drafter"] == "suffix" and r["temperature"] == 0.0 and r["rep"] == 0:
+            r["first_divergence_from_plain"] = 7  # one call per round, but a tree verified wrongly
+    rows = {r["claim"]: r for r in section7_rows(wrong)}
+    assert (
+        rows["七-8"]["verdict"] == "fails for this target"
+        and rows["七-8"]["values"]["one_call"] == 4 * 16 * 2 * 3
+    )
     assert all(r["verdict"] == "not recorded on this machine" for r in section7_rows(None))
 
 
@@ -224,22 +248,40 @@ def test_where_the_time_goes_follows_the_three_numbers(record):
     rows = answer.where_time_goes(record, 0.0)
     assert {r["config"] for r in rows} == {c["id"] for c in record["configs"] if not c["plain"]}
     r = next(r for r in rows if r["config"] == "lean-q4q8-2t/medusa:medusa-4/g4")
-    assert r["label"] == "Medusa-1, 4 nodes" and r["engine"] == "lean q4q8, 2 threads"
+    assert r["label"] == "Medusa-1, 4 nodes" and r["engine"] == "lean q4q8, 2 threads" and r["tree"]
+    assert r["plain_step_ms"] == pytest.approx(1e3 / 190, rel=0.02)
     assert r["tokens_per_call"] == pytest.approx(2.5) and r["width"] == pytest.approx(4.0)
-    assert r["v"] == pytest.approx(1.3)  # the curve at 4 rows
-    assert r["predicted"] == pytest.approx(2.5 / (1.3 + r["c_round"]))
+    assert r["verify"] == pytest.approx(1.04, rel=0.03)  # the tree curve at 4 rows, in plain steps
+    assert r["predicted"] == pytest.approx(2.5 / (r["verify"] + r["c_round"]))
     assert r["measured"] == pytest.approx(0.7, rel=0.05)
     assert r["round_cost"] == pytest.approx(2.5 / r["measured"])
-    assert r["overhead"] == pytest.approx(r["round_cost"] - 1.3 - r["c_round"])
+    assert r["overhead"] == pytest.approx(r["round_cost"] - r["verify"] - r["c_round"])
     assert r["needed"] == pytest.approx(1.5 * r["round_cost"])
+    chain = next(r for r in rows if r["config"] == "lean-q4q8-2t/eagle:eagle-1/g2")
+    assert not chain["tree"] and chain["verify"] == pytest.approx(1.0, rel=0.03)  # the causal curve
     dearer = copy.deepcopy(record)
-    dearer["verify_curves"]["v_tree"] = [1.0, 1.2, 2.6, 4.0]
+    dearer["verify_curves"]["median_s"]["tree"][2] *= 2
     r2 = next(x for x in answer.where_time_goes(dearer, 0.0) if x["config"] == r["config"])
-    assert r2["v"] == pytest.approx(2.6) and r2["predicted"] < r["predicted"]
-    assert r2["overhead"] == pytest.approx(r["overhead"] - 1.3)  # the measured round cost is the same
+    assert r2["verify"] == pytest.approx(2 * r["verify"]) and r2["predicted"] < r["predicted"]
+    assert r2["overhead"] == pytest.approx(r["overhead"] - r["verify"])  # the measured round cost is the same
+    mixed = copy.deepcopy(record)  # rounds of 1 and 7 drafted nodes: priced at 2 and 8 rows, not at 5
+    for run in mixed["runs"]:
+        if run["config"] == r["config"] and run["rep"] == 0 and run["temperature"] == 0.0:
+            run["stats"]["drafted"] = [1, 7]
+    r3 = next(x for x in answer.where_time_goes(mixed, 0.0) if x["config"] == r["config"])
+    assert r3["verify"] == pytest.approx((0.9 + 1.7) / 2, rel=0.03)
+    assert answer.verify_in_plain_steps(record, 4)["tree"] == pytest.approx(1.04, rel=0.03)
+    with pytest.raises(ValueError, match="rows must be one of"):
+        answer.verify_in_plain_steps(record, 5)
     narrow = copy.deepcopy(record)
-    narrow["verify_curves"] = {"ks": [1, 2], "v_tree": [1.0, 1.1]}
+    narrow["verify_curves"] = {"ks": [1, 2], "median_s": {"chain": [1.0, 1.1], "tree": [1.0, 1.1]}}
     with pytest.raises(ValueError, match="measured verify widths"):
         answer.where_time_goes(narrow, 0.0)
     with pytest.raises(ValueError, match="goal must be > 0"):
         answer.where_time_goes(record, 0.0, goal=0)
+    assert answer.is_network("x/eagle:eagle-1,topk=4,depth=5/g4") and not answer.is_network("x/suffix/g8")
+    assert answer.is_network("x/draft-tree:distil-l1,branch=2") and not answer.is_network(
+        "x/lookup+heuristic"
+    )
+    assert answer.is_tree("x/suffix/g8") and not answer.is_tree("x/suffix,tree=0/g8")
+    assert not answer.is_tree("x/mlp:mlp-4,ranks=1") and answer.is_tree("x/mlp:mlp-4")

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "ESTIMATES",
     "METHOD_NAMES",
@@ -40,6 +42,12 @@ __all__ = [
     "setting_words",
     "stratum",
     "task_verdicts",
+    "EDGE",
+    "NETWORK_KINDS",
+    "at_edge",
+    "is_network",
+    "is_tree",
+    "verify_in_plain_steps",
     "where_time_goes",
 ]
 
@@ -91,12 +99,12 @@ def _config_engine(record: Mapping[str, Any], config: str) -> str:
 def _chosen(halves: Mapping[str, str]) -> str:
     """The configurations chosen on the two halves, once if they agree."""
     a, b = halves["0"], halves["1"]
-    return a if a == b else f"{a} (half 0) / {b} (half 1)"
+    return a if a == b else f"{a} (chosen on half 0) / {b} (chosen on half 1)"
 
 
 def _gammas(record: Mapping[str, Any], halves: Mapping[str, str]) -> str:
-    gamma = {c["id"]: c["gamma"] for c in record["configs"]}
-    vals = [gamma[halves[h]] for h in ("0", "1")]
+    """The settings chosen on the two halves in words ("γ = 2", "8 nodes / 16 nodes"), once if equal."""
+    vals = [setting_words(record, halves[h]) for h in ("0", "1")]
     return vals[0] if vals[0] == vals[1] else f"{vals[0]} / {vals[1]}"
 
 
@@ -294,20 +302,21 @@ def setting_words(record: Mapping[str, Any], config: str) -> str:
 
 
 def config_words(record: Mapping[str, Any], config: str, *, engine: bool = True) -> str:
-    """A configuration id (or the two halves' choices, "a (half 0) / b (half 1)") in words: the method,
+    """A configuration id (or the two halves' choices, "a (chosen on half 0) / b (chosen on half 1)") in
+    words: the method,
     its setting and (unless ``engine`` is False) its engine, e.g. "suffix decoding, tree, 8 nodes (lean
     q4q8, 2 threads)"."""
     parts = [p.strip() for p in config.split(" / ")]
     out = []
     configs = {c["id"]: c for c in record["configs"]}
     for part in parts:
-        cid, _, half = part.partition(" (half")
+        cid, _, half = part.partition(" (chosen on half")
         c = configs[cid]
         what = "plain decoding" if c["plain"] else method_words(cid.split("/")[1])
         text = f"{what}{_setting(cid.split('/')[1], c)}"
         if engine:
             text += f" ({engine_label(record, c['engine'])})"
-        out.append(text + (f" (half{half}" if half else ""))
+        out.append(text + (f" (chosen on half{half}" if half else ""))
     return " / ".join(out)
 
 
@@ -347,45 +356,124 @@ def _interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
     return float(ys[-1])
 
 
+#: The book's rule for a verdict at the edge: a simultaneous interval that ends within EDGE of 1 (another
+#: set of bootstrap resamples could give the other verdict) is named so wherever its verdict is shown.
+EDGE = 0.005
+
+
+def at_edge(ratio: Mapping[str, Any]) -> bool:
+    """Whether a ratio's interval (``low``, ``high``) ends within :data:`EDGE` of 1."""
+    return min(abs(float(ratio["low"]) - 1.0), abs(float(ratio["high"]) - 1.0)) < EDGE
+
+
+#: Drafter kinds (the registry's spec kinds) that draft by running a neural network: a distilled draft
+#: model (chain or tree), the target's own first layers (early exit), heads on the target's features
+#: (Medusa, the MLP speculator) and EAGLE's feature-level draft. The others copy from the text.
+NETWORK_KINDS = frozenset({"draft", "draft-tree", "early-exit", "medusa", "mlp", "eagle"})
+
+
+def is_network(key: str) -> bool:
+    """Whether a family or configuration id ("engine/spec[/setting]") drafts with a neural network."""
+    return key.split("/")[1].split(":")[0].split(",")[0].split("+")[0] in NETWORK_KINDS
+
+
+def is_tree(key: str) -> bool:
+    """Whether a family or configuration id verifies a tree of several paths (not a single path)."""
+    from specdec.drafting.registry import parse_spec
+
+    method = key.split("/")[1].split("+")[0]
+    try:
+        spec = parse_spec(method)
+    except ValueError:  # a first-campaign name: chains
+        return False
+    opts = spec.options
+    path = (
+        spec.shape == "chain"
+        or (spec.kind == "suffix" and opts.get("tree") == 0)
+        or (spec.kind == "eagle" and opts.get("topk", 1) == 1)
+        or (spec.kind in ("mlp", "medusa") and opts.get("ranks") == 1)
+    )
+    return not path
+
+
 def where_time_goes(
     record: Mapping[str, Any], temperature: float = 0.0, *, goal: float = 1.5
 ) -> list[dict[str, Any]]:
     """Where a round's time goes, per speculative configuration of a complete campaign-v2 record at
-    ``temperature`` (tasks pooled), in units of one plain decoding step of the same engine:
-    ``label`` (the configuration in words) and ``engine``, ``tokens_per_call`` (new tokens per target
-    call, repetition-0 Stats), ``width`` (the verify call's
-    mean rows: drafted nodes per round + 1), ``v`` (the record's measured tree-verify cost
-    v(N) = T(N)/T(1) at that mean width, interpolated), ``c_round`` (draft seconds per round over a plain
-    step, the median over repetitions), ``predicted`` = tokens_per_call / (v + c_round) (Theorem 3.8's
-    form with the measured terms; the mean width stands for a mix of widths), ``measured`` (tokens/s
-    over the same engine's plain decoding, this configuration on every prompt, not cross-fitted),
-    ``round_cost`` = tokens_per_call / measured (what a round costs, in plain steps, as measured),
-    ``overhead`` = round_cost - v - c_round (what the three numbers leave out: the loop's own work per
-    round, and the mean width's approximation), and ``needed`` = goal * round_cost: the tokens per call
-    the configuration would need for ``goal`` times plain decoding at the same cost per round."""
+    ``temperature`` (tasks pooled), every cost in units of one *plain decoding step* of the same engine
+    (``plain_step_ms``: the median over its plain runs of decode time per token, the loop included):
+    ``label`` (the configuration in words), ``engine``, ``tree`` (verifies several paths),
+    ``tokens_per_call`` (new tokens per target call, repetition-0 Stats pooled over prompts), ``width``
+    (the verify call's mean rows: drafted nodes per round + 1), ``verify`` (the bare forward over each
+    round's rows, the record's own verify curve, tree-masked for trees and causal for chains, interpolated
+    at every round's width of the repetition-0 runs and averaged; the mean width where a record holds no
+    per-round counts; in plain steps), ``c_round`` (draft seconds per round in plain steps, the median
+    over runs), ``round_cost`` = tokens_per_call / measured (what a round costs as measured),
+    ``overhead`` = round_cost - verify - c_round (the speculative loop's own work per round beyond the
+    plain loop's), ``predicted`` =
+    tokens_per_call / (verify + c_round) (Theorem 3.8's form with the measured terms, no loop work),
+    ``measured`` (tokens/s over the same engine's plain decoding, this configuration on every prompt,
+    not cross-fitted) and ``needed`` = goal * round_cost: the tokens per call the configuration would
+    need for ``goal`` times plain decoding at the same cost per round."""
     if goal <= 0:
         raise ValueError(f"goal must be > 0; got {goal}")
     curves = record["verify_curves"]
-    ks, v_tree = [float(k) for k in curves["ks"]], [float(v) for v in curves["v_tree"]]
+    ks = [float(k) for k in curves["ks"]]
+    seconds = {kind: [float(x) for x in curves["median_s"][kind]] for kind in ("chain", "tree")}
     fixed = {f["config"]: f for f in stratum(record, temperature)["fixed"]}
+    widths: dict[str, list[int]] = {}  # every round's rows (its drafted nodes + 1), repetition-0 runs
+    for r in record["runs"]:
+        if r["drafter"] != "plain" and r["rep"] == 0 and float(r["temperature"]) == float(temperature):
+            widths.setdefault(r["config"], []).extend(
+                1 + int(n) for n in r.get("stats", {}).get("drafted", [])
+            )
+    plain_steps: dict[str, list[float]] = {}
+    for r in record["runs"]:
+        if r["drafter"] == "plain" and float(r["temperature"]) == float(temperature) and r["new_tokens"] > 0:
+            plain_steps.setdefault(r["engine"], []).append(r["decode_s"] / r["new_tokens"])
     out = []
     for row in record["trees"]["rows"]:
         if float(row["temperature"]) != float(temperature) or row["config"] not in fixed:
             continue
+        engine = _config_engine(record, row["config"])
+        if engine not in plain_steps:
+            raise ValueError(f"the record has no plain run of engine {engine!r} at temperature {temperature}")
+        step = float(sorted(plain_steps[engine])[len(plain_steps[engine]) // 2])
+        tree = is_tree(row["config"])
         width = 1.0 + float(row["nodes_per_round"])
-        v = _interp(width, ks, v_tree)
+        curve = seconds["tree" if tree else "chain"]
+        rounds = widths.get(row["config"]) or [width]  # each round priced at its own width
+        verify = float(np.mean([_interp(float(w), ks, curve) for w in rounds])) / step
         c_round = float(row["c_round_median"])
         tpc = float(row["tokens_per_call"])
-        predicted = tpc / (v + c_round)
         measured = float(fixed[row["config"]]["vs_same_plain"]["estimate"])
         round_cost = tpc / measured
         out.append({
             "config": row["config"], "label": config_words(record, row["config"], engine=False),
-            "engine": engine_label(record, _config_engine(record, row["config"])),
-            "tokens_per_call": tpc, "width": width, "v": v, "c_round": c_round,
-            "predicted": predicted, "measured": measured, "round_cost": round_cost,
-            "overhead": round_cost - v - c_round, "needed": goal * round_cost,
+            "engine": engine_label(record, engine), "tree": tree, "plain_step_ms": 1e3 * step,
+            "tokens_per_call": tpc, "width": width, "verify": verify, "c_round": c_round,
+            "predicted": tpc / (verify + c_round), "measured": measured, "round_cost": round_cost,
+            "overhead": round_cost - verify - c_round, "needed": goal * round_cost,
         })  # fmt: skip
     if not out:
         raise ValueError(f"the record has no speculative configuration at temperature {temperature}")
     return out
+
+
+def verify_in_plain_steps(record: Mapping[str, Any], rows: int, temperature: float = 0.0) -> dict[str, float]:
+    """The record's bare verify call over ``rows`` rows (one of its measured widths), chain and tree, in
+    plain decoding steps of the campaign's fastest lean engine at ``temperature`` (as
+    :func:`where_time_goes` prices it)."""
+    curves = record["verify_curves"]
+    if rows not in curves["ks"]:
+        raise ValueError(f"rows must be one of the measured widths {curves['ks']}; got {rows}")
+    fastest = stratum(record, temperature)["fastest_plain_chosen_on_half"]["0"]
+    engine = _config_engine(record, fastest)
+    steps = sorted(
+        r["decode_s"] / r["new_tokens"] for r in record["runs"]
+        if r["engine"] == engine and r["drafter"] == "plain" and float(r["temperature"]) == float(temperature)
+        and r["new_tokens"] > 0
+    )  # fmt: skip
+    step = steps[len(steps) // 2]
+    i = curves["ks"].index(rows)
+    return {kind: float(curves["median_s"][kind][i]) / step for kind in ("chain", "tree")}

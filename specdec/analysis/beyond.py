@@ -49,7 +49,8 @@ def section7_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per (article source, campaign family): the article's printed cells, and here: the setting
     chosen (the two halves' choices), depth-1 acceptance and tokens per target call at temperature 0 (the
     chosen configuration's repetition-0 Stats, tasks pooled), ``c_round`` (draft seconds per round over a
-    plain step), training minutes and stored MB (the card; None for drafters that train nothing), and
+    plain step) and ``c_call`` (the same per draft call, the article's per-step c; None for a drafter that
+    makes no call), training minutes and stored MB (the card; None for drafters that train nothing), and
     ``x_t0`` / ``x_t1``: (estimate, simultaneous low, high, verdict) against the fastest plain decoder."""
     from specdec.analysis.answer import label, setting_words
     from specdec.paper.article import load_article_table
@@ -81,6 +82,8 @@ def section7_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                 out["accept_d1"] = t["accept_at_depth"][0] if t and t["accept_at_depth"] else None
                 out["tokens_per_call"] = t["tokens_per_call"] if t else None
                 out["c_round"] = t["c_round_median"] if t else None
+                calls = t["draft_calls_per_round"] if t else None
+                out["c_call"] = t["c_round_median"] / calls if t and calls else None  # per draft call
             out["train_minutes"] = card["train_minutes"] if card else None
             out["stored_mb"] = card["bytes"] / 1e6 if card and card.get("bytes") else None
             rows.append(out)
