@@ -274,25 +274,13 @@ def method_words(method: str) -> str:
 
 def _setting(method: str, config: Mapping[str, Any]) -> str:
     """ ", γ = 2", ", 8 nodes", ", γ adapted from 1" or "" (plain decoding)."""
-    from specdec.drafting.registry import parse_spec
-
     if config["plain"]:
         return ""
     gamma = str(config["gamma"])
     if gamma.startswith("heuristic start"):
         return f", from γ = {gamma.split()[2]}"
-    try:
-        spec = parse_spec(method.split("+")[0])
-    except ValueError:  # a first-campaign name (draft-distil-l1, ee-8): chains
-        return f", γ = {gamma}"
-    opts = spec.options
-    path = (
-        spec.shape == "chain"
-        or (spec.kind == "suffix" and opts.get("tree") == 0)
-        or (spec.kind == "eagle" and opts.get("topk", 1) == 1)
-        or (spec.kind in ("mlp", "medusa") and opts.get("ranks") == 1)
-    )  # a tree kind drafting a single path: its budget is a gamma
-    return f", γ = {gamma}" if path else f", {gamma} nodes"
+    # a chain, or a tree kind drafting a single path: its budget is a gamma (first-campaign names: chains)
+    return f", {gamma} nodes" if is_tree(f"x/{method}") else f", γ = {gamma}"
 
 
 def setting_words(record: Mapping[str, Any], config: str) -> str:
