@@ -436,8 +436,14 @@ def _build_drafter(
         from specdec.train.draftnets import load_draft
 
         model = load_draft(detail, loaded.model)
-        about = f"the book's distilled draft {detail} (specdec/data/drafts), transformers forward"
-        return ModelDrafter(model, target=engine), {"kind": kind, "about": about}
+        how = "transformers forward"
+        if getattr(engine, "mode", None) is not None:  # a lean target: the draft in the lean engine too,
+            from specdec.measure.modes import lean_draft  # its fastest draft mode here, as every run does
+
+            model, probe = lean_draft(model, "auto", threads=getattr(engine, "threads", None))
+            how = f"lean {model.mode} (the fastest draft mode here{'' if probe is None else ', probed'})"
+        about = f"the book's distilled draft {detail} (specdec/data/drafts), {how}"
+        return ModelDrafter(model, target=engine), {"kind": kind, "about": about, "engine": how}
     # a model folder, loaded and checked by _load_draft_folder
     dl = detail
     check_same_vocab(engine, dl.model)
