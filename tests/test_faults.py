@@ -137,7 +137,8 @@ def test_plan_c_zero_reports_the_limit_not_a_floating_tie(alpha, verify):
 @pytest.mark.parametrize(
     ("argv", "names"),
     [
-        (["--gamma", "1000000000"], ["--gamma must lie in 1 .. --new-tokens - 1 = 63", "1000000000"]),
+        (["--gamma", "1000000000"], ["--gamma must be an integer in [1, 64]", "1000000000"]),
+        (["--gamma", "64", "--new-tokens", "64"], ["--gamma must lie in 1 .. --new-tokens - 1 = 63"]),
         (["--new-tokens", "1"], ["--new-tokens must be >= 2", "got 1"]),
         (["--gamma", "8", "--new-tokens", "8"], ["--gamma must lie in 1 .. --new-tokens - 1 = 7"]),
     ],
