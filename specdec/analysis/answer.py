@@ -338,10 +338,7 @@ def _interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
     """Linear interpolation of ys at x inside xs (ValueError outside: nothing is extrapolated)."""
     if not xs[0] <= x <= xs[-1]:
         raise ValueError(f"x must lie in [{xs[0]}, {xs[-1]}] (the measured verify widths); got {x}")
-    for i in range(len(xs) - 1):
-        if xs[i] <= x <= xs[i + 1]:
-            return ys[i] + (ys[i + 1] - ys[i]) * (x - xs[i]) / (xs[i + 1] - xs[i])
-    return float(ys[-1])
+    return float(np.interp(x, xs, ys))
 
 
 #: The book's rule for a verdict at the edge: a simultaneous interval that ends within EDGE of 1 (another
@@ -360,19 +357,28 @@ def at_edge(ratio: Mapping[str, Any]) -> bool:
 NETWORK_KINDS = frozenset({"draft", "draft-tree", "early-exit", "medusa", "mlp", "eagle"})
 
 
+def _spec_of(key: str) -> Any:
+    """The registry's parsed spec of a family or configuration id ("engine/spec[/setting]"; a policy
+    suffix such as "+heuristic" dropped), or None for a first-campaign name the registry does not know."""
+    from specdec.drafting.registry import parse_spec
+
+    try:
+        return parse_spec(key.split("/")[1].split("+")[0])
+    except ValueError:  # a first-campaign name (draft-distil-l1, ee-8)
+        return None
+
+
 def is_network(key: str) -> bool:
     """Whether a family or configuration id ("engine/spec[/setting]") drafts with a neural network."""
-    return key.split("/")[1].split(":")[0].split(",")[0].split("+")[0] in NETWORK_KINDS
+    spec = _spec_of(key)
+    return spec is not None and spec.kind in NETWORK_KINDS
 
 
 def is_tree(key: str) -> bool:
-    """Whether a family or configuration id verifies a tree of several paths (not a single path)."""
-    from specdec.drafting.registry import parse_spec
-
-    method = key.split("/")[1].split("+")[0]
-    try:
-        spec = parse_spec(method)
-    except ValueError:  # a first-campaign name: chains
+    """Whether a family or configuration id verifies a tree of several paths (not a single path: a chain,
+    or a tree kind drafting one path; first-campaign names are chains)."""
+    spec = _spec_of(key)
+    if spec is None:
         return False
     opts = spec.options
     path = (
@@ -382,6 +388,16 @@ def is_tree(key: str) -> bool:
         or (spec.kind in ("mlp", "medusa") and opts.get("ranks") == 1)
     )
     return not path
+
+
+def _plain_steps(record: Mapping[str, Any], temperature: float) -> dict[str, float]:
+    """Per engine, its plain decoding step at ``temperature`` in seconds: the (upper) median over its plain
+    runs of decode time per new token (the loop included)."""
+    steps: dict[str, list[float]] = {}
+    for r in record["runs"]:
+        if r["drafter"] == "plain" and float(r["temperature"]) == float(temperature) and r["new_tokens"] > 0:
+            steps.setdefault(r["engine"], []).append(r["decode_s"] / r["new_tokens"])
+    return {engine: float(sorted(v)[len(v) // 2]) for engine, v in steps.items()}
 
 
 def where_time_goes(
@@ -415,10 +431,7 @@ def where_time_goes(
             widths.setdefault(r["config"], []).extend(
                 1 + int(n) for n in r.get("stats", {}).get("drafted", [])
             )
-    plain_steps: dict[str, list[float]] = {}
-    for r in record["runs"]:
-        if r["drafter"] == "plain" and float(r["temperature"]) == float(temperature) and r["new_tokens"] > 0:
-            plain_steps.setdefault(r["engine"], []).append(r["decode_s"] / r["new_tokens"])
+    plain_steps = _plain_steps(record, temperature)
     out = []
     for row in record["trees"]["rows"]:
         if float(row["temperature"]) != float(temperature) or row["config"] not in fixed:
@@ -426,7 +439,7 @@ def where_time_goes(
         engine = _config_engine(record, row["config"])
         if engine not in plain_steps:
             raise ValueError(f"the record has no plain run of engine {engine!r} at temperature {temperature}")
-        step = float(sorted(plain_steps[engine])[len(plain_steps[engine]) // 2])
+        step = plain_steps[engine]
         tree = is_tree(row["config"])
         width = 1.0 + float(row["nodes_per_round"])
         curve = seconds["tree" if tree else "chain"]
@@ -456,12 +469,6 @@ def verify_in_plain_steps(record: Mapping[str, Any], rows: int, temperature: flo
     if rows not in curves["ks"]:
         raise ValueError(f"rows must be one of the measured widths {curves['ks']}; got {rows}")
     fastest = stratum(record, temperature)["fastest_plain_chosen_on_half"]["0"]
-    engine = _config_engine(record, fastest)
-    steps = sorted(
-        r["decode_s"] / r["new_tokens"] for r in record["runs"]
-        if r["engine"] == engine and r["drafter"] == "plain" and float(r["temperature"]) == float(temperature)
-        and r["new_tokens"] > 0
-    )  # fmt: skip
-    step = steps[len(steps) // 2]
+    step = _plain_steps(record, temperature)[_config_engine(record, fastest)]
     i = curves["ks"].index(rows)
     return {kind: float(curves["median_s"][kind][i]) / step for kind in ("chain", "tree")}

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from specdec.analysis.answer import is_tree
 from specdec.theory.intervals import bootstrap_ci
 
 __all__ = ["FAILS", "FAMILIES7", "HOLDS", "RULES7", "UNDECIDED", "section7_rows"]
@@ -108,11 +109,6 @@ RULES7: dict[str, tuple[str, str]] = {
 }
 #: The article's lowest printed speedup per claim (its tables' values, for the rule).
 LOW_PRINTED = {"七-2": 2.2, "七-3": 2.7, "引-4": 2.7, "七-4": 3.05, "七-5": 2.0, "七-6": 5.3}
-#: The campaign's tree configurations (七-8): every family whose rounds verify a tree (not a path).
-TREE_SPECS = frozenset(
-    {"lookup-tree,min_ngram=2", "suffix", "draft-tree:distil-l1,branch=2", "medusa:medusa-4", "mlp:mlp-4",
-     "eagle:eagle-1,topk=4,depth=5"}
-)  # fmt: skip
 
 
 def _family(analysis: Mapping[str, Any], temp: float, task: str, spec: str) -> Mapping[str, Any] | None:
@@ -160,8 +156,7 @@ def _tree_calls(runs: Sequence[Mapping[str, Any]]) -> tuple[int, int, int, int, 
     n = ok = greedy = equal = 0
     nodes = rounds = 0
     for r in runs:
-        spec = r["drafter"]
-        if spec not in TREE_SPECS:
+        if not is_tree(f"{r['engine']}/{r['drafter']}"):  # the campaign's tree configurations (七-8)
             continue
         n += 1
         ok += r["target_calls"] == r["rounds"]
