@@ -32,7 +32,8 @@ Theory (numpy only, no torch):
 Engine (torch + transformers, the ``models`` extra):
 
 * :mod:`specdec.engine.lm`        -- the Session protocol: a causal LM with a position-indexed,
-  croppable KV cache; the transformers forward's version-dependent argument names.
+  croppable KV cache; the transformers forward's version-dependent argument names; TensorSession
+  (a transformers model fed id tensors, batched, for timing bare forwards).
 * :mod:`specdec.engine.lean`      -- a lean Llama forward (preallocated cache, fused weights) in float32,
   bfloat16 or int4 (the GGUF's Q4_1 code), behind the same interface.
 * :mod:`specdec.engine.leannative` -- the lean forward's C glue and the layout of tree verify calls (depths,
@@ -42,6 +43,8 @@ Engine (torch + transformers, the ``models`` extra):
 * :mod:`specdec.engine.machine`   -- the running machine's identity: CPU name, flags, caches, SIMD levels.
 * :mod:`specdec.engine.llamacpp`  -- llama.cpp as a target of the same loops (optional).
 * :mod:`specdec.engine.models`    -- loading the SmolLM2 target from its PyPI GGUF, or any model.
+* :mod:`specdec.engine.builder`   -- THE engine builder: an EngineSpec (lean / hf / llama.cpp, mode,
+  threads) -> an opened engine; every LeanLlama and LlamaCppModel of the package is made here.
 * :mod:`specdec.engine.drafters`  -- the drafter protocol and the model / early-exit / prompt-lookup /
   unigram / bigram drafters.
 * :mod:`specdec.engine.decoding`  -- the autoregressive and speculative loops.
@@ -57,7 +60,8 @@ Drafting (tree drafters and the drafter registry; may import theory and engine):
 * :mod:`specdec.drafting.suffix`     -- suffix decoding (arXiv:2411.04975; arctic-inference's semantics).
 * :mod:`specdec.drafting.modeltree`  -- a model drafter's chain with side leaves; any chain as a tree.
 * :mod:`specdec.drafting.conditioned` -- drafters on the target's features: Medusa, MLP speculator, EAGLE(-2).
-* :mod:`specdec.drafting.registry`   -- the drafter registry: one spec string -> one drafter.
+* :mod:`specdec.drafting.registry`   -- THE drafter registry: one spec string -> one drafter; every
+  drafter of the package is constructed here.
 
 Training data and drafts:
 
@@ -178,6 +182,9 @@ _LAZY = {
     "CachedLM": "specdec.engine.lm",
     "LeanLlama": "specdec.engine.lean",
     "lean_model": "specdec.measure.modes",
+    "EngineSpec": "specdec.engine.builder",
+    "open_target": "specdec.measure.modes",
+    "build_drafter": "specdec.drafting.registry",
     "choose_mode": "specdec.measure.modes",
     "Drafter": "specdec.engine.drafters",
     "Proposal": "specdec.engine.drafters",

@@ -317,7 +317,9 @@ def test_the_lean_scripts_write_their_records_on_tiny_models(root, script, tmp_p
     draft = perturbed_copy(tiny_llama(0, layers=2), 0.05, 5)
     probe = {"modes": {"tiny": {"curve": {str(k): 1.0 + 0.01 * k for k in range(1, 17)}, "exact": True}}}
     base = SimpleNamespace(model=target, tokenizer=None)
-    monkeypatch.setattr(benchargs, "load_lean_with_draft", lambda mode, name: (target, probe, base, draft))
+    monkeypatch.setattr(
+        benchargs, "load_lean_with_draft", lambda mode, name, threads: (target, probe, base, draft)
+    )
     prompts = [
         {"task": t, "id": f"{t}{i}", "ids": [5, 6, 7, 8, 5, 6, 7 + i]} for t in ("a", "b") for i in range(2)
     ]

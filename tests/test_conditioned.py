@@ -143,7 +143,7 @@ def test_conditioned_drafters_refuse_a_target_without_features_and_bad_options(s
     drafter = build_drafter("medusa:m", _context(small, target))
     with pytest.raises(ValueError, match="features"):
         speculative_tree(small, drafter, _prompt(0), budget=4, max_new_tokens=4)  # a Hugging Face target
-    with pytest.raises(ValueError, match="loader"):
+    with pytest.raises(ValueError, match="needs DraftContext.load_conditioned"):
         build_drafter("medusa:m", DraftContext(target))
     with pytest.raises(ValueError, match="ranks"):
         build_drafter("medusa:m,ranks=0", _context(small, target))

@@ -270,17 +270,21 @@ def test_specdec_measure_runs_a_distilled_draft_in_the_lean_engine_of_a_lean_tar
     (its fastest draft mode here), as every benchmark does, not on transformers' forward (issue 32: the two
     commands measured c ~1.25 and ~0.2 for one draft); against a transformers target it stays there."""
     from specdec.analysis import usermeasure
+    from specdec.engine.builder import EngineSpec, open_model
     from specdec.engine.lean import LeanLlama
     from specdec.train import draftnets
 
     _, _, root = trained
     monkeypatch.setattr(draftnets, "load_draft", lambda name, t: load_draft(name, t, root=root))
-    loaded = type("Loaded", (), {"model": target})()
-    engine = LeanLlama(target, "float32", threads=1)
+    loaded = type("Loaded", (), {"model": target, "dtype": "float32"})()
     kw = {"new_tokens": 4, "progress": lambda it, *a, **k: it, "log": lambda m: None}
-    drafter, about = usermeasure._build_drafter("distilled", "tiny2", engine, loaded, **kw)
+    engine = open_model(target, EngineSpec("lean", "float32", 1))
+    engine.base = loaded
+    drafter, about = usermeasure._build_drafter("distilled", "tiny2", engine, **kw)
     lean = getattr(drafter.lm, "model", None)  # a LeanSession holds its LeanLlama
     assert isinstance(lean, LeanLlama) and about["engine"].startswith(f"lean {lean.mode}")
-    drafter, about = usermeasure._build_drafter("distilled", "tiny2", target, loaded, **kw)
+    hf = open_model(target, EngineSpec("hf", "float32", 1))
+    hf.base = loaded
+    drafter, about = usermeasure._build_drafter("distilled", "tiny2", hf, **kw)
     assert not isinstance(getattr(drafter.lm, "model", None), LeanLlama)
     assert about["engine"] == "transformers forward"

@@ -34,7 +34,9 @@ imports too, since they are the arrows a lazy import hides) with :mod:`ast`, and
   interpreter, any module that the walk finds torch-free at import (no module-level torch
   import, directly or through a specdec module) that imports torch after all;
 * a module over 800 lines (Python under ``specdec/``, C under ``specdec/engine/csrc``), but the
-  known ones (:data:`KNOWN_LONG`, which may only shrink); an old-path shim.
+  known ones (:data:`KNOWN_LONG`, which may only shrink); an old-path shim;
+* an engine or a drafter made outside the one engine builder (``specdec.engine.builder``) and the one
+  drafter registry (``specdec.drafting.registry``): :data:`MAKERS` says who may call what.
 
 It replaces the hand-kept module list of ``tests/test_torch_free.py``.
 """
@@ -418,3 +420,61 @@ def test_no_import_cycle_between_modules():
         if m not in state:
             visit(m, [m])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+#: Who may make an engine or a drafter (issue #32, items 1-2): a class or loader -> the modules allowed
+#: to call it (besides the module that defines it). The engine builder opens every lean and llama.cpp
+#: engine and loads the default target (training loads it too: the model it distils from and trains on);
+#: the registry constructs every drafter.
+ENGINE_MAKERS = {
+    "LeanLlama": {"specdec.engine.builder"},
+    "LlamaCppModel": {"specdec.engine.builder"},
+    "load_target": {"specdec.engine.builder", "specdec.train.distill", "specdec.train.condtrain"},
+}
+DRAFTERS = (
+    "PromptLookupDrafter", "ModelDrafter", "EarlyExitDrafter", "UnigramDrafter", "BigramDrafter",
+    "LookupTreeDrafter", "SuffixDecodingDrafter", "ModelTreeDrafter", "build_conditioned_drafter",
+)  # fmt: skip
+MAKERS = {**ENGINE_MAKERS, **{name: {"specdec.drafting.registry"} for name in DRAFTERS}}
+
+
+def makes(module: str) -> list[tuple[str, int]]:
+    """Each call in ``module`` of a name in :data:`MAKERS` (``X(...)``, ``m.X(...)``, ``X.from_...(...)``)
+    that the module is not allowed, with its line; a module never counts calls of what it defines."""
+    tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef | ast.FunctionDef)}
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in MAKERS:
+            name = f.value.id  # a classmethod constructor: UnigramDrafter.from_token_ids(...)
+        if name in MAKERS and name not in defined and module not in MAKERS[name]:
+            out.append((name, node.lineno))
+    return out
+
+
+def test_engines_and_drafters_are_made_by_the_builder_and_the_registry():
+    """No module but the engine builder opens an engine, and none but the registry constructs a drafter:
+    every other caller goes through :func:`specdec.engine.builder.open_engine` (or
+    :func:`specdec.measure.modes.open_target`) and :func:`specdec.drafting.registry.build_drafter`."""
+    found = {m: made for m in modules() if (made := makes(m))}
+    assert not found, f"engines or drafters made outside the builder / registry: {found}"
+
+
+def test_the_maker_check_catches_a_drafter_and_an_engine_made_elsewhere(tmp_path, monkeypatch):
+    fake = tmp_path / "fake.py"
+    fake.write_text(
+        "from specdec.engine import lean\n"
+        "from specdec.engine.drafters import BigramDrafter, PromptLookupDrafter\n"
+        "def f(m):\n"
+        "    return lean.LeanLlama(m, 'f'), PromptLookupDrafter(), BigramDrafter.from_token_ids([], 9)\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "modules", lambda: {"specdec.measure.fake": fake})
+    assert makes("specdec.measure.fake") == [
+        ("LeanLlama", 4),
+        ("PromptLookupDrafter", 4),
+        ("BigramDrafter", 4),
+    ]

@@ -77,7 +77,9 @@ def test_cached_forward_crops_back_to_the_prefix():
     gen = torch.Generator().manual_seed(1)
     prefix = torch.randint(0, 101, (1, 12), generator=gen)
     new = torch.randint(0, 101, (1, 4), generator=gen)
-    run = measure.TensorSession(model, prefix)
+    from specdec.engine.lm import TensorSession
+
+    run = TensorSession(model, prefix)
     first = run.forward(new[:, :3])
     assert run.cache.get_seq_length() == 15 and len(run) == 15
     run.crop(12)

@@ -81,7 +81,7 @@ def test_lean_model_and_bad_input(model, tmp_path):
     assert isinstance(lean, LeanLlama) and lean.mode == "float32" and probe is None
     lean, probe = modes.lean_model(model, "auto", cache=tmp_path, modes=("float32", "bfloat16"))
     assert lean.mode == probe["mode"] in ("float32", "bfloat16")
-    with pytest.raises(ValueError, match="mode must be 'auto'"):
+    with pytest.raises(ValueError, match=r"mode \(a lean engine's\) must be one of \('auto'"):
         modes.lean_model(model, "fp16")
     with pytest.raises(ValueError, match="modes must be"):
         modes.probe_modes(model, ("int8",))

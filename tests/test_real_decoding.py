@@ -202,10 +202,11 @@ def test_a_killed_run_resumes_to_the_whole_runs_record(rd, tmp_path, monkeypatch
     from specdec.analysis import realbench
 
     model = tiny_llama(0, layers=2)
-    engine = {
-        "target": model, "base": model, "tokenizer": None, "mode": "hf-float32", "device": "cpu",
-        "probe": None, "loaded": SimpleNamespace(name="tiny_llama(0)"),
-    }  # fmt: skip
+    from specdec.engine.builder import EngineSpec, open_model
+
+    opened = open_model(model, EngineSpec("hf", "float32", 1))
+    opened.base = SimpleNamespace(name="tiny_llama(0)", model=model, tokenizer=None, device="cpu")
+    engine = realbench.engine_view(opened)
     rng = np.random.default_rng(0)
     prompts = [
         {"task": task, "id": f"{task}-{i}", "ids": rng.integers(3, VOCAB, 6 + i).tolist()}

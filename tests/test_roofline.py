@@ -440,7 +440,7 @@ def test_profile_step_by_labels_on_a_llama(torch_threads):
     pytest.importorskip("transformers")
     import tiny_models
 
-    from specdec.measure.core import TensorSession
+    from specdec.engine.lm import TensorSession
 
     torch.set_num_threads(1)
     model = tiny_models.tiny_llama(0)

@@ -158,16 +158,27 @@ def test_the_registry_parses_checks_and_builds_every_kind(small):
         with pytest.raises(ValueError, match=words):
             parse_spec(bad)
     context = DraftContext(
-        target, load_draft=lambda name: LeanLlama(perturbed_copy(small, 0.05, 3), "float32")
+        target,
+        load_draft=lambda name: LeanLlama(perturbed_copy(small, 0.05, 3), "float32"),
+        corpus=lambda: [[5, 6, 7, 5, 6, 8]],
+        load_model=lambda folder: perturbed_copy(small, 0.05, 4),
     )
     conditioned = {"medusa", "mlp", "eagle"}  # built and checked in tests/test_conditioned.py
-    built = {kind: build_drafter(f"{kind}:1" if "early" in kind else f"{kind}:d" if "draft" in kind else kind,
-                                 context) for kind in KINDS if kind not in conditioned}  # fmt: skip
+    argument = {"early-exit": ":1", "early-exit-tree": ":1", "draft": ":d", "draft-tree": ":d", "model": ":d"}
+    built = {
+        kind: build_drafter(kind + argument.get(kind, ""), context)
+        for kind in KINDS
+        if kind not in conditioned
+    }
     for kind, drafter in built.items():
         has_tree = callable(getattr(drafter, "propose_tree", None))
         assert has_tree == (KINDS[kind].shape == "tree"), kind
-    with pytest.raises(ValueError, match="loader"):
-        build_drafter("draft:d", DraftContext(target))
+    for spec, needs in (("draft:d", "load_draft"), ("bigram", "corpus"), ("model:d", "load_model")):
+        with pytest.raises(ValueError, match=f"needs DraftContext.{needs}"):
+            build_drafter(spec, DraftContext(target))
+    seen: list[str] = []
+    assert build_drafter("model:a,b", DraftContext(target, load_model=lambda f: (seen.append(f), small)[1]))
+    assert seen == ["a,b"]  # a folder's path keeps its commas
     # suffix decoding's tree over earlier generations is off unless the spec asks for it
     assert not built["suffix"].use_global and build_drafter("suffix,global=1", context).use_global
     assert not build_drafter("suffix,tree=0", context).use_tree_spec

@@ -147,7 +147,7 @@ def real_decoding(root, monkeypatch):
 
     from specdec.analysis import realbench
 
-    monkeypatch.setattr(realbench, "load_target", tripwire)
+    monkeypatch.setattr(realbench, "load_engine", tripwire)
     monkeypatch.setattr(module, "set_threads", lambda n: {"threads": n})  # leave torch's count alone
     return module
 

@@ -67,12 +67,12 @@ def load_models(args: Any) -> dict[str, Any]:
             draft = tm.perturbed_copy(tm.tiny_llama(0), 0.05, 5).to(dtype)
             out[mode] = {"target": target, "draft": draft, "pool": pool, "name": "tiny_llama(0)"}
         return out
-    from specdec.engine.models import load_target
+    from specdec.engine.builder import EngineSpec, open_engine
     from specdec.train.draftnets import load_draft
     from specdec.train.workloads import evaluation_prompts
 
-    for mode in args.modes:
-        loaded = load_target(mode, quiet=True)
+    for mode in args.modes:  # transformers in each dtype, on the GPU when there is one, at every core
+        loaded = open_engine(EngineSpec("hf", mode)).base
         draft = load_draft(args.draft, loaded.model)
         pool = [p["ids"] for p in evaluation_prompts(loaded.tokenizer, 12)]
         out[mode] = {"target": loaded.model, "draft": draft, "pool": pool, "name": loaded.name}
@@ -206,7 +206,7 @@ def choose_decode_mode(args: Any, record: dict) -> tuple[str, str]:
 def step_decoding(args: Any, record: dict, models: dict, save_now: Callable[[], None], progress: Any) -> None:
     """Batched speculative decoding against batched plain decoding, unit by unit
     (:func:`bc.decode_units`), each finished unit kept and saved."""
-    from specdec.engine.drafters import PromptLookupDrafter
+    from specdec.drafting.registry import build_drafter
 
     section = record.setdefault("decoding", {})
     mode, why = section.get("mode"), section.get("mode_rule")
@@ -216,8 +216,8 @@ def step_decoding(args: Any, record: dict, models: dict, save_now: Callable[[], 
     draft_name = args.draft if not args.tiny else "tiny-draft"
     configs = {
         draft_name: {"drafter": m["draft"], "cut": "ragged"},
-        "lookup": {"drafter": PromptLookupDrafter(), "cut": "ragged"},
-        "lookup, common cut": {"drafter": PromptLookupDrafter(), "cut": "common"},
+        "lookup": {"drafter": build_drafter("lookup"), "cut": "ragged"},
+        "lookup, common cut": {"drafter": build_drafter("lookup"), "cut": "common"},
     }
     section.update(
         mode=mode,

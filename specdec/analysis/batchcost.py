@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.measure.core import TensorSession, summarize_times, sync_hook, time_forwards
+from specdec.measure.core import summarize_times, sync_hook, time_forwards
 from specdec.measure.pairedrun import paired_block
 from specdec.theory.checks import check_float, check_int, check_ints
 from specdec.theory.intervals import geomean, ratio_ci
@@ -142,6 +142,8 @@ def _prefill(model: Any, context: int, gen: Any) -> Any:
     """A KV cache of ``context`` random tokens (one sequence) for ``model``."""
     import torch
 
+    from specdec.engine.lm import TensorSession
+
     ids = torch.randint(0, int(model.config.vocab_size), (1, context), generator=gen)
     return TensorSession(model, ids).cache
 
@@ -153,6 +155,8 @@ def _time_block(
     k in a seeded random order (:func:`specdec.measure.core.time_forwards`), the cache cropped back (and
     checked) after every call."""
     import torch
+
+    from specdec.engine.lm import TensorSession
 
     cache = copy.deepcopy(base)
     cache.batch_repeat_interleave(b)

@@ -524,71 +524,58 @@ def build_real(
     each draft (``adaptive``); prompt lookup on llama.cpp. What cannot run is left out and said
     (``left_out``). Returns engines, configs, tokenizer, left_out, probes.
     """
+    from specdec.drafting.registry import build_drafter
     from specdec.engine import llamacpp as lc
     from specdec.engine import native
-    from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
-    from specdec.engine.models import load_target, set_threads, smollm2_gguf_path
-    from specdec.measure.modes import lean_draft, lean_model, probe_summary
+    from specdec.engine.builder import EngineSpec, open_engine
+    from specdec.measure.modes import draft_context, open_target, probe_summary
 
     every = native.default_threads()
     counts = list(dict.fromkeys(thread_counts or [1, every]))
-    loaded = load_target("float32", device="cpu", quiet=True)
+    loaded = open_engine(EngineSpec("hf", "float32", counts[0], device="cpu")).base
     engines: list[Engine] = []
     configs: list[Config] = []
     left_out: list[str] = []
     probes: dict[str, Any] = {}
-    hf_drafts: dict[str, Any] = {}
     if drafts is None:
         from specdec.train.draftnets import list_drafts
 
         drafts = list_drafts()
-    for name in drafts:
-        from specdec.train.draftnets import load_draft
-
-        try:
-            hf_drafts[name] = load_draft(name, loaded.model)
-        except (OSError, ValueError, RuntimeError) as exc:
-            left_out.append(f"draft-{name} left out: {exc}")
     for t in counts:
-        set_threads(t)
-        target, probe = lean_model(loaded.model, mode, threads=t)
-        name = f"lean-{target.mode}-{t}t"
+        opened = open_target(EngineSpec("lean", mode, t), base=loaded)
+        target, name = opened.model, f"lean-{opened.mode}-{t}t"
         engines.append(Engine(name, target, t, {"engine": "lean", "mode": target.mode, "threads": t}))
-        probes[name] = None if probe is None else probe_summary(probe)
+        probes[name] = None if opened.probe is None else probe_summary(opened.probe)
         # each draft in the lean engine at this engine's threads, by its own probe (q4q8 on the
         # distilled drafts' own int8 codes where that is fastest)
-        draft_objects: dict[str, Any] = {}
-        for dname, hf_draft in hf_drafts.items():
-            lean, dprobe = lean_draft(hf_draft, threads=t)
-            draft_objects[f"draft-{dname}"] = ModelDrafter(lean, target=loaded.model)
+        context, ran = draft_context(opened)
+        drafters: dict[str, Any] = {"lookup": build_drafter("lookup", context)}
+        for dname in drafts:
+            try:
+                drafters[f"draft-{dname}"] = build_drafter(f"draft:{dname}", context)
+            except (OSError, ValueError, RuntimeError) as exc:
+                left_out.append(f"draft-{dname} left out: {exc}")
+                continue
             probes[f"draft-{dname}-{t}t"] = {
-                "mode": lean.mode,
-                "codes": lean.codes,
-                "probe": None if dprobe is None else probe_summary(dprobe),
+                "mode": ran[dname]["mode"],
+                "codes": ran[dname]["codes"],
+                "probe": ran[dname].get("probe"),
             }
-        drafters: dict[str, Any] = {"lookup": PromptLookupDrafter(max_ngram=3, min_ngram=1), **draft_objects}
         for n_layers in early_exit:
             try:
-                drafters[f"ee-{n_layers}"] = EarlyExitDrafter(target, n_layers)
+                drafters[f"ee-{n_layers}"] = build_drafter(f"early-exit:{n_layers}", context)
             except (ValueError, RuntimeError, NotImplementedError) as exc:
                 left_out.append(f"ee-{n_layers} on {name} left out: {exc}")
-        policy_on = ["lookup", *draft_objects] if adaptive else []
+        policy_on = [n for n in drafters if n == "lookup" or n.startswith("draft-")] if adaptive else []
         configs += spec_configs(name, drafters, gammas, adaptive=policy_on)
     if llamacpp and lc.available():
-        if llamacpp_gguf:
-            gguf, fmt = Path(llamacpp_gguf), "as given"
-        else:
-            gguf = lc.requantized(smollm2_gguf_path(), "q4_0")
-            fmt = (
-                "Q4_0 requantized from the shipped Q4_1 GGUF "
-                "(llama.cpp's best CPU format; not the same weights)"
-            )
         for t in counts:
-            name = f"llama.cpp-{t}t"
-            model = lc.LlamaCppModel(gguf, threads=t)
-            info = {"engine": "llama.cpp", "gguf": gguf.name, "format": fmt, "threads": t}
-            engines.append(Engine(name, model, t, info))
-            configs += spec_configs(name, {"lookup": PromptLookupDrafter(max_ngram=3, min_ngram=1)}, gammas)
+            spec = EngineSpec("llama.cpp", "q4_0", t, loop="eval", gguf=llamacpp_gguf or None)
+            cpp = open_engine(spec, base=loaded)
+            fmt = cpp.about["format"]
+            info = {"engine": "llama.cpp", "gguf": cpp.about["gguf"], "format": fmt, "threads": t}
+            engines.append(Engine(f"llama.cpp-{t}t", cpp.model, t, info))
+            configs += spec_configs(f"llama.cpp-{t}t", {"lookup": build_drafter("lookup", context)}, gammas)
     elif llamacpp:
         left_out.append("llama.cpp left out: llama_cpp is not importable (pip install llama-cpp-python)")
     if hf:

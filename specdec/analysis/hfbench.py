@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from specdec.analysis.realrun import speedup_gap
-from specdec.engine.drafters import EarlyExitDrafter, PromptLookupDrafter
+from specdec.drafting.registry import DraftContext, build_drafter
 from specdec.engine.stats import cost_coefficient
 from specdec.measure.core import VerifyCost, time_once, verify_cost_curves
 from specdec.measure.pairedrun import paired_block, timed_generation, timing_row
@@ -307,8 +307,8 @@ def _timing_fields(stats: Any, total_s: float) -> dict[str, Any]:
 def path_configs(model: Any, s: Settings) -> list[dict[str, Any]]:
     """The paths timed against our plain loop (``ours_ar``, the paired block's plain run): paired
     block configurations with their ``side`` (ours or hf) and ``method`` (ar, pld or ee)."""
-    pld = PromptLookupDrafter(max_ngram=s.max_ngram, min_ngram=s.min_ngram)
-    ee = EarlyExitDrafter(model, s.ee_layers)
+    pld = build_drafter(f"lookup,max_ngram={s.max_ngram},min_ngram={s.min_ngram}")
+    ee = build_drafter(f"early-exit:{s.ee_layers}", DraftContext(model))
 
     def path(name: str, side: str, method: str, gamma: int, obj: Any) -> dict[str, Any]:
         return {

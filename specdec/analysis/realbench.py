@@ -40,13 +40,9 @@ from specdec.analysis.realtables import (
 )
 from specdec.engine.decoding import autoregressive
 from specdec.engine.drafters import (
-    BigramDrafter,
-    EarlyExitDrafter,
     ModelDrafter,
-    PromptLookupDrafter,
-    UnigramDrafter,
 )
-from specdec.engine.models import load_target, pick_device
+from specdec.engine.models import pick_device
 from specdec.measure.acceptance import target_p_rows, teacher_forced
 from specdec.measure.cellrun import as_stored, run_cells
 from specdec.measure.core import environment, verify_cost_curve, write_result
@@ -64,6 +60,8 @@ __all__ = [
     "choose_sweep_drafters",
     "drafter_names",
     "extra_configs",
+    "drafter_spec",
+    "engine_view",
     "load_engine",
     "main_cells",
     "ngram_corpus",
@@ -108,34 +106,35 @@ def drafter_names(spec: str, trained: list[str]) -> list[str]:
 
 
 def load_engine(mode: str, threads: int) -> dict[str, Any]:
-    """The target in ``mode`` (``auto``, a lean mode or an ``hf-`` mode), the Hugging Face model behind
-    it, the tokenizer, the mode probe."""
+    """The target in ``mode`` (``auto``, a lean mode or an ``hf-`` mode) at ``threads``, opened by the
+    engine builder (:func:`specdec.measure.modes.open_target`): the engine, the Hugging Face model
+    behind it, the tokenizer, the mode probe."""
+    from specdec.engine.builder import EngineSpec
+    from specdec.measure.modes import open_target
+
     if mode == "auto" and pick_device(None).startswith("cuda"):
         mode = "hf-bfloat16"  # the lean forward is CPU-only
     if mode in HF_MODES:
-        device = pick_device(None)
-        loaded = load_target(mode.removeprefix("hf-"), device=device, quiet=True)
-        return {
-            "target": loaded.model,
-            "base": loaded.model,
-            "tokenizer": loaded.tokenizer,
-            "mode": mode,
-            "device": device,
-            "probe": None,
-            "loaded": loaded,
-        }
-    from specdec.measure.modes import lean_model, probe_summary
+        spec = EngineSpec("hf", mode.removeprefix("hf-"), threads, device=pick_device(None))
+    else:
+        spec = EngineSpec("lean", mode, threads)  # the C forward's threads too
+    return engine_view(open_target(spec))
 
-    loaded = load_target("float32", device="cpu", quiet=True)
-    target, probe = lean_model(loaded.model, mode, threads=threads)  # the C forward's threads too
+
+def engine_view(opened: Any) -> dict[str, Any]:
+    """What the run reads of an opened engine (:class:`specdec.engine.builder.OpenedEngine`)."""
+    from specdec.measure.modes import probe_summary
+
+    hf = opened.spec.engine == "hf"
     return {
-        "target": target,
-        "base": loaded.model,
-        "tokenizer": loaded.tokenizer,
-        "mode": target.mode,
-        "device": "cpu",
-        "probe": None if probe is None else probe_summary(probe),
-        "loaded": loaded,
+        "target": opened.model,
+        "base": opened.base.model,
+        "tokenizer": opened.tokenizer,
+        "mode": f"hf-{opened.mode}" if hf else opened.mode,
+        "device": opened.base.device if hf else "cpu",
+        "probe": None if opened.probe is None else probe_summary(opened.probe),
+        "loaded": opened.base,
+        "opened": opened,
     }
 
 
@@ -158,29 +157,30 @@ def ngram_corpus(
     return seqs, f"temperature-1 generations of the target on {n_fallback} training prompts (seed {seed})"
 
 
+def drafter_spec(name: str) -> str:
+    """The registry's spec (:mod:`specdec.drafting.registry`) of one of :func:`drafter_names`' names."""
+    if name.startswith("ee-"):
+        return f"early-exit:{name[3:]}"
+    if name.startswith("draft-"):
+        return f"draft:{name.removeprefix('draft-')}"
+    return name  # lookup (up to 3-grams), unigram, bigram
+
+
 def build_drafters(engine: dict[str, Any], names: list[str], corpus: list[list[int]]) -> dict[str, Any]:
-    """The drafter of each name (see :func:`drafter_names`)."""
-    target, vocab = engine["target"], int(engine["target"].config.vocab_size)
-    out: dict[str, Any] = {}
+    """The drafter of each name (see :func:`drafter_names`), built by the registry; a distilled draft
+    runs in the lean engine at the target's threads when the target is lean
+    (:func:`specdec.measure.modes.draft_context`)."""
+    from specdec.drafting.registry import build_drafter
+    from specdec.measure.modes import draft_context
+
+    context, drafts = draft_context(engine["opened"], corpus=lambda: corpus)
+    out = {name: build_drafter(drafter_spec(name), context) for name in names}
     for name in names:
-        if name == "lookup":
-            out[name] = PromptLookupDrafter(max_ngram=3, min_ngram=1)
-        elif name == "unigram":
-            out[name] = UnigramDrafter.from_token_ids(corpus, vocab)
-        elif name == "bigram":
-            out[name] = BigramDrafter.from_token_ids(corpus, vocab)
-        elif name.startswith("ee-"):
-            out[name] = EarlyExitDrafter(target, int(name[3:]))
-        else:
-            from specdec.train.draftnets import load_draft
-
-            draft = load_draft(name.removeprefix("draft-"), engine["base"])
-            if engine["mode"] not in HF_MODES:  # a lean target: the draft runs in the lean engine too
-                from specdec.measure.modes import lean_draft
-
-                draft, _ = lean_draft(draft)
-            engine.setdefault("draft_modes", {})[name] = getattr(draft, "mode", engine["mode"])
-            out[name] = ModelDrafter(draft, target=engine["base"])
+        if name.startswith("draft-"):
+            mode = drafts[name.removeprefix("draft-")]["mode"]
+            engine.setdefault("draft_modes", {})[name] = (
+                engine["mode"] if engine["mode"] in HF_MODES else mode
+            )
     return out
 
 

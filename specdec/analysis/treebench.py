@@ -115,38 +115,21 @@ def build(
     > 1: the candidates for the fastest plain decoder, chosen by the cross-fit) and every configuration
     on the first, drafters built by the registry. Returns engines, configs, tokenizer, eos_token_id and
     what each draft ran in."""
-    from specdec.drafting.registry import DraftContext, build_drafter, parse_spec
-    from specdec.engine.models import load_target, set_threads
-    from specdec.measure.modes import lean_draft, lean_model
-    from specdec.train.condnets import load_conditioned
-    from specdec.train.draftnets import DRAFT_DIR, load_draft
+    from specdec.drafting.registry import build_drafter, parse_spec
+    from specdec.engine.builder import EngineSpec, open_engine, open_model
+    from specdec.measure.modes import draft_context
 
-    threads = check_int("threads", threads, low=1)
     specs = {s: parse_spec(s) for s in configs}  # every spec checked before anything loads
-    set_threads(threads)
-    loaded = load_target("float32", device="cpu", quiet=True)
-    target, _ = lean_model(loaded.model, mode, threads=threads)
+    opened = open_engine(EngineSpec("lean", mode, threads))
+    target, loaded = opened.model, opened.base
     name = f"lean-{target.mode}-{threads}t"
-    drafts: dict[str, Any] = {}
-
-    def load(draft_name: str) -> Any:
-        lean, _ = lean_draft(load_draft(draft_name, loaded.model), "q4q8", threads=threads)
-        drafts[draft_name] = {"mode": lean.mode, "codes": lean.codes, "threads": threads}
-        return lean
-
-    def load_cond(draft_name: str) -> Any:
-        module, card = load_conditioned(DRAFT_DIR / draft_name, loaded.model)
-        drafts[draft_name] = {"kind": card["kind"], "steps": card.get("steps"), "threads": 1,
-                              "runs_in": "int8 rows (Q8Linear; EAGLE's layer: q4q8)"}  # fmt: skip
-        return module, card
-
-    context = DraftContext(target, load_draft=load, load_conditioned=load_cond)
+    context, drafts = draft_context(opened, draft_mode="q4q8")
     out: list[Config] = []
     for text, spec in specs.items():
         out += spec_configs(name, {text: build_drafter(spec, context)}, list(configs[text]))
     engines = [Engine(name, target, threads, {"engine": "lean", "mode": target.mode, "threads": threads})]
     if threads > 1:  # the same engine at one thread, plain only: a candidate for the fastest plain decoder
-        one, _ = lean_model(loaded.model, mode, threads=1)
+        one = open_model(loaded.model, EngineSpec("lean", mode, 1)).model
         engines.append(
             Engine(f"lean-{one.mode}-1t", one, 1, {"engine": "lean", "mode": one.mode, "threads": 1})
         )

@@ -387,77 +387,79 @@ def _depth(engine: Any) -> int:
 def _build_drafter(
     kind: str,
     detail: Any,
-    engine: Any,
-    loaded: Any,
+    opened: Any,
     *,
     new_tokens: int,
     progress: Progress,
     log: Callable[[str], None],
 ) -> tuple[Any, dict[str, Any]]:
-    """The drafter that :func:`parse_draft` named, around ``engine``, and what it is (for a model
-    folder, ``detail`` is the draft :func:`_load_draft_folder` loaded)."""
-    from specdec.engine.drafters import (
-        BigramDrafter,
-        EarlyExitDrafter,
-        ModelDrafter,
-        PromptLookupDrafter,
-        check_same_vocab,
-    )
-    from specdec.engine.lm import vocab_size
+    """The drafter that :func:`parse_draft` named, around the opened target, built by the registry
+    (:mod:`specdec.drafting.registry`, its loaders by :func:`specdec.measure.modes.draft_context`),
+    and what it is (for a model folder, ``detail`` is the draft :func:`_load_draft_folder` loaded)."""
+    from specdec.drafting.registry import build_drafter
+    from specdec.measure.modes import draft_context
 
-    if kind == "lookup":
-        return PromptLookupDrafter(), {
-            "kind": kind,
-            "about": "prompt lookup: copies what followed an earlier match of the last 1-3 tokens",
-        }
-    if kind == "bigram":
+    engine, loaded = opened.model, opened.base
+
+    def corpus() -> list[list[int]]:
         from specdec.engine.decoding import autoregressive
         from specdec.train.workloads import training_prompts
 
         log(f"building the bigram table from the target's text on {BIGRAM_PROMPTS} training prompts...")
-        corpus = []
+        out = []
         for i, p in enumerate(progress(training_prompts(BIGRAM_PROMPTS, seed=BIGRAM_SEED), "bigram corpus")):
             ids = prompt_ids(loaded.tokenizer, p.prompt)
             g = autoregressive(engine, ids, max_new_tokens=new_tokens, temperature=1.0, seed=BIGRAM_SEED + i)
-            corpus.append(g.tokens)
-        about = (
+            out.append(g.tokens)
+        about["about"] = (
             f"bigram counts (add-1) of the target's temperature-1 text on {BIGRAM_PROMPTS} training prompts "
-            f"(seed {BIGRAM_SEED}), {sum(map(len, corpus))} tokens"
+            f"(seed {BIGRAM_SEED}), {sum(map(len, out))} tokens"
         )
-        return BigramDrafter.from_token_ids(corpus, vocab_size(engine)), {"kind": kind, "about": about}
-    if kind == "early-exit":
+        return out
+
+    def folder_model(_: str) -> Any:  # a lean target: the draft in the same lean mode when it is a Llama
+        from specdec.engine.builder import EngineSpec, open_model
+
+        dl, how = detail, f"transformers {loaded.dtype}"
+        model = dl.model
+        if opened.spec.engine == "lean":
+            try:
+                model = open_model(dl.model, EngineSpec("lean", opened.mode, opened.threads)).model
+                how = f"lean {opened.mode}"
+            except ValueError as exc:
+                how = f"transformers {loaded.dtype} (the lean engine refused it: {exc})"
+        about["about"] = f"the model in {dl.name} ({_depth(dl.model)} layers), {how}"
+        return model
+
+    context, drafts = draft_context(opened, corpus=corpus, load_model=folder_model)
+    about: dict[str, Any] = {"kind": kind}
+    if kind == "lookup":
+        spec = "lookup"
+        about["about"] = "prompt lookup: copies what followed an earlier match of the last 1-3 tokens"
+    elif kind == "bigram":
+        spec = "bigram"
+    elif kind == "early-exit":
         depth = _depth(engine)
         n = detail if detail is not None else max(1, math.ceil(depth / 4))
         if n > depth:
             raise ValueError(f"draft early-exit:{n} asks for more layers than the target has ({depth})")
-        about = f"the target's own first {n} of {depth} layers, final norm and LM head"
-        return EarlyExitDrafter(engine, n), {"kind": kind, "layers": n, "about": about}
+        spec = f"early-exit:{n}"
+        about.update(layers=n, about=f"the target's own first {n} of {depth} layers, final norm and LM head")
+    elif kind == "distilled":
+        spec = f"draft:{detail}"
+    else:
+        from specdec.engine.drafters import check_same_vocab
+
+        check_same_vocab(engine, detail.model)
+        spec = f"model:{detail.name}"
+    drafter = build_drafter(spec, context)
     if kind == "distilled":
-        from specdec.train.draftnets import load_draft
-
-        model = load_draft(detail, loaded.model)
+        ran = drafts[detail]
         how = "transformers forward"
-        if getattr(engine, "mode", None) is not None:  # a lean target: the draft in the lean engine too,
-            from specdec.measure.modes import lean_draft  # its fastest draft mode here, as every run does
-
-            model, probe = lean_draft(model, "auto", threads=getattr(engine, "threads", None))
-            how = f"lean {model.mode} (the fastest draft mode here{'' if probe is None else ', probed'})"
-        about = f"the book's distilled draft {detail} (specdec/data/drafts), {how}"
-        return ModelDrafter(model, target=engine), {"kind": kind, "about": about, "engine": how}
-    # a model folder, loaded and checked by _load_draft_folder
-    dl = detail
-    check_same_vocab(engine, dl.model)
-    model, how = dl.model, f"transformers {loaded.dtype}"
-    mode = getattr(engine, "mode", None)
-    if mode is not None:  # a lean target: the draft in the same lean mode when it is a Llama
-        from specdec.engine.lean import LeanLlama
-
-        try:
-            model, how = LeanLlama(dl.model, mode, threads=getattr(engine, "threads", None)), f"lean {mode}"
-        except ValueError as exc:
-            how = f"transformers {loaded.dtype} (the lean engine refused it: {exc})"
-    about = f"the model in {dl.name} ({_depth(dl.model)} layers), {how}"
-    return ModelDrafter(model, target=engine), {"kind": kind, "about": about}
+        if opened.spec.engine == "lean":  # its fastest draft mode here, as every run does
+            how = f"lean {ran['mode']} (the fastest draft mode here{', probed' if 'probe' in ran else ''})"
+        about.update(about=f"the book's distilled draft {detail} (specdec/data/drafts), {how}", engine=how)
+    return drafter, about
 
 
 def _load_draft_folder(folder: Path, loaded: Any, log: Callable[[str], None]) -> Any:
@@ -540,33 +542,34 @@ def measure_setup(
                 "or a local transformers model folder"
             )
 
-    from specdec.engine.models import load_model, load_target, set_threads
+    from specdec.engine.builder import EngineSpec, open_engine
+    from specdec.engine.models import load_model
+    from specdec.measure.modes import open_target
     from specdec.train.workloads import evaluation_prompts
 
-    set_threads(threads)
     lean = not dtype.startswith("hf-")
     hf_dtype = "bfloat16" if dtype == "hf-bfloat16" else "float32"
-    device = "cpu" if lean else None  # the lean engine runs on the CPU
+    hf_spec = EngineSpec("hf", hf_dtype, threads, device="cpu" if lean else None)  # lean runs on the CPU
     log("loading the target...")
     if target_path is None:
-        loaded = load_target(hf_dtype, device=device, quiet=True)
+        loaded = open_engine(hf_spec).base
     else:
-        loaded = load_model(target_path, dtype=hf_dtype, device=device, quiet=True)
+        loaded = load_model(target_path, dtype=hf_dtype, device=hf_spec.device, quiet=True)
     if kind == "model":  # load and check a draft folder before the target is converted or probed
         detail = _load_draft_folder(detail, loaded, log)
-    engine, probe, engine_name = loaded.model, None, dtype
+    opened, engine_name = open_target(hf_spec, base=loaded), dtype
     if lean:
-        from specdec.measure.modes import lean_model
-
         if dtype == "auto":
             log("choosing the lean mode: timing this machine takes about a minute, once (cached)...")
         try:
-            engine, probe = lean_model(loaded.model, dtype, threads=threads)
+            opened = open_target(EngineSpec("lean", dtype, threads), base=loaded)
         except ValueError as exc:
             raise ValueError(f"{exc} (--dtype hf-float32 runs any transformers model)") from exc
-        engine_name = f"lean-{engine.mode}"
-        if probe is not None:
-            log(f"lean mode {engine.mode} ({'from the cache' if probe.get('cached') else 'measured now'})")
+        engine_name = f"lean-{opened.mode}"
+        if opened.probe is not None:
+            cached = "from the cache" if opened.probe.get("cached") else "measured now"
+            log(f"lean mode {opened.mode} ({cached})")
+    engine, probe = opened.model, opened.probe
     tok = loaded.tokenizer
     if texts is None:
         plist = evaluation_prompts(tok, 1)
@@ -579,9 +582,7 @@ def measure_setup(
     else:
         ids = [prompt_ids(tok, t) for t in texts]
         source = f"{len(texts)} prompt(s) from {Path(prompts).name}"
-    drafter, about = _build_drafter(
-        kind, detail, engine, loaded, new_tokens=new_tokens, progress=progress, log=log
-    )
+    drafter, about = _build_drafter(kind, detail, opened, new_tokens=new_tokens, progress=progress, log=log)
     env = environment(dtype=engine_name, device=loaded.device)
     log(f"measuring: {len(ids)} prompt(s) x {repeats} repeat(s), plain and speculative decoding...")
     result = measure_drafter(

@@ -24,13 +24,12 @@ __all__ = ["add_parser", "load_target", "missing_modes", "run", "run_probe"]
 
 def load_target(threads: int) -> Any:
     """The default target (float32) on ``threads`` torch threads; ImportError without torch/transformers."""
-    from specdec.engine import models
+    from specdec.engine.builder import EngineSpec, open_engine
 
     print(
         f"loading the default target SmolLM2-135M-Instruct (float32, {threads} thread(s))...", file=sys.stderr
     )
-    models.set_threads(threads)
-    return models.load_target("float32", quiet=True)
+    return open_engine(EngineSpec("hf", "float32", threads, device="cpu")).base
 
 
 def run_probe(model: Any, refresh: bool, threads: int = 1) -> dict[str, Any]:

@@ -216,7 +216,7 @@ class EagleDrafter(ConditionedDrafter):
     def __init__(
         self, module: torch.nn.Module, card: dict, threads: int = 1, topk: int = 1, depth: int = 6
     ) -> None:
-        from specdec.engine.lean import LeanLlama
+        from specdec.engine.builder import EngineSpec, open_model
         from specdec.engine.leannative import Q8Linear
 
         super().__init__(module, card, threads)
@@ -225,7 +225,7 @@ class EagleDrafter(ConditionedDrafter):
         self.fc = Q8Linear(module.fc.weight.detach())
         layer_model = module.model
         layer_model.int8_rows = True  # int8 rows, kept as codes by the q4q8 forward
-        self.layer = LeanLlama(layer_model, "q4q8", threads=self.threads)
+        self.layer = open_model(layer_model, EngineSpec("lean", "q4q8", self.threads)).model
         self.context = self.layer.max_positions
         self.cache = self.layer.new_cache(self.layer.max_positions)
         self.m = 0

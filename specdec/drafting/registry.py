@@ -8,14 +8,18 @@ candidate generator from one generation config, a drafter here is named by a *sp
 e.g. ``lookup``, ``lookup-tree``, ``suffix``, ``suffix,factor=2,global=1``, ``draft:distil-l1``,
 ``draft-tree:distil-l1,branch=3``, ``early-exit:8``, ``early-exit-tree:8,branch=2``, and the drafters
 conditioned on the target's features: ``medusa:medusa-4,ranks=4``, ``mlp:mlp-4,ranks=1``,
-``eagle:eagle-1,topk=1`` (EAGLE's chain), ``eagle:eagle-1,topk=4,depth=6`` (EAGLE-2's dynamic tree);
+``eagle:eagle-1,topk=1`` (EAGLE's chain), ``eagle:eagle-1,topk=4,depth=6`` (EAGLE-2's dynamic tree),
+the n-gram tables of the target's own text ``unigram`` and ``bigram``, and any draft model in a folder
+``model:<folder>`` (the rest of the spec is the folder's path);
 their small matrix products run on one thread unless ``threads=N`` says otherwise (a call of a few rows
 does not pay for waking a thread pool, and on a busy machine a woken worker may wait for its core). Each kind
 says whether it drafts a chain (``propose``, decoded by :func:`specdec.engine.decoding.speculative`
 at a gamma) or a tree (``propose_tree``, decoded by :func:`specdec.engine.decoding.speculative_tree`
 at a node budget): :data:`KINDS`. :func:`parse_spec` checks a spec before anything is loaded
 (unknown kind, missing or extra argument, unknown or malformed option: one ValueError naming the
-spec and what is valid); :func:`build_drafter` builds it around a target. What a drafter needs
+spec and what is valid); :func:`build_drafter` builds it around a target. Every drafter of the package
+is constructed here (``tests/test_layers.py`` fails on one made elsewhere); the loaders a context needs
+around an opened target are :func:`specdec.measure.modes.draft_context`'s. What a drafter needs
 from the layers above this one (a distilled draft's weights, which live in ``train``, in the
 lean engine's mode chosen by ``measure``) comes in through :class:`DraftContext`'s ``load_draft``,
 so the registry imports nothing above ``engine``. The spec string is what a record stores.
@@ -27,7 +31,7 @@ measurement that repeats a prompt would otherwise speculate from that prompt's o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +89,12 @@ KINDS: dict[str, _Kind] = {
         },
         "suffix decoding (arXiv:2411.04975) over the prompt and the generation so far",
     ),
-    "draft": _Kind("chain", "a saved draft's name", {}, "a distilled draft model"),
+    "draft": _Kind(
+        "chain",
+        "a saved draft's name",
+        {"confidence": _float_option(0.0, 1.0)},
+        "a distilled draft model (confidence: stop drafting below it, transformers' assistant rule)",
+    ),
     "draft-tree": _Kind(
         "tree",
         "a saved draft's name",
@@ -111,6 +120,11 @@ KINDS: dict[str, _Kind] = {
         "EAGLE's draft layer on the target's features (topk=1: a chain; topk>1: EAGLE-2's dynamic tree)",
     ),  # fmt: skip
     "early-exit": _Kind("chain", "layers (>= 1)", {}, "the target's first layers as the draft"),
+    "unigram": _Kind("chain", None, {}, "unigram counts (add-1) of the target's own text"),
+    "bigram": _Kind("chain", None, {}, "bigram counts (add-1) of the target's own text"),
+    "model": _Kind(
+        "chain", "a draft model folder (save_pretrained)", {}, "any draft model sharing the vocabulary"
+    ),
     "early-exit-tree": _Kind(
         "tree", "layers (>= 1)", {"branch": _int_option(1, 64)}, "early exit's chain + side leaves"
     ),
@@ -143,6 +157,8 @@ def parse_spec(spec: object) -> DrafterSpec:
         )
     head, *pairs = spec.strip().split(",")
     kind, sep, argument = head.partition(":")
+    if kind == "model":  # a folder's path may hold commas: the rest of the spec is the argument
+        argument, pairs = spec.strip().partition(":")[2], []
     if kind not in KINDS:
         raise ValueError(f"drafter spec {spec!r}: unknown kind {kind!r}; the kinds are {valid}")
     info = KINDS[kind]
@@ -185,16 +201,38 @@ class DraftContext:
     #: for ``medusa``, ``mlp`` and ``eagle``: name -> (the trained module, its card), e.g.
     #: :func:`specdec.train.condnets.load_conditioned` around the Hugging Face target
     load_conditioned: Callable[[str], tuple[Any, dict]] | None = None
+    #: for ``unigram`` and ``bigram``: the target's own text, as token-id lists
+    corpus: Callable[[], Sequence[Sequence[int]]] | None = None
+    #: for ``model``: folder -> the draft model ready to run
+    load_model: Callable[[str], Any] | None = None
+
+    def need(self, what: str, spec: DrafterSpec) -> Any:
+        """The loader ``what`` that ``spec`` needs; ValueError naming it when the context has none."""
+        loader = getattr(self, what)
+        if loader is None:
+            raise ValueError(f"drafter spec {spec.text!r} needs DraftContext.{what}")
+        return loader
 
 
-def build_drafter(spec: object, context: DraftContext) -> Any:
-    """The drafter a spec names, built around ``context.target``; the one place drafters are made."""
+def build_drafter(spec: object, context: DraftContext | None = None) -> Any:
+    """The drafter a spec names, built around ``context.target``; the one place drafters are made
+    (``tests/test_layers.py`` fails on a drafter class constructed anywhere else in the package).
+    ``context`` may be left out for the kinds that need neither a target nor a loader (``lookup``,
+    ``lookup-tree``, ``suffix``)."""
     from specdec.drafting.lookuptree import LookupTreeDrafter
     from specdec.drafting.modeltree import ModelTreeDrafter
     from specdec.drafting.suffix import SuffixDecodingDrafter
-    from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
+    from specdec.engine.drafters import (
+        BigramDrafter,
+        EarlyExitDrafter,
+        ModelDrafter,
+        PromptLookupDrafter,
+        UnigramDrafter,
+    )
+    from specdec.engine.lm import vocab_size
 
     parsed = parse_spec(spec)
+    context = DraftContext(None) if context is None else context
     opts = dict(parsed.options)
     if parsed.kind == "lookup":
         return PromptLookupDrafter(**opts)
@@ -210,17 +248,21 @@ def build_drafter(spec: object, context: DraftContext) -> Any:
     if parsed.kind in ("medusa", "mlp", "eagle"):
         from specdec.drafting.conditioned import build_conditioned_drafter
 
-        if context.load_conditioned is None:
-            raise ValueError(f"drafter spec {parsed.text!r} needs a loader (DraftContext.load_conditioned)")
-        module, card = context.load_conditioned(parsed.argument)
+        module, card = context.need("load_conditioned", parsed)(parsed.argument)
         threads = opts.pop("threads", 1)  # small calls: a thread pool's wake-up costs more than it saves
         return build_conditioned_drafter(parsed.kind, module, card, threads, opts)
+    if parsed.kind in ("unigram", "bigram"):
+        table = UnigramDrafter if parsed.kind == "unigram" else BigramDrafter
+        vocab = vocab_size(context.need("target", parsed))
+        return table.from_token_ids(context.need("corpus", parsed)(), vocab)
+    if parsed.kind == "model":
+        return ModelDrafter(context.need("load_model", parsed)(parsed.argument), target=context.target)
     if parsed.kind in ("draft", "draft-tree"):
-        if context.load_draft is None:
-            raise ValueError(f"drafter spec {parsed.text!r} needs a draft loader (DraftContext.load_draft)")
-        chain = ModelDrafter(context.load_draft(parsed.argument))
+        confidence = opts.pop("confidence", None)
+        model = context.need("load_draft", parsed)(parsed.argument)
+        chain = ModelDrafter(model, target=context.target, confidence=confidence)
     else:
-        chain = EarlyExitDrafter(context.target, int(parsed.argument))
+        chain = EarlyExitDrafter(context.need("target", parsed), int(parsed.argument))
     if parsed.shape == "chain":
         return chain
     return ModelTreeDrafter(chain, **opts)

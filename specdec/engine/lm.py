@@ -23,6 +23,7 @@ from specdec.theory.checks import check_int, check_optional_int
 from specdec.theory.tokens import common_prefix_len
 
 __all__ = [
+    "TensorSession",
     "CachedLM",
     "Session",
     "cache_argument",
@@ -286,3 +287,74 @@ class CachedLM(Session):
         # (5.x refuses positive "keep this many" arguments).
         self.cache.crop(-drop)
         del self.ids[n:]
+
+
+class TensorSession:
+    """A transformers model and its KV cache over b sequences, fed id tensors: a
+    :class:`specdec.engine.lm.Session`
+    (``forward``, ``crop``, ``len``) for timing the bare forward, batched or not.
+
+    Unlike :class:`specdec.engine.lm.CachedLM` it builds no tensor and copies no logits inside the
+    call: :meth:`forward` takes a (b, k) id tensor on the model's device and returns the
+    model's logits for every position (a verify pass needs every row). ``prefix`` (b, n) is
+    fed at construction unless ``cache`` already holds it; ``prefill_logits`` keeps the last
+    row's logits of that feed (to check they are finite).
+    """
+
+    def __init__(
+        self, model: Any, prefix: Any = None, *, cache: Any = None, context: int | None = None
+    ) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache_arg, keep_arg = forward_kwargs(model)
+        self.prefill_logits = None
+        if cache is None:
+            self.cache = new_cache(model.config)
+            if not getattr(self.cache, "is_croppable", True):
+                raise ValueError("the model's KV cache cannot be cropped (sliding-window layers?)")
+            prefix = prefix.to(self.device)
+            positions = torch.arange(prefix.shape[1], device=self.device).expand(prefix.shape[0], -1)
+            keep = {keep_arg: 1} if keep_arg else {}
+            with torch.inference_mode():
+                out = self.model(
+                    input_ids=prefix,
+                    position_ids=positions,
+                    use_cache=True,
+                    **{self.cache_arg: self.cache},
+                    **keep,
+                )
+            self.prefill_logits = out.logits[:, -1]
+        else:
+            self.cache = cache
+        self._len = int(self.cache.get_seq_length())
+        if context is not None and self._len != context:
+            raise RuntimeError(f"the KV cache holds {self._len} tokens, expected {context}")
+
+    def __len__(self) -> int:
+        return self._len
+
+    def forward(self, new_ids: Any, keep: int | None = None) -> Any:
+        """One forward over the (b, k) ids ``new_ids`` after the cached tokens; every row's logits."""
+        k = int(new_ids.shape[1])
+        positions = torch.arange(self._len, self._len + k, device=self.device).expand(new_ids.shape[0], -1)
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=new_ids,
+                position_ids=positions,
+                use_cache=True,
+                **{self.cache_arg: self.cache},
+            )
+        self._len += k
+        return out.logits
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` cached positions (a negative argument to ``DynamicCache.crop`` removes
+        that many, in transformers 4.x and 5.x alike), and check the cache's own length."""
+        drop = self._len - n
+        if drop > 0:
+            with torch.inference_mode():
+                self.cache.crop(-drop)
+        self._len = n
+        held = int(self.cache.get_seq_length())
+        if held != n:
+            raise RuntimeError(f"after cropping, the cache holds {held} tokens, not {n}")

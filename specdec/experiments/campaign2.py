@@ -135,11 +135,10 @@ def fastest_hf_dtype(threads: int, *, tokens: int = 24, rounds: int = 3) -> tupl
     warm-up); the lower median time per token wins. Returns the dtype and the timings."""
     import numpy as np
 
+    from specdec.engine.builder import HF_DTYPES, EngineSpec, open_engine
     from specdec.engine.decoding import autoregressive
-    from specdec.engine.models import load_target, set_threads
 
-    set_threads(threads)
-    models = {d: load_target(d, device="cpu", quiet=True) for d in ("float32", "bfloat16")}
+    models = {d: open_engine(EngineSpec("hf", d, threads, device="cpu")) for d in HF_DTYPES}
     ids = models["float32"].tokenizer("Tell me about the sea.")["input_ids"]
     times: dict[str, list[float]] = {d: [] for d in models}
     for r in range(rounds + 1):
@@ -163,38 +162,18 @@ def build(settings: Campaign2, *, log: Callable[[str], None] = print) -> dict[st
     """The plain decoders and every configuration of ``settings`` (drafters by the registry, on the lean
     engine at ``settings.threads``). Returns engines, configs, tokenizer, eos_token_id, drafts (what
     each draft ran in) and left_out (what could not run, said)."""
-    from specdec.drafting.registry import DraftContext, build_drafter, parse_spec
+    from specdec.drafting.registry import build_drafter, parse_spec
     from specdec.engine import llamacpp as lc
-    from specdec.engine.models import load_target, set_threads, smollm2_gguf_path
-    from specdec.measure.modes import lean_draft, lean_model
-    from specdec.train.condnets import load_conditioned
-    from specdec.train.draftnets import DRAFT_DIR, load_draft
+    from specdec.engine.builder import EngineSpec, open_engine, open_model
+    from specdec.measure.modes import draft_context
 
     threads = settings.threads
     specs = {s: parse_spec(s) for s in settings.configs}  # every spec checked before anything loads
-    set_threads(threads)
-    loaded = load_target("float32", device="cpu", quiet=True)
-    target, _ = lean_model(loaded.model, "q4q8", threads=threads)
+    opened = open_engine(EngineSpec("lean", "q4q8", threads))
+    target, loaded = opened.model, opened.base
     name = f"lean-{target.mode}-{threads}t"
-    drafts: dict[str, Any] = {}
     left_out: list[str] = []
-
-    def load(draft_name: str) -> Any:
-        lean, _ = lean_draft(load_draft(draft_name, loaded.model), "q4q8", threads=threads)
-        drafts[draft_name] = {"mode": lean.mode, "codes": lean.codes, "threads": threads}
-        return lean
-
-    def load_cond(draft_name: str) -> Any:
-        module, card = load_conditioned(DRAFT_DIR / draft_name, loaded.model)
-        drafts[draft_name] = {
-            "kind": card["kind"],
-            "steps": card.get("steps"),
-            "threads": 1,
-            "runs_in": "int8 rows (Q8Linear; EAGLE's layer: q4q8)",
-        }
-        return module, card
-
-    context = DraftContext(target, load_draft=load, load_conditioned=load_cond)
+    context, drafts = draft_context(opened, draft_mode="q4q8")
     configs: list[Config] = []
     for text, spec in specs.items():
         drafter = build_drafter(spec, context)
@@ -209,39 +188,22 @@ def build(settings: Campaign2, *, log: Callable[[str], None] = print) -> dict[st
     info = {"engine": "lean", "mode": target.mode, "threads": threads}
     engines = [Engine(name, target, threads, info)]
     if threads > 1:
-        one, _ = lean_model(loaded.model, "q4q8", threads=1)
+        one = open_model(loaded.model, EngineSpec("lean", "q4q8", 1)).model
         engines.append(
             Engine(f"lean-{one.mode}-1t", one, 1, {"engine": "lean", "mode": one.mode, "threads": 1})
         )
     if settings.llamacpp and lc.available():
-        gguf = lc.requantized(smollm2_gguf_path(), "q4_0")
-        fmt = (
-            "Q4_0 requantized from the shipped Q4_1 GGUF (llama.cpp's best CPU format; not the same weights)"
-        )
         for loop in ("lowlevel", "eval"):
-            model = lc.LlamaCppModel(gguf, threads=threads, loop=loop)
-            engines.append(
-                Engine(
-                    f"llama.cpp-{loop}-{threads}t",
-                    model,
-                    threads,
-                    {
-                        "engine": "llama.cpp",
-                        "gguf": gguf.name,
-                        "format": fmt,
-                        "threads": threads,
-                        "loop": lc.LOOPS[loop],
-                    },
-                )
-            )
+            cpp = open_engine(EngineSpec("llama.cpp", "q4_0", threads, loop=loop), base=loaded)
+            info = {"engine": "llama.cpp", **cpp.about, "threads": threads, "loop": lc.LOOPS[loop]}
+            engines.append(Engine(f"llama.cpp-{loop}-{threads}t", cpp.model, threads, info))
     elif settings.llamacpp:
         left_out.append("llama.cpp left out: llama_cpp is not importable (pip install llama-cpp-python)")
     if settings.hf:
-        hf = (
-            loaded
-            if settings.hf_dtype == "float32"
-            else load_target(settings.hf_dtype, device="cpu", quiet=True)
-        )
+        hf = open_engine(
+            EngineSpec("hf", settings.hf_dtype, threads, device="cpu"),
+            base=loaded if settings.hf_dtype == "float32" else None,
+        ).base
         engines.append(
             Engine(
                 f"hf-{settings.hf_dtype}-{threads}t",

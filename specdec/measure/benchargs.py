@@ -97,17 +97,17 @@ def report(path: Path) -> None:
     print(f"-> {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}", flush=True)
 
 
-def load_lean_with_draft(mode: str, draft: str) -> tuple[Any, Any, Any, Any]:
-    """The default target in the lean ``mode`` (``auto``: measured on this machine), the mode probe
-    (None for a named mode), the loaded base target (:func:`specdec.engine.models.load_target`: its
-    ``model`` and ``tokenizer``) and the distilled ``draft`` model on it."""
-    from specdec.engine.models import load_target
-    from specdec.measure.modes import lean_model
+def load_lean_with_draft(mode: str, draft: str, threads: int | None = None) -> tuple[Any, Any, Any, Any]:
+    """The default target in the lean ``mode`` (``auto``: measured on this machine) at ``threads``,
+    opened by the engine builder (:func:`specdec.measure.modes.open_target`), the mode probe (None for
+    a named mode), the loaded base target (its ``model`` and ``tokenizer``) and the distilled ``draft``
+    model on it."""
+    from specdec.engine.builder import EngineSpec
+    from specdec.measure.modes import open_target
     from specdec.train.draftnets import load_draft
 
-    base = load_target("float32")
-    target, probe = lean_model(base.model, mode)
-    return target, probe, base, load_draft(draft, base.model)
+    opened = open_target(EngineSpec("lean", mode, threads))
+    return opened.model, opened.probe, opened.base, load_draft(draft, opened.base.model)
 
 
 @dataclass
@@ -124,16 +124,14 @@ class LeanRun:
 
 
 def start_lean_run(args: argparse.Namespace, script: str, argv: Sequence[str] | None) -> LeanRun:
-    """Pin ``args.threads``, load the lean target in ``args.mode`` and the draft ``args.draft``
-    (:func:`load_lean_with_draft`), say so in one line, and take ``args.prompts_per_task``
-    evaluation prompts per task; with the command line and the environment."""
-    from specdec.engine.models import set_threads
+    """Load the lean target in ``args.mode`` at ``args.threads`` (torch pinned to them too) and the
+    draft ``args.draft`` (:func:`load_lean_with_draft`), say so in one line, and take
+    ``args.prompts_per_task`` evaluation prompts per task; with the command line and the environment."""
     from specdec.measure.core import environment
     from specdec.train.workloads import evaluation_prompts
 
-    set_threads(args.threads)
     command = command_line(script, argv)
-    target, probe, base, draft_model = load_lean_with_draft(args.mode, args.draft)
+    target, probe, base, draft_model = load_lean_with_draft(args.mode, args.draft, args.threads)
     print(f"target: lean {target.mode}; draft {args.draft}; threads {args.threads}", flush=True)
     prompts = evaluation_prompts(base.tokenizer, args.prompts_per_task)
     env = environment(dtype=target.mode, device="cpu")

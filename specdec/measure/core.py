@@ -47,7 +47,6 @@ from specdec.theory.checks import check_float, check_int
 from specdec.theory.recordio import write_record
 
 __all__ = [
-    "TensorSession",
     "Timing",
     "VerifyCost",
     "cpu_name",
@@ -178,92 +177,13 @@ def time_calls(
 
 
 # --------------------------------------------------------------------------- forwards on a cache
-class TensorSession:
-    """A transformers model and its KV cache over b sequences, fed id tensors: a
-    :class:`specdec.engine.lm.Session`
-    (``forward``, ``crop``, ``len``) for timing the bare forward, batched or not.
-
-    Unlike :class:`specdec.engine.lm.CachedLM` it builds no tensor and copies no logits inside the
-    call: :meth:`forward` takes a (b, k) id tensor on the model's device and returns the
-    model's logits for every position (a verify pass needs every row). ``prefix`` (b, n) is
-    fed at construction unless ``cache`` already holds it; ``prefill_logits`` keeps the last
-    row's logits of that feed (to check they are finite).
-    """
-
-    def __init__(
-        self, model: Any, prefix: Any = None, *, cache: Any = None, context: int | None = None
-    ) -> None:
-        import torch
-
-        from specdec.engine.lm import forward_kwargs, new_cache
-
-        self.model = model
-        self.device = next(model.parameters()).device
-        self.cache_arg, keep_arg = forward_kwargs(model)
-        self.prefill_logits = None
-        if cache is None:
-            self.cache = new_cache(model.config)
-            if not getattr(self.cache, "is_croppable", True):
-                raise ValueError("the model's KV cache cannot be cropped (sliding-window layers?)")
-            prefix = prefix.to(self.device)
-            positions = torch.arange(prefix.shape[1], device=self.device).expand(prefix.shape[0], -1)
-            keep = {keep_arg: 1} if keep_arg else {}
-            with torch.inference_mode():
-                out = self.model(
-                    input_ids=prefix,
-                    position_ids=positions,
-                    use_cache=True,
-                    **{self.cache_arg: self.cache},
-                    **keep,
-                )
-            self.prefill_logits = out.logits[:, -1]
-        else:
-            self.cache = cache
-        self._len = int(self.cache.get_seq_length())
-        if context is not None and self._len != context:
-            raise RuntimeError(f"the KV cache holds {self._len} tokens, expected {context}")
-
-    def __len__(self) -> int:
-        return self._len
-
-    def forward(self, new_ids: Any, keep: int | None = None) -> Any:
-        """One forward over the (b, k) ids ``new_ids`` after the cached tokens; every row's logits."""
-        import torch
-
-        k = int(new_ids.shape[1])
-        positions = torch.arange(self._len, self._len + k, device=self.device).expand(new_ids.shape[0], -1)
-        with torch.inference_mode():
-            out = self.model(
-                input_ids=new_ids,
-                position_ids=positions,
-                use_cache=True,
-                **{self.cache_arg: self.cache},
-            )
-        self._len += k
-        return out.logits
-
-    def crop(self, n: int) -> None:
-        """Keep the first ``n`` cached positions (a negative argument to ``DynamicCache.crop`` removes
-        that many, in transformers 4.x and 5.x alike), and check the cache's own length."""
-        import torch
-
-        drop = self._len - n
-        if drop > 0:
-            with torch.inference_mode():
-                self.cache.crop(-drop)
-        self._len = n
-        held = int(self.cache.get_seq_length())
-        if held != n:
-            raise RuntimeError(f"after cropping, the cache holds {held} tokens, not {n}")
-
-
 def open_timing_session(model: Any, prefix_ids: Any) -> Any:
-    """A session at ``prefix_ids`` for timing: a :class:`TensorSession` for a transformers model (fed a
-    (1, n) tensor), the engine's own session (:func:`specdec.engine.lm.open_lm`) for any other (the lean
-    engine, llama.cpp), fed the ids as a list."""
+    """A session at ``prefix_ids`` for timing: a :class:`specdec.engine.lm.TensorSession` for a
+    transformers model (fed a (1, n) tensor), the engine's own session (:func:`specdec.engine.lm.open_lm`)
+    for any other (the lean engine, llama.cpp), fed the ids as a list."""
     import torch
 
-    from specdec.engine.lm import open_lm
+    from specdec.engine.lm import TensorSession, open_lm
 
     if callable(getattr(model, "session", None)):
         s = open_lm(model)
@@ -295,10 +215,10 @@ def time_forwards(
 
     ``sessions`` maps a name to anything with the :class:`specdec.engine.lm.Session` interface
     (``forward(new_ids)``, ``crop(n)``, ``len``): :class:`specdec.engine.lm.CachedLM`, the lean and
-    llama.cpp sessions, a :class:`TensorSession` (batched too). Each session's cached length
-    when the loop starts is its context; after every call it is cropped back to it, outside
+    llama.cpp sessions, a :class:`specdec.engine.lm.TensorSession` (batched too). Each session's
+    cached length when the loop starts is its context; after every call it is cropped back to it, outside
     the clock, and its length checked. ``new_ids[name]`` holds at least ``max(ks)`` ids (a
-    list, or a (b, n) tensor for a :class:`TensorSession`); the call at k feeds the first k.
+    list, or a (b, n) tensor for a TensorSession); the call at k feeds the first k.
 
     ``warmup + repeats`` passes; each pass times every (name, k) once, in an order drawn from
     ``rng`` (default: ``np.random.default_rng(0)``) so that drift affects every setting alike:
@@ -400,6 +320,8 @@ def forward_times(
     size = vocab.pop()
     prefix = torch.randint(0, size, (1, prefix_len), generator=gen)
     new = torch.randint(0, size, (1, max(ks)), generator=gen)
+    from specdec.engine.lm import TensorSession
+
     sessions = {name: open_timing_session(model, prefix) for name, model in models.items()}
     feeds = {
         name: new.to(s.device) if isinstance(s, TensorSession) else new[0].tolist()

@@ -45,15 +45,16 @@ def greedy_equality(
     """
     import torch
 
+    from specdec.drafting.registry import DraftContext, build_drafter
     from specdec.engine import tinymodels as tm
     from specdec.engine.decoding import autoregressive, speculative
-    from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
     from specdec.engine.lm import CachedLM
 
     cpu_target = tm.tiny_llama(0)
     target = tm.tiny_llama(0).to(device)
     draft = tm.perturbed_copy(tm.tiny_llama(0), 0.05, 5).to(device)
-    drafters = {"model": ModelDrafter(draft, target=target), "prompt-lookup": PromptLookupDrafter()}
+    context = DraftContext(target, load_draft=lambda name: draft)
+    drafters = {"model": build_drafter("draft:perturbed", context), "prompt-lookup": build_drafter("lookup")}
     runs = []
     for prompt in prompts:
         ar = autoregressive(target, list(prompt), max_new_tokens=max_new_tokens)
@@ -130,13 +131,13 @@ def first_two_token_test(
     does not look at the outcomes), then the counts are tested against the exact law. The test
     suite passes at p > 1e-3.
     """
+    from specdec.drafting.registry import DraftContext, build_drafter
     from specdec.engine import tinymodels as tm
     from specdec.engine.decoding import speculative
-    from specdec.engine.drafters import ModelDrafter
 
     target = tm.tiny_llama(0, layers=1).to(device)
     draft = tm.perturbed_copy(tm.tiny_llama(0, layers=1), 0.3, 7).to(device)
-    drafter = ModelDrafter(draft, target=target)
+    drafter = build_drafter("draft:perturbed", DraftContext(target, load_draft=lambda name: draft))
     vocab = tm.VOCAB
     counts = np.zeros((vocab, vocab))
     accepted = examined = 0

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
+from specdec.drafting.registry import DraftContext, build_drafter
 from specdec.measure.pairedrun import fresh_timer, paired_block
 from specdec.theory.intervals import bootstrap_ci, geomean
 from specdec.theory.policies import HeuristicGamma
@@ -33,24 +33,23 @@ def configurations(
     lookup and the draft ``draft`` at each fixed gamma and under the heuristic schedule, and the
     draft's confidence stop at each of ``confidences`` (drafting up to the largest gamma)."""
     top = max(gammas)
+    context = DraftContext(target, load_draft=lambda name: draft_model)  # the draft, already loaded
+
+    def make(spec: str) -> Any:  # a fresh drafter per run, from the registry
+        return lambda: build_drafter(spec, context)
+
     out: dict[str, tuple[Any, Any]] = {}
     for g in gammas:
-        out[f"lookup g={g}"] = (PromptLookupDrafter, lambda g=g: g)
-    out["lookup heuristic"] = (
-        PromptLookupDrafter,
-        lambda: HeuristicGamma(start=min(5, top), max_gamma=2 * top),
-    )
+        out[f"lookup g={g}"] = (make("lookup"), lambda g=g: g)
+    out["lookup heuristic"] = (make("lookup"), lambda: HeuristicGamma(start=min(5, top), max_gamma=2 * top))
     for g in gammas:
-        out[f"{draft} g={g}"] = (lambda: ModelDrafter(draft_model, target=target), lambda g=g: g)
+        out[f"{draft} g={g}"] = (make(f"draft:{draft}"), lambda g=g: g)
     out[f"{draft} heuristic"] = (
-        lambda: ModelDrafter(draft_model, target=target),
+        make(f"draft:{draft}"),
         lambda: HeuristicGamma(start=min(5, top), max_gamma=2 * top),
     )
     for c in confidences:
-        out[f"{draft} confidence {c:g}"] = (
-            lambda c=c: ModelDrafter(draft_model, target=target, confidence=c),
-            lambda: top,
-        )
+        out[f"{draft} confidence {c:g}"] = (make(f"draft:{draft},confidence={c!r}"), lambda: top)
     return out
 
 

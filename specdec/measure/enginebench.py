@@ -169,27 +169,21 @@ def resolve_engines(
 
 def build_engines(names: Sequence[str], threads: int) -> tuple[dict[str, Any], Any]:
     """The engines by name, and the loaded float32 target (one float32 load feeds the lean modes)."""
-    from specdec.engine import llamacpp
-    from specdec.engine.lean import LeanLlama
-    from specdec.engine.models import load_target, smollm2_gguf_path
+    from specdec.engine.builder import EngineSpec, open_engine, open_model
 
     engines: dict[str, Any] = {}
-    base = load_target("float32", quiet=True)
+    base = open_engine(EngineSpec("hf", "float32", threads, device="cpu")).base
     for name in names:
         if name == "hf-float32":
             engines[name] = base.model
         elif name == "hf-bfloat16":
-            engines[name] = load_target("bfloat16", quiet=True).model
-        elif name in VARIANTS:
-            mode, options = VARIANTS[name]
-            engines[name] = LeanLlama(base.model, mode, threads=threads, **options)
-        elif name.startswith("lean-"):
-            engines[name] = LeanLlama(base.model, name.removeprefix("lean-"), threads=threads)
-        elif name == "llama.cpp":
-            engines[name] = llamacpp.LlamaCppModel(smollm2_gguf_path(), threads=threads)
-        elif name == "llama.cpp-q4_0":  # llama.cpp's best CPU format here; not the same weights
-            gguf = llamacpp.requantized(smollm2_gguf_path(), "q4_0", threads=threads)
-            engines[name] = llamacpp.LlamaCppModel(gguf, threads=threads)
+            engines[name] = open_engine(EngineSpec("hf", "bfloat16", threads, device="cpu")).model
+        elif name in VARIANTS or name.startswith("lean-"):
+            mode, options = VARIANTS.get(name, (name.removeprefix("lean-"), {}))
+            engines[name] = open_model(base.model, EngineSpec("lean", mode, threads, options=options)).model
+        elif name in ("llama.cpp", "llama.cpp-q4_0"):  # the shipped Q4_1 GGUF, or llama.cpp's best CPU
+            fmt = "q4_0" if name.endswith("q4_0") else "q4_1"  # format here (not the same weights)
+            engines[name] = open_engine(EngineSpec("llama.cpp", fmt, threads, loop="eval"), base=base).model
     return engines, base
 
 
@@ -210,9 +204,10 @@ def draft_costs(
     c = the geometric mean over passes of T_draft(1) / T_target(1), paired by pass, with its 95 %
     bootstrap interval. Every draft runs at ``threads`` (torch's modes on torch's threads). The C
     forward's drafts and torch's are timed in two groups, each with the target."""
+    from specdec.engine.builder import EngineSpec, draft_modes, open_draft
     from specdec.engine.lean import LeanLlama
     from specdec.measure.core import engine_verify_curves
-    from specdec.measure.modes import draft_modes, timing_groups
+    from specdec.measure.modes import timing_groups
     from specdec.theory.intervals import ratio_ci
     from specdec.train.draftnets import list_drafts, load_draft
 
@@ -220,7 +215,7 @@ def draft_costs(
     for name in list_drafts():
         hf = load_draft(name, base_model)
         for mode in draft_modes(hf):
-            models[f"{name}/{mode}"] = LeanLlama(hf, mode, threads=threads)
+            models[f"{name}/{mode}"] = open_draft(hf, EngineSpec("lean", mode, threads)).model
     if isinstance(target, LeanLlama):
         for n in early_exit:
             if 1 <= n < target.num_layers:
@@ -264,7 +259,7 @@ def decode(
 ) -> dict:
     """Plain and prompt-lookup greedy decoding per prompt and engine, interleaved, EOS suppressed
     (:func:`specdec.measure.pairedrun.timed_generation`)."""
-    from specdec.engine.drafters import PromptLookupDrafter
+    from specdec.drafting.registry import build_drafter
     from specdec.engine.lean import torch_threads_for
     from specdec.measure.pairedrun import timed_generation
 
@@ -278,7 +273,7 @@ def decode(
                 order = ("plain", "lookup") if (rep + i) % 2 == 0 else ("lookup", "plain")
                 row: dict[str, Any] = {"engine": name, "prompt": p["id"], "task": p["task"], "repeat": rep}
                 for kind in order:
-                    drafter = PromptLookupDrafter() if kind == "lookup" else None
+                    drafter = build_drafter("lookup") if kind == "lookup" else None
                     with torch_threads_for(model):  # q4q8: its C threads, torch on one
                         tokens, stats, dt = timed_generation(
                             model, drafter, p["ids"], gamma=gamma, new_tokens=new_tokens

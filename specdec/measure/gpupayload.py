@@ -160,7 +160,8 @@ def write_payload(
     check_int("per_task", per_task, low=1)
     import gguf
 
-    from specdec.engine.models import load_target, smollm2_gguf_path
+    from specdec.engine.builder import EngineSpec, open_engine
+    from specdec.engine.models import smollm2_gguf_path
     from specdec.train.workloads import evaluation_prompts
 
     say = log or (lambda _m: None)
@@ -171,7 +172,7 @@ def write_payload(
     path = smollm2_gguf_path()
     say(f"payload: reading {path.name}")
     reader = gguf.GGUFReader(str(path))
-    loaded = load_target("float32", device="cpu", quiet=True)
+    loaded = open_engine(EngineSpec("hf", "float32", device="cpu")).base
     model, tok = loaded.model, loaded.tokenizer
     state = {k: v for k, v in model.state_dict().items()}
     cfg = model.config

@@ -102,8 +102,8 @@ def graph_smoke(device: str) -> dict[str, Any]:
     where the device has them. Seconds; reported, never raised (it is a check)."""
     import torch
 
+    from specdec.drafting.registry import DraftContext, build_drafter
     from specdec.engine.decoding import autoregressive, speculative
-    from specdec.engine.drafters import ModelDrafter
     from specdec.measure.gpureal import StaticLlama
 
     out: dict[str, Any] = {"device": device}
@@ -145,7 +145,8 @@ def graph_smoke(device: str) -> dict[str, Any]:
             out["graph_equals_eager"] = f"skipped: no CUDA graphs on {device}"
         calls = target.graph_calls
         plain = autoregressive(target, prompt, max_new_tokens=12).tokens
-        spec = speculative(target, ModelDrafter(early), prompt, gamma=3, max_new_tokens=12).tokens
+        drafter = build_drafter("draft:early-exit", DraftContext(None, load_draft=lambda name: early))
+        spec = speculative(target, drafter, prompt, gamma=3, max_new_tokens=12).tokens
         out["greedy_speculative_equals_plain"] = spec == plain
         out["graph_calls"] = target.graph_calls - calls
         out["ok"] = out["greedy_speculative_equals_plain"] and out["graph_equals_eager"] is not False
@@ -452,7 +453,7 @@ def run_real(
     deadline = Deadline(s.budget_s)
     import torch
 
-    from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
+    from specdec.drafting.registry import DraftContext, build_drafter
     from specdec.measure.gpupayload import load_payload
     from specdec.measure.gpureal import StaticLlama, distilled_draft
     from specdec.measure.gpusummary import summarize_costs, summarize_runs
@@ -592,9 +593,10 @@ def run_real(
 
     # 4. decoding
     methods = ["plain", "lookup", f"ee-{s.early_exit}", *(f"draft-{d}" for d in drafts)]
-    drafters: dict[str, Any] = {"lookup": PromptLookupDrafter(max_ngram=3, min_ngram=1)}
+    drafters: dict[str, Any] = {"lookup": build_drafter("lookup,max_ngram=3,min_ngram=1")}
+    context = DraftContext(None, load_draft=engines.__getitem__)  # the drafts are engines of the run
     for name in methods[2:]:
-        drafters[name] = ModelDrafter(engines[name])
+        drafters[name] = build_drafter(f"draft:{name}", context)
     runs: list[dict[str, Any]] = []
     generations: list[dict[str, Any]] = []
     dec = {"methods": methods, "engines": s.engine_list, "cells_planned": len(cells), "cells_done": 0}

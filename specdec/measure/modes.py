@@ -20,7 +20,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec.engine.lean import MODES, NATIVE_MODES, LeanLlama, int4_supported, torch_threads_for
+from specdec.drafting.registry import DraftContext
+from specdec.engine.builder import (
+    DRAFT_MODES,
+    EngineSpec,
+    OpenedEngine,
+    available_modes,
+    draft_modes,
+    open_draft,
+    open_engine,
+    open_model,
+)
+from specdec.engine.lean import MODES, NATIVE_MODES, LeanLlama, torch_threads_for
 from specdec.measure.core import cpu_name, time_forwards
 from specdec.theory.checks import check_float, check_int, check_ints
 from specdec.theory.recordio import write_record
@@ -39,12 +50,14 @@ __all__ = [
     "available_modes",
     "choose_mode",
     "cpu_counters",
+    "draft_context",
     "draft_length",
     "draft_modes",
     "lean_draft",
     "lean_model",
     "load_during",
     "machine_identity",
+    "open_target",
     "probe_modes",
     "probe_summary",
     "timing_groups",
@@ -52,15 +65,6 @@ __all__ = [
 
 #: Bump when the probe's method changes: older cached probes are then ignored.
 PROBE_VERSION = 7
-
-
-def available_modes() -> tuple[str, ...]:
-    """The lean modes this machine can run (int4 needs torch's CPU int4 kernels, q4_1 and q4q8 a C
-    compiler)."""
-    from specdec.engine import native
-
-    runs = {"int4": int4_supported(), "q4_1": native.available("q4_1"), "q4q8": native.available("q4q8")}
-    return tuple(m for m in MODES if runs.get(m, True))
 
 
 def left_out_modes() -> dict[str, str]:
@@ -179,7 +183,7 @@ def probe_modes(
     began = time.perf_counter()
     for mode in modes:
         bar.set_postfix_str(f"preparing {mode}", refresh=True)
-        lean = leans[mode] = LeanLlama(model, mode, threads=threads)
+        lean = leans[mode] = open_model(model, EngineSpec("lean", mode, threads)).model
         exact[mode] = lean.verify_matches_steps(k=max(sizes))  # the longest verify call probed
         s = lean.session()
         s.forward(ids[:context], keep=1)
@@ -441,59 +445,98 @@ def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _chooser(**choose: Any) -> Any:
+    """The builder's :data:`~specdec.engine.builder.Chooser`: :func:`choose_mode` with ``choose``'s
+    keywords (``refresh``, ``cache``, ``modes``)."""
+    asked = choose.pop("modes", None)  # a caller's own list of modes (lean_model's keyword)
+
+    def chooser(model: Any, modes: Sequence[str] | None, threads: int) -> dict[str, Any]:
+        return choose_mode(model, modes=modes if asked is None else asked, threads=threads, **choose)
+
+    return chooser
+
+
+def open_target(spec: EngineSpec, *, base: Any = None, **choose: Any) -> OpenedEngine:
+    """The default target opened in ``spec`` by the one engine builder
+    (:func:`specdec.engine.builder.open_engine`), a lean ``"auto"`` chosen by :func:`choose_mode`
+    (``choose``: its ``refresh`` and ``cache``). ``base``: a loaded model to build on."""
+    return open_engine(spec, base=base, choose=_chooser(**choose))
+
+
 def lean_model(
     model: Any, mode: str = "auto", *, threads: int | None = None, **choose: Any
 ) -> tuple[LeanLlama, dict[str, Any] | None]:
-    """``model`` as a :class:`~specdec.engine.lean.LeanLlama` in ``mode``; ``"auto"`` measures first.
+    """``model`` as a :class:`~specdec.engine.lean.LeanLlama` in ``mode``; ``"auto"`` measures first
+    (the builder's :func:`~specdec.engine.builder.open_model` with :func:`choose_mode`).
 
     ``threads``: the C forward's threads (``"q4q8"``; default: the cores this process may use).
     Returns the lean model and the probe behind an ``"auto"`` choice (None for a named mode).
     """
-    from specdec.engine import native
-
-    threads = native.check_threads(threads)
-    if mode == "auto":
-        probe = choose_mode(model, threads=threads, **choose)
-        return LeanLlama(model, probe["mode"], threads=threads), probe
-    if mode not in MODES:
-        raise ValueError(f"mode must be 'auto' or one of {MODES}; got {mode!r}")
-    return LeanLlama(model, mode, threads=threads), None
-
-
-#: The lean modes that keep a draft's trained weights as they are (int4 and q4_1 would re-quantize
-#: them to 4 bits); "q4q8" only for a model of int8 rows (``int8_rows``: the distilled drafts),
-#: whose codes it keeps (Q8_0 layers, :class:`specdec.engine.lean.LeanLlama`'s ``codes``).
-DRAFT_MODES = ("float32", "bfloat16", "q4q8")
-
-
-def draft_modes(model: Any) -> tuple[str, ...]:
-    """The :data:`DRAFT_MODES` that keep ``model``'s weights and run on this machine."""
-    keeps = [m for m in DRAFT_MODES if m != "q4q8" or getattr(model, "int8_rows", False)]
-    return tuple(m for m in keeps if m in available_modes())
+    opened = open_model(model, EngineSpec("lean", mode, threads), choose=_chooser(**choose))
+    return opened.model, opened.probe
 
 
 def lean_draft(
     model: Any, mode: str = "auto", *, threads: int | None = None, **choose: Any
 ) -> tuple[LeanLlama, dict[str, Any] | None]:
-    """A draft model (e.g. :func:`specdec.train.draftnets.load_draft`) in the lean engine.
+    """A draft model (e.g. :func:`specdec.train.draftnets.load_draft`) in the lean engine
+    (:func:`specdec.engine.builder.open_draft`).
 
-    ``"auto"`` picks the fastest of :func:`draft_modes` on this machine by :func:`choose_mode`
-    (cached like the target's probe); the 4-bit modes are left out because they would round the
-    draft's own trained weights to a 4-bit code, changing the draft, and q4q8 runs a draft of int8
-    rows on its own codes. A small draft is where the lean engine saves most: its step is mostly
-    fixed overhead, and c is the draft's step over the target's. ``threads``: the C forward's
-    threads in q4q8 (default: the cores this process may use). Returns the lean draft and the
-    probe behind an ``"auto"`` choice.
+    ``"auto"`` picks the fastest of :func:`~specdec.engine.builder.draft_modes` on this machine by
+    :func:`choose_mode` (cached like the target's probe); the 4-bit modes are left out because they
+    would round the draft's own trained weights to a 4-bit code, changing the draft, and q4q8 runs a
+    draft of int8 rows on its own codes. A small draft is where the lean engine saves most: its step
+    is mostly fixed overhead, and c is the draft's step over the target's. ``threads``: the C
+    forward's threads in q4q8 (default: the cores this process may use). Returns the lean draft and
+    the probe behind an ``"auto"`` choice.
     """
-    from specdec.engine import native
+    opened = open_draft(model, EngineSpec("lean", mode, threads), choose=_chooser(**choose))
+    return opened.model, opened.probe
 
-    threads = native.check_threads(threads)
-    allowed = draft_modes(model)
-    if mode == "auto":
-        probe = choose_mode(model, modes=allowed, threads=threads, **choose)
-        return LeanLlama(model, probe["mode"], threads=threads), probe
-    if mode not in allowed:
-        raise ValueError(
-            f"mode must be 'auto' or one of {allowed} for this draft (of {DRAFT_MODES}); got {mode!r}"
-        )
-    return LeanLlama(model, mode, threads=threads), None
+
+def draft_context(
+    target: OpenedEngine,
+    *,
+    draft_mode: str = "auto",
+    corpus: Callable[[], Sequence[Sequence[int]]] | None = None,
+    load_model: Callable[[str], Any] | None = None,
+) -> tuple[DraftContext, dict[str, Any]]:
+    """The registry's :class:`~specdec.drafting.registry.DraftContext` around an opened target: one
+    way to load what a drafter spec names.
+
+    A distilled draft (``draft:<name>``, :func:`specdec.train.draftnets.load_draft` on the target's
+    base model) runs in the lean engine at the target's threads in ``draft_mode`` (``"auto"``: the
+    fastest of :data:`DRAFT_MODES` that keeps its weights, by :func:`choose_mode`) when the target is
+    lean, and as loaded when it is a transformers model; Medusa, the MLP speculator and EAGLE load by
+    :func:`specdec.train.condnets.load_conditioned` (their matrices in int8 rows on one thread);
+    ``corpus`` gives the n-gram drafters' text, ``load_model`` a model folder's draft. Returns the
+    context and ``drafts``: what each draft ran in, filled as each loads (for the record).
+    """
+    from specdec.drafting.registry import DraftContext
+    from specdec.train.condnets import load_conditioned
+    from specdec.train.draftnets import DRAFT_DIR, load_draft
+
+    base = target.base.model
+    drafts: dict[str, Any] = {}
+
+    def load(name: str) -> Any:
+        model = load_draft(name, base)
+        if target.spec.engine != "lean":
+            drafts[name] = {"engine": target.spec.engine, "mode": target.mode}
+            return model
+        opened = open_draft(model, EngineSpec("lean", draft_mode, target.threads), choose=_chooser())
+        drafts[name] = {"mode": opened.mode, "codes": opened.model.codes, "threads": target.threads}
+        if opened.probe is not None:
+            drafts[name]["probe"] = probe_summary(opened.probe)
+        return opened.model
+
+    def load_cond(name: str) -> tuple[Any, dict]:
+        module, card = load_conditioned(DRAFT_DIR / name, base)
+        drafts[name] = {"kind": card["kind"], "steps": card.get("steps"), "threads": 1,
+                        "runs_in": "int8 rows (Q8Linear; EAGLE's layer: q4q8)"}  # fmt: skip
+        return module, card
+
+    context = DraftContext(
+        target.model, load_draft=load, load_conditioned=load_cond, corpus=corpus, load_model=load_model
+    )
+    return context, drafts

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.measure.core import TensorSession, summarize_times, sync_hook, time_forwards
+from specdec.measure.core import summarize_times, sync_hook, time_forwards
 from specdec.measure.recorder import Deadline
 
 __all__ = [
@@ -73,6 +73,8 @@ def cost_surface(
     ``cache_len_after`` (the cache's length after the cell's last crop: ``context``).
     """
     import torch
+
+    from specdec.engine.lm import TensorSession
 
     batches, ks, extra = tuple(batches), tuple(ks), tuple(b1_extra_ks)
     if not batches or not ks or 1 not in ks:
@@ -194,6 +196,8 @@ def kernel_time_surface(
     logits, the cache cut back after each call). Needs a CUDA device.
     """
     import torch
+
+    from specdec.engine.lm import TensorSession
 
     device = next(model.parameters()).device
     if device.type != "cuda":

@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 
 __all__ = [
     "check_array",
+    "check_choice",
     "check_float",
     "check_int",
     "check_ints",
@@ -74,6 +75,15 @@ def check_int(
     if is_int(value) and (low is None or value >= low) and (high is None or value <= high):
         return int(value)
     raise _fail(name, "an integer", _range(low, high), note, value)
+
+
+def check_choice(name: str, value: object, choices: Iterable[object]) -> object:
+    """``value`` when it is one of ``choices``; otherwise ValueError ``"<name> must be one of (...); got
+    <value>"``."""
+    allowed = tuple(choices)
+    if isinstance(value, str | int | float | type(None)) and value in allowed:
+        return value
+    raise ValueError(f"{name} must be one of {allowed}; got {value!r}")
 
 
 def check_ints(

@@ -61,10 +61,10 @@ def extract_features(
     engine the drafters decode with, so training sees the features decoding will). Returns the count."""
     from tqdm.auto import tqdm
 
-    from specdec.engine.lean import LeanLlama
+    from specdec.engine.builder import EngineSpec, open_model
 
     todo = [p for f in folders for p in shard_paths(f) if not _feature_path(p).exists()]
-    lean = LeanLlama(target, "q4q8", threads=threads) if todo else None
+    lean = open_model(target, EngineSpec("lean", "q4q8", threads)).model if todo else None
     for path in tqdm(todo, disable=not progress, desc="features"):
         shard = dict(np.load(path))
         out = np.zeros((len(shard["ids"]), int(target.config.hidden_size)), dtype=np.float16)
