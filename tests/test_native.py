@@ -197,7 +197,8 @@ def test_the_q4_1_entry_point_checks_its_arguments_in_c():
 
 def test_every_q4_1_entry_point_checks_its_arguments_and_its_abi(monkeypatch, fresh_load):
     """leanq4.c's exported functions refuse what would read or write out of bounds (-2): ids at or past
-    the vocabulary, null pointers and bad row counts in the one-layer products, a null profile buffer,
+    the vocabulary, layers in another code than Q4_1, null pointers and bad row counts in the one-layer
+    products, a null profile buffer,
     a profiling switch other than 0/1; and a library whose structures differ from Python's is refused
     at load, by version or by size, as leanq8's is."""
     if not native.available():
@@ -214,6 +215,9 @@ def test_every_q4_1_entry_point_checks_its_arguments_and_its_abi(monkeypatch, fr
     assert lib.specdec_q4_forward(ctypes.byref(desc), *args) == -2
     ok = torch.tensor([1, model.vocab_size - 1], dtype=torch.int64)
     assert lib.specdec_q4_forward(ctypes.byref(desc), ok.data_ptr(), *args[1:]) == 0
+    desc.layer_codes = 1  # the one model_t of both forwards: Q8_0 layers are leanq8.c's, refused here
+    assert lib.specdec_q4_forward(ctypes.byref(desc), ok.data_ptr(), *args[1:]) == -2
+    desc.layer_codes = 0
     layer = model.layers[0]["qkv"].struct()
     k, n = layer.k, layer.n
     x, y = torch.zeros(3, k), torch.empty(3, n)

@@ -90,10 +90,10 @@ def native_structure(model: Any) -> Any:
                 *(entry[name].struct() for name in ("qkv", "o", "gate_up", "down")),
             )
         inter = model.layers[0]["down"].qs.shape[1] * 2
-        model._native = native.ModelQ4(
+        model._native = native.Model(
             len(model.layers), model.hidden, model.heads, model.kv_heads, model.head_dim, inter,
             model.max_positions, model.eps, model.embed.data_ptr(), layers, model.norm.data_ptr(),
-            model.head.struct(), cos.data_ptr(), sin.data_ptr(), int(model.embed.shape[0]),
+            model.head.struct(), cos.data_ptr(), sin.data_ptr(), int(model.embed.shape[0]), 0,
         )  # fmt: skip
         model._native_keep = (layers, cos, sin)
     return model._native
@@ -118,7 +118,7 @@ def q8_forward(model: Any) -> Any:
             )
         q8_layers = model.codes == "q8_0"
         inter = layers[0]["down"].qs.shape[1] * (1 if q8_layers else 2)
-        desc = native.ModelQ8(
+        desc = native.Model(
             len(layers), model.hidden, model.heads, model.kv_heads, model.head_dim, inter,
             model.max_positions, model.eps, model.embed.data_ptr(), table, model.norm.data_ptr(),
             model.head.struct(), cos.data_ptr(), sin.data_ptr(), int(model.embed.shape[0]),

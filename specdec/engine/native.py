@@ -30,10 +30,13 @@ verifies a draft tree in one call, each node equal bit for bit to the chain forw
 (:mod:`specdec.engine.leannative`). ABI 5 adds ``specdec_q8_forward_ex`` (embedding rows in place
 of token ids, and every row's pre-final-norm features out, for target-conditioned drafters) and a
 standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`). The library's cache key
-covers the C source and every header beside it (``csrc/lean_pool.h``, the thread pool).
+covers the C source and every header beside it: ``csrc/lean_common.h`` (the model's structures, the
+error codes and the float helpers both forwards share, so they do the same arithmetic),
+``csrc/lean_pool.h`` (the thread pool) and ``csrc/leanq8_matmul.h`` (the q4q8 forward's int8 products).
 
 Both libraries report their ABI version and the sizes of the structures they share with Python
-(``specdec_q4_abi``, ``specdec_q8_abi``; :data:`Q4_ABI`, :data:`Q8_ABI`), checked at load: a stale or
+(``specdec_q4_abi``, ``specdec_q8_abi``; :data:`Q4_ABI`, :data:`Q8_ABI`), checked at load against the
+one ctypes description of them (:class:`Model`, :class:`Layer`, :class:`Q41`, :class:`Q80`): a stale or
 foreign build is refused with the mismatch named. Every exported entry point checks its own
 arguments (null pointers, row counts, positions against the cache, token ids against the vocabulary)
 and returns -2 instead of reading or writing out of bounds.
@@ -92,7 +95,7 @@ KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
 Q8_ABI = 5
 #: The ABI version of leanq4.c's structures (its SPECDEC_Q4_ABI), checked at load.
-Q4_ABI = 1
+Q4_ABI = 2
 
 
 def _source(kind: str) -> Path:
@@ -158,7 +161,7 @@ def _library_path(cc: tuple[str, ...], flags: list[str], kind: str = "q4_1") -> 
 
     source = _source(kind)
     key = hashlib.sha256()
-    # the source and every header beside it (leanq8.c includes lean_pool.h): editing one rebuilds
+    # the source and every header beside it (lean_common.h, lean_pool.h, ...): editing one rebuilds
     headers = [h.name.encode() + b"\0" + h.read_bytes() for h in sorted(source.parent.glob("*.h"))]
     for part in (source.read_bytes(), *headers, " ".join(flags).encode(), _compiler_version(cc).encode()):
         key.update(part + b"\0")
@@ -261,6 +264,11 @@ class Layer(ctypes.Structure):
 
 
 class Model(ctypes.Structure):
+    """The model as both C forwards read it (``model_t`` of csrc/lean_common.h): shapes, the weights'
+    addresses, ``vocab`` (the embedding's rows: every id is checked against it in C) and the layers'
+    code (``layer_codes``: 0 Q4_1, 1 Q8_0, whose :class:`Q41` entries then hold int8 codes (n, k) in
+    ``qs``, scales in ``d`` and no ``m``; leanq4.c takes 0 only)."""
+
     _fields_ = [
         ("n_layers", ctypes.c_int32),
         ("hidden", ctypes.c_int32),
@@ -276,23 +284,9 @@ class Model(ctypes.Structure):
         ("head", Q80),
         ("cos", ctypes.c_void_p),
         ("sin", ctypes.c_void_p),
+        ("vocab", ctypes.c_int32),
+        ("layer_codes", ctypes.c_int32),
     ]
-
-
-class ModelQ4(Model):
-    """leanq4.c's model description: :class:`Model` plus the embedding's rows (``vocab``: every id is
-    checked against it in C)."""
-
-    _fields_ = [("vocab", ctypes.c_int32)]
-
-
-class ModelQ8(Model):
-    """leanq8.c's model description: :class:`Model` plus the embedding's rows (as :class:`ModelQ4`; not a
-    subclass of it, whose padded size would move the next field) and the layers' code (``layer_codes``:
-    0 Q4_1, 1 Q8_0, whose :class:`Q41` entries then hold int8 codes (n, k) in ``qs``, scales in ``d``
-    and no ``m``)."""
-
-    _fields_ = [("vocab", ctypes.c_int32), ("layer_codes", ctypes.c_int32)]
 
 
 #: Return codes of leanq8.c's exported functions.
@@ -305,7 +299,7 @@ def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.specdec_q8_abi.restype = i32
     lib.specdec_q8_isa.argtypes = []
     lib.specdec_q8_isa.restype = ctypes.c_char_p
-    lib.specdec_q8_new.argtypes = [ctypes.POINTER(ModelQ8), ctypes.POINTER(i32)]
+    lib.specdec_q8_new.argtypes = [ctypes.POINTER(Model), ctypes.POINTER(i32)]
     lib.specdec_q8_new.restype = p
     lib.specdec_q8_free.argtypes = [p]
     lib.specdec_q8_free.restype = None
@@ -331,12 +325,12 @@ def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
 class Q8Forward:
     """A model repacked for leanq8.c (the ``"q4q8"`` mode): owns the C handle, frees it when dropped.
 
-    ``description`` is a :class:`ModelQ8` over tensors the caller keeps alive (the embedding,
+    ``description`` is a :class:`Model` over tensors the caller keeps alive (the embedding,
     norms and rotary tables are read in place; the linear layers and head are copied into the
     repacked layout). Each instance has its own phase clocks.
     """
 
-    def __init__(self, description: ModelQ8) -> None:
+    def __init__(self, description: Model) -> None:
         self.lib = library("q4q8")
         status = ctypes.c_int32(0)
         handle = self.lib.specdec_q8_new(ctypes.byref(description), ctypes.byref(status))
@@ -408,7 +402,7 @@ class Q8Forward:
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     p = ctypes.c_void_p
     lib.specdec_q4_forward.argtypes = [
-        ctypes.POINTER(ModelQ4),
+        ctypes.POINTER(Model),
         p,
         ctypes.c_int32,
         ctypes.c_int32,
@@ -419,7 +413,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     ]
     lib.specdec_q4_forward.restype = ctypes.c_int
     lib.specdec_q4_forward_tree.argtypes = [
-        ctypes.POINTER(ModelQ4),
+        ctypes.POINTER(Model),
         p,
         p,
         ctypes.c_int32,
@@ -448,9 +442,9 @@ def _check_abi(lib: ctypes.CDLL, kind: str = "q4q8") -> None:
     library's ABI version and the sizes of its four shared structures, for either C forward."""
     sizes = (ctypes.c_int64 * 4)()
     name, report, abi, model = (
-        ("leanq8", lib.specdec_q8_abi, Q8_ABI, ModelQ8)
+        ("leanq8", lib.specdec_q8_abi, Q8_ABI, Model)
         if kind == "q4q8"
-        else ("leanq4", lib.specdec_q4_abi, Q4_ABI, ModelQ4)
+        else ("leanq4", lib.specdec_q4_abi, Q4_ABI, Model)
     )
     version = report(sizes, 4)
     want = [ctypes.sizeof(t) for t in (Q41, Q80, Layer, model)]

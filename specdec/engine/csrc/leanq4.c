@@ -14,48 +14,15 @@
  * The code uses GCC/Clang vector extensions (16 floats), which the compiler maps onto the
  * machine's vector unit (AVX-512, AVX2 or SSE) at -march=native.
  */
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "lean_common.h" /* the model's structures and the float helpers leanq8.c shares */
 
-typedef float v16f __attribute__((vector_size(64)));
 typedef uint8_t v16u8 __attribute__((vector_size(16)));
-typedef int32_t v16i __attribute__((vector_size(64)));
 
-typedef struct {
-    const uint8_t *qs; /* (n, k / 2) */
-    const float *d;    /* (n, k / 32) */
-    const float *m;    /* (n, k / 32) */
-    int32_t n, k;
-} q41_t;
 
-typedef struct {
-    const uint8_t *qs; /* (n, k): the int8 codes' bytes */
-    const float *d;   /* (n, k / 32) */
-    int32_t n, k;
-} q80_t;
-
-typedef struct {
-    const float *norm_attn, *norm_mlp;
-    q41_t qkv, o, gate_up, down;
-} layer_t;
-
-typedef struct {
-    int32_t n_layers, hidden, heads, kv_heads, head_dim, inter, positions;
-    float eps;
-    const float *embed; /* (vocab, hidden) */
-    const layer_t *layers;
-    const float *norm;
-    q80_t head;
-    const float *cos, *sin; /* (positions, head_dim); sin with rotate_half's sign folded in */
-    int32_t vocab;          /* rows of embed: every id must lie in 0 .. vocab - 1 */
-} model_t;
-
-/* The version of the structures above; specdec_q4_abi reports it with their sizes, and Python refuses
- * a library whose structures differ from its ctypes ones (a stale or foreign build). */
-#define SPECDEC_Q4_ABI 1
+/* The version of the structures (lean_common.h); specdec_q4_abi reports it with their sizes, and Python
+ * refuses a library whose structures differ from its ctypes ones (a stale or foreign build). ABI 2: the
+ * one model_t of both forwards (layer_codes, which must be 0 here: Q4_1 layers). */
+#define SPECDEC_Q4_ABI 2
 int32_t specdec_q4_abi(int64_t *sizes, int32_t n) {
     const int64_t s[4] = {sizeof(q41_t), sizeof(q80_t), sizeof(layer_t), sizeof(model_t)};
     if (!sizes || n < 0) return -2;
@@ -69,11 +36,6 @@ enum { PH_LINEAR, PH_HEAD, PH_ATTENTION, PH_OTHER, PHASES };
 static int profiling = 0;
 static double phase_s[PHASES];
 
-static inline double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 #define PHASE(which, ...)                                                                             \
     do {                                                                                              \
@@ -101,24 +63,8 @@ int32_t specdec_q4_profile(double *out) {
     return 0;
 }
 
-static inline v16f loadf(const float *p) {
-    v16f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
-static inline void storef(float *p, v16f v) { memcpy(p, &v, sizeof v); }
 
-/* A fixed-order tree sum of the 16 lanes. */
-static inline float hsum(v16f v) {
-    float t[16];
-    storef(t, v);
-    float a = (t[0] + t[8]) + (t[4] + t[12]);
-    float b = (t[2] + t[10]) + (t[6] + t[14]);
-    float c = (t[1] + t[9]) + (t[5] + t[13]);
-    float e = (t[3] + t[11]) + (t[7] + t[15]);
-    return (a + b) + (c + e);
-}
 
 /* y[r][n] (+)= sum_k W[n][k] x[r][k] for R rows (R a compile-time constant after inlining). */
 static inline __attribute__((always_inline)) void q41_rows(const q41_t *w, const float *restrict x, int R,
@@ -212,36 +158,8 @@ static void q80_mm(const q80_t *w, const float *x, int rows, float *y, int ldy) 
 
 /* RMSNorm as transformers computes it: x / sqrt(mean(x^2) + eps), then times the weight.
  * Vector loops run over whole blocks of 16 and a scalar loop over the rest (here and below). */
-static void rms(const float *x, const float *w, int n, float eps, float *out) {
-    const int nv = n - n % 16;
-    v16f acc = {0};
-    for (int i = 0; i < nv; i += 16) {
-        const v16f v = loadf(x + i);
-        acc += v * v;
-    }
-    float s = hsum(acc);
-    for (int i = nv; i < n; i++) s += x[i] * x[i];
-    const float inv = 1.0f / sqrtf(s / (float)n + eps);
-    for (int i = 0; i < nv; i += 16) storef(out + i, loadf(w + i) * (loadf(x + i) * inv));
-    for (int i = nv; i < n; i++) out[i] = w[i] * (x[i] * inv);
-}
 
-/* Rotary embedding in place: x cos + rotate_half(x) sin (sign of rotate_half folded into sin). */
-static void rotate(float *x, const float *cos, const float *sin, int hd) {
-    float t[hd];
-    const int half = hd / 2;
-    for (int i = 0; i < hd; i++) t[i] = x[i] * cos[i] + x[(i + half) % hd] * sin[i];
-    memcpy(x, t, sizeof(float) * hd);
-}
 
-static inline float dot(const float *a, const float *b, int n) {
-    const int nv = n - n % 16;
-    v16f acc = {0};
-    for (int i = 0; i < nv; i += 16) acc += loadf(a + i) * loadf(b + i);
-    float s = hsum(acc);
-    for (int i = nv; i < n; i++) s += a[i] * b[i];
-    return s;
-}
 
 /* The cache slot of key t: t itself for a chain (path NULL) and for the cached prefix (t < start);
  * for a tree node, path[t - start] (its ancestors' slots root-down, then its own). */
@@ -302,7 +220,7 @@ static int forward(const model_t *m, const int64_t *ids, const int32_t *parents,
     if (!m || !ids || !cache || !logits || k < 1 || keep < 1 || keep > k || start < 0 || capacity < 1 ||
         capacity > m->positions || start > capacity - k)
         return -2;
-    if (m->vocab < 1) return -2;
+    if (m->vocab < 1 || m->layer_codes != 0) return -2; /* this forward runs Q4_1 layers only */
     for (int r = 0; r < k; r++)
         if (ids[r] < 0 || ids[r] >= m->vocab) return -2;
     if (parents)
