@@ -55,12 +55,26 @@ NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider
 ## Every test: lint + format check, unit and statistical tests, nbval over every notebook
 ## (natively, then on an emulated AVX2 and a baseline x86-64 CPU), notebook/source pairing,
 ## a strict build of the book, and the built book in headless Chromium (tests/test_browser.py).
+## Two streams run side by side, one per core: the tests, and the three nbval passes followed by the
+## book's strict build and the browser test (their log is printed when both are done). The shared
+## caches they read (the target's weights, the native C forwards) are made first, so that neither
+## stream writes one while the other reads it.
+NBVAL_LOG := $(or $(TMPDIR),/tmp)/specdec-nbval-$(shell echo $$PPID).log
+BOOK_TESTS := tests/test_book.py tests/test_browser.py
 test: setup chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(NBVAL) tests notebooks
-	$(EMULATE_AVX2) $(NBVAL) notebooks
-	$(EMULATE_BASELINE) $(NBVAL) notebooks
+	$(BIN)/python -c "from specdec.engine import models, native; models.load_target('float32', quiet=True); \
+	  [native.available(k) for k in ('q4_1', 'q4q8')]"
+	@echo "nbval (native, emulated AVX2, emulated baseline) and $(BOOK_TESTS) run beside the tests: $(NBVAL_LOG)"
+	@( $(NBVAL) notebooks && $(EMULATE_AVX2) $(NBVAL) notebooks && $(EMULATE_BASELINE) $(NBVAL) notebooks \
+	  && $(NBVAL) $(BOOK_TESTS) ) > $(NBVAL_LOG) 2>&1 & nb=$$!; \
+	$(NBVAL) tests $(BOOK_TESTS:%=--ignore=%); tests=$$?; \
+	wait $$nb; nbval=$$?; \
+	echo "========== nbval (natively, emulated AVX2, emulated baseline), then $(BOOK_TESTS) =========="; \
+	cat $(NBVAL_LOG); \
+	echo "tests: exit $$tests; nbval: exit $$nbval"; \
+	[ $$tests -eq 0 ] && [ $$nbval -eq 0 ]
 
 lint: setup
 	$(BIN)/ruff check --fix .

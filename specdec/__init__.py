@@ -50,6 +50,7 @@ Engine (torch + transformers, the ``models`` extra):
 * :mod:`specdec.engine.decoding`  -- the autoregressive and speculative loops.
 * :mod:`specdec.engine.batched`   -- speculative decoding of a batch of prompts (ragged or common cut).
 * :mod:`specdec.engine.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
+* :mod:`specdec.engine.staticllama` -- the real target on a GPU: the static-cache engine with CUDA graphs.
 * :mod:`specdec.engine.tinymodels` -- tiny random Llama models for the tests and the GPU record.
 * :mod:`specdec.engine.randomllama` -- Llama models at real shapes with random weights (cost surfaces).
 
@@ -96,7 +97,6 @@ Measurement:
 * :mod:`specdec.measure.gpurecord` -- the GPU record's run: the CUDA paths checked, the cost surfaces.
 * :mod:`specdec.measure.gpupayload` -- the real target's weights carried to a GPU: the payload written
   on a CPU, checked and dequantized on the device.
-* :mod:`specdec.measure.gpureal` -- the real target on a GPU: the static-cache engine with CUDA graphs.
 * :mod:`specdec.measure.gpusummary` -- the GPU run's tables, recomputed from its stored timings.
 * :mod:`specdec.measure.gpurun`  -- the real-weights GPU run, section by section (timers, decoding).
 

@@ -285,3 +285,25 @@ def test_where_the_time_goes_follows_the_three_numbers(record):
     )
     assert answer.is_tree("x/suffix/g8") and not answer.is_tree("x/suffix,tree=0/g8")
     assert not answer.is_tree("x/mlp:mlp-4,ranks=1") and answer.is_tree("x/mlp:mlp-4")
+
+
+@pytest.mark.parametrize("name", ["trees", "conditioned"])
+def test_where_the_time_goes_is_one_decomposition_for_every_record_with_trees(name, root):
+    """The trees and conditioned chapters read the answer chapter's decomposition: on their own records,
+    at both temperatures, the terms add up in plain steps, v_rounds is the same verify call in bare single
+    steps, and the acceptance at depth is the record's."""
+    from specdec.analysis import records
+
+    rec = records.newest(root / "results", name)
+    for t in rec["temperatures"]:
+        rows = answer.where_time_goes(rec, t)
+        assert len(rows) == sum(1 for r in rec["trees"]["rows"] if r["temperature"] == t)
+        for r in rows:
+            assert r["temperature"] == t
+            assert r["verify"] + r["c_round"] + r["overhead"] == pytest.approx(r["round_cost"])
+            t1 = rec["verify_curves"]["median_s"]["chain"][0]
+            assert r["v_rounds"] == pytest.approx(r["verify"] * r["plain_step_ms"] / 1e3 / t1)
+            source = next(
+                x for x in rec["trees"]["rows"] if x["temperature"] == t and x["config"] == r["config"]
+            )
+            assert r["accept_d1"] == source["accept_at_depth"][0]

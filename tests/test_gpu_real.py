@@ -19,7 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specdec.measure import gpupayload, gpureal, gpurun, gpusummary  # noqa: E402
+from specdec.engine import staticllama  # noqa: E402
+from specdec.measure import gpupayload, gpurun, gpusummary  # noqa: E402
 from specdec.theory.intervals import geomean  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small torch ops: one thread is fastest
@@ -90,7 +91,7 @@ def test_reverse_permute_is_transformers_formula():
 def test_safetensors_reader_matches_the_package(root):
     st = pytest.importorskip("safetensors.numpy")
     path = root / "specdec" / "data" / "drafts" / "distil-l1" / "weights.safetensors"
-    mine, ref = gpupayload.read_safetensors(path), st.load_file(str(path))
+    mine, ref = staticllama.read_safetensors(path), st.load_file(str(path))
     assert set(mine) == set(ref)
     assert all(mine[k].dtype == ref[k].dtype and np.array_equal(mine[k], ref[k]) for k in ref)
 
@@ -252,7 +253,7 @@ def test_engine_matches_transformers(payload_dir, cpu_target, root):
     from specdec.train.draftnets import load_draft
 
     loaded = gpupayload.load_payload(payload_dir, "cpu", check_float32=False)
-    engine = gpureal.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)
+    engine = staticllama.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)
     ids = loaded.prompts[-1]["ids"][:24]
     with torch.no_grad():
         ref = cpu_target(torch.tensor([ids])).logits[0]
@@ -264,7 +265,7 @@ def test_engine_matches_transformers(payload_dir, cpu_target, root):
     s.crop(18)  # a verify call after a crop gives the rows of the full forward
     assert torch.allclose(s.forward(ids[18:]), ref[18:], atol=1e-3, rtol=0)
     assert torch.allclose(engine.early_exit(3).session().forward(ids), ref_ee, atol=1e-3, rtol=0)
-    draft = gpureal.distilled_draft(engine, root / "specdec" / "data" / "drafts" / "distil-l1")
+    draft = staticllama.distilled_draft(engine, root / "specdec" / "data" / "drafts" / "distil-l1")
     got_d = draft.session().forward(ids)
     kept = torch.isfinite(ref_d)
     assert torch.equal(torch.isfinite(got_d), kept)
@@ -374,7 +375,7 @@ def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_p
         smoke["ok"] and smoke["greedy_speculative_equals_plain"] and "skipped" in smoke["graph_equals_eager"]
     )
     pre = json.loads(lines[-3])
-    assert pre["specdec.measure.gpureal"] == "ok" and pre["torch_version"] == torch.__version__
+    assert pre["specdec.engine.staticllama"] == "ok" and pre["torch_version"] == torch.__version__
     assert json.loads(lines[-1]) == {
         "present": [f"part-{i:02d}.bin" for i in range(5)], "missing": [], "bad": [], "complete": True,
     }  # fmt: skip
@@ -425,7 +426,7 @@ def test_graph_path_bookkeeping_and_greedy_equality(payload_dir):
     from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
 
     loaded = gpupayload.load_payload(payload_dir, "cpu", check_float32=False)
-    target = gpureal.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)
+    target = staticllama.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)
     early = target.early_exit(2)
     for engine, ks in ((target, (1, 2, 3)), (early, (1, 2))):
         for k in ks:

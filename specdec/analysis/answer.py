@@ -403,18 +403,21 @@ def _plain_steps(record: Mapping[str, Any], temperature: float) -> dict[str, flo
 def where_time_goes(
     record: Mapping[str, Any], temperature: float = 0.0, *, goal: float = 1.5
 ) -> list[dict[str, Any]]:
-    """Where a round's time goes, per speculative configuration of a complete campaign-v2 record at
-    ``temperature`` (tasks pooled), every cost in units of one *plain decoding step* of the same engine
-    (``plain_step_ms``: the median over its plain runs of decode time per token, the loop included):
+    """Where a round's time goes, per speculative configuration of a complete record with tree statistics
+    (campaign v2, the trees and the conditioned runs) at ``temperature`` (tasks pooled): the one
+    decomposition every chapter shows. Every cost is in units of one *plain decoding step* of the same
+    engine (``plain_step_ms``: the median over its plain runs of decode time per token, the loop
+    included), so that the terms add up:
     ``label`` (the configuration in words), ``engine``, ``tree`` (verifies several paths),
-    ``tokens_per_call`` (new tokens per target call, repetition-0 Stats pooled over prompts), ``width``
+    ``tokens_per_call`` (new tokens per target call, repetition-0 Stats pooled over prompts),
+    ``nodes_per_round``, ``accept_d1`` .. ``accept_d3`` (accepted over examined at depths 1-3), ``width``
     (the verify call's mean rows: drafted nodes per round + 1), ``verify`` (the bare forward over each
     round's rows, the record's own verify curve, tree-masked for trees and causal for chains, interpolated
     at every round's width of the repetition-0 runs and averaged; the mean width where a record holds no
-    per-round counts; in plain steps), ``c_round`` (draft seconds per round in plain steps, the median
-    over runs), ``round_cost`` = tokens_per_call / measured (what a round costs as measured),
-    ``overhead`` = round_cost - verify - c_round (the speculative loop's own work per round beyond the
-    plain loop's), ``predicted`` =
+    per-round counts; in plain steps), ``v_rounds`` (the same in bare single steps T(1), the paper's v),
+    ``c_round`` (draft seconds per round in plain steps, the median over runs), ``round_cost`` =
+    tokens_per_call / measured (what a round costs as measured), ``overhead`` = round_cost - verify -
+    c_round (the speculative loop's own work per round beyond the plain loop's), ``predicted`` =
     tokens_per_call / (verify + c_round) (Theorem 3.8's form with the measured terms, no loop work),
     ``measured`` (tokens/s over the same engine's plain decoding, this configuration on every prompt,
     not cross-fitted) and ``needed`` = goal * round_cost: the tokens per call the configuration would
@@ -444,17 +447,22 @@ def where_time_goes(
         width = 1.0 + float(row["nodes_per_round"])
         curve = seconds["tree" if tree else "chain"]
         rounds = widths.get(row["config"]) or [width]  # each round priced at its own width
-        verify = float(np.mean([_interp(float(w), ks, curve) for w in rounds])) / step
-        c_round = float(row["c_round_median"])
+        verify_s = float(np.mean([_interp(float(w), ks, curve) for w in rounds]))
+        c_round = float(row["c_round_median"] or 0.0)
         tpc = float(row["tokens_per_call"])
         measured = float(fixed[row["config"]]["vs_same_plain"]["estimate"])
         round_cost = tpc / measured
+        depth = ([*row.get("accept_at_depth", [])] + [None] * 3)[:3]
         out.append({
-            "config": row["config"], "label": config_words(record, row["config"], engine=False),
+            "temperature": float(temperature), "config": row["config"],
+            "label": config_words(record, row["config"], engine=False),
             "engine": engine_label(record, engine), "tree": tree, "plain_step_ms": 1e3 * step,
-            "tokens_per_call": tpc, "width": width, "verify": verify, "c_round": c_round,
-            "predicted": tpc / (verify + c_round), "measured": measured, "round_cost": round_cost,
-            "overhead": round_cost - verify - c_round, "needed": goal * round_cost,
+            "tokens_per_call": tpc, "nodes_per_round": float(row["nodes_per_round"]),
+            "accept_d1": depth[0], "accept_d2": depth[1], "accept_d3": depth[2], "width": width,
+            "verify": verify_s / step, "v_rounds": verify_s / seconds["chain"][ks.index(1.0)],
+            "c_round": c_round, "predicted": tpc / (verify_s / step + c_round), "measured": measured,
+            "round_cost": round_cost, "overhead": round_cost - verify_s / step - c_round,
+            "needed": goal * round_cost,
         })  # fmt: skip
     if not out:
         raise ValueError(f"the record has no speculative configuration at temperature {temperature}")

@@ -30,7 +30,6 @@ __all__ = [
     "short",
     "simultaneous",
     "stratum",
-    "where_time_goes",
 ]
 
 #: The tasks whose output copies the input (issue 29's first goal).
@@ -164,53 +163,6 @@ def goals_met(judged: Sequence[Mapping[str, Any]]) -> dict[int, bool]:
     out: dict[int, bool] = {}
     for g in judged:
         out[g["goal"]] = out.get(g["goal"], False) or bool(g["met"])
-    return out
-
-
-def _v_at(curves: Mapping[str, Any], rows: float, which: str) -> float:
-    """v(rows) by linear interpolation on the record's measured verify curve (``which``: chain or tree)."""
-    return float(np.interp(rows, curves["ks"], curves[f"v_{which}"]))
-
-
-def _shape(config: str) -> str:
-    """ "chain" or "tree": the shape of a configuration's drafter (its spec, before the ``/g`` budget)."""
-    from specdec.drafting.registry import parse_spec
-
-    return parse_spec(config.rsplit("/", 1)[0]).shape
-
-
-def where_time_goes(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per (temperature, configuration): tokens per target call, nodes and accepted drafts per round,
-    acceptance at depths 1-3, c per round (draft time per round in plain steps), v over the rounds
-    (the mean over every round of the repetition-0 runs of v(1 + its nodes), on the measured curve of
-    the configuration's shape, chain or tree), the speedup they predict over the same engine's plain
-    decoding, E[T] / (c_round + v), and the measured one (the fixed configuration, tasks pooled). The
-    prediction leaves out the loop's own time (warping, verification, bookkeeping): v is a bare call
-    after a 200-token prefix, c_round a draft's time over a plain step that includes that time."""
-    curves = record["verify_curves"]
-    measured = {}
-    for s in record["crossfit"]["strata"]:
-        if s["task"] == "all":
-            for f in s["fixed"]:
-                measured[(float(s["temperature"]), short(f["config"]))] = f["vs_same_plain"]["estimate"]
-    sizes: dict[tuple[float, str], list[int]] = {}
-    for r in record["runs"]:
-        if r["drafter"] != "plain" and r["rep"] == 0 and "stats" in r:
-            sizes.setdefault((float(r["temperature"]), short(r["config"])), []).extend(r["stats"]["drafted"])
-    out = []
-    for r in record["trees"]["rows"]:
-        key = (r["temperature"], short(r["config"]))
-        which = _shape(key[1])
-        v = float(np.mean([_v_at(curves, 1.0 + n, which) for n in sizes[key]]))
-        c = r["c_round_median"] or 0.0
-        depth = (r["accept_at_depth"] + [None] * 3)[:3]
-        out.append({
-            "temperature": r["temperature"], "config": key[1],
-            "tokens_per_call": r["tokens_per_call"], "nodes_per_round": r["nodes_per_round"],
-            "accept_d1": depth[0], "accept_d2": depth[1], "accept_d3": depth[2],
-            "c_round": c, "v_rounds": v, "predicted": r["tokens_per_call"] / (c + v),
-            "measured": measured.get(key),
-        })  # fmt: skip
     return out
 
 

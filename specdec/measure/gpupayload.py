@@ -17,16 +17,15 @@ The GPU machine this is written for has torch and numpy (and transformers), noth
   (:func:`reverse_permute`), and each float32 weight is hashed again and compared with the CPU
   loader's: the device runs the very weights the CPU chapters ran, bit for bit.
 
-:func:`read_safetensors` reads a distilled draft's safetensors file without the ``safetensors``
-package. The engine that runs these weights is :mod:`specdec.measure.gpureal`; the run's tables
-are :mod:`specdec.measure.gpusummary`.
+:func:`specdec.engine.staticllama.read_safetensors` reads a distilled draft's safetensors file without the
+``safetensors`` package. The engine that runs these weights is :mod:`specdec.engine.staticllama`; the run's
+tables are :mod:`specdec.measure.gpusummary`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,7 +49,6 @@ __all__ = [
     "hf_names",
     "load_payload",
     "read_manifest",
-    "read_safetensors",
     "reverse_permute",
     "sha256_tensor",
     "write_payload",
@@ -387,34 +385,3 @@ def load_payload(
 
 
 # --------------------------------------------------------------------------- safetensors (numpy only)
-_ST_DTYPES = {
-    "F32": np.float32,
-    "F16": np.float16,
-    "I8": np.int8,
-    "I32": np.int32,
-    "I64": np.int64,
-    "U8": np.uint8,
-}
-
-
-def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
-    """The tensors of a safetensors file, read with numpy (8-byte header length, JSON header, data)."""
-    blob = Path(path).read_bytes()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8 : 8 + n])
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if info["dtype"] not in _ST_DTYPES:
-            raise ValueError(
-                f"{path}: tensor {name} has dtype {info['dtype']}, which this reader does not know"
-            )
-        lo, hi = info["data_offsets"]
-        out[name] = (
-            np.frombuffer(blob[base + lo : base + hi], dtype=_ST_DTYPES[info["dtype"]])
-            .reshape(info["shape"])
-            .copy()
-        )
-    return out

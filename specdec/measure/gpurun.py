@@ -2,7 +2,7 @@
 
 The script parses its command line and calls :func:`run_real` (or, for ``--check-payload``,
 :func:`preflight` and :func:`graph_smoke`); the payload is :mod:`specdec.measure.gpupayload`'s,
-the static-cache engine :mod:`specdec.measure.gpureal`'s, the tables
+the static-cache engine :mod:`specdec.engine.staticllama`'s, the tables
 :mod:`specdec.measure.gpusummary`'s. The sections of the record (``<device>-real.json``, a
 :class:`specdec.measure.recorder.Recorder` saved after every section):
 
@@ -62,7 +62,7 @@ RUN_MODULES = (
     "torch",
     "numpy",
     "specdec.measure.gpupayload",
-    "specdec.measure.gpureal",
+    "specdec.engine.staticllama",
     "specdec.measure.gpusummary",
     "specdec.measure.gpurun",
     "specdec.engine.decoding",
@@ -104,7 +104,7 @@ def graph_smoke(device: str) -> dict[str, Any]:
 
     from specdec.drafting.registry import DraftContext, build_drafter
     from specdec.engine.decoding import autoregressive, speculative
-    from specdec.measure.gpureal import StaticLlama
+    from specdec.engine.staticllama import StaticLlama
 
     out: dict[str, Any] = {"device": device}
     try:
@@ -158,7 +158,7 @@ def graph_smoke(device: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- costs
 class FixedStart:
-    """A static-cache engine (:class:`specdec.measure.gpureal.StaticLlama`) as a timing session: every
+    """A static-cache engine (:class:`specdec.engine.staticllama.StaticLlama`) as a timing session: every
     call ``engine.run(ids, start)`` writes after the ``start`` cached positions (the engine's cache
     already holds them), and cropping only moves the length back (later slots are overwritten)."""
 
@@ -454,8 +454,8 @@ def run_real(
     import torch
 
     from specdec.drafting.registry import DraftContext, build_drafter
+    from specdec.engine.staticllama import StaticLlama, distilled_draft
     from specdec.measure.gpupayload import load_payload
-    from specdec.measure.gpureal import StaticLlama, distilled_draft
     from specdec.measure.gpusummary import summarize_costs, summarize_runs
 
     if s.threads:
@@ -483,7 +483,7 @@ def run_real(
     }
     rec.data["command"] = command
     rec.data["engine"] = (
-        "specdec.measure.gpureal.StaticLlama: torch ops over a static KV cache of fixed capacity "
+        "specdec.engine.staticllama.StaticLlama: torch ops over a static KV cache of fixed capacity "
         "(position as a "
         "device tensor, attention over the whole capacity with a causal mask); 'graph' replays one "
         "torch.cuda.CUDAGraph per call length, 'eager' runs the same code without capture"

@@ -9,33 +9,35 @@ after copying the token ids and the position into static buffers); the eager eng
 very same code without the graph (same kernels, launched from Python), so eager and graph
 times compare launch overhead and nothing else. Early exits (:meth:`StaticLlama.early_exit`)
 and the distilled drafts (:func:`distilled_draft`, read from their safetensors file by
-:func:`specdec.measure.gpupayload.read_safetensors`) are engines of the same class sharing the
+:func:`read_safetensors`) are engines of the same class sharing the
 target's weights. A :class:`StaticSession` gives an engine the :class:`specdec.engine.lm.Session`
 interface, so :func:`specdec.engine.decoding.speculative` and
 :class:`specdec.engine.drafters.ModelDrafter` run unchanged.
 
-The weights come from the payload (:mod:`specdec.measure.gpupayload`); the run's tables from
-:mod:`specdec.measure.gpusummary`.
+The weights come from the payload (:mod:`specdec.measure.gpupayload`, a draft's file read by
+:func:`read_safetensors`); the run's tables from :mod:`specdec.measure.gpusummary`.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from specdec.engine.lm import Session
-from specdec.measure.gpupayload import read_safetensors
 from specdec.theory.checks import check_int
 
 __all__ = [
     "StaticLlama",
+    "read_safetensors",
     "StaticSession",
     "distilled_draft",
 ]
@@ -336,3 +338,36 @@ def distilled_draft(target: StaticLlama, folder: str | Path) -> StaticLlama:
         kept=kept,
         name=f"draft-{folder.name}",
     )
+
+
+_ST_DTYPES = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "I8": np.int8,
+    "I32": np.int32,
+    "I64": np.int64,
+    "U8": np.uint8,
+}
+
+
+def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file, read with numpy (8-byte header length, JSON header, data)."""
+    blob = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] not in _ST_DTYPES:
+            raise ValueError(
+                f"{path}: tensor {name} has dtype {info['dtype']}, which this reader does not know"
+            )
+        lo, hi = info["data_offsets"]
+        out[name] = (
+            np.frombuffer(blob[base + lo : base + hi], dtype=_ST_DTYPES[info["dtype"]])
+            .reshape(info["shape"])
+            .copy()
+        )
+    return out
