@@ -55,3 +55,24 @@ def test_per_unit_medians_pairs_by_prompt():
     assert units == ["p1", "p2"] and med["a"].tolist() == [3.0, 3.0] and med["b"].tolist() == [2.0, 4.0]
     with pytest.raises(ValueError, match="unpaired"):
         per_unit_medians(rows[:-1], "t")
+
+
+def test_paired_speedup_is_the_geomean_of_ratios_of_per_unit_medians():
+    """The book's one speedup estimator: per prompt the median of each side's repetitions, then the
+    geometric mean of base / other over prompts with the bootstrap interval of ratio_ci; one prompt gives
+    the ratio without an interval; it is not the median of per-repetition ratios."""
+    from specdec.theory.intervals import paired_speedup
+
+    base = [[1.0, 3.0, 2.0], [4.0, 4.0, 5.0], [2.0, 2.5, 2.2]]
+    other = [[1.0, 1.0, 4.0], [2.0, 3.0, 2.0], [2.0, 1.1, 1.0]]
+    est, lo, hi = paired_speedup(base, other)
+    med_b, med_o = np.median(base, axis=1), np.median(other, axis=1)
+    assert (est, lo, hi) == ratio_ci(med_b, med_o)
+    per_rep = [np.median(np.asarray(b) / np.asarray(o)) for b, o in zip(base, other, strict=True)]
+    assert est != pytest.approx(geomean(per_rep))  # the other estimator gives another number here
+    inv = paired_speedup(other, base)
+    assert inv[0] == pytest.approx(1 / est)
+    assert paired_speedup(list(med_b), list(med_o)) == (est, lo, hi)  # medians given directly
+    assert paired_speedup([[2.0, 4.0]], [[1.0, 1.0]]) == (3.0, None, None)
+    with pytest.raises(ValueError, match="pair up unit by unit"):
+        paired_speedup(base, other[:2])

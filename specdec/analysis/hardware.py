@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specdec.theory.intervals import per_unit_medians, ratio_ci, verdict
+from specdec.theory.intervals import paired_speedup, per_unit_medians, verdict
 from specdec.theory.speedup import (  # Theorem 3.8 on a curve lives in theory; re-exported here
     best_gamma_on_curve,
     break_even_alpha,
@@ -133,7 +133,7 @@ def adaptive_vs_fixed(record: Mapping[str, Any]) -> list[dict[str, Any]]:
             raise ValueError(f"record has no fixed-gamma configuration of {drafter!r}")
         best = max(fixed, key=lambda name: configs[name]["speedup"][0])
         for rule in (name for name in configs if name.startswith(drafter + " ") and name not in fixed):
-            est, low, high = ratio_ci(decode[best], decode[rule])
+            est, low, high = paired_speedup(decode[best], decode[rule])
             rows.append(
                 {
                     "drafter": drafter,

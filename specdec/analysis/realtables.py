@@ -25,7 +25,7 @@ import numpy as np
 
 from specdec.analysis.realrun import full_round_counts, pool_rounds, speedup_gap, unit_bootstrap
 from specdec.engine.stats import cost_coefficient
-from specdec.theory.intervals import geomean, per_unit_medians, ratio_ci, verdict
+from specdec.theory.intervals import geomean, paired_speedup, per_unit_medians, verdict
 from specdec.theory.speedup import optimal_gamma, walltime_speedup, walltime_speedup_measured
 from specdec.theory.tokens import first_divergence
 
@@ -70,7 +70,7 @@ def speedup_columns(
 
 
 def measured_interval(cols: dict[str, Any]) -> dict[str, Any]:
-    est, lo, hi = ratio_ci(cols["plain_s"], cols["spec_s"])
+    est, lo, hi = paired_speedup(cols["plain_s"], cols["spec_s"])  # per-prompt medians already
     return {"measured": est, "measured_low": lo, "measured_high": hi, "verdict": verdict(lo, hi)}
 
 

@@ -212,9 +212,10 @@ def measure_drafter(
        median over calls.
     4. The verify cost curve T(k)/T(1) after the first prompt (:func:`engine_verify_curves`), for
        every k in ``verify_ks`` (default 1 .. gamma + 1 and 6, 8, 12, 16).
-    5. ``measured`` speedup: per prompt the median over repeats of plain time per token over
-       speculative time per token, then the geometric mean over prompts with its 95 % bootstrap
-       interval (:func:`specdec.theory.intervals.bootstrap_ci`; no interval with one prompt).
+    5. ``measured`` speedup: the book's one estimator (:func:`specdec.theory.intervals.paired_speedup`)
+       on time per token: per prompt the median over repeats of each decoder's time, then the
+       geometric mean over prompts of plain over speculative with its 95 % bootstrap interval (no
+       interval with one prompt).
        ``prediction`` is :func:`specdec.analysis.realrun.speedup_gap`: Theorem 3.8 at the measured alpha
        (over all positions) and c, then with the measured verify cost, the rounds as drafted,
        the observed tokens per round, and the factors between them. ``optimal_gamma``: Theorem
@@ -228,7 +229,7 @@ def measure_drafter(
     from specdec.engine.decoding import check_draft_context
     from specdec.engine.stats import cost_coefficient
     from specdec.measure.pairedrun import paired_block
-    from specdec.theory.intervals import bootstrap_ci, geomean
+    from specdec.theory.intervals import paired_speedup
     from specdec.theory.speedup import best_gamma_on_curve, expected_tokens, optimal_gamma, walltime_speedup
 
     _check_settings(gamma, new_tokens, repeats, verify_repeats, temperature)
@@ -300,16 +301,12 @@ def measure_drafter(
     def per_token(run: dict[str, Any]) -> float:
         return run["decode_s"] / max(len(run["tokens"]), 1)
 
-    per_prompt = np.array(
-        [
-            np.median([per_token(r["plain"]) / per_token(r["speculative"]) for r in runs if r["prompt"] == i])
-            for i in range(len(prompts))
-        ]
-    )
-    if len(per_prompt) >= 2:
-        measured = list(bootstrap_ci(per_prompt, geomean))
-    else:
-        measured = [float(per_prompt[0]), None, None]
+    def side(which: str) -> list[list[float]]:  # per prompt, its repetitions' time per token
+        return [[per_token(r[which]) for r in runs if r["prompt"] == i] for i in range(len(prompts))]
+
+    plain_t, spec_t = side("plain"), side("speculative")
+    measured = list(paired_speedup(plain_t, spec_t))
+    per_prompt = np.array([np.median(a) / np.median(b) for a, b in zip(plain_t, spec_t, strict=True)])
     alpha, alpha_all = tf["alpha"], tf["alpha_all_positions"]
     nan = float("nan")
     prediction = None

@@ -20,7 +20,7 @@ import numpy as np
 
 from specdec.drafting.registry import DraftContext, build_drafter
 from specdec.measure.pairedrun import fresh_timer, paired_block
-from specdec.theory.intervals import bootstrap_ci, geomean
+from specdec.theory.intervals import geomean, paired_speedup
 from specdec.theory.policies import HeuristicGamma
 
 __all__ = ["configurations", "run", "summarize"]
@@ -107,7 +107,7 @@ def summarize(rows: list[dict], configs: list[str]) -> dict:
     out = {}
     for c in configs:
         t = np.array([med(c, p, "decode_s") for p in prompts])
-        est, lo, hi = bootstrap_ci(plain / t, geomean)
+        est, lo, hi = paired_speedup(plain, t)  # the book's one estimator
         tasks = {}
         for task in sorted({r["task"] for r in rows}):
             ids = [

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from specdec.theory.intervals import bootstrap_ci, geomean, ratio_ci, verdict
+from specdec.engine.stats import cost_coefficient
+from specdec.theory.intervals import bootstrap_ci, paired_speedup, verdict
 
 __all__ = [
     "finite_or_none",
@@ -72,15 +73,10 @@ def summarize_runs(runs: Sequence[dict[str, Any]], *, seed: int = 0) -> list[dic
         if method != "plain" and len(prompts) >= 1:
             num = [_median([r["decode_s"] for r in base[p]]) for p in prompts]
             den = [_median([r["decode_s"] for r in per[p]]) for p in prompts]
-            if len(prompts) >= 2:
-                est, lo, hi = ratio_ci(num, den, seed=seed)
-                row["speedup"] = {"estimate": est, "low": lo, "high": hi, "verdict": verdict(lo, hi)}
-            else:
-                row["speedup"] = {
-                    "estimate": float(geomean(np.asarray(num) / np.asarray(den))),
-                    "low": None,
-                    "high": None,
-                }
+            est, lo, hi = paired_speedup(num, den, seed=seed)  # the book's one estimator
+            row["speedup"] = {"estimate": est, "low": lo, "high": hi}
+            if lo is not None and hi is not None:
+                row["speedup"]["verdict"] = verdict(lo, hi)
             examined = sum(r["examined"] for r in rows)
             accepted = sum(r["accepted"] for r in rows)
             rounds = sum(r["rounds"] for r in rows)
@@ -88,8 +84,10 @@ def summarize_runs(runs: Sequence[dict[str, Any]], *, seed: int = 0) -> list[dic
             gamma = rows[0]["gamma"]
             row["alpha"] = accepted / examined if examined else None
             row["mean_tokens_per_round"] = sum(r["new_tokens"] for r in rows) / rounds if rounds else None
-            row["c"] = (
-                sum(r["draft_s"] for r in rows) / rounds / gamma / step_s if rounds and step_s > 0 else None
+            row["c"] = (  # the paper's c pooled over the runs (Definition 3.7)
+                cost_coefficient(sum(r["draft_s"] for r in rows), rounds, gamma, step_s)
+                if rounds and step_s > 0
+                else None
             )
             if temp == 0:
                 row["greedy_equal"] = all(r.get("equals_plain") is True for r in rows)

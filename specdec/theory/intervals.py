@@ -15,7 +15,7 @@ import numpy as np
 
 from specdec.theory.checks import check_float, check_int
 
-__all__ = ["bootstrap_ci", "geomean", "per_unit_medians", "ratio_ci", "verdict"]
+__all__ = ["bootstrap_ci", "geomean", "paired_speedup", "per_unit_medians", "ratio_ci", "verdict"]
 
 
 def geomean(x: Sequence[float] | np.ndarray, axis: int | None = None) -> Any:
@@ -71,6 +71,34 @@ def ratio_ci(
     if a.shape != b.shape:
         raise ValueError(f"numerator and denominator must pair up; got shapes {a.shape} and {b.shape}")
     return bootstrap_ci(a / b, geomean, **kw)
+
+
+def paired_speedup(
+    base: Sequence[Any], other: Sequence[Any], **kw: Any
+) -> tuple[float, float | None, float | None]:
+    """THE book's measured speedup of ``other`` over ``base`` (every chapter, record and command uses it).
+
+    ``base`` and ``other`` pair up unit by unit (a unit is a prompt); each item is that unit's time
+    (per token, or per run of equal work), either one number (already a median) or its repetitions'
+    times, of which the median is taken. The speedup is the geometric mean over units of
+    base / other, with its percentile-bootstrap interval over units (:func:`ratio_ci`; ``kw`` goes to
+    :func:`bootstrap_ci`); with one unit, the ratio and no interval (None, None).
+
+    Why this estimator: the median over a unit's repetitions resists a repetition slowed by another
+    job on a shared machine; pairing by prompt removes the prompts' own spread (a long reply is slow
+    under both decoders); the geometric mean makes the speedup of a over b the reciprocal of b over a;
+    and the interval varies what varies independently, the prompts.
+    """
+    if len(base) != len(other) or len(base) == 0:
+        raise ValueError(f"base and other must pair up unit by unit; got {len(base)} and {len(other)} units")
+
+    def medians(side: Sequence[Any]) -> np.ndarray:
+        return np.asarray([float(np.median(x)) if np.ndim(x) else float(x) for x in side], dtype=float)
+
+    b, o = medians(base), medians(other)
+    if len(b) == 1:
+        return float(b[0] / o[0]), None, None
+    return ratio_ci(b, o, **kw)
 
 
 def verdict(
