@@ -541,7 +541,7 @@ def measure_setup(
 
     from specdec.engine.builder import EngineSpec, open_engine
     from specdec.engine.models import load_model
-    from specdec.measure.modes import open_target
+    from specdec.measure.modes import machine_identity, open_target
     from specdec.train.workloads import evaluation_prompts
 
     lean = not dtype.startswith("hf-")
@@ -613,6 +613,7 @@ def measure_setup(
             "layers": _depth(engine),
         },
         "mode_probe": mode,
+        "machine": machine_identity(),  # the identity records.machine_of compares records by
         "draft": {"name": str(draft), **about},
         "prompts_source": source,
         "threads": threads,
