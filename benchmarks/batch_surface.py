@@ -32,34 +32,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.analysis import batchbench as bb  # noqa: E402
+from specdec.experiments import batchsurface as bb  # noqa: E402
+from specdec.experiments.batchsurface import QUICK, STEPS  # noqa: E402,F401  (the grid, for --help and tests)
 from specdec.measure import benchargs as ba  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("surface", "decoding", "analysis")
-FULL = {
-    "batches": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
-    "ks": (1, 2, 3, 4, 5, 6, 7, 8),
-    "passes": 5,
-    "decode_batches": (1, 2, 4, 8, 16),
-    "units": 5,
-    "new_tokens": 32,
-    "boot": 2000,
-}
-QUICK = {
-    "batches": (1, 2, 4),
-    "ks": (1, 2, 4),
-    "passes": 2,
-    "decode_batches": (1, 2),
-    "units": 2,
-    "new_tokens": 8,
-    "boot": 200,
-}
 NOTE = (
     "Measured on a machine whose CPU cores other sessions shared at the same time: single timings "
     "are noisy. Passes interleave every cell, the tables use medians over passes, and the intervals "
@@ -67,7 +48,7 @@ NOTE = (
 )
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> bb.BatchSurface:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, any of {', '.join(STEPS)}")
     ap.add_argument("--quick", action="store_true", help="a CI-sized run (small grid, 2 passes, 2 units)")
@@ -94,41 +75,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--redo-reason", default="", help="why --redo: kept in the record's status")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
-    grid = QUICK if args.quick else FULL
+    given = vars(args)
     for key in ("batches", "ks", "decode_batches"):
-        value = getattr(args, key)
-        setattr(args, key, tuple(grid[key]) if value is None else tuple(int(v) for v in value.split(",")))
-    for key in ("passes", "units", "new_tokens", "boot"):
-        if getattr(args, key) is None:
-            setattr(args, key, grid[key])
-    args.steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
-    args.modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    if args.redo is not None and args.redo not in STEPS:
-        ap.error(f"--redo must name one of {', '.join(STEPS)}; got {args.redo!r}")
-    if not args.steps or any(s not in STEPS for s in args.steps):
-        ap.error(f"--steps must name some of {', '.join(STEPS)}; got {args.steps}")
-    if not args.modes or any(m not in ("float32", "bfloat16") for m in args.modes):
-        ap.error(f"--modes must name float32 and/or bfloat16; got {args.modes}")
-    if args.decode_mode not in ("auto", *args.modes):
-        ap.error(f"--decode-mode must be auto or one of --modes {args.modes}; got {args.decode_mode!r}")
-    ba.check_counts(ap, args, ("threads", "context", "gamma", "passes", "units", "new_tokens"))
-    ba.check_counts(ap, args, ("boot",), low=100)
-    if 1 not in args.ks or min(args.ks) < 1 or min(args.batches) < 1 or min(args.decode_batches) < 1:
-        ap.error("--ks must hold 1, and every k and batch size must be >= 1")
-    if args.gamma + 1 > max(args.ks):
-        ap.error(f"--ks must reach gamma + 1 = {args.gamma + 1} (the verify call of the decoding step)")
-    return args
-
-
-def settings_of(args: argparse.Namespace) -> dict[str, Any]:
-    """What a resumed record must share with this command."""
-    keys = ("quick", "tiny", "threads", "modes", "draft", "context", "gamma", "batches", "ks", "passes")
-    keys += ("decode_batches", "units", "new_tokens", "seed")
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items() if k in keys}
+        if given[key] is not None:
+            try:
+                given[key] = tuple(int(v) for v in given[key].split(","))
+            except ValueError:
+                ap.error(f"--{key.replace('_', '-')} takes comma-separated integers; got {given[key]!r}")
+    given["steps"] = tuple(s.strip() for s in args.steps.split(",") if s.strip())
+    given["modes"] = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    return ba.build_settings(bb.BatchSurface, given, ap.error)  # the settings check themselves
 
 
 # --------------------------------------------------------------------------- the record
-def record_path(args: argparse.Namespace, slug: str) -> Path:
+def record_path(args: bb.BatchSurface, slug: str) -> Path:
     if args.out:
         return Path(args.out)
     tag = "-tiny" if args.tiny else ("-quick" if args.quick else "")
@@ -148,8 +108,8 @@ def main(argv: list[str] | None = None) -> Path:
     env = environment(dtype=",".join(args.modes), device="cpu")
     path = record_path(args, device_slug(env["device_name"]))
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = bb.open_record(args, settings_of(args), path, command.strip(), env, machine, NOTE)
-    bb.run_steps(args, record, path, args.steps, STEPS)
+    record = bb.open_record(args, path, command.strip(), env, machine, NOTE)
+    bb.run_steps(args, record, path)
     ba.report(path)
     return path
 

@@ -1,6 +1,6 @@
 """The engine against transformers' generate on the real target, fp32 and bf16 side by side.
 
-The arguments and paths of :mod:`specdec.analysis.hfbench`, which times (interleaved, one paired
+The arguments and paths of :mod:`specdec.experiments.hfbench`, which times (interleaved, one paired
 block per repetition, prompt and dtype) our autoregressive loop against ``model.generate`` greedy,
 our prompt lookup against ``generate(prompt_lookup_num_tokens=gamma)``, and an early-exit drafter;
 then the verify-cost curve T(k)/T(1) and each measured speedup against Theorem 3.8's prediction.
@@ -24,7 +24,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from specdec.analysis.hfbench import (
+from specdec.engine.models import DEFAULT_THREADS, load_target, set_threads
+from specdec.experiments.hfbench import (
     NOTE,
     PROMPTS,
     Settings,
@@ -35,7 +36,6 @@ from specdec.analysis.hfbench import (
     run_suite,
     summarise,
 )
-from specdec.engine.models import DEFAULT_THREADS, load_target, set_threads
 from specdec.measure.core import environment, write_result
 
 

@@ -10,7 +10,7 @@ tasks, temperatures 0 and 1) through every plain decoder (the lean engine in its
 thread and at every usable core, llama.cpp when installed, transformers float32) and every
 speculative configuration on the lean engines (prompt lookup, each distilled draft, early exit,
 the heuristic policy on lookup and the drafts, each at every gamma of --gammas; lookup on
-llama.cpp). The runner is :mod:`specdec.analysis.campaign`, the analysis
+llama.cpp). The runner is :mod:`specdec.experiments.campaign`, the analysis
 :mod:`specdec.analysis.crossfit` (gamma and
 the fastest plain decoder chosen on one half of the prompts and reported on the other, then
 swapped; bootstrap intervals over prompts; verdicts from intervals only).
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specdec.analysis import campaign as cp  # noqa: E402
+from specdec.experiments import campaign as cp  # noqa: E402
 from specdec.theory.checks import check_float, check_int, check_ints  # noqa: E402
 
 
@@ -153,13 +153,12 @@ def main(argv: list[str] | None = None) -> int:
             engines, configs, prompts, repeats=args.repeats, new_tokens=args.new_tokens,
             gammas=args.gamma_list, set_threads=set_threads,
         )  # fmt: skip
-    settings = {
-        "quick": args.quick, "prompts": args.prompts, "new_tokens": args.new_tokens, "repeats": args.repeats,
-        "gammas": list(args.gamma_list), "early_exit": list(args.ee_list), "drafts": args.drafts,
-        "adaptive": not args.no_adaptive, "mode": args.mode, "threads": args.threads,
-        "llamacpp_gguf": args.llamacpp_gguf, "llamacpp": not args.no_llamacpp, "hf": not args.no_hf,
-        "seed": args.seed, "machine": machine,
-    }  # fmt: skip
+    settings = cp.CampaignSettings(
+        quick=args.quick, prompts=args.prompts, new_tokens=args.new_tokens, repeats=args.repeats,
+        gammas=tuple(args.gamma_list), early_exit=tuple(args.ee_list), drafts=args.drafts,
+        adaptive=not args.no_adaptive, mode=args.mode, threads=args.threads, llamacpp_gguf=args.llamacpp_gguf,
+        llamacpp=not args.no_llamacpp, hf=not args.no_hf, seed=args.seed, machine=machine,
+    )  # fmt: skip
     header = {
         "command": "python benchmarks/campaign.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "environment": environment(),

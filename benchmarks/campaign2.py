@@ -6,7 +6,7 @@
 
 The design, the engines, the families and the analysis are :mod:`specdec.experiments.campaign2`; the
 runner (interleaved paired blocks, resumable after every cell, load per cell, a loaded cell timed again)
-is :func:`specdec.analysis.campaign.run_campaign`. A full run refuses a dirty working tree and resumes
+is :func:`specdec.experiments.campaign.run_campaign`. A full run refuses a dirty working tree and resumes
 only on the commit and machine it started on. The record ``results/campaign/v2-<cpu>-<threads>t.json``
 holds the command, the settings, every session's environment, every run's raw timings and
 repetition-0 Stats, every cell's load, the discarded timings, transformers' dtype probe, the verify
@@ -71,8 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def finish(record: dict, out: Path) -> None:
     """The analyses of a complete record, with the commit that computed them, written to ``out``."""
-    from specdec.analysis.treebench import tree_summary
     from specdec.experiments.campaign2 import analyse
+    from specdec.experiments.trees import tree_summary
     from specdec.measure.core import environment
     from specdec.theory.recordio import write_record
 
@@ -93,11 +93,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         finish(record, path)
         return 0
-    from specdec.analysis.campaign import evaluation_cells, partial_path, run_campaign
-    from specdec.analysis.treebench import heldout_prompts, verify_curves
     from specdec.engine import native
     from specdec.engine.models import set_threads
     from specdec.experiments import campaign2 as c2
+    from specdec.experiments.campaign import evaluation_cells, partial_path, run_campaign
+    from specdec.experiments.trees import heldout_prompts, verify_curves
     from specdec.measure.core import cpu_name, environment
     from specdec.measure.device import device_slug
     from specdec.measure.modes import machine_identity

@@ -4,7 +4,7 @@ A thin wrapper: the measurement is :func:`specdec.measure.enginebench.run_bench`
 the engines and steps), which ``specdec bench`` runs too. This script runs the full benchmark
 (every step, the mode probe re-measured) and writes one JSON record (``--out``, default
 ``results/bench/engine-modes-<cpu>-<threads>t.json``) with the machine named and how busy other
-processes kept it meanwhile (``machine_load``, :func:`specdec.measure.modes.load_during`). About 10
+processes kept it meanwhile (``machine_load``, :func:`specdec.measure.runner.load_during`). About 10
 minutes with the defaults on 1 thread.
 
     python benchmarks/engine_modes.py --threads 1
@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 from specdec.measure import benchargs as ba  # noqa: E402
 from specdec.measure.enginebench import ALL_ENGINES, BenchSettings, resolve_engines, run_bench  # noqa: E402
-from specdec.measure.modes import cpu_counters, load_during  # noqa: E402
+from specdec.measure.runner import cpu_counters, load_during  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -28,7 +28,7 @@ What it measures, in one run (``results/gpu/<device>-real.json``, saved after ev
                   with 95 % bootstrap intervals over prompts, alpha, c) are recomputed from the
                   stored timings (:func:`specdec.measure.gpusummary.summarize_runs`).
 
-The run itself is :func:`specdec.measure.gpurun.run_real`'s (this script parses the command line and
+The run itself is :func:`specdec.experiments.gpureal.run_real`'s (this script parses the command line and
 checks it). Only torch and numpy are needed on the device (transformers only for the ``hf_eager`` column and
 the logits check; both are skipped with the reason recorded when it is missing).
 
@@ -75,7 +75,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -99,16 +101,6 @@ QUICK = {
 
 def log(msg: str) -> None:
     print(msg, flush=True)
-
-
-def _ints(text: str, name: str, low: int) -> list[int]:
-    try:
-        values = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise SystemExit(f"--{name} takes comma-separated integers; got {text!r}") from None
-    if not values or values[0] < low:
-        raise SystemExit(f"--{name} must list integers >= {low}; got {text!r}")
-    return values
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -144,43 +136,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         for key, value in QUICK.items():
             if getattr(args, key) == ap.get_default(key):
                 setattr(args, key, value)
-    from specdec.measure import benchargs as ba
-
-    ba.check_counts(ap, args, ("prompts",), low=2)
-    ba.check_counts(ap, args, ("new_tokens", "repeats", "gamma", "early_exit", "cost_repeats", "context"))
-    if not args.budget_s >= 0:
-        ap.error(f"--budget-s must be a number of seconds >= 0; got {args.budget_s}")
-    if args.gamma > 16:
-        ap.error(
-            f"--gamma must lie in [1, 16] (a verify call's length is captured as a graph); got {args.gamma}"
-        )
-    if args.threads is not None:
-        ba.check_counts(ap, args, ("threads",))
-    if args.new_tokens < args.gamma + 2:
-        ap.error(f"--new-tokens must be >= gamma + 2 = {args.gamma + 2}; got {args.new_tokens}")
     if args.piece_mb < 1 or args.piece_mb > 60:
         ap.error(f"--piece-mb must lie in [1, 60]; got {args.piece_mb}")
-    args.task_list = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    bad = [t for t in args.task_list if t not in TASKS]
-    if bad or not args.task_list:
-        ap.error(f"--tasks must name tasks among {list(TASKS)}; got {args.tasks!r}")
-    try:
-        args.temperature_list = list(
-            dict.fromkeys(float(t) for t in args.temperatures.split(",") if t.strip())
-        )
-    except ValueError:
-        ap.error(f"--temperatures takes comma-separated numbers; got {args.temperatures!r}")
-    if not args.temperature_list or any(not t >= 0 for t in args.temperature_list):
-        ap.error(f"--temperatures must list numbers >= 0; got {args.temperatures!r}")
-    args.engine_list = list(dict.fromkeys(e.strip() for e in args.engines.split(",") if e.strip()))
-    if not args.engine_list or any(e not in ("graph", "eager") for e in args.engine_list):
-        ap.error(f"--engines must list graph and/or eager; got {args.engines!r}")
-    args.cost_k_list = _ints(args.cost_ks, "cost-ks", 1)
-    if args.cost_k_list[-1] > 64:
-        ap.error(f"--cost-ks must lie in [1, 64]; got {args.cost_ks!r}")
-    if 1 not in args.cost_k_list:
-        ap.error("--cost-ks must include 1 (v(k) and c divide by T(1))")
+    if not (args.prepare or args.check_payload):
+        settings_of(args, ap.error)  # the run's settings check themselves, before anything loads
     return args
+
+
+def settings_of(args: argparse.Namespace, error: Callable[[str], Any]) -> Any:
+    """The run's settings (:class:`specdec.experiments.gpureal.GpuReal`, which checks them); a bad value
+    goes to ``error`` (the parser's), naming the option."""
+    from specdec.experiments.gpureal import GpuReal
+    from specdec.measure import benchargs as ba
+
+    given = {k: v for k, v in vars(args).items() if k not in ("prepare", "check_payload")}
+    return ba.build_settings(GpuReal, given, error)
 
 
 # -- main ----------------------------------------------------------------------------------------------
@@ -193,11 +163,13 @@ def main(argv: list[str] | None = None) -> Path | None:
 
         write_payload(args.payload, piece_bytes=int(args.piece_mb * 1e6), log=log)
         return Path(args.payload)
-    from specdec.measure import gpurun
+    from specdec.experiments import gpureal as gpurun
 
     if args.check_payload:  # also a preflight: the run's imports, the device, a graph smoke, the pieces
-        log(json.dumps(gpurun.preflight(args.device)))
-        log(json.dumps(gpurun.graph_smoke(args.device)))
+        from specdec.measure.devicechecks import graph_smoke, preflight
+
+        log(json.dumps(preflight(args.device)))
+        log(json.dumps(graph_smoke(args.device)))
         from specdec.measure.gpupayload import check_payload
 
         log(json.dumps(check_payload(args.payload)))
@@ -206,12 +178,13 @@ def main(argv: list[str] | None = None) -> Path | None:
 
     drafts_root = ROOT / "specdec" / "data" / "drafts"
     saved = sorted(p.parent.name for p in drafts_root.glob("*/card.json"))
+    settings = settings_of(args, lambda message: sys.exit(f"gpu_real.py: error: {message}"))
     try:
-        drafts = gpurun.check_settings(args, read_manifest(args.payload), saved)
+        drafts = gpurun.check_settings(settings, read_manifest(args.payload), saved)
     except ValueError as exc:  # an option that does not fit the payload or the saved drafts
         raise SystemExit(str(exc)) from None
     command = "python3 benchmarks/gpu_real.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    return gpurun.run_real(args, drafts=drafts, drafts_root=drafts_root, command=command, log=log)
+    return gpurun.run_real(settings, drafts=drafts, drafts_root=drafts_root, command=command, log=log)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ Steps, each saved to ``<out>/<device-slug>.json`` as soon as it ends (a timeout 
 A global budget (``--budget-s``) is checked between cells; what it cuts is listed as skipped.
 On a CPU, ``--device cpu --quick`` runs a scaled-down version in seconds (the tests do).
 Eager transformers, sdpa attention, no CUDA graphs. The steps are
-:func:`specdec.measure.gpurecord.run_record`'s; this script parses the command line.
+:func:`specdec.experiments.gpurecord.run_record`'s; this script parses the command line.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.engine.randomllama import SHAPES  # noqa: E402
-from specdec.measure import gpurecord as gr  # noqa: E402
+from specdec.experiments import gpurecord as gr  # noqa: E402
 
 
 def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> gr.GpuRecord:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/gpu", help="folder of the JSON record")
     ap.add_argument("--device", default="cuda")
@@ -54,16 +54,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--chi2-cap-s", type=float, default=45.0, help="time cap of the chi-square runs")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     ap.add_argument("--skip-correctness", action="store_true")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    from specdec.measure import benchargs as ba
+
+    return ba.build_settings(gr.GpuRecord, vars(args), ap.error)  # the settings check themselves
 
 
 def main(argv: list[str] | None = None) -> Path:
-    args = parse_args(argv)
-    try:
-        gr.plan(args)
-    except ValueError as exc:  # an unknown shape
-        raise SystemExit(str(exc)) from None
-    return gr.run_record(args, log=log)
+    return gr.run_record(parse_args(argv), log=log)
 
 
 if __name__ == "__main__":

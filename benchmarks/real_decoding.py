@@ -43,8 +43,8 @@ How it measures (issue 11):
   (:func:`specdec.analysis.realrun.pool_rounds`) and the gap's factors
   (:func:`specdec.analysis.realrun.speedup_gap`).
 
-The program is :mod:`specdec.analysis.realbench` (its cells run through the one resumable runner,
-:mod:`specdec.measure.cellrun`); this script parses the arguments and names the paths.
+The program is :mod:`specdec.experiments.realdecoding` (its cells run through the one resumable runner,
+:mod:`specdec.measure.runner`); this script parses the arguments and names the paths.
 
 Writes ``results/real/<device>-<mode>-<threads>t[-quick].json`` (command, settings, the
 machine and commit via :func:`specdec.measure.core.environment`), the generations, and CSVs of
@@ -63,12 +63,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specdec.analysis import realbench  # noqa: E402
-from specdec.analysis.realbench import HF_MODES, drafter_names  # noqa: E402
 from specdec.engine.lean import MODES  # noqa: E402
-from specdec.engine.models import set_threads  # noqa: E402
+from specdec.experiments import realdecoding as realbench  # noqa: E402
+from specdec.experiments.realdecoding import HF_MODES  # noqa: E402
 from specdec.measure import benchargs as ba  # noqa: E402
-from specdec.measure.cellrun import open_partial  # noqa: E402
 
 #: The full run's values of the settings --quick changes.
 FULL = {
@@ -86,31 +84,10 @@ QUICK = {
     "lenience": "1,0.3",
     "verify_repeats": 5,
 }
-#: The settings that must match for a partial run to be resumed.
-RESUME_KEYS = (
-    "quick",
-    "prompts",
-    "new_tokens",
-    "repeats",
-    "gamma",
-    "sweep",
-    "sweep_task",
-    "sweep_drafters",
-    "lenience",
-    "timed",
-    "alpha_only",
-    "drafts",
-    "no_trained",
-    "mode",
-    "threads",
-    "seed",
-)
-
-
 # -- 1. arguments -----------------------------------------------------------------------------------
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> realbench.RealDecoding:
     """The run's settings, checked before anything is loaded (a missing draft is an error here)."""
     from specdec.train.workloads import TASKS
 
@@ -211,57 +188,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if args.mode != "auto":
             ap.error(f"--dtype (the old name) and --mode exclude each other; give --mode hf-{args.dtype}")
         args.mode = f"hf-{args.dtype}"
-    ba.check_counts(ap, args, ("prompts", "new_tokens", "repeats", "gamma", "threads", "verify_repeats"))
-    if args.new_tokens < args.gamma + 2:
-        ap.error(f"--new-tokens must be >= gamma + 2 = {args.gamma + 2}; got {args.new_tokens}")
-    try:
-        args.sweep_gammas = sorted({int(g) for g in args.sweep.split(",") if g})
-        args.lenience_values = [float(x) for x in args.lenience.split(",") if x]
-    except ValueError as exc:
-        ap.error(f"--sweep and --lenience take comma-separated numbers ({exc})")
-    if any(g < 1 for g in args.sweep_gammas):
-        ap.error(f"--sweep gammas must be >= 1; got {args.sweep!r}")
-    if any(not 0 < lv <= 1 for lv in args.lenience_values):
-        ap.error(f"--lenience values must lie in (0, 1]; got {args.lenience!r}")
-    if args.lenience_values and 1.0 not in args.lenience_values:
-        ap.error("--lenience must include 1 (the exact run the others are compared with)")
-    if args.mode not in ("auto", *MODES, *HF_MODES):
-        ap.error(f"--mode must be one of {', '.join(('auto', *MODES, *HF_MODES))}; got {args.mode!r}")
-    if args.no_trained and args.drafts is not None:
-        ap.error("--drafts and --no-trained exclude each other")
-    args.trained = []
-    if not args.no_trained:
-        from specdec.train.draftnets import require_drafts
-
-        try:
-            args.trained = require_drafts(None if args.drafts is None else args.drafts.split(","))
-        except (ValueError, FileNotFoundError) as exc:
-            ap.error(f"{exc} (--no-trained runs without trained drafts)")
-    try:
-        args.timed_names = drafter_names(args.timed, args.trained)
-        args.alpha_names = [
-            n for n in drafter_names(args.alpha_only, args.trained) if n not in args.timed_names
-        ]
-    except ValueError as exc:
-        ap.error(str(exc))
-    if not args.timed_names:
-        ap.error("--timed must name at least one drafter")
-    if args.sweep_drafters != "auto":
-        unknown = [n for n in args.sweep_drafters.split(",") if n not in args.timed_names]
-        if unknown:
-            ap.error(f"--sweep-drafters {unknown} must be timed drafters ({args.timed_names})")
-    return args
-
-
-def settings_key(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings a partial run must share with this command to be resumed."""
-    return {k: getattr(args, k) for k in RESUME_KEYS}
-
-
-def resume_state(path: Path, args: argparse.Namespace) -> dict[str, Any] | None:
-    """The saved state of an interrupted run with the same settings; None when there is none
-    (:func:`specdec.measure.cellrun.open_partial`)."""
-    return open_partial(path, settings_key(args), fresh=args.fresh, key="settings_key")
+    given = {k: v for k, v in vars(args).items() if k not in ("dtype",)}
+    return ba.build_settings(realbench.RealDecoding, given, ap.error)  # the settings check themselves
 
 
 def full_settings() -> dict[str, Any]:
@@ -278,23 +206,13 @@ def full_settings() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    settings = parse_args(argv)
     command = "python benchmarks/real_decoding.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    started = time.perf_counter()
-    threads = set_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    partial = out / f"{args.mode}-{args.threads}t{'-quick' if args.quick else ''}.partial.json"
     realbench.run(
-        args,
-        resume_state(partial, args),
+        settings,
         command=command,
-        out=out,
-        partial_path=partial,
-        settings_key=settings_key(args),
-        threads=threads,
-        started=started,
-        full=full_settings() if args.quick else None,
+        started=time.perf_counter(),
+        full=full_settings() if settings.quick else None,
     )
     return 0
 

@@ -5,7 +5,7 @@ held-out prompts against chains and plain decoding.
     python benchmarks/trees.py --budget-s 3000         # the run; the same command again resumes it
     python benchmarks/trees.py --set conditioned       # issue 30: Medusa, the MLP speculator, EAGLE(-2)
 
-The program is :mod:`specdec.analysis.treebench` (configurations, prompts, summary); the runner and the
+The program is :mod:`specdec.experiments.trees` (configurations, prompts, summary); the runner and the
 cross-fit analysis are the campaign's. The record ``results/bench/<set>-<cpu>-<threads>t[-quick].json``
 holds the command, settings (the prompt file's sha256 among them), the machine identity, the git commit,
 every run's raw timings and repetition-0 Stats, each cell's load, the cross-fit analysis and the tree
@@ -79,8 +79,8 @@ def reanalyse(path: str) -> int:
     that computed them."""
     import json
 
-    from specdec.analysis import treebench as tb
     from specdec.analysis.treetables import simultaneous
+    from specdec.experiments import trees as tb
     from specdec.measure.core import environment
     from specdec.theory.recordio import write_record
 
@@ -101,10 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.reanalyse:
         return reanalyse(args.reanalyse)
-    from specdec.analysis import treebench as tb
-    from specdec.analysis.campaign import evaluation_cells, run_campaign
     from specdec.engine import native
     from specdec.engine.models import set_threads
+    from specdec.experiments import trees as tb
+    from specdec.experiments.campaign import evaluation_cells, run_campaign
     from specdec.measure.core import cpu_name, environment
     from specdec.measure.device import device_slug
     from specdec.measure.modes import machine_identity
@@ -128,11 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else (
         ROOT / "results" / "bench" / f"{args.set}-{slug}-{threads}t{'-quick' if args.quick else ''}.json"
     )  # fmt: skip
-    settings = {
-        "quick": args.quick, "new_tokens": args.new_tokens, "repeats": args.repeats, "threads": threads,
-        "seed": args.seed, "configs": {k: list(v) for k, v in configs.items()},
-        "prompts_file": tb.HELDOUT.name, "prompts_sha256": sha, "eos": True, "machine": machine,
-    }  # fmt: skip
+    settings = tb.TreesSettings(
+        quick=args.quick, new_tokens=args.new_tokens, repeats=args.repeats, threads=threads, seed=args.seed,
+        configs={k: tuple(v) for k, v in configs.items()}, prompts_file=tb.HELDOUT.name, prompts_sha256=sha,
+        machine=machine,
+    )  # fmt: skip
     target = built["engines"][0].model
     print("[trees] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)
     curves = tb.verify_curves(target, repeats=3 if args.quick else 15)

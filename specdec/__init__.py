@@ -80,7 +80,9 @@ Measurement:
 * :mod:`specdec.measure.core`   -- the one timer and the one T(k) loop over any session, the
   verify-cost curves and environment records (written by :mod:`specdec.theory.recordio`).
 * :mod:`specdec.measure.pairedrun` -- the one paired plain-vs-speculative run driver.
-* :mod:`specdec.measure.cellrun`   -- the one resumable cell runner: saved after every cell, resumed.
+* :mod:`specdec.measure.runner`   -- the one runner: a program's settings as its resume key (``RunSettings``),
+  cells with their seconds and load, saved after every cell and resumed; a one-shot run's sections
+  (``Recorder``) within a ``Deadline``.
 * :mod:`specdec.measure.benchargs` -- what the benchmark scripts share: common arguments, checks, paths.
 * :mod:`specdec.measure.dynamicgamma` -- adaptive draft lengths against fixed ones (``dynamic_gamma.py``).
 * :mod:`specdec.measure.logiterror` -- a lean mode's logits against float32's (``q4q8_error.py``).
@@ -90,42 +92,45 @@ Measurement:
 * :mod:`specdec.measure.modes`     -- the lean mode chosen by measuring the running machine (cached).
 * :mod:`specdec.measure.acceptance` -- the paper's alpha on target-generated text, by teacher forcing.
 * :mod:`specdec.measure.enginebench` -- the engine benchmark: every engine side by side (``specdec bench``).
-* :mod:`specdec.measure.recorder` -- a run's time budget and its JSON record, saved after every section.
 * :mod:`specdec.measure.device`  -- the accelerator's identity, its memory, its measured roofline.
 * :mod:`specdec.measure.devicechecks` -- greedy equality and losslessness checked on a device.
 * :mod:`specdec.measure.surfaces` -- cost surfaces T(b, k) by the one T(k) loop: wall clock, kernels' time.
-* :mod:`specdec.measure.gpurecord` -- the GPU record's run: the CUDA paths checked, the cost surfaces.
 * :mod:`specdec.measure.gpupayload` -- the real target's weights carried to a GPU: the payload written
   on a CPU, checked and dequantized on the device.
 * :mod:`specdec.measure.gpusummary` -- the GPU run's tables, recomputed from its stored timings.
-* :mod:`specdec.measure.gpurun`  -- the real-weights GPU run, section by section (timers, decoding).
 
 Analysis (Part IV and V's readers):
 
 * :mod:`specdec.analysis.realrun`   -- pooling real runs and splitting the theory/measurement gap.
 * :mod:`specdec.analysis.realtables` -- Part IV's tables from a real-decoding run's state.
-* :mod:`specdec.analysis.realbench` -- Part IV's benchmark program (``benchmarks/real_decoding.py``).
-* :mod:`specdec.analysis.hfbench`   -- our engine against transformers' assisted generation (bench_engine).
 * :mod:`specdec.analysis.hardware`  -- Part V: verify curves, GPU cost surfaces, adaptive gamma records.
 * :mod:`specdec.analysis.batchcost` -- the cost surface T(b, k) and what it predicts for batched speculation.
-* :mod:`specdec.analysis.batchbench` -- the steps of the batch-size benchmark (``batch_surface.py``).
 * :mod:`specdec.analysis.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.
 * :mod:`specdec.analysis.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).
 * :mod:`specdec.analysis.crossfit`  -- the campaign's analysis: gamma chosen by cross-fitting, speedups over
   the same engine's plain and the fastest plain decoder, with intervals (numpy only).
-* :mod:`specdec.analysis.treebench` -- issue 29's trees measurement: held-out prompts, chain and tree
-  configurations through the registry, v(N) of chain and tree calls, the tree summary.
 * :mod:`specdec.analysis.treetables` -- the trees chapter's reader: family and fixed tables, issue 29's
   goals, where the time goes, simultaneous (Bonferroni) intervals.
 * :mod:`specdec.analysis.condtables` -- the conditioned drafters' reader: issue 30's goals, c per call,
   greedy equality.
-* :mod:`specdec.analysis.campaign`  -- the campaign runner: every plain decoder and speculative
-  configuration on the same prompts, interleaved, resumable (``benchmarks/campaign.py``).
 * :mod:`specdec.analysis.answer`    -- Part VI's reading of the campaign: "faster than what?".
 * :mod:`specdec.analysis.answerfig` -- the answer as a figure: every plain decoder and family, per task.
 * :mod:`specdec.analysis.beyond`    -- the source article's section 7 comparison table, measured.
 * :mod:`specdec.analysis.records`   -- the one way chapters read records: the newest of a kind, and
   where each came from (provenance).
+
+Run programs (:mod:`specdec.experiments`; ``benchmarks/*.py`` are thin commands around them):
+
+* :mod:`specdec.experiments.campaign`  -- the campaign: every plain decoder and speculative configuration
+  on the same prompts, interleaved, resumable (``benchmarks/campaign.py``).
+* :mod:`specdec.experiments.campaign2` -- the second campaign's design, engines, families and analyses.
+* :mod:`specdec.experiments.realdecoding` -- Part IV's real decoding (``benchmarks/real_decoding.py``).
+* :mod:`specdec.experiments.hfbench`   -- our engine against transformers' assisted generation (bench_engine).
+* :mod:`specdec.experiments.batchsurface` -- the batch-size benchmark's steps (``batch_surface.py``).
+* :mod:`specdec.experiments.trees` -- issue 29's trees measurement: held-out prompts, chain and tree
+  configurations through the registry, v(N) of chain and tree calls, the tree summary.
+* :mod:`specdec.experiments.gpurecord` -- the GPU record's run: the CUDA paths checked, the cost surfaces.
+* :mod:`specdec.experiments.gpureal`  -- the real-weights GPU run, section by section (timers, decoding).
 
 The paper and the book:
 

@@ -105,7 +105,7 @@ def synthetic(seed: int = 0, reps: int = 3) -> dict:
                     runs.append(run)
     from specdec.analysis.crossfit import analyse as crossfit
     from specdec.analysis.crossfit import fold_of
-    from specdec.analysis.treebench import tree_summary
+    from specdec.experiments.trees import tree_summary
 
     record = {
         "complete": True,

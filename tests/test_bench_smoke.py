@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/bench_engine.py's program (specdec.analysis.hfbench) on a tiny random Llama:
+"""Smoke test of benchmarks/bench_engine.py's program (specdec.experiments.hfbench) on a tiny random Llama:
 its core functions run
 end to end for a few tokens and write a valid results file. No timing is asserted, but every
 number the summary derives from the times (ratios, medians, pooled rates, theorem rows) is
@@ -22,7 +22,7 @@ from specdec.measure.core import write_result
 
 @pytest.fixture(scope="module")
 def bench():
-    from specdec.analysis import hfbench
+    from specdec.experiments import hfbench
 
     return hfbench
 
@@ -31,7 +31,7 @@ def test_the_script_parses_its_arguments_and_calls_the_package(root):
     spec = importlib.util.spec_from_file_location("bench_engine", root / "benchmarks" / "bench_engine.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    from specdec.analysis import hfbench
+    from specdec.experiments import hfbench
 
     assert module.run_suite is hfbench.run_suite
     with pytest.raises(SystemExit):

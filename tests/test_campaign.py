@@ -1,4 +1,4 @@
-"""specdec.analysis.campaign on tiny random models: cells, stored runs, budget stop and resume, the estimate.
+"""specdec.experiments.campaign on tiny random models: cells, stored runs, budget stop, resume, estimate.
 
 No timing thresholds: timings are only checked to be stored and to reproduce the analysis."""
 
@@ -9,7 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from specdec.analysis.campaign import (
+from specdec.analysis.crossfit import analyse, prompt_rates
+from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
+from specdec.engine.tinymodels import tiny_llama
+from specdec.experiments.campaign import (
     Engine,
     calibrate,
     estimate_seconds,
@@ -17,9 +20,6 @@ from specdec.analysis.campaign import (
     run_campaign,
     spec_configs,
 )
-from specdec.analysis.crossfit import analyse, prompt_rates
-from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
-from specdec.engine.tinymodels import tiny_llama
 
 NEW = 6
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -149,7 +149,7 @@ def test_calibration_scales_to_an_estimate(setup):
         12 * (40 * per_token + prefill)
     )
     # the script's estimate: this run's cells and the full run's grid, from one calibration
-    from specdec.analysis.campaign import FULL, TEMPERATURES, estimate_run
+    from specdec.experiments.campaign import FULL, TEMPERATURES, estimate_run
 
     lines = []
     est = estimate_run(engines, configs, prompts, repeats=2, new_tokens=40, gammas=(2,), log=lines.append)
@@ -179,7 +179,7 @@ def _script():
 
 
 def test_script_arguments_quick_and_refusals(capsys):
-    from specdec.analysis.campaign import FULL, QUICK
+    from specdec.experiments.campaign import FULL, QUICK
 
     script = _script()
     full = script.parse_args([])
@@ -198,7 +198,7 @@ def test_script_arguments_quick_and_refusals(capsys):
 
 
 def test_reanalyse_recomputes_the_stored_analysis_and_refuses_a_partial_record(setup, tmp_path):
-    from specdec.analysis.campaign import reanalyse
+    from specdec.experiments.campaign import reanalyse
 
     out = tmp_path / "c.json"
     run(setup, out)
@@ -218,7 +218,7 @@ def test_reanalyse_recomputes_the_stored_analysis_and_refuses_a_partial_record(s
 
 
 def test_every_cell_records_the_load_and_a_reopened_temperature_is_timed_again(setup, tmp_path):
-    from specdec.analysis.campaign import reopen
+    from specdec.experiments.campaign import reopen
 
     out = tmp_path / "c.json"
     first = run(setup, out)

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdec.analysis import campaign as cp
 from specdec.analysis.crossfit import ESTIMATORS, prompt_rates
 from specdec.engine.drafters import PromptLookupDrafter
 from specdec.engine.tinymodels import tiny_llama
+from specdec.experiments import campaign as cp
 from specdec.experiments import campaign2 as c2
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -114,15 +114,18 @@ def test_an_engine_with_repeats_runs_in_the_first_repetitions_only(tiny, tmp_pat
 
 
 def test_a_loaded_cell_is_timed_again_and_its_runs_kept_as_discarded(tiny, tmp_path, monkeypatch):
+    """The one runner's retry (specdec.measure.runner.run_cells), through the campaign."""
+    from specdec.measure import runner
+
     calls = {"n": 0}
-    real = cp.load_during
+    real = runner.load_during
 
     def fake(before, after, wall, threads):
         calls["n"] += 1
         out = real(before, after, wall, threads)
         return out | {"loaded": calls["n"] == 1, "others_busy_cpus": 1.5}
 
-    monkeypatch.setattr(cp, "load_during", fake)
+    monkeypatch.setattr(runner, "load_during", fake)
     rec = run(tiny, tmp_path / "r.json", retry_loaded=2)
     assert len(rec["discarded"]) == 1
     gone = rec["discarded"][0]

@@ -349,14 +349,14 @@ def test_a_read_only_cache_keeps_the_probe_for_the_process(monkeypatch, tmp_path
 
 def test_a_probe_timed_on_a_busy_machine_is_not_cached(monkeypatch, tmp_path):
     """The load check mocked: other processes kept every CPU busy while the probe timed."""
-    from specdec.measure import modes
+    from specdec.measure import modes, runner
 
     busy = iter([{"own_s": 0.0, "busy_s": 100.0, "cpus": 2}, {"own_s": 1.0, "busy_s": 104.0, "cpus": 2}])
     monkeypatch.setattr(modes, "cpu_counters", lambda: next(busy))
-    load = modes.load_during(*[modes.cpu_counters() for _ in range(2)], wall_s=2.0, threads=1)
+    load = runner.load_during(*[modes.cpu_counters() for _ in range(2)], wall_s=2.0, threads=1)
     assert load["others_busy_cpus"] == pytest.approx(1.5) and load["loaded"] is True
     assert load["cpu_share"] == pytest.approx(0.5)
-    quiet = modes.load_during(
+    quiet = runner.load_during(
         {"own_s": 0.0, "busy_s": 0.0, "cpus": 2}, {"own_s": 2.0, "busy_s": 2.2, "cpus": 2}, 2.0, 1
     )
     assert quiet["loaded"] is False
@@ -498,8 +498,10 @@ def test_a_damaged_partial_state_is_one_line_naming_the_file(rd, tmp_path):
     args = rd.parse_args(["--no-trained", "--quick", "--out", str(tmp_path)])
     path = tmp_path / "auto-1t-quick.partial.json"
     path.write_text('{"settings_key": {"quick": tr')  # killed mid-write by another tool
+    from specdec.measure.runner import open_partial
+
     with pytest.raises(SystemExit) as caught:
-        rd.resume_state(path, args)
+        open_partial(path, args, key="settings_key")
     message = str(caught.value)
     assert str(path) in message and "--fresh" in message and "\n" not in message
 

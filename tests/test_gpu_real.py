@@ -20,7 +20,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from specdec.engine import staticllama  # noqa: E402
-from specdec.measure import gpupayload, gpurun, gpusummary  # noqa: E402
+from specdec.experiments import gpureal as gpurun  # noqa: E402
+from specdec.measure import gpupayload, gpusummary  # noqa: E402
 from specdec.theory.intervals import geomean  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small torch ops: one thread is fastest
@@ -189,7 +190,7 @@ def test_plain_tokens_are_compared_across_engines():
         (["--cost-ks", "2,4"], "--cost-ks must include 1"),
         (["--tasks", "poetry"], "--tasks must name"),
         (["--new-tokens", "3", "--gamma", "4"], "--new-tokens must be >= gamma + 2"),
-        (["--gamma", "17"], "--gamma must lie in [1, 16]"),
+        (["--gamma", "17"], "--gamma must be an integer in [1, 16]"),
         (["--threads", "0"], "--threads must be an integer >= 1"),
     ],
 )

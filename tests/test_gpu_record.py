@@ -1,5 +1,5 @@
-"""The GPU record (benchmarks/gpu_record.py, specdec.measure.gpurecord and the modules its steps come from:
-device, devicechecks, surfaces, recorder, engine.randomllama, theory.chisquare) in its quick CPU mode.
+"""The GPU record (benchmarks/gpu_record.py, specdec.experiments.gpurecord and the modules of its steps:
+device, devicechecks, surfaces, runner, engine.randomllama, theory.chisquare) in its quick CPU mode.
 
 The record is taken once, on a rented GPU machine that has torch and transformers but none of
 the book's other packages, and no install of ours (PYTHONPATH=.). So the end-to-end run here
@@ -22,7 +22,8 @@ import pytest
 import scipy.stats
 
 from specdec.engine import randomllama as rl
-from specdec.measure import device, recorder, surfaces
+from specdec.measure import device, surfaces
+from specdec.measure import runner as recorder
 from specdec.theory import chisquare
 
 # What the GPU machine may lack; an unguarded import of any of them fails the run. (sympy, tqdm,

@@ -11,14 +11,15 @@ Layers, lowest first (issue #19; docs: /work/shared/notes/architecture.md's sket
 * ``drafting`` -- tree drafters (the tree-drafter protocol, prompt lookup as a trie, suffix
                   decoding); they import the theory and the engine's drafters, never the reverse.
 * ``train``    -- distillation data and the draft family (shards, distill, draftnets, workloads).
-* ``measure``  -- the timer and the T(k) loop, the paired-run driver, roofline, modes, alpha by
-                  teacher forcing, the engine benchmark, the GPU record.
+* ``measure``  -- the timer and the T(k) loop, the paired-run driver, the one runner, roofline,
+                  modes, alpha by teacher forcing, the engine benchmark, the GPU record's pieces.
 * ``analysis`` -- Part IV and V's readers and what they predict (realrun, realtables, hardware,
                   oracle, batchcost) and ``specdec measure``'s analysis (usermeasure).
 * ``paper``    -- the paper's and the article's tables and claims (published, reproduce, article,
                   audit, book, ledger/).
-* ``experiments`` -- run programs (issue #32's one layer for them): a design as a settings dataclass,
-                  its engines and drafters built, its cells handed to the one runner (campaign v2).
+* ``experiments`` -- run programs (issue #32's one layer for them: the campaigns, real decoding, the
+                  batch surface, the trees, the GPU runs): a design as a settings dataclass, its
+                  engines and drafters built, its cells handed to the one runner (measure.runner).
 * ``cli``      -- the command line.
 
 A module may import from its own layer and from lower ones; ``analysis`` and ``paper`` share a

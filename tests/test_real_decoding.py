@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from specdec.analysis import realtables
-from specdec.measure.cellrun import as_stored
 from specdec.theory.intervals import ratio_ci
 from specdec.theory.speedup import walltime_speedup
 
@@ -132,36 +131,48 @@ def test_table_row_by_hand(rd):
     assert product * row["factor_acceptance"] * row["factor_overhead"] == pytest.approx(row["measured"])
 
 
-def test_drafter_names(rd):
+def test_drafter_names():
+    from specdec.experiments.realdecoding import drafter_names
+
     trained = ["distil-l1", "distil-l4"]
-    assert rd.drafter_names("lookup,drafts,ee-28", trained) == [
+    assert drafter_names("lookup,drafts,ee-28", trained) == [
         "lookup",
         "draft-distil-l1",
         "draft-distil-l4",
         "ee-28",
     ]
-    assert rd.drafter_names("bigram,bigram,,draft-distil-l4", trained) == ["bigram", "draft-distil-l4"]
+    assert drafter_names("bigram,bigram,,draft-distil-l4", trained) == ["bigram", "draft-distil-l4"]
     for bad in ("ee-0", "ee-x", "draft-nope", "trigram"):
         with pytest.raises(ValueError, match="unknown drafter"):
-            rd.drafter_names(bad, trained)
+            drafter_names(bad, trained)
 
 
 def test_resume_refuses_other_settings(rd, tmp_path):
+    """The settings dataclass's to_record() is the resume key: the same command resumes, another
+    setting (repeats; verify_repeats, which the hand-kept key list had left out) is refused, --fresh
+    discards, a damaged file is refused."""
+    from specdec.measure.runner import open_partial
+
+    def resume(settings):
+        return open_partial(settings.partial_path(), settings, fresh=settings.fresh, key="settings_key")
+
     args = rd.parse_args(["--no-trained", "--quick", "--out", str(tmp_path)])
     path = tmp_path / "auto-1t-quick.partial.json"
-    assert rd.resume_state(path, args) is None  # nothing to resume
-    key = as_stored(rd.settings_key(args))
-    path.write_text(json.dumps({"settings_key": key, "done": ["x"]}))
-    assert rd.resume_state(path, args)["done"] == ["x"]
-    other = rd.parse_args(["--no-trained", "--quick", "--repeats", "4", "--out", str(tmp_path)])
-    with pytest.raises(SystemExit, match="other settings \\(repeats\\)"):
-        rd.resume_state(path, other)
+    assert args.partial_path() == path
+    assert resume(args) is None  # nothing to resume
+    assert "out" not in args.to_record() and "fresh" not in args.to_record()
+    path.write_text(json.dumps({"settings_key": args.to_record(), "done": ["x"]}))
+    assert resume(args)["done"] == ["x"]
+    for flag, value, name in (("--repeats", "4", "repeats"), ("--verify-repeats", "9", "verify_repeats")):
+        other = rd.parse_args(["--no-trained", "--quick", flag, value, "--out", str(tmp_path)])
+        with pytest.raises(SystemExit, match=f"other settings \\({name}\\)"):
+            resume(other)
     fresh = rd.parse_args(["--no-trained", "--quick", "--fresh", "--out", str(tmp_path)])
-    assert rd.resume_state(path, fresh) is None
+    assert resume(fresh) is None
     for damaged in ("[1]", '{"settings_key": '):
         path.write_text(damaged)
         with pytest.raises(SystemExit, match="is damaged and cannot be resumed .*pass --fresh"):
-            rd.resume_state(path, args)
+            resume(args)
 
 
 def test_bad_arguments(rd, capsys):
@@ -199,7 +210,7 @@ def test_a_killed_run_resumes_to_the_whole_runs_record(rd, tmp_path, monkeypatch
 
     from tiny_models import VOCAB, tiny_llama
 
-    from specdec.analysis import realbench
+    from specdec.experiments import realdecoding as realbench
 
     model = tiny_llama(0, layers=2)
     from specdec.engine.builder import EngineSpec, open_model
@@ -242,7 +253,7 @@ def test_a_killed_run_resumes_to_the_whole_runs_record(rd, tmp_path, monkeypatch
         "hf-float32",
     ]
     argv += ["--sweep-drafters", "lookup", "--verify-repeats", "1", "--threads", "1", "--ngram-data", "x"]
-    monkeypatch.setattr(rd, "set_threads", lambda n: {"threads": n})
+    monkeypatch.setattr(realbench, "set_threads", lambda n: {"threads": n})
 
     def record(folder):
         rd.main([*argv, "--out", str(folder)])

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from specdec.analysis import treebench as tb
 from specdec.analysis import treetables as tt
 from specdec.engine.lean import LeanLlama
+from specdec.experiments import trees as tb
 from tests.tiny_models import tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]

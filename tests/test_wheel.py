@@ -145,10 +145,10 @@ def real_decoding(root, monkeypatch):
     def tripwire(*args, **kwargs):
         raise AssertionError("the target was loaded before the drafts were checked")
 
-    from specdec.analysis import realbench
+    from specdec.experiments import realdecoding as realbench
 
     monkeypatch.setattr(realbench, "load_engine", tripwire)
-    monkeypatch.setattr(module, "set_threads", lambda n: {"threads": n})  # leave torch's count alone
+    monkeypatch.setattr(realbench, "set_threads", lambda n: {"threads": n})  # leave torch's count alone
     return module
 
 

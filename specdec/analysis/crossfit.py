@@ -1,6 +1,6 @@
 """Cross-fitted choice of gamma (and policy): no reported interval rests on a choice made on its own data.
 
-The campaign (:mod:`specdec.analysis.campaign`) times, on the same prompts, several plain decoders and many
+The campaign (:mod:`specdec.experiments.campaign`) times, on the same prompts, several plain decoders and many
 speculative configurations; a *family* is one method on one engine (e.g. prompt lookup on the
 lean engine at 1 thread) and its configurations differ only in gamma (or the adaptive policy's
 start). Picking the best gamma after the fact and reporting its interval on the same prompts

@@ -4,7 +4,7 @@ Everything here is a pure function of a complete ``trees`` record (``benchmarks/
 cross-fit analysis (:mod:`specdec.analysis.crossfit`, per-comparison 95 % intervals), its simultaneous
 analysis (:func:`simultaneous`: the same bootstrap at a Bonferroni level over every family-vs-fastest-plain
 verdict of the record, stored by ``benchmarks/trees.py --reanalyse``), its tree summary
-(:func:`specdec.analysis.treebench.tree_summary`) and its verify curves. Torch-free.
+(:func:`specdec.experiments.trees.tree_summary`) and its verify curves. Torch-free.
 
 Goal rules (issue 29), fixed here before the record was read: a goal "at least X times the fastest
 plain decoder" is met when the cross-fitted estimate is >= X *and* the interval's lower end is above 1;

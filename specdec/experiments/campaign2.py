@@ -40,7 +40,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from specdec.analysis.campaign import Config, Engine, spec_configs
+from specdec.experiments.campaign import Config, Engine, spec_configs
+from specdec.measure.runner import RunSettings
 from specdec.theory.checks import check_int
 
 __all__ = [
@@ -85,7 +86,7 @@ QUICK_ADAPTIVE: dict[str, tuple[int, ...]] = {"lookup": (1,)}
 
 
 @dataclasses.dataclass(frozen=True)
-class Campaign2:
+class Campaign2(RunSettings):
     """The run's design: what the record stores as its settings and what a resumed run must equal."""
 
     threads: int
@@ -123,10 +124,9 @@ class Campaign2:
                 )
 
     def to_record(self) -> dict[str, Any]:
-        """The settings as the record stores them (JSON types): the resume key."""
-        from specdec.measure.cellrun import as_stored
-
-        return as_stored(dataclasses.asdict(self) | {"eos": True, "temperatures": [0.0, 1.0]})
+        """The settings as the record stores them (JSON types): the resume key (with the two fixed
+        parts of the design: generations stop at EOS, temperatures 0 and 1)."""
+        return super().to_record() | {"eos": True, "temperatures": [0.0, 1.0]}
 
 
 def fastest_hf_dtype(threads: int, *, tokens: int = 24, rounds: int = 3) -> tuple[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ __all__ = [
     "ROOT",
     "add_lean_args",
     "bench_path",
+    "build_settings",
     "check_counts",
     "check_draft",
     "command_line",
@@ -65,6 +66,23 @@ def check_counts(
             check_int("--" + name.replace("_", "-"), getattr(args, name), low=low)
         except ValueError as exc:
             ap.error(str(exc))
+
+
+def build_settings(cls: Any, given: Mapping[str, Any], error: Callable[[str], Any]) -> Any:
+    """A run program's settings dataclass (:class:`specdec.measure.runner.RunSettings`) from a script's
+    parsed ``given`` values; the dataclass checks them, and its ValueError becomes ``error`` (the
+    parser's: one line, exit status 2) with the field named as its option (``new_tokens`` ->
+    ``--new-tokens``)."""
+    import dataclasses
+
+    try:
+        return cls(**given)
+    except ValueError as exc:
+        message = str(exc)
+        head, _, rest = message.partition(" ")
+        if head in {f.name for f in dataclasses.fields(cls)}:
+            message = f"--{head.replace('_', '-')} {rest}"
+        return error(message)
 
 
 def check_draft(ap: argparse.ArgumentParser, name: str) -> None:

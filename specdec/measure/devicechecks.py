@@ -7,6 +7,9 @@
   chi-square (:func:`specdec.theory.chisquare.chi_square_pvalue`) of the joint law of the first
   two tokens of N speculative runs against the target's exact law (:func:`exact_two_token_law`),
   as ``tests/test_decoding.py`` does on the CPU.
+* :func:`preflight` and :func:`graph_smoke` -- before the real-weights GPU run
+  (``benchmarks/gpu_real.py --check-payload``): its modules importable, the device, and a tiny random
+  Llama's CUDA-graph replays and greedy speculative decoding against eager and plain.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ import numpy as np
 from specdec.theory.chisquare import chi_square_pvalue
 from specdec.theory.tokens import first_divergence
 
-__all__ = ["PROMPTS", "exact_two_token_law", "first_two_token_test", "greedy_equality"]
+__all__ = [
+    "PROMPTS",
+    "RUN_MODULES",
+    "exact_two_token_law",
+    "first_two_token_test",
+    "graph_smoke",
+    "greedy_equality",
+    "preflight",
+]
 
 
 #: The prompts of tests/test_decoding.py (the last one repeats an n-gram: prompt lookup drafts).
@@ -170,3 +181,108 @@ def first_two_token_test(
         "passed": test["pvalue"] > 1e-3,
         **test,
     }
+
+
+# -- before a device run: the imports, the device, a CUDA graph -------------------------------------
+
+
+#: The modules the run imports (what :func:`preflight` checks on the device).
+RUN_MODULES = (
+    "torch",
+    "numpy",
+    "specdec.measure.gpupayload",
+    "specdec.engine.staticllama",
+    "specdec.measure.gpusummary",
+    "specdec.experiments.gpureal",
+    "specdec.engine.decoding",
+    "specdec.engine.drafters",
+)
+
+
+def preflight(device: str) -> dict[str, Any]:
+    """What the run will find: its modules importable, the device, transformers (optional)."""
+    import importlib
+
+    out: dict[str, Any] = {}
+    for name in RUN_MODULES:
+        try:
+            importlib.import_module(name)
+            out[name] = "ok"
+        except Exception as exc:  # noqa: BLE001  (reported, not raised: this is a check)
+            out[name] = f"{type(exc).__name__}: {exc}"
+    try:
+        import transformers
+
+        out["transformers"] = transformers.__version__
+    except Exception as exc:  # noqa: BLE001
+        out["transformers"] = f"not importable ({type(exc).__name__}); the run skips hf_check"
+    import torch
+
+    out["torch_version"] = torch.__version__
+    out["cuda_available"] = torch.cuda.is_available()
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        out["device_name"] = torch.cuda.get_device_name(torch.device(device))
+    return out
+
+
+def graph_smoke(device: str) -> dict[str, Any]:
+    """A tiny random Llama in the run's engine on ``device``: graph replays against eager calls,
+    and greedy speculative decoding (an early-exit drafter) against plain, through the graphs
+    where the device has them. Seconds; reported, never raised (it is a check)."""
+    import torch
+
+    from specdec.drafting.registry import DraftContext, build_drafter
+    from specdec.engine.decoding import autoregressive, speculative
+    from specdec.engine.staticllama import StaticLlama
+
+    out: dict[str, Any] = {"device": device}
+    try:
+        cfg = {
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256, "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0, "max_position_embeddings": 256,
+        }  # fmt: skip
+        gen = torch.Generator().manual_seed(0)
+        shapes = {
+            "model.embed_tokens.weight": (256, 64), "model.norm.weight": (64,),
+            **{f"model.layers.{i}.{n}": s for i in range(2) for n, s in (
+                ("input_layernorm.weight", (64,)), ("post_attention_layernorm.weight", (64,)),
+                ("self_attn.q_proj.weight", (64, 64)), ("self_attn.k_proj.weight", (32, 64)),
+                ("self_attn.v_proj.weight", (32, 64)), ("self_attn.o_proj.weight", (64, 64)),
+                ("mlp.gate_proj.weight", (128, 64)), ("mlp.up_proj.weight", (128, 64)),
+                ("mlp.down_proj.weight", (64, 128)),
+            )},
+        }  # fmt: skip
+        weights = {
+            n: torch.randn(s, generator=gen) * (1.0 if len(s) == 1 else 0.3) for n, s in shapes.items()
+        }
+        target = StaticLlama.from_weights(weights, cfg, device=device, capacity=64)
+        early = target.early_exit(1)
+        prompt = torch.randint(0, 256, (9,), generator=gen).tolist()
+        if torch.device(device).type == "cuda":
+            target.capture(range(1, 5))
+            early.capture((1, 2))
+            s = target.session()
+            s.forward(prompt)
+            s.crop(5)
+            eager = s.forward(prompt[5:])
+            target.use_graphs = True
+            s.crop(5)
+            out["graph_equals_eager"] = bool(torch.equal(s.forward(prompt[5:]), eager))
+            target.use_graphs = early.use_graphs = True
+        else:
+            out["graph_equals_eager"] = f"skipped: no CUDA graphs on {device}"
+        calls = target.graph_calls
+        plain = autoregressive(target, prompt, max_new_tokens=12).tokens
+        drafter = build_drafter("draft:early-exit", DraftContext(None, load_draft=lambda name: early))
+        spec = speculative(target, drafter, prompt, gamma=3, max_new_tokens=12).tokens
+        out["greedy_speculative_equals_plain"] = spec == plain
+        out["graph_calls"] = target.graph_calls - calls
+        out["ok"] = out["greedy_speculative_equals_plain"] and out["graph_equals_eager"] is not False
+    except Exception as exc:  # noqa: BLE001  (reported: the session decides whether to run)
+        out["ok"] = False
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+# --------------------------------------------------------------------------- costs

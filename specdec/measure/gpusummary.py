@@ -1,7 +1,7 @@
 """Real weights on a GPU (issue #23), the summary: a run's tables recomputed from its stored timings.
 
 :func:`summarize_runs` and :func:`summarize_costs` turn the stored timings of a run
-(:mod:`specdec.measure.gpurun`) into its tables (tokens/s, speedups over plain with bootstrap
+(:mod:`specdec.experiments.gpureal`) into its tables (tokens/s, speedups over plain with bootstrap
 intervals over prompts, alpha, c, v(k)), so the record's tables can always be recomputed from its
 raw timings (numpy only).
 """

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 import warnings
@@ -41,6 +40,7 @@ from specdec.engine.builder import (
 )
 from specdec.engine.lean import MODES, NATIVE_MODES, LeanLlama, torch_threads_for
 from specdec.measure.core import cpu_name, time_forwards
+from specdec.measure.runner import cpu_counters, load_during
 from specdec.theory.checks import check_float, check_int, check_ints
 from specdec.theory.recordio import write_record
 
@@ -49,13 +49,11 @@ __all__ = [
     "TIMING_GROUPS",
     "available_modes",
     "choose_mode",
-    "cpu_counters",
     "draft_context",
     "draft_length",
     "draft_modes",
     "lean_draft",
     "lean_model",
-    "load_during",
     "machine_identity",
     "open_target",
     "probe_modes",
@@ -263,50 +261,6 @@ def _progress_bar(total: int, desc: str) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, disable=None)
-
-
-def cpu_counters() -> dict[str, float]:
-    """CPU seconds so far: this process's (``own_s``, all its threads) and, where /proc/stat
-    exists, the busy time of every CPU of the machine (``busy_s``, steal included) and ``cpus``."""
-    out = {"own_s": time.process_time()}
-    try:
-        with open("/proc/stat", encoding="ascii") as handle:
-            lines = handle.read().splitlines()
-        ticks = [int(x) for x in lines[0].split()[1:9]]  # user nice system idle iowait irq softirq steal
-        out["busy_s"] = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-        out["cpus"] = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
-
-
-#: A probe is *loaded* (not cached) when other processes left fewer free CPUs than its threads
-#: need, less this margin: its timings then measure the contention, not the modes.
-LOAD_MARGIN = 0.25
-
-
-def load_during(before: dict[str, float], after: dict[str, float], wall_s: float, threads: int) -> dict:
-    """How busy the machine was while the probe timed: this process's CPU time, its share of its
-    threads' worth (``cpu_share``), and from /proc/stat the CPUs kept busy by other processes
-    (``others_busy_cpus``, steal included); ``loaded`` when the free CPUs fell below ``threads``
-    (less :data:`LOAD_MARGIN`). Without /proc/stat, the 1-minute load average against the CPUs."""
-    own = after["own_s"] - before["own_s"]
-    wall_s = max(wall_s, 1e-9)
-    load: dict[str, Any] = {
-        "wall_s": wall_s,
-        "cpu_s": own,
-        "threads": threads,
-        "cpu_share": own / wall_s / threads,
-    }
-    if "busy_s" in before and "busy_s" in after:
-        others = max(0.0, after["busy_s"] - before["busy_s"] - own) / wall_s
-        load |= {"cpus": int(after["cpus"]), "others_busy_cpus": others}
-        load["loaded"] = after["cpus"] - others < threads - LOAD_MARGIN
-    else:
-        average = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-        load |= {"cpus": os.cpu_count() or 1, "load_average_1min": average}
-        load["loaded"] = average > load["cpus"] + LOAD_MARGIN
-    return load
 
 
 def draft_length(

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from specdec.measure.core import summarize_times, sync_hook, time_forwards
-from specdec.measure.recorder import Deadline
+from specdec.measure.runner import Deadline
 
 __all__ = [
     "B1_EXTRA_KS",

@@ -6,22 +6,28 @@ drafts, :func:`specdec.analysis.batchcost.measure_surface`), ``decoding`` (:func
 batched speculative against batched plain decoding, :func:`specdec.analysis.batchcost.decode_units`)
 and ``analysis`` (:func:`step_analysis`: the predicted gain per batch size at the measured alphas,
 beside the measured speedups). The record is saved after every finished block and unit; a rerun
-with the same settings resumes it (:func:`open_record`, :func:`specdec.measure.cellrun.open_partial`).
+with the same settings resumes it (:func:`open_record`, :func:`specdec.measure.runner.open_partial`).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specdec.analysis import batchcost as bc
-from specdec.measure.cellrun import as_stored, open_partial
 from specdec.measure.core import write_result
+from specdec.measure.runner import RunSettings, not_key, open_partial, run_cells
+from specdec.theory.checks import check_int
 
 __all__ = [
+    "FULL",
+    "QUICK",
+    "STEPS",
+    "BatchSurface",
     "choose_decode_mode",
     "describe",
     "load_models",
@@ -33,6 +39,94 @@ __all__ = [
     "step_decoding",
     "step_surface",
 ]
+
+
+STEPS = ("surface", "decoding", "analysis")
+#: The full run's grid and counts (what a run without ``quick`` does).
+FULL = {
+    "batches": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+    "ks": (1, 2, 3, 4, 5, 6, 7, 8),
+    "passes": 5,
+    "decode_batches": (1, 2, 4, 8, 16),
+    "units": 5,
+    "new_tokens": 32,
+    "boot": 2000,
+}
+#: A CI-sized run's (a value given explicitly wins).
+QUICK = {
+    "batches": (1, 2, 4),
+    "ks": (1, 2, 4),
+    "passes": 2,
+    "decode_batches": (1, 2),
+    "units": 2,
+    "new_tokens": 8,
+    "boot": 200,
+}
+
+
+@dataclass
+class BatchSurface(RunSettings):
+    """The design of a batch-surface run (``benchmarks/batch_surface.py`` parses its arguments into it).
+
+    A field left None takes the full run's value, or with ``quick`` the CI-sized one
+    (:data:`FULL`, :data:`QUICK`). Checked here, before anything loads. :meth:`to_record` (every field
+    but the ones that do not change what is measured: which steps this call runs, ``redo``, the
+    decoding step's mode choice, the bootstrap draws, where the record goes, progress) is the record's
+    ``settings`` and the key a record must hold to be resumed.
+    """
+
+    quick: bool = False
+    tiny: bool = False
+    threads: int = 1
+    modes: tuple[str, ...] = ("float32", "bfloat16")
+    draft: str = "distil-l1"
+    context: int = 128
+    gamma: int = 3
+    batches: tuple[int, ...] | None = None
+    ks: tuple[int, ...] | None = None
+    passes: int | None = None
+    decode_batches: tuple[int, ...] | None = None
+    units: int | None = None
+    new_tokens: int | None = None
+    seed: int = 0
+    steps: tuple[str, ...] = not_key(STEPS)
+    decode_mode: str = not_key("auto")
+    boot: int | None = not_key(None)
+    out: str | None = not_key(None)
+    fresh: bool = not_key(False)
+    redo: str | None = not_key(None)
+    redo_reason: str = not_key("")
+    no_progress: bool = not_key(False)
+
+    def __post_init__(self) -> None:
+        grid = QUICK if self.quick else FULL
+        for key in ("batches", "ks", "decode_batches"):
+            value = getattr(self, key)
+            setattr(self, key, tuple(grid[key]) if value is None else tuple(int(v) for v in value))
+        for key in ("passes", "units", "new_tokens", "boot"):
+            if getattr(self, key) is None:
+                setattr(self, key, grid[key])
+        self.steps, self.modes = tuple(self.steps), tuple(self.modes)
+        if self.redo is not None and self.redo not in STEPS:
+            raise ValueError(f"redo must name one of {', '.join(STEPS)}; got {self.redo!r}")
+        if not self.steps or any(s not in STEPS for s in self.steps):
+            raise ValueError(f"steps must name some of {', '.join(STEPS)}; got {self.steps}")
+        if not self.modes or any(m not in ("float32", "bfloat16") for m in self.modes):
+            raise ValueError(f"modes must name float32 and/or bfloat16; got {self.modes}")
+        if self.decode_mode not in ("auto", *self.modes):
+            raise ValueError(
+                f"decode_mode must be auto or one of modes {self.modes}; got {self.decode_mode!r}"
+            )
+        for name in ("threads", "context", "gamma", "passes", "units", "new_tokens"):
+            check_int(name, getattr(self, name), low=1)
+        check_int("boot", self.boot, low=100)
+        check_int("seed", self.seed, low=0, high=2**32 - 1)
+        if 1 not in self.ks or min(self.ks) < 1 or min(self.batches) < 1 or min(self.decode_batches) < 1:
+            raise ValueError("ks must hold 1, and every k and batch size must be >= 1")
+        if self.gamma + 1 > max(self.ks):
+            raise ValueError(
+                f"ks must reach gamma + 1 = {self.gamma + 1} (the verify call of the decoding step)"
+            )
 
 
 def progress_bar(enabled: bool) -> Callable[[Any, str], Any]:
@@ -50,18 +144,18 @@ def progress_bar(enabled: bool) -> Callable[[Any, str], Any]:
 
 
 # --------------------------------------------------------------------------- models and prompts
-def load_models(args: Any) -> dict[str, Any]:
+def load_models(s: BatchSurface) -> dict[str, Any]:
     """Per mode: the target, the draft, the tokenizer (None with --tiny) and the prompt pool."""
     import torch
 
     out: dict[str, Any] = {}
-    if args.tiny:
+    if s.tiny:
         from specdec.engine import tinymodels as tm
 
-        gen = torch.Generator().manual_seed(args.seed)
+        gen = torch.Generator().manual_seed(s.seed)
         lengths = [int(n) for n in torch.randint(3, 30, (8,), generator=gen)]
         pool = [torch.randint(0, tm.VOCAB, (n,), generator=gen).tolist() for n in lengths]
-        for mode in args.modes:
+        for mode in s.modes:
             dtype = getattr(torch, mode)
             target = tm.tiny_llama(0).to(dtype)
             draft = tm.perturbed_copy(tm.tiny_llama(0), 0.05, 5).to(dtype)
@@ -71,9 +165,9 @@ def load_models(args: Any) -> dict[str, Any]:
     from specdec.train.draftnets import load_draft
     from specdec.train.workloads import evaluation_prompts
 
-    for mode in args.modes:  # transformers in each dtype, on the GPU when there is one, at every core
+    for mode in s.modes:  # transformers in each dtype, on the GPU when there is one, at every core
         loaded = open_engine(EngineSpec("hf", mode)).base
-        draft = load_draft(args.draft, loaded.model)
+        draft = load_draft(s.draft, loaded.model)
         pool = [p["ids"] for p in evaluation_prompts(loaded.tokenizer, 12)]
         out[mode] = {"target": loaded.model, "draft": draft, "pool": pool, "name": loaded.name}
     return out
@@ -101,14 +195,13 @@ def save(path: Path, record: dict[str, Any], started: float) -> None:
 
 
 def open_record(
-    args: Any, settings: dict[str, Any], path: Path, command: str, env: dict, machine: dict, note: str
+    s: BatchSurface, path: Path, command: str, env: dict, machine: dict, note: str
 ) -> dict[str, Any]:
-    """The record to fill: the one at ``path`` when it was made with the same ``settings`` (resume,
-    :func:`specdec.measure.cellrun.open_partial`), else a new one (``args``: the script's settings)."""
+    """The record to fill: the one at ``path`` when it holds ``s.to_record()`` as its settings (resume,
+    :func:`specdec.measure.runner.open_partial`; ``s.fresh`` starts over), else a new one."""
     import transformers
 
-    settings = as_stored(settings)
-    record = open_partial(path, settings, fresh=args.fresh, what="batch-surface record")
+    record = open_partial(path, s, fresh=s.fresh, what="batch-surface record")
     if record is not None:
         if record.get("kind") != "batch-surface":
             raise SystemExit(f"{path} is not a batch-surface record: pass --fresh to start over, or --out")
@@ -124,10 +217,10 @@ def open_record(
         "machine": machine,
         "engine": f"transformers {transformers.__version__}, eager forward, sdpa attention",
         "mode": None,
-        "quick": bool(args.quick),
-        "tiny": bool(args.tiny),
+        "quick": bool(s.quick),
+        "tiny": bool(s.tiny),
         "note": note,
-        "settings": settings,
+        "settings": s.to_record(),
         "status": {"finished": False, "steps_done": [], "elapsed_s": 0.0},
         "sessions": [{"command": command, "environment": env}],
         "environment": env,
@@ -145,14 +238,16 @@ def _keep(items: list, save_now: Callable[[], None]) -> Callable[[dict], None]:
 
 
 # --------------------------------------------------------------------------- steps
-def step_surface(args: Any, record: dict, models: dict, save_now: Callable[[], None], progress: Any) -> None:
+def step_surface(
+    s: BatchSurface, record: dict, models: dict, save_now: Callable[[], None], progress: Any
+) -> None:
     """T(b, k) of every target and T(b, 1) of every draft, block by block (:func:`bc.measure_surface`),
     each finished block kept and saved."""
     section = record.setdefault("surface", {})
     section.update(
-        context=args.context,
-        batches=list(args.batches),
-        passes=args.passes,
+        context=s.context,
+        batches=list(s.batches),
+        passes=s.passes,
         timer="time.perf_counter around one forward call (every position's logits), cache cropped after",
         models={},
         ks={},
@@ -163,19 +258,19 @@ def step_surface(args: Any, record: dict, models: dict, save_now: Callable[[], N
         for role in ("target", "draft"):
             name = f"{role}-{mode}"
             nets[name] = m[role]
-            ks[name] = list(args.ks) if role == "target" else [1]
+            ks[name] = list(s.ks) if role == "target" else [1]
             section["models"][name] = {"role": role, "mode": mode, **describe(m[role])}
             if role == "draft":
-                section["models"][name]["name"] = args.draft if not args.tiny else "perturbed_copy(0.05)"
+                section["models"][name]["name"] = s.draft if not s.tiny else "perturbed_copy(0.05)"
     section["ks"] = ks
 
     bc.measure_surface(
         nets,
         ks,
-        args.batches,
-        passes=args.passes,
-        context=args.context,
-        seed=args.seed,
+        s.batches,
+        passes=s.passes,
+        context=s.context,
+        seed=s.seed,
         done=section["blocks"],
         on_block=_keep(section["blocks"], save_now),
         progress=progress,
@@ -183,27 +278,29 @@ def step_surface(args: Any, record: dict, models: dict, save_now: Callable[[], N
     section["cells"] = {name: bc.surface_cells(section["blocks"], name) for name in nets}
 
 
-def choose_decode_mode(args: Any, record: dict) -> tuple[str, str]:
+def choose_decode_mode(s: BatchSurface, record: dict) -> tuple[str, str]:
     """--decode-mode, or auto: the mode with the smaller sum of T(b, 1) over the decoding batches
     measured by the surface step; without one, bfloat16 when the CPU has BF16 instructions."""
-    if args.decode_mode != "auto":
-        return args.decode_mode, "given by --decode-mode"
-    if "surface" in record and record["surface"].get("blocks") and len(args.modes) > 1:
+    if s.decode_mode != "auto":
+        return s.decode_mode, "given by --decode-mode"
+    if "surface" in record and record["surface"].get("blocks") and len(s.modes) > 1:
         cost = {}
-        for mode in args.modes:
+        for mode in s.modes:
             surf = bc.surface(record["surface"]["blocks"], f"target-{mode}")
-            cost[mode] = sum(surf[(b, 1)] for b in args.decode_batches if (b, 1) in surf)
+            cost[mode] = sum(surf[(b, 1)] for b in s.decode_batches if (b, 1) in surf)
         best = min(cost, key=cost.get)
-        return best, f"auto: the smaller sum of T(b, 1) over b in {list(args.decode_batches)} ({cost})"
-    if len(args.modes) == 1:
-        return args.modes[0], "auto: the only mode"
+        return best, f"auto: the smaller sum of T(b, 1) over b in {list(s.decode_batches)} ({cost})"
+    if len(s.modes) == 1:
+        return s.modes[0], "auto: the only mode"
     bf16 = bool(record["machine"].get("bf16_instructions"))
     return (
         "bfloat16" if bf16 else "float32"
     ), "auto: BF16 instructions on this CPU" if bf16 else "auto: no BF16"
 
 
-def step_decoding(args: Any, record: dict, models: dict, save_now: Callable[[], None], progress: Any) -> None:
+def step_decoding(
+    s: BatchSurface, record: dict, models: dict, save_now: Callable[[], None], progress: Any
+) -> None:
     """Batched speculative decoding against batched plain decoding, unit by unit
     (:func:`bc.decode_units`), each finished unit kept and saved."""
     from specdec.drafting.registry import build_drafter
@@ -211,9 +308,9 @@ def step_decoding(args: Any, record: dict, models: dict, save_now: Callable[[], 
     section = record.setdefault("decoding", {})
     mode, why = section.get("mode"), section.get("mode_rule")
     if mode is None:
-        mode, why = choose_decode_mode(args, record)
+        mode, why = choose_decode_mode(s, record)
     m = models[mode]
-    draft_name = args.draft if not args.tiny else "tiny-draft"
+    draft_name = s.draft if not s.tiny else "tiny-draft"
     configs = {
         draft_name: {"drafter": m["draft"], "cut": "ragged"},
         "lookup": {"drafter": build_drafter("lookup"), "cut": "ragged"},
@@ -223,14 +320,13 @@ def step_decoding(args: Any, record: dict, models: dict, save_now: Callable[[], 
         mode=mode,
         mode_rule=why,
         draft_config=draft_name,
-        gamma=args.gamma,
-        new_tokens=args.new_tokens,
-        batches=list(args.decode_batches),
-        units_per_batch=args.units,
+        gamma=s.gamma,
+        new_tokens=s.new_tokens,
+        batches=list(s.decode_batches),
+        units_per_batch=s.units,
         temperature=0.0,
         eos="not stopping: every row decodes new_tokens tokens",
-        pool=f"{len(m['pool'])} prompts"
-        + ("" if args.tiny else ": the book's evaluation prompts, 12 per task"),
+        pool=f"{len(m['pool'])} prompts" + ("" if s.tiny else ": the book's evaluation prompts, 12 per task"),
         configs={
             name: {"cut": c["cut"], "drafter": type(c["drafter"]).__name__} for name, c in configs.items()
         },
@@ -243,11 +339,11 @@ def step_decoding(args: Any, record: dict, models: dict, save_now: Callable[[], 
         m["target"],
         configs,
         m["pool"],
-        args.decode_batches,
-        units=args.units,
-        new_tokens=args.new_tokens,
-        gamma=args.gamma,
-        seed=args.seed,
+        s.decode_batches,
+        units=s.units,
+        new_tokens=s.new_tokens,
+        gamma=s.gamma,
+        seed=s.seed,
         done=section["units"],
         on_unit=_keep(section["units"], save_now),
         progress=progress,
@@ -255,7 +351,7 @@ def step_decoding(args: Any, record: dict, models: dict, save_now: Callable[[], 
     section["summary"] = bc.summarize_decoding(section["units"])
 
 
-def step_analysis(args: Any, record: dict) -> None:
+def step_analysis(s: BatchSurface, record: dict) -> None:
     """Predictions from the surface at the alphas the decoding step measured (ragged configurations:
     a common cut re-drafts and re-examines drafts it accepted but cut, so its own count is biased)."""
     if "surface" not in record or "decoding" not in record:
@@ -270,15 +366,15 @@ def step_analysis(args: Any, record: dict) -> None:
         "alpha": alphas,
         "alpha_source": "accepted / examined drafts, pooled over the decoding units (ragged configurations)",
     }
-    for mode in args.modes:
+    for mode in s.modes:
         per: dict[str, Any] = {}
         for name in ragged:
             draft = f"draft-{mode}" if name == draft_cfg else None
             per[name] = bc.gain_intervals(
-                blocks, f"target-{mode}", alphas[name], draft=draft, n_boot=args.boot, seed=args.seed
+                blocks, f"target-{mode}", alphas[name], draft=draft, n_boot=s.boot, seed=s.seed
             )
         per["c0 at the draft's alpha"] = bc.gain_intervals(
-            blocks, f"target-{mode}", alphas[draft_cfg], n_boot=args.boot, seed=args.seed
+            blocks, f"target-{mode}", alphas[draft_cfg], n_boot=s.boot, seed=s.seed
         )
         out[mode] = per
     # the prediction at the decoding's gamma beside the measured speedup (decoding mode)
@@ -292,57 +388,61 @@ def step_analysis(args: Any, record: dict) -> None:
         for b in dec["batches"]:
             measured = dec["summary"][str(b)][name]
             row = {"measured": measured["speedup"], "tokens_per_round": measured["tokens_per_round"]}
-            if (b, args.gamma + 1) in surf:
-                v = surf[(b, args.gamma + 1)] / surf[(b, 1)]
+            if (b, s.gamma + 1) in surf:
+                v = surf[(b, s.gamma + 1)] / surf[(b, 1)]
                 c_b = c[b] if isinstance(c, dict) else c
                 # a common cut keeps the round's smallest count: i.i.d. rows at alpha give Eq. (1) at alpha^b
                 a = alphas[name] if cfg["cut"] == "ragged" else alphas[dec["common_cut_alpha_from"]] ** b
-                row["predicted"] = float(walltime_speedup_measured(a, args.gamma, c_b, v))
-                row["predicted_tokens_per_round"] = float(expected_tokens(a, args.gamma))
+                row["predicted"] = float(walltime_speedup_measured(a, s.gamma, c_b, v))
+                row["predicted_tokens_per_round"] = float(expected_tokens(a, s.gamma))
                 row["c"], row["verify_cost"] = c_b, v
             rows[str(b)] = row
         side[name] = rows
-    out["at_gamma"] = {"gamma": args.gamma, "mode": mode, "configs": side}
+    out["at_gamma"] = {"gamma": s.gamma, "mode": mode, "configs": side}
     record["prediction"] = out
     record["mode"] = mode
 
 
-def run_steps(
-    args: Any, record: dict[str, Any], path: Path, steps: Sequence[str], all_steps: Sequence[str]
-) -> Path:
-    """Load the models, then run each of ``steps`` not yet done in ``record`` (the analysis always),
-    saving after each block, unit and step; ``--redo`` drops its step's data first. Returns ``path``."""
-    if args.redo is not None and args.redo in record["status"]["steps_done"]:
-        record.pop(args.redo, None)
-        record["status"]["steps_done"].remove(args.redo)
+def run_steps(s: BatchSurface, record: dict[str, Any], path: Path) -> Path:
+    """Load the models, then run each of ``s.steps`` not yet done in ``record`` (the analysis always)
+    through the one runner (:func:`specdec.measure.runner.run_cells`: a step is a cell, its seconds and
+    the machine's load recorded), saving after each block, unit and step; ``s.redo`` drops its step's
+    data first. Returns ``path``."""
+    done = record["status"]["steps_done"]
+    if s.redo is not None and s.redo in done:
+        record.pop(s.redo, None)
+        done.remove(s.redo)
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         record["status"].setdefault("redone", []).append(
-            {"step": args.redo, "reason": args.redo_reason, "utc": when}
+            {"step": s.redo, "reason": s.redo_reason, "utc": when}
         )
+    if "analysis" in done:
+        done.remove("analysis")  # the analysis always runs again, on the data so far
     started = time.monotonic()
-    progress = progress_bar(not args.no_progress)
+    progress = progress_bar(not s.no_progress)
 
     def save_now() -> None:
         save(path, record, started)
 
     print(f"record: {path}; loading the models...", flush=True)
-    models = load_models(args)
-    for name in steps:
-        if name in record["status"]["steps_done"] and name != "analysis":
+    models = load_models(s)
+    run = {
+        "surface": lambda: step_surface(s, record, models, save_now, progress),
+        "decoding": lambda: step_decoding(s, record, models, save_now, progress),
+        "analysis": lambda: step_analysis(s, record),
+    }
+    for name in s.steps:
+        if name in done:
             print(f"[{name}] done in the record; skipped", flush=True)
-            continue
-        t0 = time.monotonic()
-        print(f"[{name}] start", flush=True)
-        if name == "surface":
-            step_surface(args, record, models, save_now, progress)
-        elif name == "decoding":
-            step_decoding(args, record, models, save_now, progress)
-        else:
-            step_analysis(args, record)
-        if name not in record["status"]["steps_done"]:
-            record["status"]["steps_done"].append(name)
-        save_now()
-        print(f"[{name}] done in {time.monotonic() - t0:.0f} s", flush=True)
-    record["status"]["finished"] = all(s in record["status"]["steps_done"] for s in all_steps)
+    run_cells(
+        record,
+        [(name, run[name]) for name in s.steps],
+        path,
+        threads=s.threads,
+        done=done,
+        after=lambda name, seconds: print(f"[{name}] done in {seconds:.0f} s", flush=True),
+        save=save_now,
+    )
+    record["status"]["finished"] = all(step in done for step in STEPS)
     save_now()
     return path

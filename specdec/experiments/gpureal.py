@@ -4,7 +4,7 @@ The script parses its command line and calls :func:`run_real` (or, for ``--check
 :func:`preflight` and :func:`graph_smoke`); the payload is :mod:`specdec.measure.gpupayload`'s,
 the static-cache engine :mod:`specdec.engine.staticllama`'s, the tables
 :mod:`specdec.measure.gpusummary`'s. The sections of the record (``<device>-real.json``, a
-:class:`specdec.measure.recorder.Recorder` saved after every section):
+:class:`specdec.measure.runner.Recorder` saved after every section):
 
 * ``payload``, ``engine``, ``graphs``, ``checks``, ``hf_check`` -- the weights loaded and
   checked, the engines built and captured, their logits checked (:func:`run_real`);
@@ -29,6 +29,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,125 +39,114 @@ import numpy as np
 from specdec.measure.core import environment, sync_hook, time_forwards, time_once
 from specdec.measure.device import device_info, device_slug, free_memory
 from specdec.measure.pairedrun import paired_block, timed_generation
-from specdec.measure.recorder import Deadline, Recorder
+from specdec.measure.runner import Deadline, Recorder, RunSettings
 from specdec.measure.surfaces import kernel_seconds
 from specdec.theory.checks import check_int
 from specdec.theory.tokens import first_divergence
 
 __all__ = [
+    "TASKS",
     "FixedStart",
+    "GpuReal",
     "check_settings",
     "cost_curves",
     "cuda_event_time",
     "decode_cells",
-    "graph_smoke",
     "hf_model",
     "plain_engines_equal",
     "plan_cells",
-    "preflight",
     "run_real",
 ]
 
-#: The modules the run imports (what :func:`preflight` checks on the device).
-RUN_MODULES = (
-    "torch",
-    "numpy",
-    "specdec.measure.gpupayload",
-    "specdec.engine.staticllama",
-    "specdec.measure.gpusummary",
-    "specdec.measure.gpurun",
-    "specdec.engine.decoding",
-    "specdec.engine.drafters",
-)
+TASKS = ("summarize", "code", "instruct")
 
 
-def preflight(device: str) -> dict[str, Any]:
-    """What the run will find: its modules importable, the device, transformers (optional)."""
-    import importlib
+def _ints(text: str, name: str, low: int) -> list[int]:
+    try:
+        values = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"{name} takes comma-separated integers; got {text!r}") from None
+    if not values or values[0] < low:
+        raise ValueError(f"{name} must list integers >= {low}; got {text!r}")
+    return values
 
-    out: dict[str, Any] = {}
-    for name in RUN_MODULES:
+
+@dataclass
+class GpuReal(RunSettings):
+    """The design of the real-weights GPU run (``benchmarks/gpu_real.py`` parses its arguments into it).
+
+    Checked here (a ValueError names the field and its range); the lists the run iterates over are
+    derived from the comma-separated fields. :meth:`to_record` is the record's ``settings`` (a GPU run
+    does not resume: the device goes back when idle). The checks against the payload and the saved
+    drafts are :func:`check_settings`'s.
+    """
+
+    payload: str
+    out: str
+    device: str = "cuda"
+    dtype: str = "float32"
+    budget_s: float = 360.0
+    quick: bool = False
+    prompts: int = 8
+    tasks: str = ",".join(TASKS)
+    new_tokens: int = 48
+    repeats: int = 2
+    gamma: int = 4
+    temperatures: str = "0,1"
+    early_exit: int = 8
+    drafts: str | None = None
+    engines: str = "graph,eager"
+    cost_ks: str = "1,2,3,4,5,6,8"
+    cost_repeats: int = 20
+    context: int = 128
+    seed: int = 0
+    commit: str | None = None
+    threads: int | None = None
+    piece_mb: float = 20.0
+    task_list: list[str] = field(init=False)
+    temperature_list: list[float] = field(init=False)
+    engine_list: list[str] = field(init=False)
+    cost_k_list: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        check_int("prompts", self.prompts, low=2)
+        for name in ("new_tokens", "repeats", "early_exit", "cost_repeats", "context"):
+            check_int(name, getattr(self, name), low=1)
+        check_int("gamma", self.gamma, low=1, high=16, note="a verify call's length is captured as a graph")
+        check_int("seed", self.seed, low=0, high=2**32 - 1)
+        if self.threads is not None:
+            check_int("threads", self.threads, low=1)
+        if not self.budget_s >= 0:
+            raise ValueError(f"budget_s must be a number of seconds >= 0; got {self.budget_s}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be float32 or bfloat16; got {self.dtype!r}")
+        if self.new_tokens < self.gamma + 2:
+            raise ValueError(f"new_tokens must be >= gamma + 2 = {self.gamma + 2}; got {self.new_tokens}")
+        if not 1 <= self.piece_mb <= 60:
+            raise ValueError(f"piece_mb must lie in [1, 60]; got {self.piece_mb}")
+        self.task_list = [t.strip() for t in self.tasks.split(",") if t.strip()]
+        if not self.task_list or any(t not in TASKS for t in self.task_list):
+            raise ValueError(f"tasks must name tasks among {list(TASKS)}; got {self.tasks!r}")
         try:
-            importlib.import_module(name)
-            out[name] = "ok"
-        except Exception as exc:  # noqa: BLE001  (reported, not raised: this is a check)
-            out[name] = f"{type(exc).__name__}: {exc}"
-    try:
-        import transformers
-
-        out["transformers"] = transformers.__version__
-    except Exception as exc:  # noqa: BLE001
-        out["transformers"] = f"not importable ({type(exc).__name__}); the run skips hf_check"
-    import torch
-
-    out["torch_version"] = torch.__version__
-    out["cuda_available"] = torch.cuda.is_available()
-    if torch.device(device).type == "cuda" and torch.cuda.is_available():
-        out["device_name"] = torch.cuda.get_device_name(torch.device(device))
-    return out
-
-
-def graph_smoke(device: str) -> dict[str, Any]:
-    """A tiny random Llama in the run's engine on ``device``: graph replays against eager calls,
-    and greedy speculative decoding (an early-exit drafter) against plain, through the graphs
-    where the device has them. Seconds; reported, never raised (it is a check)."""
-    import torch
-
-    from specdec.drafting.registry import DraftContext, build_drafter
-    from specdec.engine.decoding import autoregressive, speculative
-    from specdec.engine.staticllama import StaticLlama
-
-    out: dict[str, Any] = {"device": device}
-    try:
-        cfg = {
-            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256, "rms_norm_eps": 1e-5,
-            "rope_theta": 10000.0, "max_position_embeddings": 256,
-        }  # fmt: skip
-        gen = torch.Generator().manual_seed(0)
-        shapes = {
-            "model.embed_tokens.weight": (256, 64), "model.norm.weight": (64,),
-            **{f"model.layers.{i}.{n}": s for i in range(2) for n, s in (
-                ("input_layernorm.weight", (64,)), ("post_attention_layernorm.weight", (64,)),
-                ("self_attn.q_proj.weight", (64, 64)), ("self_attn.k_proj.weight", (32, 64)),
-                ("self_attn.v_proj.weight", (32, 64)), ("self_attn.o_proj.weight", (64, 64)),
-                ("mlp.gate_proj.weight", (128, 64)), ("mlp.up_proj.weight", (128, 64)),
-                ("mlp.down_proj.weight", (64, 128)),
-            )},
-        }  # fmt: skip
-        weights = {
-            n: torch.randn(s, generator=gen) * (1.0 if len(s) == 1 else 0.3) for n, s in shapes.items()
-        }
-        target = StaticLlama.from_weights(weights, cfg, device=device, capacity=64)
-        early = target.early_exit(1)
-        prompt = torch.randint(0, 256, (9,), generator=gen).tolist()
-        if torch.device(device).type == "cuda":
-            target.capture(range(1, 5))
-            early.capture((1, 2))
-            s = target.session()
-            s.forward(prompt)
-            s.crop(5)
-            eager = s.forward(prompt[5:])
-            target.use_graphs = True
-            s.crop(5)
-            out["graph_equals_eager"] = bool(torch.equal(s.forward(prompt[5:]), eager))
-            target.use_graphs = early.use_graphs = True
-        else:
-            out["graph_equals_eager"] = f"skipped: no CUDA graphs on {device}"
-        calls = target.graph_calls
-        plain = autoregressive(target, prompt, max_new_tokens=12).tokens
-        drafter = build_drafter("draft:early-exit", DraftContext(None, load_draft=lambda name: early))
-        spec = speculative(target, drafter, prompt, gamma=3, max_new_tokens=12).tokens
-        out["greedy_speculative_equals_plain"] = spec == plain
-        out["graph_calls"] = target.graph_calls - calls
-        out["ok"] = out["greedy_speculative_equals_plain"] and out["graph_equals_eager"] is not False
-    except Exception as exc:  # noqa: BLE001  (reported: the session decides whether to run)
-        out["ok"] = False
-        out["error"] = f"{type(exc).__name__}: {exc}"
-    return out
+            self.temperature_list = list(
+                dict.fromkeys(float(t) for t in self.temperatures.split(",") if t.strip())
+            )
+        except ValueError:
+            raise ValueError(
+                f"temperatures takes comma-separated numbers; got {self.temperatures!r}"
+            ) from None
+        if not self.temperature_list or any(not t >= 0 for t in self.temperature_list):
+            raise ValueError(f"temperatures must list numbers >= 0; got {self.temperatures!r}")
+        self.engine_list = list(dict.fromkeys(e.strip() for e in self.engines.split(",") if e.strip()))
+        if not self.engine_list or any(e not in ("graph", "eager") for e in self.engine_list):
+            raise ValueError(f"engines must list graph and/or eager; got {self.engines!r}")
+        self.cost_k_list = _ints(self.cost_ks, "cost_ks", 1)
+        if self.cost_k_list[-1] > 64:
+            raise ValueError(f"cost_ks must lie in [1, 64]; got {self.cost_ks!r}")
+        if 1 not in self.cost_k_list:
+            raise ValueError("cost_ks must include 1 (v(k) and c divide by T(1))")
 
 
-# --------------------------------------------------------------------------- costs
 class FixedStart:
     """A static-cache engine (:class:`specdec.engine.staticllama.StaticLlama`) as a timing session: every
     call ``engine.run(ids, start)`` writes after the ``start`` cached positions (the engine's cache
@@ -415,7 +405,7 @@ def decode_cells(
 
 
 # --------------------------------------------------------------------------- the run
-def check_settings(settings: Any, manifest: dict[str, Any], saved_drafts: Sequence[str]) -> list[str]:
+def check_settings(settings: GpuReal, manifest: dict[str, Any], saved_drafts: Sequence[str]) -> list[str]:
     """The settings checked against the payload's manifest and the saved drafts; the drafts to run.
 
     ValueError, naming the option and its valid range, for drafts that are not saved, more
@@ -434,7 +424,7 @@ def check_settings(settings: Any, manifest: dict[str, Any], saved_drafts: Sequen
 
 
 def run_real(
-    settings: Any,
+    settings: GpuReal,
     *,
     drafts: Sequence[str],
     drafts_root: str | Path,
@@ -443,9 +433,8 @@ def run_real(
 ) -> Path:
     """The device run of ``benchmarks/gpu_real.py``: every section of ``<out>/<device>-real[-quick].json``.
 
-    ``settings`` carries the script's options (parsed and range-checked there; ``task_list``,
-    ``temperature_list``, ``engine_list`` and ``cost_k_list`` as lists) and is recorded as the
-    record's ``settings``; ``drafts`` are the distilled drafts to run, folders of ``drafts_root``
+    ``settings`` is the run's design (checked as it was made) and is recorded as the record's
+    ``settings``; ``drafts`` are the distilled drafts to run, folders of ``drafts_root``
     (:func:`check_settings` checks both against the payload); ``command`` is recorded as it was
     typed. Returns the record's path.
     """
@@ -469,9 +458,7 @@ def run_real(
     draft_root = Path(drafts_root)
     info = device_info(s.device)
     slug = device_slug(info["name"]) + "-real" + ("-quick" if s.quick else "")
-    settings_rec = {k: v for k, v in vars(s).items() if k not in ("prepare", "check_payload")}
-    rec = Recorder(Path(s.out) / f"{slug}.json", settings=settings_rec, log=log)
-    rec.data["record"] = "gpu_real"
+    rec = Recorder(Path(s.out) / f"{slug}.json", settings=s, kind="gpu_real", log=log)
     rec.data["device"] = info
     rec.data["environment"] = environment(device=s.device, dtype=s.dtype)
     env_commit = rec.data["environment"].get("git_commit")

@@ -9,7 +9,7 @@ The script parses the arguments (see its ``--help`` and docstring for how it mea
   (:func:`specdec.measure.core.verify_cost_curve`) in the record's form;
 * the cells: a cell's repetitions are :func:`specdec.measure.pairedrun.paired_block` runs
   (:func:`paired_cell`), slimmed by :func:`specdec.measure.pairedrun.finish_cell`; the cells run
-  through the one resumable runner, :func:`specdec.measure.cellrun.run_cells` (the state saved after
+  through the one resumable runner, :func:`specdec.measure.runner.run_cells` (the state saved after
   every cell by :func:`specdec.theory.recordio.write_record`, NaN -> null), the main phase
   (:func:`main_cells`) then the extras (the gamma sweep and argmax lenience, :func:`extra_configs`);
 * the record: the tables of :mod:`specdec.analysis.realtables`, :func:`write_outputs`.
@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,12 @@ from specdec.engine.decoding import autoregressive
 from specdec.engine.drafters import (
     ModelDrafter,
 )
-from specdec.engine.models import pick_device
+from specdec.engine.models import pick_device, set_threads
 from specdec.measure.acceptance import target_p_rows, teacher_forced
-from specdec.measure.cellrun import as_stored, run_cells
 from specdec.measure.core import environment, verify_cost_curve, write_result
 from specdec.measure.pairedrun import finish_cell, paired_block, timed_generation
+from specdec.measure.runner import RunSettings, not_key, open_partial, run_cells
+from specdec.theory.checks import check_int
 from specdec.theory.intervals import geomean, per_unit_medians
 from specdec.theory.recordio import csv_cell, write_record, write_text_atomic
 from specdec.theory.sampling import warp
@@ -55,6 +57,7 @@ from specdec.train.workloads import chat_prompt_ids, evaluation_prompts, trainin
 
 __all__ = [
     "HF_MODES",
+    "RealDecoding",
     "build_drafters",
     "cell_id",
     "choose_sweep_drafters",
@@ -100,6 +103,96 @@ def drafter_names(spec: str, trained: list[str]) -> list[str]:
                 f"with name among the trained drafts {trained}"
             )
     return list(dict.fromkeys(out))
+
+
+# -- the settings --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RealDecoding(RunSettings):
+    """The design of a real-decoding run (``benchmarks/real_decoding.py`` parses its arguments into it).
+
+    Checked here, before anything loads (a ValueError names the field and its range); the trained
+    drafts are resolved from the package's drafts, and the drafter lists from ``timed`` and
+    ``alpha_only``. :meth:`to_record` -- every field but ``out`` and ``fresh`` -- is the record's
+    ``settings`` and the key a partial run must hold to be resumed (it replaces a hand-kept key list,
+    which had left out ``verify_repeats`` and ``ngram_data``, both fixed when a run starts).
+    """
+
+    prompts: int
+    new_tokens: int
+    sweep: str
+    lenience: str
+    verify_repeats: int
+    quick: bool = False
+    repeats: int = 3
+    gamma: int = 4
+    sweep_task: str = "code"
+    sweep_drafters: str = "auto"
+    timed: str = "lookup,bigram,drafts"
+    alpha_only: str = "ee-8,ee-20,ee-28,unigram"
+    drafts: str | None = None
+    no_trained: bool = False
+    mode: str = "auto"
+    threads: int = 1
+    seed: int = 0
+    ngram_data: list[str] = field(default_factory=list)
+    out: str = not_key(str(ROOT / "results" / "real"))
+    fresh: bool = not_key(False)
+    sweep_gammas: list[int] = field(init=False)
+    lenience_values: list[float] = field(init=False)
+    trained: list[str] = field(init=False)
+    timed_names: list[str] = field(init=False)
+    alpha_names: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        from specdec.engine.lean import MODES
+        from specdec.train.workloads import TASKS
+
+        for name in ("prompts", "new_tokens", "repeats", "gamma", "threads", "verify_repeats"):
+            check_int(name, getattr(self, name), low=1)
+        check_int("seed", self.seed, low=0, high=2**32 - 1)
+        if self.new_tokens < self.gamma + 2:
+            raise ValueError(f"new_tokens must be >= gamma + 2 = {self.gamma + 2}; got {self.new_tokens}")
+        try:
+            self.sweep_gammas = sorted({int(g) for g in self.sweep.split(",") if g})
+            self.lenience_values = [float(x) for x in self.lenience.split(",") if x]
+        except ValueError as exc:
+            raise ValueError(f"sweep and lenience take comma-separated numbers ({exc})") from None
+        if any(g < 1 for g in self.sweep_gammas):
+            raise ValueError(f"sweep gammas must be >= 1; got {self.sweep!r}")
+        if any(not 0 < lv <= 1 for lv in self.lenience_values):
+            raise ValueError(f"lenience values must lie in (0, 1]; got {self.lenience!r}")
+        if self.lenience_values and 1.0 not in self.lenience_values:
+            raise ValueError("lenience must include 1 (the exact run the others are compared with)")
+        if self.sweep_task not in TASKS:
+            raise ValueError(f"sweep_task must be one of {', '.join(TASKS)}; got {self.sweep_task!r}")
+        if self.mode not in ("auto", *MODES, *HF_MODES):
+            modes = ", ".join(("auto", *MODES, *HF_MODES))
+            raise ValueError(f"mode must be one of {modes}; got {self.mode!r}")
+        if self.no_trained and self.drafts is not None:
+            raise ValueError("drafts and no_trained exclude each other")
+        self.trained = []
+        if not self.no_trained:
+            from specdec.train.draftnets import require_drafts
+
+            try:
+                self.trained = require_drafts(None if self.drafts is None else self.drafts.split(","))
+            except (ValueError, FileNotFoundError) as exc:
+                raise ValueError(f"{exc} (no_trained runs without trained drafts)") from None
+        self.timed_names = drafter_names(self.timed, self.trained)
+        alpha_only = drafter_names(self.alpha_only, self.trained)
+        self.alpha_names = [n for n in alpha_only if n not in self.timed_names]
+        if not self.timed_names:
+            raise ValueError("timed must name at least one drafter")
+        if self.sweep_drafters != "auto":
+            unknown = [n for n in self.sweep_drafters.split(",") if n not in self.timed_names]
+            if unknown:
+                raise ValueError(f"sweep_drafters {unknown} must be timed drafters ({self.timed_names})")
+
+    def partial_path(self) -> Path:
+        """Where the run's state is saved after every cell (resumed by the same settings)."""
+        return Path(self.out) / f"{self.mode}-{self.threads}t{'-quick' if self.quick else ''}.partial.json"
 
 
 # -- the engine, the drafters, the costs -------------------------------------------------------------
@@ -307,34 +400,33 @@ def _log(line: str) -> None:
 
 
 def run(
-    args: Any,
-    state: dict[str, Any] | None,
+    s: RealDecoding,
     *,
     command: str,
-    out: Path,
-    partial_path: Path,
-    settings_key: Mapping[str, Any],
-    threads: Any,
     started: float,
     full: Mapping[str, Any] | None = None,
 ) -> Path:
-    """The whole run of the script's settings ``args`` (its parsed arguments): every cell not yet in
-    ``state`` (a resumed partial state, or None to start), saved to ``partial_path`` after each; then
-    the record, its generations and CSVs under ``out``. ``settings_key``: what a resumed state must
-    match; ``full``: the full run's settings, for a quick run's estimate. Returns the record's path."""
-    engine = load_engine(state["mode"] if state else args.mode, args.threads)
-    tag = f"{engine['device'].split(':')[0]}-{engine['mode'].removeprefix('hf-')}-{args.threads}t" + (
-        "-quick" if args.quick else ""
+    """The whole run of ``s``: every cell not yet in the partial state at ``s.partial_path()`` (resumed
+    when it holds ``s.to_record()``; ``s.fresh`` discards it), saved there after each by the one runner
+    (:func:`specdec.measure.runner.run_cells`); then the record, its generations and CSVs under
+    ``s.out``. ``full``: the full run's settings, for a quick run's estimate. Returns the record's path."""
+    out, partial_path = Path(s.out), s.partial_path()
+    out.mkdir(parents=True, exist_ok=True)
+    state = open_partial(partial_path, s, fresh=s.fresh, key="settings_key")
+    threads = set_threads(s.threads)
+    engine = load_engine(state["mode"] if state else s.mode, s.threads)
+    tag = f"{engine['device'].split(':')[0]}-{engine['mode'].removeprefix('hf-')}-{s.threads}t" + (
+        "-quick" if s.quick else ""
     )
-    prompts = evaluation_prompts(engine["tokenizer"], args.prompts)
+    prompts = evaluation_prompts(engine["tokenizer"], s.prompts)
     if state is None:
-        corpus, corpus_source = ngram_corpus(engine, [Path(d) for d in args.ngram_data], 12, 64, 1000)
+        corpus, corpus_source = ngram_corpus(engine, [Path(d) for d in s.ngram_data], 12, 64, 1000)
         mean_prompt = int(np.mean([len(p["ids"]) for p in prompts]))
-        kmax = max(args.gamma, *args.sweep_gammas) + 1
-        curve = verify_curve(engine, mean_prompt + args.new_tokens // 2, kmax, args.verify_repeats)
+        kmax = max(s.gamma, *s.sweep_gammas) + 1
+        curve = verify_curve(engine, mean_prompt + s.new_tokens // 2, kmax, s.verify_repeats)
         state = {
             "kind": "real-decoding-partial",
-            "settings_key": as_stored(dict(settings_key)),
+            "settings_key": s.to_record(),
             "commands": [],
             "mode": engine["mode"],
             "probe": engine["probe"],
@@ -352,8 +444,8 @@ def run(
     state["commands"].append(command)
     state["setup_s"] += time.perf_counter() - started
 
-    drafters = build_drafters(engine, args.timed_names, state["corpus"])
-    alpha_drafters = build_drafters(engine, args.alpha_names, state["corpus"])
+    drafters = build_drafters(engine, s.timed_names, state["corpus"])
+    alpha_drafters = build_drafters(engine, s.alpha_names, state["corpus"])
     _log(
         f"[real] {tag}: timed {list(drafters)}, alpha only {list(alpha_drafters)}; "
         f"{len(state['done'])} cells already done"
@@ -364,9 +456,9 @@ def run(
             engine["target"],
             d,
             warm,
-            gamma=args.gamma,
+            gamma=s.gamma,
             temperature=0.0,
-            new_tokens=args.gamma + 2,
+            new_tokens=s.gamma + 2,
             exact_length=True,
         )
     last = [time.perf_counter()]
@@ -383,14 +475,14 @@ def run(
 
     # the main phase: timed runs and teacher forcing, cell by cell
     target = engine["target"]
-    configs = [{"drafter": n, "object": d, "gamma": args.gamma, "lenience": 1.0} for n, d in drafters.items()]
+    configs = [{"drafter": n, "object": d, "gamma": s.gamma, "lenience": 1.0} for n, d in drafters.items()]
 
     def main_cell(i: int, temp: float, p: dict[str, Any]) -> Callable[[], None]:
         def cell() -> None:
-            seed = args.seed + i
+            seed = s.seed + i
             rows = paired_cell(
-                target, configs, p["ids"], temperature=temp, new_tokens=args.new_tokens,
-                repeats=args.repeats, seed=seed, rng=np.random.default_rng([args.seed, i]),
+                target, configs, p["ids"], temperature=temp, new_tokens=s.new_tokens,
+                repeats=s.repeats, seed=seed, rng=np.random.default_rng([s.seed, i]),
             )  # fmt: skip
             base = {"phase": "main", "task": p["task"], "prompt": p["id"], "temperature": temp, "seed": seed}
             plain = next(r for r in rows if r["drafter"] == "plain" and r["rep"] == 0)["_tokens"]
@@ -413,34 +505,35 @@ def run(
         state,
         main,
         partial_path,
-        after=account(lambda cid, s: f"[real] {len(state['done'])} cells done ({cid}, {s:.0f} s)"),
+        threads=s.threads,
+        after=account(lambda cid, sec: f"[real] {len(state['done'])} cells done ({cid}, {sec:.0f} s)"),
     )
 
     # the extras: gamma sweep and argmax lenience on the sweep task at temperature 0, cell by cell
     if state.get("sweep_drafters") is None:
-        state["sweep_drafters"] = choose_sweep_drafters(state, args.sweep_drafters, args.sweep_task, drafters)
+        state["sweep_drafters"] = choose_sweep_drafters(state, s.sweep_drafters, s.sweep_task, drafters)
     extra, model = extra_configs(
-        state["sweep_drafters"], drafters, args.gamma, args.sweep_gammas, args.lenience_values
+        state["sweep_drafters"], drafters, s.gamma, s.sweep_gammas, s.lenience_values
     )
-    sweep_cells = [p for p in prompts if p["task"] == args.sweep_task]
+    sweep_cells = [p for p in prompts if p["task"] == s.sweep_task]
 
     def extra_cell(i: int, p: dict[str, Any]) -> Callable[[], None]:
         def cell() -> None:
             rows = paired_cell(
-                target, extra, p["ids"], temperature=0.0, new_tokens=args.new_tokens, repeats=args.repeats,
-                seed=args.seed, rng=np.random.default_rng([args.seed, 10_000 + i]),
+                target, extra, p["ids"], temperature=0.0, new_tokens=s.new_tokens, repeats=s.repeats,
+                seed=s.seed, rng=np.random.default_rng([s.seed, 10_000 + i]),
             )  # fmt: skip
             base = {
                 "phase": "extra",
                 "task": p["task"],
                 "prompt": p["id"],
                 "temperature": 0.0,
-                "seed": args.seed,
+                "seed": s.seed,
             }
             state["runs"] += finish_cell(
                 rows,
                 base,
-                lambda r: r["drafter"] == "plain" or (r["drafter"], r["gamma"]) == (model, args.gamma),
+                lambda r: r["drafter"] == "plain" or (r["drafter"], r["gamma"]) == (model, s.gamma),
             )
 
         return cell
@@ -451,13 +544,14 @@ def run(
             state,
             [(cell_id("extra", 0.0, p), extra_cell(i, p)) for i, p in enumerate(sweep_cells)],
             partial_path,
-            after=account(lambda cid, s: f"[real] extra cell {position[cid] + 1}/{n} done ({s:.0f} s)"),
+            threads=s.threads,
+            after=account(lambda cid, sec: f"[real] extra cell {position[cid] + 1}/{n} done ({sec:.0f} s)"),
         )
-    return _finish(args, state, engine, tag, out, partial_path, threads, full)
+    return _finish(s, state, engine, tag, out, partial_path, threads, full)
 
 
 def _finish(
-    args: Any,
+    s: RealDecoding,
     state: dict[str, Any],
     engine: dict[str, Any],
     tag: str,
@@ -471,12 +565,12 @@ def _finish(
         int(k): float(r)
         for k, r in zip(state["verify_cost"]["ks"], state["verify_cost"]["ratios"], strict=True)
     }
-    table = table_rows(state, args.timed_names, args.gamma, curve)
-    alphas = alpha_rows(state, [*args.timed_names, *args.alpha_names])
+    table = table_rows(state, s.timed_names, s.gamma, curve)
+    alphas = alpha_rows(state, [*s.timed_names, *s.alpha_names])
     alpha_of = {
         r["drafter"]: (r["alpha"], r["alpha_all"])
         for r in alphas
-        if r["task"] == args.sweep_task and r["temperature"] == 0.0
+        if r["task"] == s.sweep_task and r["temperature"] == 0.0
     }
     plain_steps = [
         r["target_s"] / r["target_calls"]
@@ -489,7 +583,7 @@ def _finish(
         "tag": tag,
         "command": state["commands"][0],
         "commands": state["commands"],
-        "settings": {k: relative(as_stored(v)) for k, v in vars(args).items()},
+        "settings": {k: relative(v) for k, v in s.to_record().items()},  # the resume key, as it ran
         "target": {
             "name": engine["loaded"].name,
             "mode": engine["mode"],
@@ -498,32 +592,35 @@ def _finish(
         },
         "mode_probe": state["probe"],
         "draft_modes": engine.get("draft_modes", {}),
-        "timed_drafters": args.timed_names,
-        "alpha_only_drafters": args.alpha_names,
-        "trained_drafts": args.trained,
+        "timed_drafters": s.timed_names,
+        "alpha_only_drafters": s.alpha_names,
+        "trained_drafts": s.trained,
         "ngram_source": state["ngram_source"],
-        "prompts_per_task": args.prompts,
-        "repeats": args.repeats,
-        "new_tokens": args.new_tokens,
+        "prompts_per_task": s.prompts,
+        "repeats": s.repeats,
+        "new_tokens": s.new_tokens,
         "verify_cost": state["verify_cost"],
         "step_ms": 1e3 * statistics.median(plain_steps),
         "table": table,
         "alpha_table": alphas,
         "teacher_forced": state["teacher_forced"],
         "sweep": {
-            "task": args.sweep_task,
+            "task": s.sweep_task,
             "drafters": state["sweep_drafters"],
-            "rows": sweep_rows(state, args.sweep_gammas, curve, alpha_of),
+            "rows": sweep_rows(state, s.sweep_gammas, curve, alpha_of),
         },
         "lenience": {
-            "task": args.sweep_task,
+            "task": s.sweep_task,
             "temperature": 0.0,
-            "rows": lenience_rows(state, args.gamma, args.lenience_values),
+            "rows": lenience_rows(state, s.gamma, s.lenience_values),
         },
         "runs": [{k: v for k, v in r.items() if k != "tokens"} for r in state["runs"]],
         "generations_file": f"generations-{tag}.json",
         "runtime_min": (state["elapsed_s"] + state["setup_s"]) / 60,
         "threads_info": threads,
+        # the one runner's bookkeeping: each cell's seconds and the machine's load while it ran
+        "cell_seconds": state.get("cell_seconds", {}),
+        "cell_load": state.get("cell_load", {}),
     }
     used = (engine["mode"], *engine.get("draft_modes", {}).values())
     if "q4_1" in used or "q4q8" in used:
@@ -531,11 +628,11 @@ def _finish(
 
         kind = "q4q8" if "q4q8" in used else "q4_1"
         record["native_build"] = native.build_info(kind)  # the compiler and flags of the C forward
-    if args.quick and full is not None:
+    if s.quick and full is not None:
         record["full_run_estimate"] = estimate_full_minutes(state, full)
     write_record(
         out / record["generations_file"],
-        {"kind": "generations", "seed": args.seed, "generations": state["generations"]},
+        {"kind": "generations", "seed": s.seed, "generations": state["generations"]},
         indent=None,
         sort_keys=False,
     )

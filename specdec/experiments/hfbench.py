@@ -36,7 +36,7 @@ import contextlib
 import statistics
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,7 @@ from specdec.drafting.registry import DraftContext, build_drafter
 from specdec.engine.stats import cost_coefficient
 from specdec.measure.core import VerifyCost, time_once, verify_cost_curves
 from specdec.measure.pairedrun import paired_block, timed_generation, timing_row
+from specdec.measure.runner import RunSettings
 from specdec.theory.checks import check_int, check_ints
 from specdec.theory.recordio import jsonable
 from specdec.theory.tokens import first_divergence
@@ -164,8 +165,8 @@ def render_prompts(tokenizer: Any, names: Sequence[str] | None = None) -> dict[s
 
 # --------------------------------------------------------------------------- settings
 @dataclass(frozen=True)
-class Settings:
-    """What one benchmark run does (JSON-ready with :func:`dataclasses.asdict`)."""
+class Settings(RunSettings):
+    """What one benchmark run does; :meth:`to_record` is the record's ``settings``."""
 
     max_new_tokens: int = 64
     repeats: int = 3
@@ -580,7 +581,7 @@ def summarise(
         out[dtype] = {
             "benchmark": BENCHMARK,
             "dtype": dtype,
-            "settings": asdict(s),
+            "settings": s.to_record(),
             "prompts": {
                 name: {"n_tokens": len(ids), "user_message": PROMPTS.get(name)}
                 for name, ids in prompts.items()

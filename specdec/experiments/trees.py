@@ -4,7 +4,7 @@ On held-out prompts frozen before the run (``specdec/data/workloads/heldout/tree
 sha256 in the record), on one clean commit (a dirty tree refuses to start), generations up to EOS
 or ``new_tokens``: the lean engine's plain decoding and every configuration of :data:`CONFIGS`
 (drafter specs of :mod:`specdec.drafting.registry`, each at its gammas / node budgets), timed in
-paired blocks by the campaign's runner (:func:`specdec.analysis.campaign.run_campaign`: interleaved,
+paired blocks by the campaign's runner (:func:`specdec.experiments.campaign.run_campaign`: interleaved,
 plain first or last alternately, resumable after every cell, load recorded per cell) and analysed by
 its cross-fit (:mod:`specdec.analysis.crossfit`: a family's budget chosen on one half of the prompts
 and reported on the other; bootstrap intervals over prompts). :func:`tree_summary` adds what a tree
@@ -17,15 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specdec.analysis.campaign import Config, Engine, spec_configs
+from specdec.experiments.campaign import Config, Engine, spec_configs
+from specdec.measure.runner import RunSettings
 from specdec.theory.checks import check_int
 
 __all__ = [
+    "TreesSettings",
     "CONDITIONED_CONFIGS",
     "CONFIGS",
     "HELDOUT",
@@ -80,6 +83,32 @@ QUICK_CONDITIONED: dict[str, tuple[int, ...]] = {
 
 #: The configuration sets ``benchmarks/trees.py --set`` runs: (full, quick).
 SETS = {"trees": (CONFIGS, QUICK_CONFIGS), "conditioned": (CONDITIONED_CONFIGS, QUICK_CONDITIONED)}
+
+
+@dataclass(frozen=True)
+class TreesSettings(RunSettings):
+    """The trees (or conditioned) measurement's design (``benchmarks/trees.py`` builds it, the machine
+    identity taken before any thread count is pinned): :meth:`to_record` is the record's settings and
+    the key a partial record must hold to be resumed (generations stop at EOS)."""
+
+    quick: bool
+    new_tokens: int
+    repeats: int
+    threads: int
+    seed: int
+    configs: dict[str, tuple[int, ...]]
+    prompts_file: str
+    prompts_sha256: str | None
+    machine: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        check_int("new_tokens", self.new_tokens, low=2, high=2048)
+        check_int("repeats", self.repeats, low=1, high=100)
+        check_int("threads", self.threads, low=1, high=1024)
+        check_int("seed", self.seed, low=0)
+
+    def to_record(self) -> dict[str, Any]:
+        return super().to_record() | {"eos": True}
 
 
 def heldout_prompts(tokenizer: Any, path: str | Path = HELDOUT) -> tuple[list[dict[str, Any]], str]:

@@ -1,8 +1,8 @@
 """The GPU record: the engine's CUDA paths checked, and the cost surface T(b, k) of shape-true targets.
 
 ``benchmarks/gpu_record.py`` (``make gpu-record``) parses its command line and calls :func:`run_record`,
-which runs these steps as named sections of one record (:class:`specdec.measure.recorder.Recorder`,
-saved after every section, under a global :class:`~specdec.measure.recorder.Deadline`) on a
+which runs these steps as named sections of one record (:class:`specdec.measure.runner.Recorder`,
+saved after every section, under a global :class:`~specdec.measure.runner.Deadline`) on a
 machine with one CUDA GPU, torch and transformers, and nothing else: no network, no weights, no
 package install (``PYTHONPATH=.``). Issue #12, item 4.
 
@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specdec.engine.randomllama import QUICK_SHAPE, SHAPES, random_llama
 from specdec.measure.device import device_info, device_roofline, device_slug, free_memory
 from specdec.measure.devicechecks import first_two_token_test, greedy_equality
-from specdec.measure.recorder import Deadline, Recorder
+from specdec.measure.runner import Deadline, Recorder, RunSettings
 from specdec.measure.surfaces import (
     B1_EXTRA_KS,
     GRID_BATCHES,
@@ -37,8 +38,42 @@ from specdec.measure.surfaces import (
     engine_forward_times,
     kernel_time_surface,
 )
+from specdec.theory.checks import check_float, check_int
 
-__all__ = ["plan", "run_record"]
+__all__ = ["GpuRecord", "plan", "run_record"]
+
+
+@dataclass
+class GpuRecord(RunSettings):
+    """The GPU record's design (``benchmarks/gpu_record.py`` parses its arguments into it), checked as
+    it is made (a ValueError names the field and its range; an unknown shape among them). The record
+    stores :meth:`to_record` with the run's plan (:func:`plan`) as its ``settings``."""
+
+    out: str = "results/gpu"
+    device: str = "cuda"
+    dtype: str = "bfloat16"
+    budget_s: float = 300.0
+    quick: bool = False
+    shapes: list[str] | None = None
+    context: int = 128
+    repeats: int = 20
+    warmup: int = 3
+    chi2_runs: int = 3000
+    chi2_cap_s: float = 45.0
+    threads: int | None = None
+    skip_correctness: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("context", "repeats", "chi2_runs"):
+            check_int(name, getattr(self, name), low=1)
+        check_int("warmup", self.warmup, low=0)
+        if self.threads is not None:
+            check_int("threads", self.threads, low=1)
+        check_float("budget_s", self.budget_s, low=0.0)
+        check_float("chi2_cap_s", self.chi2_cap_s, low=0.0)
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16; got {self.dtype!r}")
+        plan(self)  # an unknown shape is refused here
 
 
 def plan(settings: Any) -> dict[str, Any]:
@@ -78,12 +113,11 @@ def plan(settings: Any) -> dict[str, Any]:
     }
 
 
-def run_record(settings: Any, *, log: Callable[[str], None] = print) -> Path:
+def run_record(settings: GpuRecord, *, log: Callable[[str], None] = print) -> Path:
     """The GPU record's run: every step as a section of ``<out>/<device-slug>[-quick].json``.
 
-    ``settings`` carries ``benchmarks/gpu_record.py``'s options (out, device, dtype, budget_s,
-    quick, shapes, context, repeats, warmup, chi2_runs, chi2_cap_s, threads, skip_correctness);
-    they are recorded with the plan (:func:`plan`). Returns the record's path.
+    ``settings`` is the run's design (:class:`GpuRecord`), recorded with the plan (:func:`plan`).
+    Returns the record's path.
     """
     s = settings
     deadline = Deadline(s.budget_s)
@@ -99,7 +133,7 @@ def run_record(settings: Any, *, log: Callable[[str], None] = print) -> Path:
     p = plan(s)
     info = device_info(s.device)
     slug = device_slug(info["name"]) + ("-quick" if s.quick else "")
-    rec = Recorder(Path(s.out) / f"{slug}.json", settings={**vars(s), **p}, log=log)
+    rec = Recorder(Path(s.out) / f"{slug}.json", settings={**s.to_record(), **p}, log=log)
     rec.data["device"] = info
     rec.data["environment"] = environment(device=s.device, dtype=s.dtype)
     rec.data["engine"] = "eager Hugging Face transformers, sdpa attention, no CUDA graphs, no compile"

@@ -14,7 +14,7 @@ analysis is :func:`specdec.analysis.crossfit.analyse` (gamma chosen by cross-fit
   with one sampling seed and exactly ``new_tokens`` tokens (EOS ignored).
 * **Resume**: the record is written (:func:`specdec.theory.recordio.write_record`) to ``<out>.partial.json``
   after every finished cell, and a run with the same settings continues from it
-  (:mod:`specdec.measure.cellrun`, the runner Part IV's benchmark shares); a budget stops
+  (:mod:`specdec.measure.runner`, the runner Part IV's benchmark shares); a budget stops
   the run cleanly after the cell that exhausts it. When every cell is done the cross-fit analysis
   is added and the record moves to ``<out>``.
 * **Estimate**: :func:`calibrate` times one short repetition of every configuration on one
@@ -34,14 +34,14 @@ from typing import Any
 import numpy as np
 
 from specdec.analysis.crossfit import analyse, fold_of
-from specdec.measure.cellrun import as_stored, open_partial, run_cells
-from specdec.measure.modes import LOAD_MARGIN, cpu_counters, load_during
 from specdec.measure.pairedrun import finish_cell, paired_block
+from specdec.measure.runner import RunSettings, as_stored, open_partial, run_cells
 from specdec.theory.checks import check_float, check_int, check_ints
 from specdec.theory.recordio import jsonable, write_record
 
 __all__ = [
     "RECORD_FORMAT",
+    "CampaignSettings",
     "Config",
     "Engine",
     "calibrate",
@@ -56,6 +56,37 @@ __all__ = [
 
 RECORD_FORMAT = 1
 TEMPERATURES = (0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class CampaignSettings(RunSettings):
+    """The first campaign's design (``benchmarks/campaign.py`` builds it from its arguments, the machine
+    identity taken before any thread count is pinned): :meth:`to_record` is the record's settings and
+    the key a partial campaign must hold to be resumed."""
+
+    quick: bool
+    prompts: int
+    new_tokens: int
+    repeats: int
+    gammas: tuple[int, ...]
+    early_exit: tuple[int, ...]
+    drafts: str | None
+    adaptive: bool
+    mode: str
+    threads: str | None
+    llamacpp_gguf: str | None
+    llamacpp: bool
+    hf: bool
+    seed: int
+    machine: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        check_int("prompts", self.prompts, low=2, note="two halves")
+        check_int("new_tokens", self.new_tokens, low=2)
+        check_int("repeats", self.repeats, low=1)
+        check_int("seed", self.seed, low=0)
+        check_ints("gammas", list(self.gammas), low=1, distinct=True)
+        check_ints("early_exit", list(self.early_exit), low=1)
 
 
 @dataclass
@@ -245,7 +276,7 @@ def run_campaign(
     prompts: Sequence[Mapping[str, Any]],
     out: str | Path,
     *,
-    settings: Mapping[str, Any],
+    settings: RunSettings | Mapping[str, Any],
     header: Mapping[str, Any] | None = None,
     temperatures: Sequence[float] = TEMPERATURES,
     new_tokens: int,
@@ -263,13 +294,15 @@ def run_campaign(
     """Run every cell not yet done, saving after each; analyse and write ``out`` when all are done.
 
     ``prompts``: dicts with ``task``, ``id``, ``ids`` and ``index`` (the position in its task's list:
-    the cross-fit half is ``index`` mod 2). ``settings`` must equal a partial record's to resume it
-    (else SystemExit naming the differences; ``fresh`` discards it). ``header``: what the record
+    the cross-fit half is ``index`` mod 2). ``settings`` (the program's
+    :class:`~specdec.measure.runner.RunSettings`, by its ``to_record()``; a mapping, as stored) must
+    equal a partial record's to resume it (else SystemExit naming the differences; ``fresh`` discards
+    it). ``header``: what the record
     says about the run (command, environment, machine, left-out engines). ``budget_s``: stop
     after the cell that brings the run's own time to or past it. ``eos_token_id``: generations stop
     at their first EOS (at most ``new_tokens``; tokens/s counts each run's own tokens); None: exactly
     ``new_tokens`` tokens, EOS ignored. ``retry_loaded``: a cell timed while other processes left
-    fewer free CPUs than the engines' threads (:func:`specdec.measure.modes.load_during`) is timed
+    fewer free CPUs than the engines' threads (:func:`specdec.measure.runner.load_during`) is timed
     again, up to this many times; the discarded timings stay in the record (``discarded``: cell, load,
     runs and the reason); the last attempt is kept whatever its load, which ``cell_load`` then shows.
     Returns the record (``complete`` False when stopped early).
@@ -281,7 +314,7 @@ def run_campaign(
         check_float("budget_s", budget_s, low=0.0)
     out = Path(out)
     part = partial_path(out)
-    settings = as_stored(dict(settings))  # as the file stores it
+    settings = settings.to_record() if isinstance(settings, RunSettings) else as_stored(dict(settings))
     todo = cells(prompts, temperatures)
     record = open_partial(part, settings, fresh=fresh, what="partial campaign")
     if record is not None:
@@ -328,52 +361,32 @@ def run_campaign(
         )
     most = max(e.threads for e in engines)
 
-    def cell(i: int, temp: float, p: Mapping[str, Any]) -> Callable[[], None]:
-        def run() -> None:
-            cid = cell_id(temp, p)
-            for attempt in range(retry_loaded + 1):
-                t0, counters = time.perf_counter(), cpu_counters()
-                rows = jsonable(
-                    _run_cell(
-                        engines,
-                        configs,
-                        p,
-                        temp,
-                        new_tokens=new_tokens,
-                        repeats=repeats,
-                        seed=seed + i,
-                        rng=np.random.default_rng([seed, i]),
-                        set_threads=set_threads,
-                        eos_token_id=eos_token_id,
-                    )
-                )  # (as the file stores them: NaN -> None, so a resumed record equals a whole one)
-                seconds = time.perf_counter() - t0
-                # what else ran meanwhile (other processes' busy CPUs from /proc/stat): a cell timed on
-                # a shared machine says so in the record
-                load = jsonable(load_during(counters, cpu_counters(), seconds, most))
-                if load.get("loaded") and attempt < retry_loaded:
-                    # timed again; the discarded timings stay in the record with the reason
-                    record.setdefault("discarded", []).append({
-                        "cell": cid, "attempt": attempt, "load": load, "seconds": seconds, "runs": rows,
-                        "why": f"other processes kept {load.get('others_busy_cpus', 0.0):.2f} CPUs busy "
-                               f"(fewer than {most} - {LOAD_MARGIN} CPUs free); the cell was timed again",
-                    })  # fmt: skip
-                    log(f"[campaign] {cid}: loaded ({load.get('others_busy_cpus', 0.0):.2f} CPUs busy "
-                        "elsewhere); timing it again")  # fmt: skip
-                    continue
-                record["runs"] += rows
-                record["cell_seconds"][cid] = seconds
-                record.setdefault("cell_load", {})[cid] = load
-                return
+    def cell(i: int, temp: float, p: Mapping[str, Any]) -> Callable[[], list[dict[str, Any]]]:
+        def run() -> list[dict[str, Any]]:  # as the file stores them: NaN -> None (resumed = whole)
+            return jsonable(
+                _run_cell(
+                    engines, configs, p, temp, new_tokens=new_tokens, repeats=repeats, seed=seed + i,
+                    rng=np.random.default_rng([seed, i]), set_threads=set_threads, eos_token_id=eos_token_id,
+                )
+            )  # fmt: skip
 
         return run
 
+    def keep(cid: str, rows: list[dict[str, Any]]) -> None:
+        record["runs"] += rows
+
+    # the one runner: each cell's seconds and the machine's load while it ran (cell_seconds, cell_load);
+    # a loaded cell timed again up to retry_loaded times, its discarded timings kept with the reason
     run_cells(
         record,
         [(cell_id(temp, p), cell(i, temp, p)) for i, (temp, p) in enumerate(todo)],
         part,
+        keep=keep,
+        threads=most,
+        retry_loaded=retry_loaded,
         budget_s=budget_s,
         after=None if bar is None else lambda cid, seconds: bar.update(1),
+        log=lambda line: log(f"[campaign] {line}"),
     )
     if len(record["done"]) < len(todo):
         left = len(todo) - len(record["done"])
