@@ -343,11 +343,14 @@ def tiny_measure(capsys, folders, *extra: str) -> tuple[int, str, str]:
 
 
 def test_measure_json_is_consistent_with_the_theory(capsys, folders, one_thread):
+    written = folders["root"] / "out.json"
     code, out, err = tiny_measure(
-        capsys, folders, "--draft", folders["draft"], "--dtype", "float32", "--gamma", "3", "--json"
-    )
+        capsys, folders, "--draft", folders["draft"], "--dtype", "float32", "--gamma", "3", "--json",
+        "--out", str(written),
+    )  # fmt: skip
     assert code == 0, err
     r = json.loads(out)
+    assert json.loads(written.read_text(encoding="utf-8")) == r and f"record written to {written}" in err
     assert r["kind"] == "specdec-measure" and r["command"].startswith("specdec measure --target")
     assert r["target"]["engine"] == "lean-float32" and r["draft"]["kind"] == "model"
     assert "lean float32" in r["draft"]["about"]  # the draft runs in the target's lean mode
@@ -419,6 +422,11 @@ BAD_MEASURE = [
     (["--dtype", "fp8"], ["--dtype"]),
     (["--gamma", "two"], ["--gamma"]),
     (["--from-json", "no/such.json"], ["--from-json"]),
+    # issue 32, item 8: refused before the model loads, in the option's words (numpy's, mid-decode before)
+    (["--seed", "-1"], ["--seed", "9223372036854775807"]),
+    (["--seed", str(2**64)], ["--seed"]),
+    (["--temperature", "1e-300"], ["--temperature", "0 (greedy) or >= 0.001"]),
+    (["--out", "/proc/nope/x.json"], ["--out", "does not exist or is not writable"]),
 ]
 
 
@@ -531,6 +539,10 @@ BAD_BENCH = [
     (["--ks", ",".join(str(k) for k in range(1, 80))], ["--ks", "64 values"]),
     (["--new-tokens", "0"], ["--new-tokens"]),
     (["--threads", "-1"], ["--threads"]),
+    # issue 32, item 8: refused before the run, not after it (or silently shortened)
+    (["--verify-repeats", "1"], ["--verify-repeats", "[2, 1000]"]),
+    (["--out", "/proc/nope/x.json"], ["--out", "does not exist or is not writable"]),
+    (["--prompts-per-task", "1000"], ["--prompts-per-task", "[1, 12]"]),
 ]
 
 

@@ -12,6 +12,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -347,6 +348,32 @@ def test_a_read_only_cache_keeps_the_probe_for_the_process(monkeypatch, tmp_path
     assert first["cached"] is False and again["cached"] is True and len(calls) == 1
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [{"mode": "fp8"}, {"mode": None}, {"modes": {"float32": {"step_s": None}}}, {"modes": {"float32": {}}}],
+)
+def test_a_damaged_probe_entry_is_measured_again_naming_the_file(monkeypatch, tmp_path, damage):
+    """Issue 32, item 8: a cache entry that is valid JSON with a bad mode or null fields broke every run with
+    a traceback; now it is measured again, one line naming the file."""
+    import json
+
+    from specdec.measure import modes
+
+    calls = []
+    monkeypatch.setattr(modes, "probe_modes", _fake_probe(calls))
+    monkeypatch.setattr(modes, "_IN_MEMORY", {})
+    first = modes.choose_mode(TINY, cache=tmp_path, modes=("float32",))
+    path = tmp_path / "mode-probes.json"
+    store = json.loads(path.read_text())
+    (key,) = store
+    store[key] |= damage
+    path.write_text(json.dumps(store))
+    monkeypatch.setattr(modes, "_IN_MEMORY", {})
+    with pytest.warns(UserWarning, match=rf"mode-probe cache {path} holds a damaged entry"):
+        again = modes.choose_mode(TINY, cache=tmp_path, modes=("float32",))
+    assert len(calls) == 2 and again["mode"] == first["mode"] == "float32" and again["cached"] is False
+
+
 def test_a_probe_timed_on_a_busy_machine_is_not_cached(monkeypatch, tmp_path):
     """The load check mocked: other processes kept every CPU busy while the probe timed."""
     from specdec.measure import modes, runner
@@ -569,3 +596,92 @@ def test_each_left_out_c_mode_says_its_own_reason(monkeypatch):
     assert modes.left_out_modes() == {
         "q4q8": "the C forward cannot be built or loaded: leanq8.c: unknown instruction (test)"
     }
+
+
+def test_first_contact_refusals_in_the_api_name_the_argument_and_the_range():
+    """Issue 32, item 8: a temperature that overflows the logits, a negative seed and more prompts per task
+    than the workloads hold are refused where they enter, not mid-decode or silently."""
+    from specdec.theory.checks import SEED_MAX, check_seed
+    from specdec.theory.sampling import MIN_TEMPERATURE, check_temperature, warp
+    from specdec.train.workloads import evaluation_count, evaluation_prompts
+
+    with pytest.raises(ValueError, match=r"temperature must be 0 \(greedy\) or >= 0.001"):
+        warp(np.zeros(4), temperature=1e-300)
+    assert check_temperature("t", 0) == 0.0 and check_temperature("t", MIN_TEMPERATURE) == MIN_TEMPERATURE
+    assert np.isfinite(warp(np.array([30.0, 0.0, -30.0]), temperature=MIN_TEMPERATURE)).all()
+    for bad in (-1, SEED_MAX + 1, 0.5, None):
+        with pytest.raises(ValueError, match="seed must be an integer in"):
+            check_seed("seed", bad)
+    n = evaluation_count()
+    with pytest.raises(ValueError, match=rf"per_task must be an integer in \[1, {n}\]"):
+        evaluation_prompts(None, n + 1)  # before any tokenizing
+
+
+@pytest.mark.parametrize("foreign", ["another library", "not a library"])
+def test_a_cached_library_that_does_not_load_is_rebuilt(tmp_path, foreign):
+    """Issue 32, item 8: a cached library whose checksum record matches but which does not load as the
+    forward (another library there, or bytes dlopen refuses) ended in a traceback; now it is rebuilt,
+    one line naming it. Each step in its own process, as a cache is shared between runs."""
+    import ctypes.util
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from specdec.engine import native
+
+    if native._compiler() is None:
+        pytest.skip("no C compiler")
+    code = (
+        "import sys; from specdec.engine import native; r = native.unavailable_reason('q4_1'); "
+        "print(r); sys.exit(0 if r is None else 1)"
+    )
+    env = {**os.environ, "SPECDEC_CACHE": str(tmp_path)}
+
+    def load() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+
+    assert load().returncode == 0
+    (lib,) = (tmp_path / "native").glob("leanq4-*.so")
+    other = ctypes.util.find_library("m")
+    folders = [
+        p
+        for p in map(Path, ("/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64"))
+        if other and (p / other).exists()
+    ]
+    if foreign == "another library" and folders:
+        shutil.copy(folders[0] / other, lib)
+    else:
+        lib.write_bytes(b"\x7fELF" + bytes(range(256)) * 4)
+    size, sha = native._digest(lib)
+    native._sidecar(lib).write_text(json.dumps({"size": size, "sha256": sha}))  # the record matches
+    done = load()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"rebuilding the cached library {lib}: it does not load" in done.stderr
+    assert native._damage(lib) is None and sorted(p.name for p in lib.parent.iterdir()) == [
+        lib.name,
+        lib.name + ".check.json",
+    ]
+    assert load().stderr == ""  # rebuilt once: the next run loads it as it is
+
+
+def test_a_killed_writes_temporary_folder_is_removed_by_the_next_writer(tmp_path, capsys):
+    """Issue 32, item 8: a kill during the model cache's write left a hidden 517 MB folder, one during a
+    compile a native/tmp* folder, forever; the next writer removes those untouched for an hour, and
+    leaves a younger one (another process's write in progress) alone."""
+    from specdec.engine.models import STALE_TEMPORARY_S, remove_stale_temporaries
+
+    old, young = tmp_path / ".smollm2-q4_1-abc", tmp_path / ".smollm2-q4_1-def"
+    for folder in (old, young):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "model.safetensors").write_bytes(b"x" * 10)
+    then = time.time() - STALE_TEMPORARY_S - 60
+    for p in (old, old / "sub", old / "sub" / "model.safetensors"):
+        os.utime(p, (then, then))
+    (tmp_path / "keep.txt").write_text("not a temporary")
+    assert remove_stale_temporaries(tmp_path, ".smollm2-q4_1-*") == [old]
+    assert not old.exists() and young.exists() and (tmp_path / "keep.txt").exists()
+    assert f"removed {old}" in capsys.readouterr().err
+    assert remove_stale_temporaries(tmp_path / "missing", "tmp*") == []

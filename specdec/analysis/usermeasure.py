@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from specdec.measure.core import engine_verify_curves, environment
-from specdec.theory.checks import check_float, check_int
+from specdec.theory.checks import check_int, check_seed
 from specdec.theory.recordio import jsonable
+from specdec.theory.sampling import check_temperature
 
 __all__ = [
     "ENGINES",
@@ -233,6 +234,7 @@ def measure_drafter(
     from specdec.theory.speedup import best_gamma_on_curve, expected_tokens, optimal_gamma, walltime_speedup
 
     _check_settings(gamma, new_tokens, repeats, verify_repeats, temperature)
+    check_seed("seed", seed)
     prompts = [[int(t) for t in p] for p in prompts]
     if not prompts or any(not p for p in prompts):
         raise ValueError("prompts must hold at least one non-empty list of token ids")
@@ -491,7 +493,7 @@ def _check_settings(
             f"tokens still to generate, less the target's own); got gamma = {gamma}, new_tokens = "
             f"{new_tokens}: lower gamma or raise new_tokens"
         )
-    check_float("temperature", temperature, low=0.0)
+    check_temperature("temperature", temperature)
 
 
 def measure_setup(
@@ -525,6 +527,7 @@ def measure_setup(
     log = log or (lambda line: None)
     progress = progress or _no_progress
     _check_settings(gamma, new_tokens, repeats, verify_repeats, temperature)
+    check_seed("seed", seed)  # before the model loads
     check_int("threads", threads, low=1)
     if dtype not in ENGINES:
         raise ValueError(f"dtype must be one of {', '.join(ENGINES)}; got {dtype!r}")
@@ -557,7 +560,7 @@ def measure_setup(
     opened, engine_name = open_target(hf_spec, base=loaded), dtype
     if lean:
         if dtype == "auto":
-            log("choosing the lean mode: timing this machine takes about a minute, once (cached)...")
+            log("choosing the lean mode (this machine's probe: cached, else timed once in about a minute)...")
         try:
             opened = open_target(EngineSpec("lean", dtype, threads), base=loaded)
         except ValueError as exc:

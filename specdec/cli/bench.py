@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from pathlib import Path
 from typing import Any
 
 from specdec.cli.common import (
@@ -18,6 +17,7 @@ from specdec.cli.common import (
     lean_modes,
     log,
     needs_models,
+    out_path,
     para,
     read_record,
     threads_arg,
@@ -99,6 +99,8 @@ def ks_arg(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specdec.train.workloads import evaluation_count
+
     if args.from_json is not None:
         record = read_record(args.from_json, "engine-modes", "bench")
         if args.json:
@@ -107,9 +109,10 @@ def run(args: argparse.Namespace) -> int:
             print_bench(record)
         return 0
     for name in ("prompts_per_task", "new_tokens", "gamma", "repeats", "verify_repeats"):
-        at_least("--" + name.replace("_", "-"), getattr(args, name), 1, COUNTS[name], COUNT_MAX[name])
-    if args.out is not None and Path(args.out).is_dir():
-        raise UsageError(f"--out {args.out!r} is a folder; give a file name")
+        low = 2 if name == "verify_repeats" else 1  # c's interval is over the passes
+        high = evaluation_count() if name == "prompts_per_task" else COUNT_MAX[name]  # what the tasks hold
+        at_least("--" + name.replace("_", "-"), getattr(args, name), low, COUNTS[name], high)
+    out_path(args.out)  # before the run, not after it
     try:
         from specdec.measure.enginebench import BenchSettings, resolve_engines, run_bench
 
@@ -225,7 +228,7 @@ def add_parser(sub: Any, formatter: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="timed passes of the verify curve (quick 3, full 9)",
+        help="timed passes of the verify curve, >= 2: c's interval is over them (quick 3, full 9)",
     )
     b.add_argument(
         "--out",

@@ -135,6 +135,21 @@ MAX_THREADS = 1024
 THREADS_NOTE = "torch threads and q4q8's C threads"
 
 
+def out_path(text: str | None) -> Path | None:
+    """``--out FILE`` checked before anything runs (a run must not end in an unwritable path): not a
+    folder, in a folder that exists and can be written; a :class:`UsageError` otherwise."""
+    import os
+
+    if text is None:
+        return None
+    out = Path(text)
+    if out.is_dir():
+        raise UsageError(f"--out {text!r} is a folder; give a file name")
+    if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+        raise UsageError(f"--out {text!r}: its folder {str(out.parent)!r} does not exist or is not writable")
+    return out
+
+
 def threads_arg(text: str) -> int:
     """``--threads N`` as argparse reads it (its ``type``): an integer in 1 .. :data:`MAX_THREADS`, else
     one line (argparse's, exit status 2) before anything else runs."""

@@ -19,13 +19,15 @@ from specdec.cli.common import (
     lean_modes,
     log,
     needs_models,
+    out_path,
     para,
     progress,
     read_record,
     threads_arg,
     threads_help,
 )
-from specdec.theory.checks import check_float
+from specdec.theory.checks import check_seed
+from specdec.theory.sampling import check_temperature
 
 __all__ = ["MEASURE_NUMBERS", "add_parser", "print_measure", "run"]
 
@@ -125,7 +127,9 @@ def run(args: argparse.Namespace) -> int:
                 f"most the tokens still to generate, less the target's own); got {args.gamma}: "
                 "lower --gamma or raise --new-tokens"
             )
-        checked(check_float, "--temperature", args.temperature, low=0, note="0: greedy")
+        checked(check_temperature, "--temperature", args.temperature)
+        checked(check_seed, "--seed", args.seed)
+        out_path(args.out)  # before the run, not after it
         if args.prompts is not None and not Path(args.prompts).is_file():
             raise UsageError(f"--prompts: no such file {args.prompts!r}")
         if args.target != "default" and not Path(args.target).expanduser().is_dir():
@@ -155,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:  # a folder transformers cannot load
             raise UsageError(f"cannot load a model: {exc}") from None
         record = {"command": "specdec " + " ".join(args.argv), **record}
+        if args.out is not None:
+            from specdec.theory.recordio import write_record
+
+            log(f"record written to {write_record(args.out, record, indent=1, sort_keys=False)}")  # atomic
     if args.json:
         print(json_out(record))
     else:
@@ -256,6 +264,13 @@ def add_parser(sub: Any, formatter: Any) -> None:
     )
     e.add_argument(
         "--seed", type=int, default=0, help="seed of the sampling and of the run order (default 0)"
+    )
+    e.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="also write the record (JSON, with the environment) to FILE, atomically: what --json "
+        "prints, and what --from-json reads",
     )
     e.add_argument(
         "--from-json",

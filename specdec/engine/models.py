@@ -37,6 +37,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -58,6 +59,7 @@ __all__ = [
     "LoadedModel",
     "SMOLLM2_GGUF",
     "SMOLLM2_PIP",
+    "STALE_TEMPORARY_S",
     "TokenizerCheckError",
     "cache_root",
     "check_tokenizer",
@@ -65,6 +67,7 @@ __all__ = [
     "load_model",
     "load_target",
     "pick_device",
+    "remove_stale_temporaries",
     "resolve_dtype",
     "restore_digit_split",
     "set_threads",
@@ -499,9 +502,33 @@ def _load_gguf(gguf: Path, dtype: torch.dtype, attn: str, quiet: bool) -> tuple[
     return model, tokenizer
 
 
+#: A cache's temporary folder untouched this long is a killed writer's (a model is written in tens of
+#: seconds, a library compiled in under a minute): the next writer removes it.
+STALE_TEMPORARY_S = 3600.0
+
+
+def remove_stale_temporaries(folder: Path, pattern: str, *, age_s: float = STALE_TEMPORARY_S) -> list[Path]:
+    """Remove the folders in ``folder`` named ``pattern`` (a glob) whose newest file is older than ``age_s``:
+    what a writer killed mid-write left (hundreds of MB for a model). A younger one may be another
+    process's write in progress and is left alone. Returns what was removed (a line says so)."""
+    now, gone = time.time(), []
+    for tmp in folder.glob(pattern) if folder.is_dir() else ():
+        try:
+            newest = max([tmp.stat().st_mtime, *(p.stat().st_mtime for p in tmp.rglob("*"))])
+        except OSError:
+            continue
+        if tmp.is_dir() and now - newest > age_s:
+            shutil.rmtree(tmp, ignore_errors=True)
+            gone.append(tmp)
+            print(f"specdec: removed {tmp}, a temporary folder a killed write left", file=sys.stderr)
+    return gone
+
+
 def _save_cache(model: Any, tokenizer: Any, folder: Path, key: dict[str, Any]) -> None:
-    """Write the model and tokenizer to ``folder`` atomically (a temporary folder, then a rename)."""
+    """Write the model and tokenizer to ``folder`` atomically (a temporary folder, then a rename); the
+    temporary folders of killed writes of it go first (:func:`remove_stale_temporaries`)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(folder.parent, f".{folder.name}-*")
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     umask = os.umask(0)
     os.umask(umask)

@@ -62,6 +62,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -220,7 +221,11 @@ def _build(cc: tuple[str, ...], flags: list[str], target: Path, kind: str = "q4_
     if sys.stderr is not None and sys.stderr.isatty():
         print(f"[specdec] compiling the {kind} C forward ({source.name}, {cc[0]}) into {target.parent} ...",
               file=sys.stderr, flush=True)  # fmt: skip
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+    from specdec.engine.models import remove_stale_temporaries
+
+    for pattern in (".build-*", "tmp*"):  # killed compiles' folders (tmp*: before they were named)
+        remove_stale_temporaries(target.parent, pattern)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         out = Path(tmp) / target.name
         error = _run_compiler(cc, flags, out, source)
         if error is not None:
@@ -520,6 +525,32 @@ def _placed(cc: tuple[str, ...], flags: list[str], path: Path, kind: str) -> Pat
     return target
 
 
+def _open(path: Path, kind: str) -> ctypes.CDLL:
+    """The library at ``path`` loaded, its entry points declared and its ABI checked."""
+    lib = ctypes.CDLL(str(path))
+    (_declare_q8 if kind == "q4q8" else _declare)(lib)
+    _check_abi(lib, kind)
+    return lib
+
+
+def _open_fresh(path: Path, kind: str) -> ctypes.CDLL:
+    """:func:`_open` of a library rebuilt at ``path`` after a foreign one there was loaded: dlopen would
+    hand back the loaded one by its name, so the new file is opened under a second name (a hard link,
+    removed at once; the process keeps the mapping)."""
+    link = path.with_name(f".{path.stem}-{os.getpid()}-{time.monotonic_ns()}.so")
+    os.link(path, link)
+    try:
+        return _open(link, kind)
+    finally:
+        with contextlib.suppress(OSError):
+            link.unlink()
+
+
+#: What loading a library that is not this build's forward raises: dlopen's error (OSError, whose text
+#: may not even decode), a missing entry point (AttributeError), an ABI mismatch (OSError).
+_LOAD_ERRORS = (OSError, AttributeError, UnicodeDecodeError)
+
+
 @functools.cache
 def _load(flags: tuple[str, ...], kind: str = "q4_1") -> ctypes.CDLL | str:
     cc = _compiler()
@@ -529,16 +560,19 @@ def _load(flags: tuple[str, ...], kind: str = "q4_1") -> ctypes.CDLL | str:
         path = _placed(cc, list(flags), _library_path(cc, list(flags), kind), kind)
         if isinstance(path, str):
             return path
-        lib = ctypes.CDLL(str(path))
-        if kind == "q4q8":
-            _declare_q8(lib)
-            _check_abi(lib, kind)
-            return lib
-        _declare(lib)
-        _check_abi(lib, kind)
-        return lib
-    except (OSError, subprocess.SubprocessError) as err:
-        return str(err) or type(err).__name__
+        try:
+            return _open(path, kind)
+        except _LOAD_ERRORS as err:  # its checksum record matches, but it is not a forward that loads
+            why = " ".join((str(err) or type(err).__name__).split())
+            print(f"specdec: rebuilding the cached library {path}: it does not load as the {kind} C forward "
+                  f"({why})", file=sys.stderr)  # fmt: skip
+            for stale in (path, _sidecar(path)):
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+            path = _placed(cc, list(flags), path, kind)
+            return path if isinstance(path, str) else _open_fresh(path, kind)
+    except (*_LOAD_ERRORS, subprocess.SubprocessError) as err:
+        return " ".join((str(err) or type(err).__name__).split())
 
 
 def library(kind: str = "q4_1") -> ctypes.CDLL:

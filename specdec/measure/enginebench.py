@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from specdec.theory.checks import check_int
+from specdec.train.workloads import check_per_task
 
 __all__ = [
     "ALL_ENGINES",
@@ -102,6 +103,8 @@ class BenchSettings:
         for name in ("threads", "prompts_per_task", "new_tokens", "gamma", "repeats", "verify_repeats"):
             value = getattr(self, name)
             check_int(name, value, low=1)
+        check_per_task("prompts_per_task", self.prompts_per_task)  # not silently fewer than asked
+        check_int("verify_repeats", self.verify_repeats, low=2, note="c's interval is over the passes")
         ks = sorted({int(k) for k in self.ks})
         if not ks or ks[0] != 1:
             raise ValueError(
@@ -266,7 +269,8 @@ def decode(
     rng = np.random.default_rng(1)
     rows = []
     for rep in range(repeats):
-        for p in prompt_list:
+        for j, p in enumerate(prompt_list):
+            log(f"  decode pass {rep + 1}/{repeats}: prompt {j + 1}/{len(prompt_list)} ({p['id']})")
             for i in rng.permutation(len(engines)):
                 name = list(engines)[i]
                 model = engines[name]

@@ -288,6 +288,25 @@ def draft_length(
     return {"gamma": gamma, "speedup": speedup, "mode": mode}
 
 
+def _entry_ok(entry: Mapping[str, Any], wanted: Sequence[str]) -> bool:
+    """A cached probe that can be used: its chosen mode among ``wanted`` and a positive finite single-step
+    time for every mode (a cache edited or written by another version is measured again, not trusted)."""
+    import math
+
+    modes = entry.get("modes")
+    if entry.get("mode") not in wanted or not isinstance(modes, Mapping):
+        return False
+    for m in wanted:
+        step = modes.get(m, {}).get("step_s") if isinstance(modes.get(m), Mapping) else None
+        if (
+            isinstance(step, bool)
+            or not isinstance(step, (int, float))
+            or not (math.isfinite(step) and step > 0)
+        ):
+            return False
+    return True
+
+
 def _cache_file(root: Path | None) -> Path:
     from specdec.engine.models import cache_root
 
@@ -345,13 +364,13 @@ def choose_mode(
         store = {}
     wanted = tuple(modes) if modes is not None else available_modes()
     entry = store.get(key)
-    if (
-        not refresh
-        and isinstance(entry, dict)
-        and tuple(entry.get("modes", {})) == wanted
-        and "mode" in entry
-    ):
-        return {**entry, "cached": True}
+    if not refresh and isinstance(entry, dict) and tuple(entry.get("modes", {}) or {}) == wanted:
+        if _entry_ok(entry, wanted):
+            return {**entry, "cached": True}
+        _say(
+            f"the mode-probe cache {path} holds a damaged entry for this machine (a mode outside "
+            f"{', '.join(wanted)} or a step time that is not a positive number); measuring again"
+        )
     probe = probe_modes(model, wanted, threads=threads)
     order = {m: i for i, m in enumerate(MODES)}
     best = min(wanted, key=lambda m: (probe["modes"][m]["step_s"], order[m]))

@@ -28,6 +28,7 @@ __all__ = [
     "check_optional_float",
     "check_optional_int",
     "check_probability",
+    "check_seed",
     "is_int",
 ]
 
@@ -84,6 +85,16 @@ def check_choice(name: str, value: object, choices: Iterable[object]) -> object:
     if isinstance(value, str | int | float | type(None)) and value in allowed:
         return value
     raise ValueError(f"{name} must be one of {allowed}; got {value!r}")
+
+
+#: The largest seed: numpy's generators take any non-negative integer, torch's manual_seed at most
+#: 2**64 - 1, and the seeds are stored in int64 arrays and JSON; a negative one is refused by both.
+SEED_MAX = 2**63 - 1
+
+
+def check_seed(name: str, value: object) -> int:
+    """A sampling seed: an integer in [0, :data:`SEED_MAX`] (a ValueError naming ``name`` otherwise)."""
+    return check_int(name, value, low=0, high=SEED_MAX, note="the seed of numpy's and torch's generators")
 
 
 def check_ints(

@@ -23,7 +23,25 @@ import numpy as np
 
 from specdec.theory.checks import check_float, check_optional_float, check_optional_int
 
-__all__ = ["residual", "sample", "verify", "verify_argmax", "warp"]
+__all__ = ["MIN_TEMPERATURE", "check_temperature", "residual", "sample", "verify", "verify_argmax", "warp"]
+
+#: The smallest positive temperature: below it logits / T leave float32's range for the logits of a
+#: real model (a softmax of +-inf rows has no mass), and sampling is greedy decoding up to rounding
+#: anyway; 0 means greedy.
+MIN_TEMPERATURE = 1e-3
+
+
+def check_temperature(name: str, temperature: Any) -> float:
+    """``temperature`` as a float: 0 (greedy) or at least :data:`MIN_TEMPERATURE`, finite; else a
+    ValueError naming ``name`` and the range (before any decoding starts)."""
+    t = check_float(name, temperature, low=0.0, note="0: greedy")
+    if 0.0 < t < MIN_TEMPERATURE:
+        raise ValueError(
+            f"{name} must be 0 (greedy) or >= {MIN_TEMPERATURE:g} (smaller temperatures overflow the "
+            f"logits' float range and sample greedily anyway); got {temperature!r}"
+        )
+    return t
+
 
 Array = Any  # numpy.ndarray or torch.Tensor
 
@@ -183,7 +201,7 @@ def warp(
     included), and the result is renormalised. Use the same settings for p and q: the
     proof needs q to be exactly the law the draft sampled from.
     """
-    check_float("temperature", temperature, low=0.0)
+    check_temperature("temperature", temperature)
     check_optional_int("top_k", top_k, low=1)
     check_optional_float("top_p", top_p, low=0.0, high=1.0, open_low=True)
     if _is_torch(logits):

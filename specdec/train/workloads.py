@@ -32,6 +32,8 @@ __all__ = [
     "WORKLOAD_DIR",
     "Prompt",
     "chat_prompt_ids",
+    "check_per_task",
+    "evaluation_count",
     "evaluation_prompts",
     "load_workload",
     "training_prompts",
@@ -84,10 +86,23 @@ def chat_prompt_ids(tokenizer: Any, text: str, system: str | None = None) -> lis
     return list(tokenizer.encode(rendered, add_special_tokens=False))
 
 
+def evaluation_count() -> int:
+    """How many evaluation prompts every task has (the smallest task's count): the most a run can take
+    per task."""
+    return min(len(load_workload(task)) for task in TASKS)
+
+
+def check_per_task(name: str, per_task: Any) -> int:
+    """``per_task`` prompts of each task, checked against what the workloads hold (a ValueError naming
+    ``name`` and the range; never silently fewer)."""
+    return check_int(name, per_task, low=1, high=evaluation_count(), note="evaluation prompts per task")
+
+
 def evaluation_prompts(tokenizer: Any, per_task: int) -> list[dict[str, Any]]:
     """The first ``per_task`` prompts of every task, ready to decode: dicts with ``id``,
-    ``task`` and ``ids`` (:func:`chat_prompt_ids`), tasks in :data:`TASKS` order."""
-    check_int("per_task", per_task, low=1)
+    ``task`` and ``ids`` (:func:`chat_prompt_ids`), tasks in :data:`TASKS` order. More than a task
+    holds is a ValueError (:func:`check_per_task`)."""
+    check_per_task("per_task", per_task)
     return [
         {"id": p.id, "task": task, "ids": chat_prompt_ids(tokenizer, p.prompt)}
         for task in TASKS
