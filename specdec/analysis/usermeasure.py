@@ -183,6 +183,94 @@ def teacher_forced_alpha(
     }
 
 
+def _decode_pairs(
+    engine: Any,
+    drafter: Any,
+    prompts: list[list[int]],
+    *,
+    gamma: int,
+    new_tokens: int,
+    temperature: float,
+    repeats: int,
+    eos_token_id: int | None,
+    seed: int,
+    progress: Progress,
+) -> list[dict[str, Any]]:
+    """Step 1 of :func:`measure_drafter`: per repeat and prompt, plain and speculative decoding in a
+    seeded random order by the one paired run (:func:`specdec.measure.pairedrun.paired_block`); each
+    pair's ``plain`` and ``speculative`` tokens, decode time (prefill excluded) and Stats."""
+    from specdec.measure.pairedrun import paired_block
+
+    order = np.random.default_rng(seed)
+    runs: list[dict[str, Any]] = []
+    cells = [(rep, i) for rep in range(repeats) for i in range(len(prompts))]
+    spec = [{"drafter": "speculative", "object": drafter, "gamma": gamma, "lenience": 1.0}]
+    for rep, i in progress(cells, "decoding"):
+        pair: dict[str, Any] = {"repeat": rep, "prompt": i}
+        for row in paired_block(
+            engine, spec, prompts[i], temperature=temperature, new_tokens=new_tokens, seed=seed + i, rep=rep,
+            rng=order, plain_at="random", eos_token_id=eos_token_id, exact_length=False,
+        ):  # fmt: skip
+            pair[row["drafter"]] = {
+                "tokens": row["_tokens"],
+                "decode_s": row["decode_s"],
+                "stats": row["_stats"],
+            }
+        runs.append(pair)
+    return runs
+
+
+def _cost(runs: list[dict[str, Any]], gamma: int) -> tuple[float, list[float], float]:
+    """Step 3 of :func:`measure_drafter`: c (Definition 3.7) of every speculative call against its paired
+    plain call's step, their median, and the median plain step in seconds."""
+    from specdec.engine.stats import cost_coefficient
+
+    c_runs = [
+        cost_coefficient(r["speculative"]["stats"].draft_s, r["speculative"]["stats"].rounds, gamma,
+                         r["plain"]["stats"].step_s)
+        for r in runs
+    ]  # fmt: skip
+    return float(np.median(c_runs)), c_runs, float(np.median([r["plain"]["stats"].step_s for r in runs]))
+
+
+def _measured(runs: list[dict[str, Any]], n_prompts: int) -> tuple[list[Any], Any]:
+    """Step 5's measured speedup of :func:`measure_drafter` on time per token, by the book's one estimator
+    (:func:`specdec.theory.intervals.paired_speedup`), and each prompt's ratio of medians."""
+    from specdec.theory.intervals import paired_speedup
+
+    def side(which: str) -> list[list[float]]:  # per prompt, its repetitions' time per token
+        return [
+            [r[which]["decode_s"] / max(len(r[which]["tokens"]), 1) for r in runs if r["prompt"] == i]
+            for i in range(n_prompts)
+        ]
+
+    plain_t, spec_t = side("plain"), side("speculative")
+    per_prompt = np.array([np.median(a) / np.median(b) for a, b in zip(plain_t, spec_t, strict=True)])
+    return list(paired_speedup(plain_t, spec_t)), per_prompt
+
+
+def _predictions(
+    alpha: float, alpha_all: float, gamma: int, c: float, curve: dict[int, float], pooled: dict[str, Any],
+    measured: float, max_gamma: int,
+) -> tuple[Any, Any, Any]:  # fmt: skip
+    """Step 5's predictions of :func:`measure_drafter` (None each when alpha is undefined): the gap's
+    factors (:func:`specdec.analysis.realrun.speedup_gap`), Theorem 3.8's optimal gamma and the best
+    gamma on the measured verify curve."""
+    from specdec.analysis.realrun import speedup_gap
+    from specdec.theory.speedup import best_gamma_on_curve, optimal_gamma, walltime_speedup
+
+    if not math.isfinite(alpha):
+        return None, None, None
+    prediction = speedup_gap(
+        alpha=alpha, gamma=gamma, c=c, curve=curve, drafted=pooled["drafted"],
+        tokens_per_round=pooled["tokens_per_round"], measured=measured, alpha_theorem=alpha_all,
+    )  # fmt: skip
+    g = int(optimal_gamma(alpha_all, c))
+    best_theorem = {"gamma": g, "speedup": float(walltime_speedup(alpha_all, g, c))}
+    g, sp = best_gamma_on_curve(alpha_all, c, curve)
+    return prediction, best_theorem, {"gamma": g, "speedup": sp, "max_gamma": max_gamma}
+
+
 def measure_drafter(
     engine: Any,
     drafter: Any,
@@ -226,12 +314,9 @@ def measure_drafter(
     ``progress(items, description)`` wraps the loops (e.g. a tqdm bar). Returns a JSON-ready dict
     (NaN where a quantity is undefined, e.g. alpha when nothing was drafted).
     """
-    from specdec.analysis.realrun import pool_rounds, speedup_gap
+    from specdec.analysis.realrun import pool_rounds
     from specdec.engine.decoding import check_draft_context
-    from specdec.engine.stats import cost_coefficient
-    from specdec.measure.pairedrun import paired_block
-    from specdec.theory.intervals import paired_speedup
-    from specdec.theory.speedup import best_gamma_on_curve, expected_tokens, optimal_gamma, walltime_speedup
+    from specdec.theory.speedup import expected_tokens, walltime_speedup
 
     _check_settings(gamma, new_tokens, repeats, verify_repeats, temperature)
     check_seed("seed", seed)
@@ -246,31 +331,10 @@ def measure_drafter(
     progress = progress or _no_progress
 
     # 1. decoding, interleaved
-    order = np.random.default_rng(seed)
-    runs: list[dict[str, Any]] = []
-    cells = [(rep, i) for rep in range(repeats) for i in range(len(prompts))]
-    spec = [{"drafter": "speculative", "object": drafter, "gamma": gamma, "lenience": 1.0}]
-    for rep, i in progress(cells, "decoding"):
-        pair: dict[str, Any] = {"repeat": rep, "prompt": i}
-        for row in paired_block(
-            engine,
-            spec,
-            prompts[i],
-            temperature=temperature,
-            new_tokens=new_tokens,
-            seed=seed + i,
-            rep=rep,
-            rng=order,
-            plain_at="random",
-            eos_token_id=eos_token_id,
-            exact_length=False,
-        ):
-            pair[row["drafter"]] = {
-                "tokens": row["_tokens"],
-                "decode_s": row["decode_s"],
-                "stats": row["_stats"],
-            }
-        runs.append(pair)
+    runs = _decode_pairs(
+        engine, drafter, prompts, gamma=gamma, new_tokens=new_tokens, temperature=temperature,
+        repeats=repeats, eos_token_id=eos_token_id, seed=seed, progress=progress,
+    )  # fmt: skip
 
     # 2. alpha, both definitions
     first = {r["prompt"]: r["plain"]["tokens"] for r in runs if r["repeat"] == 0}
@@ -282,17 +346,7 @@ def measure_drafter(
     drafted = sum(s.drafted_tokens for s in spec_stats)
 
     # 3. c against the paired plain call's step
-    c_runs = [
-        cost_coefficient(
-            r["speculative"]["stats"].draft_s,
-            r["speculative"]["stats"].rounds,
-            gamma,
-            r["plain"]["stats"].step_s,
-        )
-        for r in runs
-    ]
-    c = float(np.median(c_runs))
-    step_s = float(np.median([r["plain"]["stats"].step_s for r in runs]))
+    c, c_runs, step_s = _cost(runs, gamma)
 
     # 4. the verify cost curve on this engine
     curves = engine_verify_curves({"target": engine}, prompts[0], ks, verify_repeats, log=None)
@@ -300,34 +354,12 @@ def measure_drafter(
     curve = {int(cell["k"]): float(cell["ratio_to_k1"]) for cell in cells_v}
 
     # 5. measured speedup and the prediction
-    def per_token(run: dict[str, Any]) -> float:
-        return run["decode_s"] / max(len(run["tokens"]), 1)
-
-    def side(which: str) -> list[list[float]]:  # per prompt, its repetitions' time per token
-        return [[per_token(r[which]) for r in runs if r["prompt"] == i] for i in range(len(prompts))]
-
-    plain_t, spec_t = side("plain"), side("speculative")
-    measured = list(paired_speedup(plain_t, spec_t))
-    per_prompt = np.array([np.median(a) / np.median(b) for a, b in zip(plain_t, spec_t, strict=True)])
+    measured, per_prompt = _measured(runs, len(prompts))
     alpha, alpha_all = tf["alpha"], tf["alpha_all_positions"]
     nan = float("nan")
-    prediction = None
-    best_theorem = best_curve = None
-    if math.isfinite(alpha):
-        prediction = speedup_gap(
-            alpha=alpha,
-            gamma=gamma,
-            c=c,
-            curve=curve,
-            drafted=pooled["drafted"],
-            tokens_per_round=pooled["tokens_per_round"],
-            measured=measured[0],
-            alpha_theorem=alpha_all,
-        )
-        g = int(optimal_gamma(alpha_all, c))
-        best_theorem = {"gamma": g, "speedup": float(walltime_speedup(alpha_all, g, c))}
-        g, s = best_gamma_on_curve(alpha_all, c, curve)
-        best_curve = {"gamma": g, "speedup": s, "max_gamma": max(ks) - 1}
+    prediction, best_theorem, best_curve = _predictions(
+        alpha, alpha_all, gamma, c, curve, pooled, measured[0], max(ks) - 1
+    )
     alpha_obs = pooled["alpha_accept_rate"]
     return jsonable(  # NaN -> None: the record writers' rule
         {

@@ -442,10 +442,8 @@ def run_real(
     deadline = Deadline(s.budget_s)
     import torch
 
-    from specdec.drafting.registry import DraftContext, build_drafter
     from specdec.engine.staticllama import StaticLlama, distilled_draft
     from specdec.measure.gpupayload import load_payload
-    from specdec.measure.gpusummary import summarize_costs, summarize_runs
 
     if s.threads:
         torch.set_num_threads(s.threads)
@@ -457,29 +455,7 @@ def run_real(
     dtype = getattr(torch, s.dtype)
     draft_root = Path(drafts_root)
     info = device_info(s.device)
-    slug = device_slug(info["name"]) + "-real" + ("-quick" if s.quick else "")
-    rec = Recorder(Path(s.out) / f"{slug}.json", settings=s, kind="gpu_real", log=log)
-    rec.data["device"] = info
-    rec.data["environment"] = environment(device=s.device, dtype=s.dtype)
-    env_commit = rec.data["environment"].get("git_commit")
-    rec.data["commit"] = {
-        "git": env_commit,
-        "given": s.commit,
-        "used": env_commit or s.commit,
-        "source": "git" if env_commit else ("--commit" if s.commit else None),
-    }
-    rec.data["command"] = command
-    rec.data["engine"] = (
-        "specdec.engine.staticllama.StaticLlama: torch ops over a static KV cache of fixed capacity "
-        "(position as a "
-        "device tensor, attention over the whole capacity with a causal mask); 'graph' replays one "
-        "torch.cuda.CUDAGraph per call length, 'eager' runs the same code without capture"
-    )
-    rec.save()
-    log(
-        f"gpu_real: {info['name']} | torch {info['torch']} | {s.dtype} | "
-        f"budget {s.budget_s:.0f} s -> {rec.path}"
-    )
+    rec = _open_record(s, info, command, log)
 
     # 1. the payload
     payload = None
@@ -547,38 +523,30 @@ def run_real(
             hf = None  # no hf_eager column from a model whose check failed
 
     # 3. costs: T(k) of the target, T(1) of the draft models, by every timer
-    timers = ["eager", *(["graph", "graph_gpu"] if graphs_ok else [])]
-    if not graphs_ok:
-        rec.skip(
-            "costs:graph,graph_gpu" + ("" if cuda else ",kernel"),
-            f"no CUDA graphs (device {s.device})" + ("" if cuda else "; kernel timing needs CUDA"),
-        )
-    costs: dict[str, Any] = {"context": s.context, "repeats": s.cost_repeats, "models": {}, "raw": {}}
-    rec.data["costs"] = costs
-    if deadline.allows(30):
-        with rec.section("costs_run") as out:
-            ctx = [t for c in cells for t in c["prompt"]["ids"]][: s.context]
-
-            def save_costs(partial_costs: dict[str, Any]) -> None:
-                costs.update(partial_costs)
-                rec.save()
-
-            costs.update(
-                cost_curves(
-                    engines, ctx, s.cost_k_list, repeats=s.cost_repeats, timers=timers, kernel=cuda, hf=hf,
-                    seed=s.seed, on_model=save_costs, log=log,
-                )
-            )  # fmt: skip
-            costs["summary"] = summarize_costs(costs)
-            out["timers"] = sorted(costs["models"].get("target", {}))
-            for t, v in costs["summary"]["v"].items():
-                log(f"  v(k) {t}: " + " ".join(f"{k}:{x:.2f}" for k, x in v.items()))
-    else:
-        rec.skip("costs_run", f"budget: {deadline.left():.0f} s left")
+    _costs_section(rec, s, engines, cells, hf, graphs_ok=graphs_ok, cuda=cuda, deadline=deadline, log=log)
     hf = None
     free_memory(s.device)
 
     # 4. decoding
+    dec = _decoding_section(
+        rec, s, engines, drafts, cells, graphs_ok=graphs_ok, cuda=cuda, deadline=deadline, log=log
+    )
+
+    # 5. tables from the stored timings
+    _summary_section(rec, dec, s.seed, log)
+    return rec.finish(deadline, f"cells done {dec['cells_done']}")
+
+
+def _decoding_section(
+    rec: Recorder, s: GpuReal, engines: dict[str, Any], drafts: Sequence[str], cells: list[dict], *,
+    graphs_ok: bool, cuda: bool, deadline: Deadline, log: Callable[[str], None],
+) -> dict[str, Any]:  # fmt: skip
+    """Sections ``warmup`` and ``decoding_run``: plain decoding and every drafter (built by the registry,
+    the drafts being engines of the run) on every cell, per engine (graph first), within the budget;
+    the decoding part of the record, filled as the cells finish."""
+    from specdec.drafting.registry import DraftContext, build_drafter
+
+    target = engines["target"]
     methods = ["plain", "lookup", f"ee-{s.early_exit}", *(f"draft-{d}" for d in drafts)]
     drafters: dict[str, Any] = {"lookup": build_drafter("lookup,max_ngram=3,min_ngram=1")}
     context = DraftContext(None, load_draft=engines.__getitem__)  # the drafts are engines of the run
@@ -626,10 +594,84 @@ def run_real(
             if stopped is not None:
                 rec.skip(f"decoding_cells:{engine}", stopped)
         out["cells_done"] = dict(dec["cells_done"])
+    return dec
 
-    # 5. tables from the stored timings
+
+def _open_record(s: GpuReal, info: dict[str, Any], command: str, log: Callable[[str], None]) -> Recorder:
+    """The run's record (the one runner's :class:`~specdec.measure.runner.Recorder`), with the device, the
+    environment, the commit (git's, else ``--commit``), the command and the engine's description."""
+    slug = device_slug(info["name"]) + "-real" + ("-quick" if s.quick else "")
+    rec = Recorder(Path(s.out) / f"{slug}.json", settings=s, kind="gpu_real", log=log)
+    rec.data["device"] = info
+    rec.data["environment"] = environment(device=s.device, dtype=s.dtype)
+    env_commit = rec.data["environment"].get("git_commit")
+    rec.data["commit"] = {
+        "git": env_commit,
+        "given": s.commit,
+        "used": env_commit or s.commit,
+        "source": "git" if env_commit else ("--commit" if s.commit else None),
+    }
+    rec.data["command"] = command
+    rec.data["engine"] = (
+        "specdec.engine.staticllama.StaticLlama: torch ops over a static KV cache of fixed capacity "
+        "(position as a "
+        "device tensor, attention over the whole capacity with a causal mask); 'graph' replays one "
+        "torch.cuda.CUDAGraph per call length, 'eager' runs the same code without capture"
+    )
+    rec.save()
+    log(
+        f"gpu_real: {info['name']} | torch {info['torch']} | {s.dtype} | "
+        f"budget {s.budget_s:.0f} s -> {rec.path}"
+    )
+    return rec
+
+
+def _costs_section(
+    rec: Recorder, s: GpuReal, engines: dict[str, Any], cells: list[dict], hf: Any, *, graphs_ok: bool,
+    cuda: bool, deadline: Deadline, log: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Section ``costs_run``: T(k) of the target and T(1) of the draft models by every timer the device
+    has (:func:`cost_curves`), saved model by model, with v(k) and c (:func:`summarize_costs`)."""
+    from specdec.measure.gpusummary import summarize_costs
+
+    timers = ["eager", *(["graph", "graph_gpu"] if graphs_ok else [])]
+    if not graphs_ok:
+        rec.skip(
+            "costs:graph,graph_gpu" + ("" if cuda else ",kernel"),
+            f"no CUDA graphs (device {s.device})" + ("" if cuda else "; kernel timing needs CUDA"),
+        )
+    costs: dict[str, Any] = {"context": s.context, "repeats": s.cost_repeats, "models": {}, "raw": {}}
+    rec.data["costs"] = costs
+    if deadline.allows(30):
+        with rec.section("costs_run") as out:
+            ctx = [t for c in cells for t in c["prompt"]["ids"]][: s.context]
+
+            def save_costs(partial_costs: dict[str, Any]) -> None:
+                costs.update(partial_costs)
+                rec.save()
+
+            costs.update(
+                cost_curves(
+                    engines, ctx, s.cost_k_list, repeats=s.cost_repeats, timers=timers, kernel=cuda, hf=hf,
+                    seed=s.seed, on_model=save_costs, log=log,
+                )
+            )  # fmt: skip
+            costs["summary"] = summarize_costs(costs)
+            out["timers"] = sorted(costs["models"].get("target", {}))
+            for t, v in costs["summary"]["v"].items():
+                log(f"  v(k) {t}: " + " ".join(f"{k}:{x:.2f}" for k, x in v.items()))
+    else:
+        rec.skip("costs_run", f"budget: {deadline.left():.0f} s left")
+
+
+def _summary_section(rec: Recorder, dec: dict[str, Any], seed: int, log: Callable[[str], None]) -> None:
+    """Section ``summary``: the tables from the stored timings (:func:`summarize_runs`) and greedy
+    equality, speculative against plain and engine against engine."""
+    from specdec.measure.gpusummary import summarize_runs
+
+    runs, generations = dec["runs"], dec["generations"]
     with rec.section("summary") as out:
-        dec["summary"] = summarize_runs(runs, seed=s.seed)
+        dec["summary"] = summarize_runs(runs, seed=seed)
         greedy = [r for r in runs if r["temperature"] == 0 and r["method"] != "plain"]
         dec["greedy"] = {
             "runs": len(greedy),
@@ -645,7 +687,6 @@ def run_real(
                     f"  {row['engine']:5s} T={row['temperature']:g} {row['task']:9s} {row['method']:16s} "
                     f"{sp['estimate']:.2f} [{sp['low']:.2f}, {sp['high']:.2f}] alpha {row['alpha']:.2f}"
                 )
-    return rec.finish(deadline, f"cells done {dec['cells_done']}")
 
 
 def _logit_checks(target: Any, ids: Sequence[int], n0: int, gamma: int, graphs: bool) -> dict[str, Any]:
