@@ -93,7 +93,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         for key, value in cp.QUICK.items():
             setattr(args, key, ",".join(map(str, value)) if isinstance(value, tuple) else value)
     try:
-        check_int("--prompts", args.prompts, low=2, note="two halves")
+        from specdec.train.workloads import evaluation_count
+
+        check_int(
+            "--prompts", args.prompts, low=2, high=evaluation_count(), note="two halves; what a task holds"
+        )
         check_int("--new-tokens", args.new_tokens, low=2)
         check_int("--repeats", args.repeats, low=1)
         check_int("--n-boot", args.n_boot, low=100)

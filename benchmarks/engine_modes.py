@@ -57,13 +57,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.engine_names = resolve_engines(args.engines)
     except ValueError as exc:
         ap.error(str(exc))
+    given = {k: v for k, v in vars(args).items() if k not in ("out", "cached_probe")}
+    args.settings = ba.build_settings(BenchSettings, given, ap.error)  # checked before anything runs
     return args
 
 
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
     command = ba.command_line("engine_modes.py", argv)
-    settings = BenchSettings(**{k: v for k, v in vars(args).items() if k not in ("out", "cached_probe")})
+    settings = args.settings
     before, start = cpu_counters(), time.perf_counter()
     record, env = run_bench(settings, command=command, refresh_probe=not args.cached_probe)
     record["machine_load"] = load_during(before, cpu_counters(), time.perf_counter() - start, args.threads)

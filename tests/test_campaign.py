@@ -194,7 +194,7 @@ def test_script_arguments_quick_and_refusals(capsys):
     for bad in (["--prompts", "1"], ["--gammas", "0,2"], ["--budget-s", "-1"], ["--threads", "0"]):
         with pytest.raises(SystemExit):
             script.parse_args(bad)
-    assert "--prompts must be an integer >= 2" in capsys.readouterr().err
+    assert "--prompts must be an integer in [2, 12]" in capsys.readouterr().err
 
 
 def test_reanalyse_recomputes_the_stored_analysis_and_refuses_a_partial_record(setup, tmp_path):

@@ -538,7 +538,10 @@ def _open_fresh(path: Path, kind: str) -> ctypes.CDLL:
     hand back the loaded one by its name, so the new file is opened under a second name (a hard link,
     removed at once; the process keeps the mapping)."""
     link = path.with_name(f".{path.stem}-{os.getpid()}-{time.monotonic_ns()}.so")
-    os.link(path, link)
+    try:
+        os.link(path, link)
+    except OSError:  # a file system without hard links: a fresh process will load it
+        return _open(path, kind)
     try:
         return _open(link, kind)
     finally:

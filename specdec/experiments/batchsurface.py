@@ -115,11 +115,12 @@ class BatchSurface(RunSettings):
             raise ValueError(f"modes must name float32 and/or bfloat16; got {self.modes}")
         if self.decode_mode not in ("auto", *self.modes):
             raise ValueError(
-                f"decode_mode must be auto or one of modes {self.modes}; got {self.decode_mode!r}"
+                f"decode_mode must be auto or one of the modes given {self.modes}; got {self.decode_mode!r}"
             )
         for name in ("threads", "context", "gamma", "passes", "units", "new_tokens"):
             check_int(name, getattr(self, name), low=1)
         check_int("boot", self.boot, low=100)
+        # narrower than check_seed's range: batchcost derives its blocks' seeds as seed * 10**6 + block
         check_int("seed", self.seed, low=0, high=2**32 - 1)
         if 1 not in self.ks or min(self.ks) < 1 or min(self.batches) < 1 or min(self.decode_batches) < 1:
             raise ValueError("ks must hold 1, and every k and batch size must be >= 1")
@@ -416,8 +417,8 @@ def run_steps(s: BatchSurface, record: dict[str, Any], path: Path) -> Path:
         record["status"].setdefault("redone", []).append(
             {"step": s.redo, "reason": s.redo_reason, "utc": when}
         )
-    if "analysis" in done:
-        done.remove("analysis")  # the analysis always runs again, on the data so far
+    if "analysis" in done and "analysis" in s.steps:
+        done.remove("analysis")  # asked for, the analysis runs again, on the data so far
     started = time.monotonic()
     progress = progress_bar(not s.no_progress)
 

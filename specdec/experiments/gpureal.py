@@ -41,7 +41,7 @@ from specdec.measure.device import device_info, device_slug, free_memory
 from specdec.measure.pairedrun import paired_block, timed_generation
 from specdec.measure.runner import Deadline, Recorder, RunSettings
 from specdec.measure.surfaces import kernel_seconds
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_int, check_seed
 from specdec.theory.tokens import first_divergence
 
 __all__ = [
@@ -113,7 +113,7 @@ class GpuReal(RunSettings):
         for name in ("new_tokens", "repeats", "early_exit", "cost_repeats", "context"):
             check_int(name, getattr(self, name), low=1)
         check_int("gamma", self.gamma, low=1, high=16, note="a verify call's length is captured as a graph")
-        check_int("seed", self.seed, low=0, high=2**32 - 1)
+        check_seed("seed", self.seed)
         if self.threads is not None:
             check_int("threads", self.threads, low=1)
         if not self.budget_s >= 0:

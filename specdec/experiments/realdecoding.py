@@ -48,12 +48,12 @@ from specdec.measure.acceptance import target_p_rows, teacher_forced
 from specdec.measure.core import environment, verify_cost_curve, write_result
 from specdec.measure.pairedrun import finish_cell, paired_block, timed_generation
 from specdec.measure.runner import RunSettings, not_key, open_partial, run_cells
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_int, check_seed
 from specdec.theory.intervals import geomean, per_unit_medians
 from specdec.theory.recordio import csv_cell, write_record, write_text_atomic
 from specdec.theory.sampling import warp
 from specdec.train.shards import load_shards, sequences, shard_paths
-from specdec.train.workloads import chat_prompt_ids, evaluation_prompts, training_prompts
+from specdec.train.workloads import chat_prompt_ids, check_per_task, evaluation_prompts, training_prompts
 
 __all__ = [
     "HF_MODES",
@@ -151,14 +151,18 @@ class RealDecoding(RunSettings):
 
         for name in ("prompts", "new_tokens", "repeats", "gamma", "threads", "verify_repeats"):
             check_int(name, getattr(self, name), low=1)
-        check_int("seed", self.seed, low=0, high=2**32 - 1)
+        check_seed("seed", self.seed)
+        check_per_task("prompts", self.prompts)  # not silently fewer, nor after the model loads
         if self.new_tokens < self.gamma + 2:
             raise ValueError(f"new_tokens must be >= gamma + 2 = {self.gamma + 2}; got {self.new_tokens}")
         try:
             self.sweep_gammas = sorted({int(g) for g in self.sweep.split(",") if g})
+        except ValueError:
+            raise ValueError(f"sweep takes comma-separated integers; got {self.sweep!r}") from None
+        try:
             self.lenience_values = [float(x) for x in self.lenience.split(",") if x]
-        except ValueError as exc:
-            raise ValueError(f"sweep and lenience take comma-separated numbers ({exc})") from None
+        except ValueError:
+            raise ValueError(f"lenience takes comma-separated numbers; got {self.lenience!r}") from None
         if any(g < 1 for g in self.sweep_gammas):
             raise ValueError(f"sweep gammas must be >= 1; got {self.sweep!r}")
         if any(not 0 < lv <= 1 for lv in self.lenience_values):
@@ -179,7 +183,7 @@ class RealDecoding(RunSettings):
             try:
                 self.trained = require_drafts(None if self.drafts is None else self.drafts.split(","))
             except (ValueError, FileNotFoundError) as exc:
-                raise ValueError(f"{exc} (no_trained runs without trained drafts)") from None
+                raise ValueError(f"drafts: {exc} (no_trained runs without trained drafts)") from None
         self.timed_names = drafter_names(self.timed, self.trained)
         alpha_only = drafter_names(self.alpha_only, self.trained)
         self.alpha_names = [n for n in alpha_only if n not in self.timed_names]

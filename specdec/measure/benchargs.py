@@ -71,18 +71,25 @@ def check_counts(
 def build_settings(cls: Any, given: Mapping[str, Any], error: Callable[[str], Any]) -> Any:
     """A run program's settings dataclass (:class:`specdec.measure.runner.RunSettings`) from a script's
     parsed ``given`` values; the dataclass checks them, and its ValueError becomes ``error`` (the
-    parser's: one line, exit status 2) with the field named as its option (``new_tokens`` ->
-    ``--new-tokens``)."""
+    parser's: one line, exit status 2) with the fields it names written as their options (``new_tokens``
+    -> ``--new-tokens``)."""
     import dataclasses
+    import re
 
     try:
         return cls(**given)
     except ValueError as exc:
-        message = str(exc)
-        head, _, rest = message.partition(" ")
-        if head in {f.name for f in dataclasses.fields(cls)}:
-            message = f"--{head.replace('_', '-')} {rest}"
-        return error(message)
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        head, _, rest = str(exc).partition(" ")
+        head = f"--{head.replace('_', '-')}" if head.rstrip(":") in names else head
+        # the other fields the message names, as their options (those with an underscore: a plain word
+        # such as 'drafts' may be prose)
+        rest = re.sub(
+            r"\b[a-z]+(?:_[a-z0-9]+)+\b",
+            lambda m: f"--{m[0].replace('_', '-')}" if m[0] in names else m[0],
+            rest,
+        )
+        return error(f"{head} {rest}")
 
 
 def check_draft(ap: argparse.ArgumentParser, name: str) -> None:
