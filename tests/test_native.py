@@ -94,15 +94,21 @@ def test_the_phase_clocks_account_for_a_call():
     model = LeanLlama(tiny_llama(0), "q4_1")
     s = model.session()
     s.forward([5, 17, 42, 8])
+    from specdec.engine.leannative import phase_clocks
+
+    other = LeanLlama(tiny_llama(1), "q4_1")
+    other.session().forward([3, 4])  # another model's forward, not profiled: its clocks stay its own
     prof = measure_profile.profile_native_step(
-        lambda k: s.forward([1] * k), k=3, repeats=3, reset=lambda: s.crop(4)
+        lambda k: s.forward([1] * k), k=3, repeats=3, reset=lambda: s.crop(4), clocks=phase_clocks(model)
     )
+    assert phase_clocks(other).read_clocks() == [0.0] * len(native.PHASES)
+    assert phase_clocks(model).description.phase_s is not None and not phase_clocks(model).description.phase_s
     buckets = prof["buckets_ms"]
     assert set(buckets) == {*native.PHASES, "framework overhead"}
     assert all(v >= 0 for v in buckets.values()) and buckets["linear"] > 0
     assert sum(buckets.values()) == pytest.approx(prof["wall_ms"], rel=1e-6)
     with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
-        measure_profile.profile_native_step(lambda k: None, repeats=0)
+        measure_profile.profile_native_step(lambda k: None, repeats=0, clocks=phase_clocks(model))
 
 
 def test_the_c_forward_checks_what_torch_indexing_would_have_checked():
@@ -229,8 +235,7 @@ def test_every_q4_1_entry_point_checks_its_arguments_and_its_abi(monkeypatch, fr
     hx, hy = torch.zeros(2, head.k), torch.empty(2, head.n)
     assert lib.specdec_q80_mm(ctypes.byref(head), hx.data_ptr(), 2, hy.data_ptr()) == 0
     assert lib.specdec_q80_mm(ctypes.byref(head), hx.data_ptr(), 2, None) == -2
-    assert lib.specdec_q4_profile(None) == -2
-    assert lib.specdec_q4_set_profiling(2) == -2 and lib.specdec_q4_set_profiling(0) == 0
+    assert not hasattr(lib, "specdec_q4_profile")  # the clocks are the model's (model_t.phase_s)
     monkeypatch.setattr(native, "Q4_ABI", native.Q4_ABI + 100)
     native._load.cache_clear()
     assert "leanq4 ABI mismatch" in native.unavailable_reason("q4_1")

@@ -99,6 +99,22 @@ def native_structure(model: Any) -> Any:
     return model._native
 
 
+def phase_clocks(model: Any) -> Any:
+    """The ``"q4_1"`` C forward's phase clocks of ``model`` (:class:`specdec.engine.native.PhaseClocks` over
+    its own structure: another model, an early-exit view included, keeps its own)."""
+    from specdec.engine import native
+
+    if model.mode != "q4_1":
+        raise ValueError(
+            f"phase_clocks needs mode 'q4_1' (q4q8: q8_forward()); this model's is {model.mode!r}"
+        )
+    desc = native_structure(model)
+    clocks = getattr(model, "_phase_clocks", None)
+    if clocks is None or clocks.description is not desc:
+        clocks = model._phase_clocks = native.PhaseClocks(desc)
+    return clocks
+
+
 def q8_forward(model: Any) -> Any:
     """The ``"q4q8"`` C forward's repacked model (:class:`specdec.engine.native.Q8Forward`), built on
     first use over the whole model (an early-exit view shares it and runs its first layers)."""

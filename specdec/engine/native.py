@@ -75,6 +75,7 @@ __all__ = [
     "PHASES",
     "SOURCE",
     "SOURCE_Q8",
+    "PhaseClocks",
     "Q8Forward",
     "available",
     "build_flags",
@@ -94,9 +95,9 @@ SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
 #: The C forwards, by the lean mode that runs them.
 KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
-Q8_ABI = 5
+Q8_ABI = 6
 #: The ABI version of leanq4.c's structures (its SPECDEC_Q4_ABI), checked at load.
-Q4_ABI = 2
+Q4_ABI = 3
 
 
 def _source(kind: str) -> Path:
@@ -272,7 +273,8 @@ class Model(ctypes.Structure):
     """The model as both C forwards read it (``model_t`` of csrc/lean_common.h): shapes, the weights'
     addresses, ``vocab`` (the embedding's rows: every id is checked against it in C) and the layers'
     code (``layer_codes``: 0 Q4_1, 1 Q8_0, whose :class:`Q41` entries then hold int8 codes (n, k) in
-    ``qs``, scales in ``d`` and no ``m``; leanq4.c takes 0 only)."""
+    ``qs``, scales in ``d`` and no ``m``; leanq4.c takes 0 only) and ``phase_s``, the q4_1 forward's
+    own phase clocks while profiling (:class:`PhaseClocks`; NULL when off)."""
 
     _fields_ = [
         ("n_layers", ctypes.c_int32),
@@ -291,6 +293,7 @@ class Model(ctypes.Structure):
         ("sin", ctypes.c_void_p),
         ("vocab", ctypes.c_int32),
         ("layer_codes", ctypes.c_int32),
+        ("phase_s", ctypes.POINTER(ctypes.c_double)),  # the q4_1 forward's clocks while profiling; NULL off
     ]
 
 
@@ -325,6 +328,30 @@ def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.specdec_q8_profile.argtypes = [p, ctypes.POINTER(ctypes.c_double), i32]
     lib.specdec_q8_profile.restype = i32
     return lib
+
+
+class PhaseClocks:
+    """A ``"q4_1"`` model's own phase clocks (the q4q8 forward's are :class:`Q8Forward`'s): profiling on
+    points the model structure's ``phase_s`` at this object's :data:`PHASES` seconds, off sets it NULL.
+    Per model, so two models profile independently (the library kept one global set before)."""
+
+    def __init__(self, description: Model) -> None:
+        self.description = description
+        self.seconds = (ctypes.c_double * len(PHASES))()
+
+    def set_profiling(self, on: bool) -> None:
+        self.description.phase_s = (
+            ctypes.cast(self.seconds, ctypes.POINTER(ctypes.c_double))
+            if on
+            else ctypes.POINTER(ctypes.c_double)()
+        )
+
+    def read_clocks(self) -> list[float]:
+        """The phase clocks (seconds, in :data:`PHASES` order) since the last read, which resets them."""
+        out = list(self.seconds)
+        for i in range(len(PHASES)):
+            self.seconds[i] = 0.0
+        return out
 
 
 class Q8Forward:
@@ -433,10 +460,6 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.specdec_q41_mm.restype = ctypes.c_int32
     lib.specdec_q80_mm.argtypes = [ctypes.POINTER(Q80), p, ctypes.c_int32, p]
     lib.specdec_q80_mm.restype = ctypes.c_int32
-    lib.specdec_q4_set_profiling.argtypes = [ctypes.c_int32]
-    lib.specdec_q4_set_profiling.restype = ctypes.c_int32
-    lib.specdec_q4_profile.argtypes = [ctypes.POINTER(ctypes.c_double)]
-    lib.specdec_q4_profile.restype = ctypes.c_int32
     lib.specdec_q4_abi.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
     lib.specdec_q4_abi.restype = ctypes.c_int32
     return lib

@@ -305,6 +305,7 @@ def profile(
     """Where a step's (k = 1) and a verify call's (k = 4) CPU time goes, per engine but llama.cpp
     (specdec.measure.profile.profile_step: linear layers, attention, other ops, framework overhead;
     for the C forwards their own phase clocks, specdec.measure.profile.profile_native_step)."""
+    from specdec.engine import leannative
     from specdec.engine.lm import open_lm
     from specdec.measure.profile import profile_native_step, profile_step
 
@@ -324,9 +325,13 @@ def profile(
                     partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context),
                     clocks=model.q8_forward(), threads=model.threads,
                 )  # fmt: skip
+            elif mode == "q4_1":
+                prof = profile_native_step(
+                    partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context),
+                    clocks=leannative.phase_clocks(model),
+                )  # fmt: skip
             else:
-                step = profile_native_step if mode == "q4_1" else profile_step
-                prof = step(partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context))
+                prof = profile_step(partial(_feed, s, new), k=k, repeats=5, reset=partial(s.crop, context))
             out[name][str(k)] = {
                 key: prof[key] for key in ("buckets_ms", "wall_ms", "wall_ms_unprofiled", "top_ops")
             }

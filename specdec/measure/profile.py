@@ -12,7 +12,6 @@ Both time their calls with the one timer, :func:`specdec.measure.core.time_once`
 from __future__ import annotations
 
 import contextlib
-import ctypes
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any
@@ -243,7 +242,7 @@ def profile_native_step(
     *,
     warmup: int = 1,
     reset: Callable[[], object] | None = None,
-    clocks: Any = None,
+    clocks: Any,
     threads: int = 1,
 ) -> dict[str, Any]:
     """Where one C forward's time goes, from its own phase clocks (the torch profiler sees one call).
@@ -253,35 +252,26 @@ def profile_native_step(
     ``lm_head`` (the Q8_0 head), ``attention`` (rotary, cache writes, attention), ``other ops``
     (embedding, norms, SiLU) and ``framework overhead`` (the call's wall time minus the phases:
     Python, ctypes, the session's bookkeeping); ``wall_ms_unprofiled`` is the median of as many
-    calls with the clocks off. ``clocks``: a ``"q4q8"`` model's :class:`Q8Forward`, whose own
-    clocks are read (default: the ``"q4_1"`` library's); ``threads``: what the record names.
+    calls with the clocks off. ``clocks``: the model's own clocks, a ``"q4q8"`` model's
+    :class:`~specdec.engine.native.Q8Forward` (``model.q8_forward()``) or a ``"q4_1"`` model's
+    :class:`~specdec.engine.native.PhaseClocks` (:func:`specdec.engine.leannative.phase_clocks`);
+    ``threads``: what the record names.
     """
     for name, value, low in (("k", k, 1), ("repeats", repeats, 1), ("warmup", warmup, 0)):
         check_int(name, value, low=low)
-    from specdec.engine.native import PHASES, library
+    from specdec.engine.native import PHASES
 
     call = timed_call(forward_fn, k, reset)
     for _ in range(warmup):
         call()
     unprofiled = [call() for _ in range(repeats)]
-    if clocks is not None:
-        clocks.read_clocks()  # clears them
-        clocks.set_profiling(True)
-        try:
-            walls = [call() for _ in range(repeats)]
-            out = clocks.read_clocks()
-        finally:
-            clocks.set_profiling(False)
-    else:
-        lib = library()
-        out = (ctypes.c_double * len(PHASES))()
-        lib.specdec_q4_profile(out)  # clears the clocks
-        lib.specdec_q4_set_profiling(1)
-        try:
-            walls = [call() for _ in range(repeats)]
-            lib.specdec_q4_profile(out)
-        finally:
-            lib.specdec_q4_set_profiling(0)
+    clocks.read_clocks()  # clears them
+    clocks.set_profiling(True)
+    try:
+        walls = [call() for _ in range(repeats)]
+        out = clocks.read_clocks()
+    finally:
+        clocks.set_profiling(False)
     phases = {name: 1e3 * out[i] / repeats for i, name in enumerate(PHASES)}
     wall_ms = 1e3 * float(np.mean(walls))
     buckets = phases | {"framework overhead": max(0.0, wall_ms - sum(phases.values()))}

@@ -46,6 +46,9 @@ typedef struct {
     /* the decoder layers' code: 0 = Q4_1 (the GGUF's), 1 = Q8_0 (qs: (n, k) int8 bytes, d its
      * scales, m unused; the distilled drafts' own int8 weights) */
     int32_t layer_codes;
+    /* the model's own phase clocks (PHASES seconds: linear, head, attention, other) that the q4_1
+     * forward adds to while not NULL (profiling on); leanq8 keeps its clocks per handle instead */
+    double *phase_s;
 } model_t;
 
 typedef float v16f __attribute__((vector_size(64)));

@@ -21,8 +21,9 @@ typedef uint8_t v16u8 __attribute__((vector_size(16)));
 
 /* The version of the structures (lean_common.h); specdec_q4_abi reports it with their sizes, and Python
  * refuses a library whose structures differ from its ctypes ones (a stale or foreign build). ABI 2: the
- * one model_t of both forwards (layer_codes, which must be 0 here: Q4_1 layers). */
-#define SPECDEC_Q4_ABI 2
+ * one model_t of both forwards (layer_codes, which must be 0 here: Q4_1 layers); 3: the model's own
+ * phase clocks (phase_s) replace the library-global ones. */
+#define SPECDEC_Q4_ABI 3
 int32_t specdec_q4_abi(int64_t *sizes, int32_t n) {
     const int64_t s[4] = {sizeof(q41_t), sizeof(q80_t), sizeof(layer_t), sizeof(model_t)};
     if (!sizes || n < 0) return -2;
@@ -30,41 +31,18 @@ int32_t specdec_q4_abi(int64_t *sizes, int32_t n) {
     return SPECDEC_Q4_ABI;
 }
 
-/* Optional wall-clock time per phase of the forward (specdec_q4_profile): linear layers, LM
- * head, attention (rotary, cache writes, attention), other (embedding, norms, SiLU). */
+/* Optional wall-clock time per phase of the forward, added to the model's own clocks (m->phase_s, set
+ * by Python while profiling; NULL: off): linear layers, LM head, attention (rotary, cache writes,
+ * attention), other (embedding, norms, SiLU). Per model, so two models profile independently. */
 enum { PH_LINEAR, PH_HEAD, PH_ATTENTION, PH_OTHER, PHASES };
-static int profiling = 0;
-static double phase_s[PHASES];
-
 
 #define PHASE(which, ...)                                                                             \
     do {                                                                                              \
-        const double t0_ = profiling ? now() : 0.0;                                                   \
+        double *const clocks_ = m->phase_s;                                                           \
+        const double t0_ = clocks_ ? now() : 0.0;                                                     \
         __VA_ARGS__;                                                                                  \
-        if (profiling) phase_s[which] += now() - t0_;                                                 \
+        if (clocks_) clocks_[which] += now() - t0_;                                                   \
     } while (0)
-
-/* Turn the phase clocks on (1) or off (0): 0, or -2 for any other value (nothing changed). Reading
- * them (specdec_q4_profile: PHASES doubles into out, 0; -2 for a null out) also resets them. The clocks
- * are the library's, not a model's: one profiled forward at a time (the q4q8 forward keeps its own per
- * model). */
-int32_t specdec_q4_set_profiling(int32_t on) {
-    if (on != 0 && on != 1) return -2;
-    profiling = on;
-    return 0;
-}
-
-int32_t specdec_q4_profile(double *out) {
-    if (!out) return -2;
-    for (int i = 0; i < PHASES; i++) {
-        out[i] = phase_s[i];
-        phase_s[i] = 0.0;
-    }
-    return 0;
-}
-
-
-
 
 /* y[r][n] (+)= sum_k W[n][k] x[r][k] for R rows (R a compile-time constant after inlining). */
 static inline __attribute__((always_inline)) void q41_rows(const q41_t *w, const float *restrict x, int R,

@@ -41,7 +41,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#define SPECDEC_Q8_ABI 5
+#define SPECDEC_Q8_ABI 6 /* 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ISA "avx512vnni"
