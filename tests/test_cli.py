@@ -708,3 +708,14 @@ def test_threads_bound_is_named_in_help_and_is_the_engines(capsys):
     assert native.check_threads(MAX_THREADS) == MAX_THREADS
     with pytest.raises(ValueError):
         native.check_threads(MAX_THREADS + 1)
+
+
+def test_plan_help_examples_run(capsys):
+    """Issue 32, item 8: plan --help's own --verify-cost example exited 2 (it needs --gamma). Every example
+    in the help runs and exits 0."""
+    code, out, _ = run(capsys, "plan", "--help")
+    examples = [line.split()[2:] for line in out.splitlines() if line.strip().startswith("specdec plan ")]
+    assert len(examples) >= 3
+    for argv in examples:
+        code, _, err = run(capsys, "plan", *argv)
+        assert code == 0, (argv, err)

@@ -140,7 +140,7 @@ def add_parser(sub: Any, formatter: Any) -> None:
         )
         + NAMES,
         epilog="Examples:\n  specdec plan --alpha 0.8 --c 0.05 --gamma 4\n"
-        "  specdec plan --alpha 0.8 --c 0.05 --verify-cost 1.3\n"
+        "  specdec plan --alpha 0.8 --c 0.05 --gamma 4 --verify-cost 1.3\n"
         "  specdec plan --alpha 0.5 --c 0 --verify-curve 2:1.1,3:1.2,5:1.4,9:2.0 --json",
         formatter_class=formatter,
     )
