@@ -36,7 +36,7 @@ How it measures (issue 11):
   argmax lenience (Appendix A.5) of that model draft at ``--gamma``.
 * **Summary.** Per (temperature, task, drafter): the measured speedup, the geometric mean over
   prompts of plain time / speculative time (each the median over repetitions), with its 95 %
-  bootstrap interval over prompts (:func:`specdec.theory.intervals.ratio_ci`) and a verdict; alpha,
+  bootstrap interval over prompts (:func:`specdec.theory.intervals.paired_speedup`) and a verdict; alpha,
   c (:func:`specdec.engine.stats.cost_coefficient`), v, Theorem 3.8 and the verify-corrected model,
   and measured/expected ratios with intervals that re-estimate alpha and c on every resample
   (:func:`specdec.analysis.realrun.unit_bootstrap`); the pooled round counts
