@@ -9,8 +9,8 @@ import copy
 import numpy as np
 import pytest
 
-from specdec.analysis import answer
-from specdec.analysis.answerfig import answer_figure, answer_rows
+from specdec.analysis import answer, crossfit
+from specdec.analysis.answerfig import answer_figure, answer_rows, prompt_figure
 from specdec.analysis.beyond import SOURCES, section7_table
 from specdec.experiments.campaign2 import analyse
 from specdec.paper.ledger.section7 import RULES7, section7_rows
@@ -143,19 +143,44 @@ def record():
 
 def test_answer_rows_follow_the_analysis(record):
     rows = answer_rows(record, 0.0)
-    assert len(rows) == len(ENGINES) + len(FAMILIES)
+    assert len(rows) == 1 + len(ENGINES) + len(FAMILIES)
+    head = rows[0]  # the headline itself: the blind choice, with its 95 % interval
+    blind = answer.stratum(record, 0.0)["any_speculative"]["vs_fastest_plain"]
+    assert head["kind"] == "headline" and (head["x"], head["low"], head["high"]) == (
+        blind["estimate"], blind["low"], blind["high"],
+    )  # fmt: skip
     (fastest,) = [r for r in rows if r["fastest"]]
     assert fastest["key"] == "lean-q4q8-2t/plain"
     suffix = next(r for r in rows if r["key"] == "lean-q4q8-2t/suffix")
     assert suffix["verdict"] == "faster" and suffix["x"] == pytest.approx(1.3**0.75 * 0.95**0.25, rel=0.05)
     assert set(suffix["tasks"]) == set(TASKS) and suffix["tasks"]["chat"] < suffix["tasks"]["extract"]
     medusa = next(r for r in rows if r["key"].endswith("medusa:medusa-4"))
-    assert medusa["verdict"] == "slower" and medusa["low"] <= medusa["tok_s"] <= medusa["high"]
-    fig = answer_figure(record)
-    assert len(fig.axes) == 2
+    # the interval drawn is the simultaneous one of the paired ratio, the one the colour (verdict) rests on
+    sim = answer.stratum(record, 0.0, analysis="simultaneous")
+    medusa_sim = next(f for f in sim["families"] if f["family"] == medusa["key"])["vs_fastest_plain"]
+    assert (medusa["low"], medusa["high"]) == (medusa_sim["low"], medusa_sim["high"])
+    assert medusa["verdict"] == "slower" and medusa["low"] <= medusa["x"] <= medusa["high"] < 1
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
+    for fig in (answer_figure(record), prompt_figure(record)):
+        assert len(fig.axes) == 2
+        plt.close(fig)
+
+
+def test_the_headline_prompt_by_prompt_and_without_each_task(record):
+    ratios = answer.prompt_ratios(record, 0.0)
+    blind = answer.stratum(record, 0.0)["any_speculative"]["vs_fastest_plain"]
+    assert len(ratios) == len(record["prompts"])
+    assert float(np.exp(np.mean(np.log(ratios)))) == pytest.approx(blind["estimate"])
+    rows = answer.leave_one_task_out(record, 0.0, n_boot=200)
+    assert [r["left out"] for r in rows] == list(TASKS)
+    per_task = len(record["prompts"]) // len(TASKS)
+    assert all(r["prompts"] == len(record["prompts"]) - per_task for r in rows)
+    assert all(r["low"] <= r["x"] <= r["high"] for r in rows)
+    chat = next(r for r in rows if r["left out"] == "chat")  # chat gains least here: leaving it out helps
+    assert chat["x"] > blind["estimate"]
+    with pytest.raises(ValueError, match="tasks must name"):
+        crossfit.any_speculative(record["runs"], record["configs"], {}, temperature=0.0, tasks=[])
 
 
 def test_the_estimators_agree_here_and_the_headline_reads_each(record):
@@ -251,25 +276,28 @@ def test_where_the_time_goes_follows_the_three_numbers(record):
     assert r["label"] == "Medusa-1, 4 nodes" and r["engine"] == "lean q4q8, 2 threads" and r["tree"]
     assert r["plain_step_ms"] == pytest.approx(1e3 / 190, rel=0.02)
     assert r["tokens_per_call"] == pytest.approx(2.5) and r["width"] == pytest.approx(4.0)
-    assert r["verify"] == pytest.approx(1.04, rel=0.03)  # the tree curve at 4 rows, in plain steps
+    # Theorem 3.8's units: the tree curve at 4 rows over the bare one-row call (0.8 of a plain step)
+    assert r["verify"] == pytest.approx(1.04 / 0.8, rel=0.03)
+    assert r["verify_bare"] == pytest.approx(1.04, rel=0.03)  # the bare call alone, in plain steps
+    assert r["loop_share"] == pytest.approx(0.2, rel=0.05)
     assert r["predicted"] == pytest.approx(2.5 / (r["verify"] + r["c_round"]))
     assert r["measured"] == pytest.approx(0.7, rel=0.05)
     assert r["round_cost"] == pytest.approx(2.5 / r["measured"])
-    assert r["overhead"] == pytest.approx(r["round_cost"] - r["verify"] - r["c_round"])
+    assert r["extra"] == pytest.approx(r["round_cost"] - r["verify"] - r["c_round"])
     assert r["needed"] == pytest.approx(1.5 * r["round_cost"])
     chain = next(r for r in rows if r["config"] == "lean-q4q8-2t/eagle:eagle-1/g2")
-    assert not chain["tree"] and chain["verify"] == pytest.approx(1.0, rel=0.03)  # the causal curve
+    assert not chain["tree"] and chain["verify"] == pytest.approx(1.0 / 0.8, rel=0.03)  # the causal curve
     dearer = copy.deepcopy(record)
     dearer["verify_curves"]["median_s"]["tree"][2] *= 2
     r2 = next(x for x in answer.where_time_goes(dearer, 0.0) if x["config"] == r["config"])
     assert r2["verify"] == pytest.approx(2 * r["verify"]) and r2["predicted"] < r["predicted"]
-    assert r2["overhead"] == pytest.approx(r["overhead"] - r["verify"])  # the measured round cost is the same
+    assert r2["extra"] == pytest.approx(r["extra"] - r["verify"])  # the measured round cost is the same
     mixed = copy.deepcopy(record)  # rounds of 1 and 7 drafted nodes: priced at 2 and 8 rows, not at 5
     for run in mixed["runs"]:
         if run["config"] == r["config"] and run["rep"] == 0 and run["temperature"] == 0.0:
             run["stats"]["drafted"] = [1, 7]
     r3 = next(x for x in answer.where_time_goes(mixed, 0.0) if x["config"] == r["config"])
-    assert r3["verify"] == pytest.approx((0.9 + 1.7) / 2, rel=0.03)
+    assert r3["verify"] == pytest.approx((0.9 + 1.7) / 2 / 0.8, rel=0.03)
     assert answer.verify_in_plain_steps(record, 4)["tree"] == pytest.approx(1.04, rel=0.03)
     with pytest.raises(ValueError, match="rows must be one of"):
         answer.verify_in_plain_steps(record, 5)
@@ -290,7 +318,7 @@ def test_where_the_time_goes_follows_the_three_numbers(record):
 @pytest.mark.parametrize("name", ["trees", "conditioned"])
 def test_where_the_time_goes_is_one_decomposition_for_every_record_with_trees(name, root):
     """The trees and conditioned chapters read the answer chapter's decomposition: on their own records,
-    at both temperatures, the terms add up in plain steps, v_rounds is the same verify call in bare single
+    at both temperatures, the terms add up in plain steps, verify_bare is the same verify call in plain
     steps, and the acceptance at depth is the record's."""
     from specdec.analysis import records
 
@@ -300,9 +328,10 @@ def test_where_the_time_goes_is_one_decomposition_for_every_record_with_trees(na
         assert len(rows) == sum(1 for r in rec["trees"]["rows"] if r["temperature"] == t)
         for r in rows:
             assert r["temperature"] == t
-            assert r["verify"] + r["c_round"] + r["overhead"] == pytest.approx(r["round_cost"])
+            assert r["verify"] + r["c_round"] + r["extra"] == pytest.approx(r["round_cost"])
             t1 = rec["verify_curves"]["median_s"]["chain"][0]
-            assert r["v_rounds"] == pytest.approx(r["verify"] * r["plain_step_ms"] / 1e3 / t1)
+            assert r["verify"] == pytest.approx(r["verify_bare"] * r["plain_step_ms"] / 1e3 / t1)
+            assert r["loop_share"] == pytest.approx(1 - t1 / (r["plain_step_ms"] / 1e3))
             source = next(
                 x for x in rec["trees"]["rows"] if x["temperature"] == t and x["config"] == r["config"]
             )

@@ -49,6 +49,8 @@ __all__ = [
     "is_tree",
     "verify_in_plain_steps",
     "where_time_goes",
+    "leave_one_task_out",
+    "prompt_ratios",
 ]
 
 
@@ -231,6 +233,51 @@ def task_verdicts(
     return out
 
 
+def leave_one_task_out(
+    record: Mapping[str, Any], temperature: float, *, n_boot: int = 2000
+) -> list[dict[str, Any]]:
+    """The headline (:func:`headline`'s blind choice against the fastest plain decoder, median estimator)
+    recomputed with each task left out in turn (:func:`specdec.analysis.crossfit.any_speculative`, the same
+    choice and bootstrap on the other tasks' prompts, the record's seed): rows ``left out``, ``prompts``,
+    ``x``, ``low``, ``high``, ``verdict``."""
+    from specdec.analysis.crossfit import any_speculative, fold_of
+
+    tasks = list(dict.fromkeys(p["task"] for p in record["prompts"]))
+    folds = {(p["task"], p["id"]): fold_of(p["index"]) for p in record["prompts"]}
+    seed = int(record["settings"].get("seed", 0))
+    rows = []
+    for out in tasks:
+        res = any_speculative(
+            record["runs"],
+            record["configs"],
+            folds,
+            temperature=temperature,
+            tasks=[t for t in tasks if t != out],
+            n_boot=n_boot,
+            seed=seed,
+        )
+        x = res["vs_fastest_plain"]
+        rows.append(
+            {
+                "left out": out,
+                "prompts": res["prompts"],
+                "x": float(x["estimate"]),
+                "low": float(x["low"]),
+                "high": float(x["high"]),
+                "verdict": str(x["verdict"]),
+            }
+        )
+    return rows
+
+
+def prompt_ratios(record: Mapping[str, Any], temperature: float, analysis: str = "median") -> list[float]:
+    """Per prompt, the headline's ratio: the blind speculative choice's tokens/s over the fastest plain
+    decoder's, each chosen on the prompt's other half (the record's out-of-fold values), in the
+    analysis's prompt order. Their geometric mean is the headline's estimate."""
+    pp = stratum(record, temperature, "all", analysis)["any_speculative"]["per_prompt"]
+    return [float(a) / float(b) for a, b in zip(pp["tok_s"], pp["fastest_plain_tok_s"], strict=True)]
+
+
 #: The analyses a campaign-v2 record holds, as the robustness table names them.
 ESTIMATES = {
     "median": "median of the repetitions (the book's estimator)",
@@ -405,23 +452,27 @@ def where_time_goes(
 ) -> list[dict[str, Any]]:
     """Where a round's time goes, per speculative configuration of a complete record with tree statistics
     (campaign v2, the trees and the conditioned runs) at ``temperature`` (tasks pooled): the one
-    decomposition every chapter shows. Every cost is in units of one *plain decoding step* of the same
-    engine (``plain_step_ms``: the median over its plain runs of decode time per token, the loop
-    included), so that the terms add up:
-    ``label`` (the configuration in words), ``engine``, ``tree`` (verifies several paths),
+    decomposition every chapter shows, in Theorem 3.8's units. The unit is one *plain decoding step* of
+    the same engine (``plain_step_ms``: the median over its plain runs of decode time per token, the loop
+    included); as in the theorem, a target call over k rows costs v(k) such steps, where v(k) is the bare
+    verify call over k rows divided by the bare call over one row (the record's own verify curve). So the
+    plain loop's share of a step (``loop_share`` = 1 - T(1) / plain step) is priced into every target call,
+    and what is left of a round beyond the theorem's terms is speculation's own extra work.
+    Fields: ``label`` (the configuration in words), ``engine``, ``tree`` (verifies several paths),
     ``tokens_per_call`` (new tokens per target call, repetition-0 Stats pooled over prompts),
     ``nodes_per_round``, ``accept_d1`` .. ``accept_d3`` (accepted over examined at depths 1-3), ``width``
-    (the verify call's mean rows: drafted nodes per round + 1), ``verify`` (the bare forward over each
-    round's rows, the record's own verify curve, tree-masked for trees and causal for chains, interpolated
-    at every round's width of the repetition-0 runs and averaged; the mean width where a record holds no
-    per-round counts; in plain steps), ``v_rounds`` (the same in bare single steps T(1), the paper's v),
-    ``c_round`` (draft seconds per round in plain steps, the median over runs), ``round_cost`` =
-    tokens_per_call / measured (what a round costs as measured), ``overhead`` = round_cost - verify -
-    c_round (the speculative loop's own work per round beyond the plain loop's), ``predicted`` =
-    tokens_per_call / (verify + c_round) (Theorem 3.8's form with the measured terms, no loop work),
-    ``measured`` (tokens/s over the same engine's plain decoding, this configuration on every prompt,
-    not cross-fitted) and ``needed`` = goal * round_cost: the tokens per call the configuration would
-    need for ``goal`` times plain decoding at the same cost per round."""
+    (the verify call's mean rows: drafted nodes per round + 1), ``verify`` (the paper's v for the rounds
+    as they ran: the bare verify call over each round's rows over the bare one-row call, on the tree-masked
+    curve for trees and the causal one for chains, interpolated at every round's width of the repetition-0
+    runs and averaged; the mean width where a record holds no per-round counts), ``verify_bare`` (the same
+    bare calls in plain steps: what the forward alone costs, without the loop), ``loop_share``, ``c_round``
+    (draft seconds per round in plain steps, the median over runs), ``round_cost`` = tokens_per_call /
+    measured (what a round costs as measured), ``extra`` = round_cost - verify - c_round (speculation's
+    loop work per round beyond the plain loop's share, which ``verify`` already holds: verification,
+    warping, cache bookkeeping, Python), ``predicted`` = tokens_per_call / (verify + c_round) (Theorem 3.8
+    with the measured v and c), ``measured`` (tokens/s over the same engine's plain decoding, this
+    configuration on every prompt, not cross-fitted) and ``needed`` = goal * round_cost: the tokens per
+    call the configuration would need for ``goal`` times plain decoding at the same cost per round."""
     if goal <= 0:
         raise ValueError(f"goal must be > 0; got {goal}")
     curves = record["verify_curves"]
@@ -435,6 +486,9 @@ def where_time_goes(
                 1 + int(n) for n in r.get("stats", {}).get("drafted", [])
             )
     plain_steps = _plain_steps(record, temperature)
+    if 1.0 not in ks:
+        raise ValueError(f"the record's verify curve must hold one row (k = 1); it has {curves['ks']}")
+    t1 = seconds["chain"][ks.index(1.0)]  # the bare one-row call
     out = []
     for row in record["trees"]["rows"]:
         if float(row["temperature"]) != float(temperature) or row["config"] not in fixed:
@@ -448,6 +502,7 @@ def where_time_goes(
         curve = seconds["tree" if tree else "chain"]
         rounds = widths.get(row["config"]) or [width]  # each round priced at its own width
         verify_s = float(np.mean([_interp(float(w), ks, curve) for w in rounds]))
+        v = verify_s / t1  # Theorem 3.8's v: target calls of one plain step each
         c_round = float(row["c_round_median"] or 0.0)
         tpc = float(row["tokens_per_call"])
         measured = float(fixed[row["config"]]["vs_same_plain"]["estimate"])
@@ -459,10 +514,9 @@ def where_time_goes(
             "engine": engine_label(record, engine), "tree": tree, "plain_step_ms": 1e3 * step,
             "tokens_per_call": tpc, "nodes_per_round": float(row["nodes_per_round"]),
             "accept_d1": depth[0], "accept_d2": depth[1], "accept_d3": depth[2], "width": width,
-            "verify": verify_s / step, "v_rounds": verify_s / seconds["chain"][ks.index(1.0)],
-            "c_round": c_round, "predicted": tpc / (verify_s / step + c_round), "measured": measured,
-            "round_cost": round_cost, "overhead": round_cost - verify_s / step - c_round,
-            "needed": goal * round_cost,
+            "verify": v, "verify_bare": verify_s / step, "loop_share": 1.0 - t1 / step,
+            "c_round": c_round, "predicted": tpc / (v + c_round), "measured": measured,
+            "round_cost": round_cost, "extra": round_cost - v - c_round, "needed": goal * round_cost,
         })  # fmt: skip
     if not out:
         raise ValueError(f"the record has no speculative configuration at temperature {temperature}")
@@ -471,8 +525,8 @@ def where_time_goes(
 
 def verify_in_plain_steps(record: Mapping[str, Any], rows: int, temperature: float = 0.0) -> dict[str, float]:
     """The record's bare verify call over ``rows`` rows (one of its measured widths), chain and tree, in
-    plain decoding steps of the campaign's fastest lean engine at ``temperature`` (as
-    :func:`where_time_goes` prices it)."""
+    plain decoding steps of the campaign's fastest lean engine at ``temperature``: the forward alone, without
+    the loop (:func:`where_time_goes`'s ``verify_bare``; its ``verify`` prices a call at v(k) plain steps)."""
     curves = record["verify_curves"]
     if rows not in curves["ks"]:
         raise ValueError(f"rows must be one of the measured widths {curves['ks']}; got {rows}")

@@ -47,7 +47,10 @@ import numpy as np
 
 from specdec.theory.intervals import bootstrap_ci, verdict
 
-__all__ = ["ESTIMATORS", "TIE", "TIMINGS", "TOO_FEW", "analyse", "crossfit_family", "fold_of", "prompt_rates"]
+__all__ = [
+    "ESTIMATORS", "TIE", "TIMINGS", "TOO_FEW", "analyse", "any_speculative", "crossfit_family", "fold_of",
+    "prompt_rates",
+]  # fmt: skip
 
 #: The verdict when an interval contains 1.
 TIE = "not distinguishable"
@@ -336,4 +339,49 @@ def analyse(
         "estimator": estimator,
         "timing": timing,
         "strata": strata_out,
+    }
+
+
+def any_speculative(
+    runs: Sequence[Mapping[str, Any]],
+    configs: Sequence[Mapping[str, Any]],
+    folds: Mapping[tuple[str, str], int],
+    *,
+    temperature: float,
+    tasks: Sequence[str],
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, Any]:
+    """The headline of :func:`analyse` (``any_speculative``: every speculative configuration as one
+    family, against the fastest plain decoder, both chosen on the other half) on the prompts of ``tasks``
+    only, at ``temperature``, by the book's estimator (the median of a prompt's repetitions, decode time):
+    the same choice and the same stratified bootstrap (within task and half), for a reader who asks
+    whether the verdict rests on one task. Returns ``vs_fastest_plain`` (estimate, low, high, verdict),
+    ``chosen_on_half`` and ``prompts``."""
+    if not tasks:
+        raise ValueError("tasks must name at least one task")
+    rates = prompt_rates(runs)
+    units = sorted(
+        {(t, p) for (tt, t, p, _) in rates if tt == float(temperature) and t in tasks},
+        key=lambda u: (list(tasks).index(u[0]), folds[u], str(u[1])),
+    )
+    if not units or {folds[u] for u in units} != {0, 1}:
+        raise ValueError(f"tasks {list(tasks)} at temperature {temperature} hold no prompts in both halves")
+    plain_ids = [c["id"] for c in configs if c["plain"]]
+    spec_ids = [c["id"] for c in configs if not c["plain"]]
+
+    def mat(ids: Sequence[str]) -> np.ndarray:
+        return np.array([[rates[(float(temperature), t, p, i)] for (t, p) in units] for i in ids])
+
+    plains = mat(plain_ids)
+    fold = np.array([folds[u] for u in units])
+    res = crossfit_family(
+        mat(spec_ids), plains[0], plains, fold, strata=[(u[0], folds[u]) for u in units], n_boot=n_boot,
+        seed=seed, level=level,
+    )  # fmt: skip
+    return {
+        "vs_fastest_plain": res["vs_fastest_plain"],
+        "chosen_on_half": {h: spec_ids[j] for h, j in res["chosen_on_half"].items()},
+        "prompts": len(units),
     }
