@@ -48,6 +48,7 @@ Engine (torch + transformers, the ``models`` extra):
 * :mod:`specdec.engine.drafters`  -- the drafter protocol and the model / early-exit / prompt-lookup /
   unigram / bigram drafters.
 * :mod:`specdec.engine.decoding`  -- the autoregressive and speculative loops.
+* :mod:`specdec.engine.cores`     -- one owner of the cores: torch on one thread while a C engine decodes.
 * :mod:`specdec.engine.batched`   -- speculative decoding of a batch of prompts (ragged or common cut).
 * :mod:`specdec.engine.stats`     -- what a decoding call counts (accepted drafts, alpha, times, c).
 * :mod:`specdec.engine.staticllama` -- the real target on a GPU: the static-cache engine with CUDA graphs.

@@ -344,7 +344,7 @@ def test_a_library_without_its_check_record_is_rebuilt(tmp_path):
 
 
 def test_torch_runs_on_one_thread_while_a_q4q8_model_decodes():
-    from specdec.engine.lean import torch_threads_for
+    from specdec.engine.cores import torch_threads_for
 
     needs_q8()
     before = torch.get_num_threads()

@@ -83,6 +83,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from specdec.engine.cores import engine_owns_cores
 from specdec.engine.decoding import check_draft_context, cut_at_eos, finish_generation, start_generation
 from specdec.engine.drafters import BigramDrafter, PromptLookupDrafter, Proposal, UnigramDrafter, WarpFn
 from specdec.engine.lm import cache_argument, common_prefix_len, vocab_size
@@ -343,6 +344,7 @@ class _TableBatchDrafter:
 # -- the loops -----------------------------------------------------------------------------------
 
 
+@engine_owns_cores
 def batched_speculative(
     target: torch.nn.Module,
     drafter: torch.nn.Module | PromptLookupDrafter | UnigramDrafter | BigramDrafter,
@@ -433,6 +435,7 @@ def batched_speculative(
     return out
 
 
+@engine_owns_cores
 def batched_autoregressive(
     target: torch.nn.Module,
     prompts: Sequence[Sequence[int]],

@@ -12,9 +12,10 @@ A target (or a draft) is decoded by one of three engines, each named the same wa
 ``threads`` means one thing for all three: the threads the engine's forward computes on (the C pool of
 the lean native modes, torch's intra-op threads for the torch modes and transformers, llama.cpp's
 ``n_threads``). It is checked once, when the spec is made (1..1024; None: every core this process may
-use), and every engine is opened at it; torch is pinned to it (:func:`specdec.engine.models.set_threads`),
-and an engine whose forward runs outside torch keeps torch on one thread while it decodes
-(:func:`specdec.engine.lean.torch_threads_for`).
+use), and every engine is opened at it; torch is pinned to it (:func:`specdec.engine.models.set_threads`).
+An engine whose forward runs outside torch (the C pool, llama.cpp) owns the cores while it decodes: every
+decoding loop puts torch on one thread for its call and gives the caller's count back after
+(:mod:`specdec.engine.cores`).
 
 The ``"auto"`` mode is a measurement, which lives in ``measure`` (above this layer): the caller passes
 a :data:`Chooser` (:func:`specdec.measure.modes.open_target` does), so this module imports nothing above
@@ -191,7 +192,8 @@ def open_engine(spec: EngineSpec, *, base: Any = None, choose: Chooser | None = 
 
     ``base``: a :class:`~specdec.engine.models.LoadedModel` already loaded (float32 for ``lean`` and
     ``llama.cpp``, the spec's dtype for ``hf``), reused instead of loading again; ``choose``: the
-    :data:`Chooser` behind a lean ``"auto"``. Pins torch's threads to ``spec.threads``."""
+    :data:`Chooser` behind a lean ``"auto"``. Pins torch's threads to ``spec.threads``; while an engine
+    that runs outside torch decodes, the loops hold torch on one thread (:mod:`specdec.engine.cores`)."""
     from specdec.engine.models import load_target, set_threads
 
     if not isinstance(spec, EngineSpec):

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from specdec.engine.cores import engine_owns_cores
 from specdec.engine.drafters import Drafter, Proposal
 from specdec.engine.lm import CachedLM, open_lm
 from specdec.engine.stats import Stats
@@ -49,6 +50,7 @@ class Generation:
     stats: Stats
 
 
+@engine_owns_cores
 def speculative(
     target: torch.nn.Module,
     drafter: Drafter,
@@ -123,6 +125,7 @@ def speculative(
     return finish_generation(tokens[len(prompt) :], stats, eos_token_id)
 
 
+@engine_owns_cores
 def speculative_tree(
     target: torch.nn.Module,
     drafter: Any,
@@ -234,6 +237,7 @@ def speculative_tree(
     return out
 
 
+@engine_owns_cores
 def autoregressive(
     target: torch.nn.Module,
     prompt_ids: Sequence[int],

@@ -71,8 +71,7 @@ for a model.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,27 +89,7 @@ __all__ = [
     "LeanLlama",
     "LeanSession",
     "int4_supported",
-    "torch_threads_for",
 ]
-
-
-@contextlib.contextmanager
-def torch_threads_for(model: Any) -> Iterator[None]:
-    """Run torch on one thread while ``model`` decodes, when its forward runs on threads of its
-    own: a model marked ``runs_outside_torch`` (a ``"q4q8"`` :class:`LeanLlama`, llama.cpp).
-    torch's OpenMP workers spin for a while after each torch op (sampling, argmax) and would
-    hold the cores those threads need: measured on a 2-core EPYC, plain decoding at 2 C threads
-    ran at less than half the speed with torch on 2 threads than on 1. Any other model:
-    nothing changes."""
-    if not getattr(model, "runs_outside_torch", False) or torch.get_num_threads() == 1:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 #: The weight modes, most precise first (the order that breaks ties between equally fast modes):
@@ -501,7 +480,8 @@ class LeanLlama:
 
     @property
     def runs_outside_torch(self) -> bool:
-        """True in ``"q4q8"``: its forward runs on the C forward's own threads (:func:`torch_threads_for`)."""
+        """True in ``"q4q8"``: its forward runs on the C forward's own threads
+        (:func:`specdec.engine.cores.torch_threads_for`)."""
         return self.mode == "q4q8"
 
     @property

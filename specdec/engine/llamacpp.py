@@ -84,7 +84,7 @@ class LlamaCppModel:
     ``lowlevel`` asks for the rows a call returns only).
     """
 
-    #: its forward runs on its own threads, outside torch (:func:`specdec.engine.lean.torch_threads_for`
+    #: its forward runs on its own threads, outside torch (:func:`specdec.engine.cores.torch_threads_for`
     #: then keeps torch on one thread, so that torch's spinning workers leave it the cores)
     runs_outside_torch = True
 

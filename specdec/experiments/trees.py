@@ -233,7 +233,7 @@ def verify_curves(
     tree (tree attention), interleaved pass by pass in the one T(k) loop
     (:func:`specdec.measure.core.time_forwards`, 2 warm-up passes); medians and v(N) = T(N) / T(1) of the
     chain (a tree of one row is a chain). Runs on ``target``'s own threads (q4q8: the C pool)."""
-    from specdec.engine.lean import torch_threads_for
+    from specdec.engine.cores import torch_threads_for
     from specdec.engine.lm import open_lm
     from specdec.measure.core import time_forwards
 

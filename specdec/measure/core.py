@@ -526,7 +526,7 @@ def engine_verify_curves(
     format of the engine benchmark's records, ``benchmarks/engine_modes.py``). ``log`` gets
     one line per engine (None: silent).
     """
-    from specdec.engine.lean import torch_threads_for
+    from specdec.engine.cores import torch_threads_for
     from specdec.engine.lm import open_lm, vocab_size
     from specdec.theory.intervals import ratio_ci
 

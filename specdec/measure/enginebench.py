@@ -263,7 +263,6 @@ def decode(
     """Plain and prompt-lookup greedy decoding per prompt and engine, interleaved, EOS suppressed
     (:func:`specdec.measure.pairedrun.timed_generation`)."""
     from specdec.drafting.registry import build_drafter
-    from specdec.engine.lean import torch_threads_for
     from specdec.measure.pairedrun import timed_generation
 
     rng = np.random.default_rng(1)
@@ -278,10 +277,10 @@ def decode(
                 row: dict[str, Any] = {"engine": name, "prompt": p["id"], "task": p["task"], "repeat": rep}
                 for kind in order:
                     drafter = build_drafter("lookup") if kind == "lookup" else None
-                    with torch_threads_for(model):  # q4q8: its C threads, torch on one
-                        tokens, stats, dt = timed_generation(
-                            model, drafter, p["ids"], gamma=gamma, new_tokens=new_tokens
-                        )
+                    # q4q8: its C threads, torch on one (the decoding loop's engine_owns_cores)
+                    tokens, stats, dt = timed_generation(
+                        model, drafter, p["ids"], gamma=gamma, new_tokens=new_tokens
+                    )
                     decode_s = dt - stats.prefill_s  # the prompt's prefill is not decoding
                     row[f"{kind}_s"] = dt
                     row[f"{kind}_prefill_s"] = stats.prefill_s

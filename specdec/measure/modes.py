@@ -38,7 +38,8 @@ from specdec.engine.builder import (
     open_engine,
     open_model,
 )
-from specdec.engine.lean import MODES, NATIVE_MODES, LeanLlama, torch_threads_for
+from specdec.engine.cores import torch_threads_for
+from specdec.engine.lean import MODES, NATIVE_MODES, LeanLlama
 from specdec.measure.core import cpu_name, time_forwards
 from specdec.measure.runner import cpu_counters, load_during
 from specdec.theory.checks import check_float, check_int, check_ints

@@ -54,16 +54,13 @@ def timed_generation(
     ``(tokens, stats, total_s)``; the decoding time alone is
     ``total_s - stats.prefill_s``. With ``exact_length`` (and no EOS) a generation of other
     than ``new_tokens`` tokens is an error (Part IV times fixed-length runs)."""
-    from specdec.engine.lean import torch_threads_for
-
-    with torch_threads_for(target):  # a q4q8 target's C threads get the cores (torch on one)
-        made: list[Any] = []
-        total = time_once(
-            lambda: made.append(
-                _generate(target, drafter, ids, gamma, temperature, new_tokens, seed, lenience, eos_token_id)
-            )
+    made: list[Any] = []  # a q4q8 target's C threads get the cores: the loop puts torch on one thread
+    total = time_once(
+        lambda: made.append(
+            _generate(target, drafter, ids, gamma, temperature, new_tokens, seed, lenience, eos_token_id)
         )
-        g = made[0]
+    )
+    g = made[0]
     if exact_length and len(g.tokens) != new_tokens:
         raise RuntimeError(f"a generation made {len(g.tokens)} tokens instead of {new_tokens}")
     return [int(t) for t in g.tokens], g.stats, total
