@@ -18,7 +18,15 @@ What that record decides, claim by claim, with the rule in :data:`RULES7`:
   drafter equals plain decoding token for token (the chi-square tests at temperature 1 are in
   ``tests/test_conditioned.py``);
 * 七-9 (n-gram and suffix drafts pay off on repetitive workloads): suffix decoding's speedup on the tasks
-  that copy their input (summarize, extract) against open chat.
+  that copy their input (summarize, extract) against open chat, judged at each temperature: the verdict
+  names the temperatures it holds at and the tasks that carry it, and says when a task not counted as
+  repetitive (code) gains like the copying tasks.
+
+This module is the one place these verdicts come from: the "Beyond the paper" chapter shows
+:func:`section7_rows`, and the claims ledger (:func:`specdec.paper.ledger.build_ledger` with the same
+record) gives each of these claims (``check_kind`` ``target`` in ``article_claims.csv``) the same verdict.
+The article's printed values the rules compare with are read from ``article_claims.csv``
+(:data:`LOW_PRINTED`), not typed here.
 """
 
 from __future__ import annotations
@@ -29,13 +37,33 @@ from typing import Any
 import numpy as np
 
 from specdec.analysis.answer import is_tree
+from specdec.paper.article import load_article_claims, printed_values
+from specdec.paper.audit import parse_printed
+from specdec.paper.ledger.measured import NOT_RECORDED
 from specdec.theory.intervals import bootstrap_ci
 
-__all__ = ["FAILS", "FAMILIES7", "HOLDS", "RULES7", "UNDECIDED", "section7_rows"]
+__all__ = [
+    "COPYING",
+    "FAILS",
+    "FAMILIES7",
+    "HOLDS",
+    "LOW_PRINTED",
+    "NOT_RECORDED",
+    "OPEN_TASK",
+    "RULES7",
+    "TARGET_VERDICTS",
+    "UNDECIDED",
+    "per_temperature_verdict",
+    "section7_rows",
+]
 
-#: The verdicts: about this book's target on its CPU, never about the article's models (the claims
-#: ledger's own verdicts judge the claims against the sources the book holds).
+#: The verdicts: about this book's target on its CPU, never about the article's models. The claims
+#: ledger gives each of these claims the same verdict (its ``check_kind`` is ``target``).
 HOLDS, FAILS, UNDECIDED = "holds for this target", "fails for this target", "undecided for this target"
+#: A rule's verdicts at one temperature, and without a record ("not recorded on this machine").
+TARGET_VERDICTS = (HOLDS, FAILS, UNDECIDED, NOT_RECORDED)
+#: 七-9's repetitive workloads: the campaign's tasks that copy from their input; and the open task.
+COPYING, OPEN_TASK = ("summarize", "extract"), "chat"
 
 #: The campaign family (its drafter spec) each claim is about.
 FAMILIES7: dict[str, str] = {
@@ -103,12 +131,43 @@ RULES7: dict[str, tuple[str, str]] = {
         "from their input (summarize, extract; code and chat are not counted as repetitive) against open "
         "chat: holds when one of them is faster than the fastest plain decoder by its interval and both "
         "point estimates exceed chat's, fails when neither is faster and neither estimate exceeds chat's, "
-        "undecided otherwise. The comparison table's other columns (alpha, c, training, memory) are "
-        "measured in the chapter, not judged.",
+        "undecided otherwise. Judged at each temperature the campaign ran (0 and 1); where the verdicts "
+        "differ the verdict names each temperature's, and a verdict that holds names the copying tasks that "
+        "carry it (faster by their interval). A task counted as neither (code) 'gains like the copying "
+        "tasks' when its estimate lies nearer the nearest copying task's than chat's; the verdict's note "
+        "says so. The comparison table's other columns (alpha, c, training, memory) are measured in the "
+        "chapter, not judged.",
     ),
 }
-#: The article's lowest printed speedup per claim (its tables' values, for the rule).
-LOW_PRINTED = {"七-2": 2.2, "七-3": 2.7, "引-4": 2.7, "七-4": 3.05, "七-5": 2.0, "七-6": 5.3}
+#: item -> the key of the claim's printed value that each rule compares with (Medusa-1's "over 2.2X", the
+#: low end of a printed range, suffix decoding's "up to 5.3X").
+PRINTED_KEY = {"七-2": "medusa1", "七-3": "low", "引-4": "low", "七-4": "low", "七-5": "low", "七-6": "max"}
+
+
+def _printed_low() -> dict[str, float]:
+    claims = {c.id: c for c in load_article_claims()}
+    out = {}
+    for item, key in PRINTED_KEY.items():
+        (text,) = printed_values(claims[RULES7[item][0]].printed)[key]
+        out[item] = parse_printed(text)[0]
+    return out
+
+
+#: The article's lowest printed speedup per claim, read from ``article_claims.csv``.
+LOW_PRINTED: dict[str, float] = _printed_low()
+
+
+def _relative() -> tuple[tuple[float, float], tuple[float, float]]:
+    """七-4's "20%-40% faster" as ratios, and the rule's bounds: the printed tens, half a ten each way."""
+    (claim,) = [c for c in load_article_claims() if c.id == "七-4"]
+    printed = printed_values(claim.printed)
+    low, high = (float(printed[k][0].rstrip("%")) / 100 for k in ("faster_low", "faster_high"))
+    half = 0.1 / 2  # the printed values are tens of percent
+    return (1 + low - half, 1 + high + half), (1 + low, 1 + high)
+
+
+#: 七-4's relative claim: (the rule's bounds on EAGLE-2 over EAGLE-1), (the printed ratios).
+RELATIVE_BOUNDS, RELATIVE_PRINTED = _relative()
 
 
 def _family(analysis: Mapping[str, Any], temp: float, task: str, spec: str) -> Mapping[str, Any] | None:
@@ -169,13 +228,96 @@ def _tree_calls(runs: Sequence[Mapping[str, Any]]) -> tuple[int, int, int, int, 
     return n, ok, greedy, equal, nodes / rounds if rounds else float("nan")
 
 
+def _short(verdict: str) -> str:
+    """A verdict without "for this target" (the second temperature's, after the first's full one)."""
+    return verdict.removesuffix(" for this target")
+
+
+def per_temperature_verdict(verdicts: Mapping[float, str], carriers: Mapping[float, Sequence[str]]) -> str:
+    """One verdict from a rule judged at each temperature (``verdicts``: temperature -> verdict): the
+    verdict itself where every temperature gives it, else each temperature's in turn ("holds for this
+    target at temperature 0 (on extract alone), undecided at temperature 1"). A verdict that holds on
+    some of the copying tasks only (``carriers``: temperature -> the tasks faster by their interval)
+    names them."""
+
+    def on(temp: float) -> str:
+        tasks = list(carriers.get(temp, ()))
+        if verdicts[temp] != HOLDS or not tasks or set(tasks) >= set(COPYING):
+            return ""
+        return f" (on {tasks[0]} alone)" if len(tasks) == 1 else f" (on {' and '.join(tasks)} only)"
+
+    temps = sorted(verdicts)
+    if len({(verdicts[t], on(t)) for t in temps}) == 1:
+        return verdicts[temps[0]] + on(temps[0])
+    return ", ".join(
+        f"{verdicts[t] if i == 0 else _short(verdicts[t])} at temperature {t:g}{on(t)}"
+        for i, t in enumerate(temps)
+    )
+
+
+def _repetitive(
+    sim: Mapping[str, Any],
+) -> tuple[str, str, dict[str, float], dict[float, str], dict[float, list[str]], str]:
+    """七-9 judged at each temperature of the record: (verdict, evidence, values, the verdict per
+    temperature, the copying tasks faster by their interval per temperature, the caveat on the tasks
+    counted as neither copying nor open)."""
+    temps = sorted({float(s["temperature"]) for s in sim["strata"]})
+    per_temp: dict[float, str] = {}
+    carriers: dict[float, list[str]] = {}
+    values: dict[str, float] = {}
+    parts, caveats = [], []
+    for temp in temps:
+        tasks = [s["task"] for s in sim["strata"] if float(s["temperature"]) == temp and s["task"] != "all"]
+        est = {}
+        for task in tasks:
+            f = _family(sim, temp, task, "suffix")
+            if f is not None:
+                est[task] = f["vs_fastest_plain"]
+        copy = [t for t in COPYING if t in est]
+        if OPEN_TASK not in est or not copy:
+            per_temp[temp] = NOT_RECORDED
+            continue
+        carriers[temp] = [t for t in copy if est[t]["low"] > 1]
+        above = [est[t]["estimate"] > est[OPEN_TASK]["estimate"] for t in copy]
+        per_temp[temp] = (HOLDS if carriers[temp] and all(above) else
+                          FAILS if not carriers[temp] and not any(above) else UNDECIDED)  # fmt: skip
+        for t, x in est.items():
+            values[f"{t}_t{temp:g}"] = x["estimate"]
+            values[f"{t}_t{temp:g}_low"] = x["low"]
+            values[f"{t}_t{temp:g}_high"] = x["high"]
+        shown = [f"{t} {x['estimate']:.2f}x [{x['low']:.2f}, {x['high']:.2f}]" for t, x in est.items()]
+        parts.append(f"temperature {temp:g}: " + ", ".join(shown))
+        for t in est:
+            if t in COPYING or t == OPEN_TASK or per_temp[temp] != HOLDS:
+                continue  # the caveat qualifies a verdict that holds: do the copying tasks alone gain?
+            near = min(copy, key=lambda c: abs(est[c]["estimate"] - est[t]["estimate"]))
+            if abs(est[t]["estimate"] - est[near]["estimate"]) < abs(
+                est[t]["estimate"] - est[OPEN_TASK]["estimate"]
+            ):
+                caveats.append(
+                    f"at temperature {temp:g}, {t}, not counted as repetitive, gains like the copying tasks "
+                    f"({est[t]['estimate']:.2f}x, nearer {near}'s {est[near]['estimate']:.2f}x than "
+                    f"{OPEN_TASK}'s {est[OPEN_TASK]['estimate']:.2f}x)"
+                )
+    if not per_temp or all(v == NOT_RECORDED for v in per_temp.values()):
+        return NOT_RECORDED, "the record lacks a task", {}, per_temp, carriers, ""
+    verdict = per_temperature_verdict(per_temp, carriers)
+    caveat = "; ".join(caveats)
+    evidence = "suffix decoding: " + "; ".join(parts) + (f". Caveat: {caveat}" if caveat else "")
+    return verdict, evidence, values, per_temp, carriers, caveat
+
+
 def section7_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """One row per item of :data:`RULES7` from a complete campaign-v2 record: item, claim, evidence (rounded
-    for reading), verdict and the unrounded values; "not recorded on this machine" without a record."""
+    for reading), verdict, the unrounded values, ``per_temperature`` (the rule's verdict at each
+    temperature, for a rule judged at each: 七-9; else empty), ``carriers`` (七-9: the copying tasks faster
+    than the fastest plain decoder by their interval, per temperature) and ``caveat`` (what qualifies the
+    verdict beyond it, "" when nothing does); "not recorded on this machine" without a record."""
     if record is None:
         return [
             {"item": i, "claim": c, "evidence": "no campaign-v2 record",
-             "verdict": "not recorded on this machine", "values": {}}
+             "verdict": NOT_RECORDED, "values": {}, "per_temperature": {}, "carriers": {},
+             "caveat": ""}
             for i, (c, _) in RULES7.items()
         ]  # fmt: skip
     sim = record["analyses"]["simultaneous"]
@@ -184,6 +326,9 @@ def section7_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     out = []
     for item, (claim, _) in RULES7.items():
         values: dict[str, float] = {}
+        per_temp: dict[float, str] = {}
+        carriers: dict[float, list[str]] = {}
+        caveat = ""
         if item in LOW_PRINTED and item != "七-6":
             f = _family(sim, 0.0, "all", FAMILIES7[item])
             x = f["vs_fastest_plain"]
@@ -196,10 +341,12 @@ def section7_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
                 if rel is not None:
                     est, lo, hi = rel
                     values |= {"rel": est, "rel_low": lo, "rel_high": hi}
-                    inside = 1.15 <= lo and hi <= 1.45
-                    outside = hi < 1.15 or lo > 1.45
+                    (lo_b, hi_b), (lo_p, hi_p) = RELATIVE_BOUNDS, RELATIVE_PRINTED
+                    inside = lo_b <= lo and hi <= hi_b
+                    outside = hi < lo_b or lo > hi_b
                     rel_v = HOLDS if inside else FAILS if outside else UNDECIDED
-                    evidence += f"; over EAGLE's chain {est:.2f}x [{lo:.2f}, {hi:.2f}] (the article: 1.2-1.4)"
+                    art = f"(the article: {lo_p:g}-{hi_p:g})"
+                    evidence += f"; over EAGLE's chain {est:.2f}x [{lo:.2f}, {hi:.2f}] {art}"
                     if FAILS in (verdict, rel_v):
                         verdict = FAILS
                     elif verdict != rel_v:
@@ -221,9 +368,7 @@ def section7_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
             n, ok, greedy, equal, nodes = _tree_calls(record["runs"])
             values = {"tree_runs": n, "one_call": ok, "greedy_runs": greedy, "greedy_equal": equal,
                       "nodes_per_round": nodes}  # fmt: skip
-            verdict = (
-                HOLDS if n and ok == n and equal == greedy else FAILS if n else "not recorded on this machine"
-            )
+            verdict = HOLDS if n and ok == n and equal == greedy else FAILS if n else NOT_RECORDED
             evidence = (f"{ok} of {n} runs of tree configurations made one target call per round "
                         f"(trees of {nodes:.1f} drafted nodes per round on average); {equal} of {greedy} "
                         "greedy runs equal plain decoding")  # fmt: skip
@@ -234,27 +379,10 @@ def section7_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
                     and r["drafter"].split(":")[0] in ("medusa", "eagle")]  # fmt: skip
             same = sum(_greedy_equal(r) for r in cond)
             values = {"greedy_runs": len(cond), "equal": same}
-            verdict = (
-                HOLDS if cond and same == len(cond) else FAILS if cond else "not recorded on this machine"
-            )
+            verdict = HOLDS if cond and same == len(cond) else FAILS if cond else NOT_RECORDED
             evidence = f"{same} of {len(cond)} greedy runs of Medusa, EAGLE and EAGLE-2 equal plain decoding"
         else:  # 七-9
-            est = {}
-            for task in ("summarize", "extract", "chat"):
-                f = _family(sim, 0.0, task, "suffix")
-                if f is not None:
-                    est[task] = f["vs_fastest_plain"]
-            copy = [t for t in ("summarize", "extract") if t in est]
-            if "chat" not in est or not copy:
-                verdict, evidence = "not recorded on this machine", "the record lacks a task"
-            else:
-                faster = any(est[t]["low"] > 1 for t in copy)
-                above = [est[t]["estimate"] > est["chat"]["estimate"] for t in copy]
-                verdict = (HOLDS if faster and all(above) else
-                           FAILS if not faster and not any(above) else UNDECIDED)  # fmt: skip
-                values = {t: est[t]["estimate"] for t in est}
-                evidence = "suffix decoding: " + ", ".join(
-                    f"{t} {est[t]['estimate']:.2f}x [{est[t]['low']:.2f}, {est[t]['high']:.2f}]" for t in est
-                )
-        out.append({"item": item, "claim": claim, "evidence": evidence, "verdict": verdict, "values": values})
+            verdict, evidence, values, per_temp, carriers, caveat = _repetitive(sim)
+        out.append({"item": item, "claim": claim, "evidence": evidence, "verdict": verdict, "values": values,
+                    "per_temperature": per_temp, "carriers": carriers, "caveat": caveat})  # fmt: skip
     return out
