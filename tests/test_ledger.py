@@ -14,11 +14,13 @@ import pytest
 pytest.importorskip("sympy")
 pytest.importorskip("pandas")
 
+from specdec.analysis import records  # noqa: E402
 from specdec.paper.article import ArticleClaim, load_article_claims, load_article_readings  # noqa: E402
 from specdec.paper.audit import AGREES, DIFFERS  # noqa: E402
 from specdec.paper.ledger import (  # noqa: E402  # noqa: E402
     IMPRECISE,
     NOT_CHECKABLE,
+    ON_TARGET,
     VERDICTS,
     Result,
     build_ledger,
@@ -40,8 +42,14 @@ COMMITTED = ROOT / "results" / "ledger" / "claims-ledger.csv"
 
 
 @pytest.fixture(scope="module")
-def ledger():
-    return build_ledger()
+def campaign():
+    """The campaign-v2 record both the ledger chapter and the Beyond chapter read."""
+    return records.newest(ROOT / "results", "campaign-v2", note=False)
+
+
+@pytest.fixture(scope="module")
+def ledger(campaign):
+    return build_ledger(campaign=campaign)
 
 
 def _planted(claim_id: str, printed: str) -> list[ArticleClaim]:
@@ -57,10 +65,11 @@ def test_committed_csv_is_current(ledger):
 
 def test_every_checkable_claim_has_one_check_and_every_claim_one_row(ledger):
     claims = load_article_claims()
-    assert set(CHECKS) == {c.id for c in claims if c.check_kind != "none"}
+    assert set(CHECKS) == {c.id for c in claims if c.check_kind not in ("none", "target")}
     assert [row.claim.id for row in ledger.rows] == [c.id for c in claims]
     for row in ledger.rows:
-        assert row.verdict in VERDICTS
+        assert row.group in VERDICTS
+        assert (row.group == ON_TARGET) == (row.claim.check_kind == "target")
         assert (row.verdict == NOT_CHECKABLE) == (row.claim.check_kind == "none") or row.claim.id == "十-1"
         if row.verdict in (DIFFERS, IMPRECISE):
             assert row.note
@@ -75,20 +84,20 @@ def test_the_verdicts_the_chapter_describes(ledger):
     assert all(c.verdict == AGREES for row in ledger.section("四") for c in row.comparisons)
 
 
-def test_build_is_deterministic_and_seeded(ledger):
-    again = build_ledger()
+def test_build_is_deterministic_and_seeded(ledger, campaign):
+    again = build_ledger(campaign=campaign)
     assert ledger_records(again) == ledger_records(ledger)
     assert again.facts == ledger.facts
-    other = build_ledger(seed=1)
+    other = build_ledger(seed=1, campaign=campaign)
     # the simulations move (their notes quote them), the verdicts do not
     assert other.verdicts() == ledger.verdicts()
     assert other.facts["gl_share_mc"] != ledger.facts["gl_share_mc"]
 
 
 # --------------------------------------------------------------------------- planted errors
-def test_a_planted_wrong_number_flips_a_verdict(ledger):
+def test_a_planted_wrong_number_flips_a_verdict(ledger, campaign):
     assert ledger.verdicts()["一-7"] == AGREES
-    planted = build_ledger(_planted("一-7", "params_b=70; weights_gb=150"))
+    planted = build_ledger(_planted("一-7", "params_b=70; weights_gb=150"), campaign=campaign)
     row = next(r for r in planted.rows if r.claim.id == "一-7")
     assert row.verdict == DIFFERS
     assert [(c.key, c.printed, c.verdict) for c in row.comparisons] == [("weights_gb", "150", DIFFERS)]
@@ -146,6 +155,18 @@ def test_evaluate_rules():
         evaluate(_claim(printed=""), lambda v, c: Result(how="h"), ctx)
     with pytest.raises(ValueError, match="category must be one of"):
         evaluate(_claim(), lambda v, c: Result(how="h", category="wrong"), ctx)
+    with pytest.raises(ValueError, match="category must be one of"):  # a group, not a verdict
+        evaluate(_claim(), lambda v, c: Result(how="h", category=ON_TARGET, note="n"), ctx)
+    # a claim judged on the target takes section 7's row: its verdict, and its evidence with the reason
+    target = _claim("target", "", "no source")
+    row = {"verdict": "fails for this target", "evidence": "0.7x"}
+    judged = evaluate(target, None, Context([target], target={"T-1": row}))
+    assert (judged.verdict, judged.group, judged.comparisons) == ("fails for this target", ON_TARGET, ())
+    assert judged.note.startswith("0.7x") and "no source" in judged.note
+    with pytest.raises(ValueError, match="but has a check"):
+        evaluate(target, lambda v, c: Result(how="h"), Context([target], target={"T-1": row}))
+    with pytest.raises(ValueError, match="section 7 has no row"):
+        evaluate(target, None, ctx)
     with pytest.raises(ValueError, match="judgement needs an explanation"):
         evaluate(_claim(), lambda v, c: Result(how="h", category=IMPRECISE), ctx)
 
@@ -186,7 +207,7 @@ def test_context_refuses_a_bad_seed():
 
 # --------------------------------------------------------------------------- counts, tables, CSV
 def test_counts_table_matches_the_rows(ledger):
-    counted = Counter(row.verdict for row in ledger.rows)
+    counted = Counter(row.group for row in ledger.rows)
     assert ledger.counts() == {v: counted[v] for v in VERDICTS}
     assert sum(ledger.counts().values()) == len(ledger.rows)
     table = summary_frame(ledger)
@@ -199,9 +220,15 @@ def test_counts_table_matches_the_rows(ledger):
         assert int(table.loc[section, "all"]) == len(ledger.section(section))
     facts = ledger.summary_facts()
     assert facts["n_claims"] == len(ledger.rows)
-    assert (facts["n_agrees"], facts["n_differs"], facts["n_imprecise"], facts["n_unchecked"]) == tuple(
-        ledger.counts().values()
-    )
+    assert (
+        facts["n_agrees"],
+        facts["n_differs"],
+        facts["n_imprecise"],
+        facts["n_unchecked"],
+        facts["n_target"],
+    ) == tuple(ledger.counts().values())
+    # the counts do not depend on the record: a claim judged on the target is counted so without one
+    assert build_ledger().counts() == ledger.counts()
     n_numbers, n_agree = ledger.numbers()
     assert n_numbers == sum(len(r.comparisons) for r in ledger.rows) and 0 < n_agree <= n_numbers
 

@@ -110,7 +110,10 @@ READINGS_FILE = "article_readings.csv"
 ARTICLE_TABLES = ("speedup_table", "alpha_table", "lenience_table", "ops_table", "sources_table")
 
 #: How a claim is checked (column ``check_kind`` of ``article_claims.csv``).
-CHECK_KINDS = ("compute", "paper", "reading", "none")
+CHECK_KINDS = ("compute", "paper", "reading", "none", "target")
+#: The kinds of a claim the book cannot check against its source (``reason`` says why); ``target``: judged
+#: instead on the book's own target (:mod:`specdec.paper.ledger.section7`).
+UNSOURCED_KINDS = ("none", "target")
 
 
 class ArticleClaim(NamedTuple):
@@ -160,7 +163,8 @@ def load_article_claims() -> list[ArticleClaim]:
     """Every claim of the article, in its order (``article_claims.csv``).
 
     Raises ``ValueError`` if an id repeats, a ``check_kind`` is not one of
-    :data:`CHECK_KINDS`, or a claim marked ``none`` (not checkable) gives no reason.
+    :data:`CHECK_KINDS`, or a claim marked ``none`` (not checkable) or ``target`` (judged on the book's
+    target instead) gives no reason, or another claim gives one.
     """
     claims = [ArticleClaim(**row) for row in csv.DictReader(_data_lines(CLAIMS_FILE))]
     seen: set[str] = set()
@@ -170,8 +174,10 @@ def load_article_claims() -> list[ArticleClaim]:
         seen.add(claim.id)
         if claim.check_kind not in CHECK_KINDS:
             raise ValueError(f"check_kind must be one of {CHECK_KINDS}; got {claim.check_kind!r}")
-        if (claim.check_kind == "none") != bool(claim.reason.strip()):
-            raise ValueError(f"claim {claim.id}: a reason is given exactly when check_kind is 'none'")
+        if (claim.check_kind in UNSOURCED_KINDS) != bool(claim.reason.strip()):
+            raise ValueError(
+                f"claim {claim.id}: a reason is given exactly when check_kind is 'none' or 'target'"
+            )
     return claims
 
 

@@ -14,6 +14,9 @@ judges them. One job per module:
 * :mod:`specdec.paper.ledger.render`   -- the HTML tables, the summary table and the CSV export.
 * :mod:`specdec.paper.ledger.measured` -- measured verdicts of the article's hardware and load claims
   (一, D1, D2, 第三, 第六) from the book's benchmark records.
+* :mod:`specdec.paper.ledger.section7` -- the verdicts of the claims about section 7's methods (and 引-4,
+  三-7), judged on the book's own target by the campaign-v2 record: the one place both the ledger (their
+  rows, ``check_kind`` ``target``) and the chapter "Beyond the paper" read them from.
 
 Needs sympy and pandas (the ``book`` extra). Used by the chapter "Claims ledger of the source
 article" (``notebooks/src/claims-ledger.md``), which writes ``results/ledger/``.
@@ -22,12 +25,21 @@ article" (``notebooks/src/claims-ledger.md``), which writes ``results/ledger/``.
 from __future__ import annotations
 
 from specdec.paper.ledger.build import Ledger, build_ledger
-from specdec.paper.ledger.registry import IMPRECISE, NOT_CHECKABLE, SEED, VERDICTS, LedgerRow, Result
+from specdec.paper.ledger.registry import (
+    IMPRECISE,
+    NOT_CHECKABLE,
+    ON_TARGET,
+    SEED,
+    VERDICTS,
+    LedgerRow,
+    Result,
+)
 from specdec.paper.ledger.render import ledger_records, section_html, summary_frame, write_ledger_csv
 
 __all__ = [
     "IMPRECISE",
     "NOT_CHECKABLE",
+    "ON_TARGET",
     "SEED",
     "VERDICTS",
     "Ledger",

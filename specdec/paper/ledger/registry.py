@@ -14,7 +14,13 @@ book's rules:
 * a judgement ``differs`` or ``imprecise`` needs a one-line explanation (a differing number
   explains itself: the row shows it against ours);
 * a claim marked ``none`` in ``article_claims.csv`` is *not checkable here*, with its stored
-  reason, and must have no check.
+  reason, and must have no check;
+* a claim marked ``target`` (section 7's methods, whose papers the book does not hold) has no check
+  either: its verdict is the one :func:`specdec.paper.ledger.section7.section7_rows` gives it on the
+  campaign-v2 record (``holds for this target``, ``fails for this target``, ``undecided for this
+  target``, one per temperature where they differ, or ``not recorded on this machine`` without the
+  record), the same verdict the chapter "Beyond the paper" shows; the ledger counts these claims
+  together, as *judged on this target* (:data:`ON_TARGET`).
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ from specdec.theory.checks import check_int
 __all__ = [
     "IMPRECISE",
     "NOT_CHECKABLE",
+    "ON_TARGET",
     "SEED",
+    "SOURCE_VERDICTS",
     "TOL",
     "VERDICTS",
     "Check",
@@ -45,8 +53,14 @@ __all__ = [
 
 IMPRECISE = "imprecise"
 NOT_CHECKABLE = "not checkable here"
-#: The four verdicts of a claim, in the order the ledger counts them.
-VERDICTS = (AGREES, DIFFERS, IMPRECISE, NOT_CHECKABLE)
+#: The group of the claims judged on the book's own target instead of their source (``check_kind``
+#: ``target``); each carries its own verdict from :mod:`specdec.paper.ledger.section7`.
+ON_TARGET = "judged on this target"
+#: The groups the ledger counts a claim in, in order: a claim's verdict, or :data:`ON_TARGET` for a claim
+#: judged on the target (whose verdict says how it was judged there).
+VERDICTS = (AGREES, DIFFERS, IMPRECISE, NOT_CHECKABLE, ON_TARGET)
+#: The verdicts a check may give a claim against its source (a judgement's ``category``).
+SOURCE_VERDICTS = VERDICTS[:4]
 #: Tolerance of exact identities evaluated in floating point.
 TOL = 1e-12
 #: The seed of the ledger's one generator (random distribution pairs, simulations).
@@ -75,6 +89,12 @@ class LedgerRow:
     note: str
 
     @property
+    def group(self) -> str:
+        """The group the ledger counts the claim in (one of :data:`VERDICTS`): its verdict, or
+        :data:`ON_TARGET` for a claim judged on the book's target."""
+        return ON_TARGET if self.claim.check_kind == "target" else self.verdict
+
+    @property
     def n_agree(self) -> int:
         """How many of the claim's printed numbers agree with the book's value."""
         return sum(c.verdict == AGREES for c in self.comparisons)
@@ -87,11 +107,19 @@ class Context:
     (vocabularies 2-50, Dirichlet concentrations 0.1-10, some with near-zeros), drawn first
     from the generator; checks then draw from the same generator in claim order, so a ledger
     built twice with one seed is identical. ``facts`` collects the values the chapter glues
-    into its prose (:meth:`keep`).
+    into its prose (:meth:`keep`). ``target`` holds the section-7 rows
+    (:func:`specdec.paper.ledger.section7.section7_rows`) by claim id, for the claims judged on the
+    book's target.
     """
 
-    def __init__(self, claims: Sequence[ArticleClaim], seed: int = SEED) -> None:
+    def __init__(
+        self,
+        claims: Sequence[ArticleClaim],
+        seed: int = SEED,
+        target: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         check_int("seed", seed)
+        self.target: dict[str, Mapping[str, Any]] = dict(target or {})
         self.claims: dict[str, ArticleClaim] = {c.id: c for c in claims}
         self.rng = np.random.default_rng(int(seed))
         self.pairs: list[tuple[np.ndarray, np.ndarray]] = []
@@ -139,6 +167,19 @@ def evaluate(claim: ArticleClaim, check: Check | None, ctx: Context) -> LedgerRo
         if check is not None:
             raise ValueError(f"claim {claim.id} is marked not checkable but has a check")
         return LedgerRow(claim, NOT_CHECKABLE, (), NOT_CHECKABLE, claim.reason)
+    if claim.check_kind == "target":
+        if check is not None:
+            raise ValueError(f"claim {claim.id} is judged on the target (section 7) but has a check")
+        if claim.id not in ctx.target:
+            raise ValueError(f"claim {claim.id} is judged on the target but section 7 has no row for it")
+        row = ctx.target[claim.id]
+        how = (
+            "judged on the book's target (SmolLM2-135M) by the campaign-v2 record, by section 7's rule "
+            "(specdec.paper.ledger.section7; the chapter 'Beyond the paper')"
+        )
+        return LedgerRow(
+            claim, how, (), row["verdict"], f"{row['evidence']}. Why not the source: {claim.reason}"
+        )
     if check is None:
         raise ValueError(f"claim {claim.id} is checkable ({claim.check_kind}) but has no check")
     res = check(printed, ctx)
@@ -151,8 +192,10 @@ def evaluate(claim: ArticleClaim, check: Check | None, ctx: Context) -> LedgerRo
             raise ValueError(f"claim {claim.id}: its check gives neither numbers nor a category")
         final = numbers
     else:
-        if res.category not in VERDICTS:
-            raise ValueError(f"claim {claim.id}: category must be one of {VERDICTS}; got {res.category!r}")
+        if res.category not in SOURCE_VERDICTS:
+            raise ValueError(
+                f"claim {claim.id}: category must be one of {SOURCE_VERDICTS}; got {res.category!r}"
+            )
         if res.category == AGREES and numbers == DIFFERS:
             raise ValueError(f"claim {claim.id}: a number differs, so the claim cannot agree")
         final = res.category

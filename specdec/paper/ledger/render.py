@@ -23,7 +23,7 @@ from specdec.paper.article import Comparison
 from specdec.paper.audit import AGREES, DIFFERS, parse_printed
 from specdec.paper.ledger.build import Ledger
 from specdec.paper.ledger.measured import MEASURED_VERDICTS, RULES, Measured
-from specdec.paper.ledger.registry import NOT_CHECKABLE, VERDICTS, LedgerRow, fmt
+from specdec.paper.ledger.registry import NOT_CHECKABLE, ON_TARGET, VERDICTS, LedgerRow, fmt
 from specdec.paper.reproduce import write_csv
 
 __all__ = [
@@ -53,6 +53,7 @@ table.ledger .v-agrees {color: #1a7f37; font-weight: bold;}
 table.ledger .v-differs {color: #cf222e; font-weight: bold;}
 table.ledger .v-imprecise {color: #9a6700; font-weight: bold;}
 table.ledger .v-not {color: #57606a;}
+table.ledger .v-target {color: #0550ae; font-weight: bold;}
 </style>"""
 
 
@@ -72,7 +73,7 @@ def values_cell(comparisons: Sequence[Comparison]) -> str:
 
 def _html_row(row: LedgerRow) -> dict[str, str]:
     claim = row.claim
-    v_class = "v-not" if row.verdict == NOT_CHECKABLE else f"v-{row.verdict}"
+    v_class = {NOT_CHECKABLE: "v-not", ON_TARGET: "v-target"}.get(row.group, f"v-{row.verdict}")
     tally = f" ({row.n_agree}/{len(row.comparisons)} numbers)" if row.comparisons else ""
     how = "—" if row.how == NOT_CHECKABLE else html.escape(row.how)
     return {
@@ -95,12 +96,13 @@ def section_html(ledger: Ledger, section: str) -> str:
 
 
 def summary_frame(ledger: Ledger) -> Any:
-    """Claims per section (rows, in the article's order) and verdict (columns), with totals."""
+    """Claims per section (rows, in the article's order) and group (columns: a claim's verdict, or
+    ``judged on this target`` for the claims section 7's rules judge on the book's target), with totals."""
     import pandas as pd
 
     summary = pd.crosstab(
         pd.Categorical([row.claim.section for row in ledger.rows], categories=ledger.sections()),
-        pd.Categorical([row.verdict for row in ledger.rows], categories=VERDICTS),
+        pd.Categorical([row.group for row in ledger.rows], categories=VERDICTS),
         margins=True,
         margins_name="all",
     )
