@@ -75,6 +75,10 @@ Training data and drafts:
 * :mod:`specdec.train.condnets`  -- the drafters conditioned on the target: models, int8 storage, loading.
 * :mod:`specdec.train.condtrain` -- their features and resumable training (``python -m
   specdec.train.condtrain``).
+* :mod:`specdec.train.selftext`  -- real offline text (stdlib, pydoc topics, man pages, /usr/share/doc,
+  Vim's help) cut into pieces for issue 42's prompts.
+* :mod:`specdec.train.selfprompts` -- those pieces templated into five tasks; the disjointness check.
+* :mod:`specdec.train.selfshards` -- the self-generated data's shards, prompt file and manifest hashes.
 
 Measurement:
 
@@ -132,6 +136,8 @@ Run programs (:mod:`specdec.experiments`; ``benchmarks/*.py`` are thin commands 
   configurations through the registry, v(N) of chain and tree calls, the tree summary.
 * :mod:`specdec.experiments.gpurecord` -- the GPU record's run: the CUDA paths checked, the cost surfaces.
 * :mod:`specdec.experiments.gpureal`  -- the real-weights GPU run, section by section (timers, decoding).
+* :mod:`specdec.experiments.selfdata` -- issue 42's data: the target's own text, resumable, hashed
+  (``benchmarks/self_data.py``).
 
 The paper and the book:
 
