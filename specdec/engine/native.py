@@ -24,7 +24,10 @@ The ``"q4q8"`` mode's forward (``csrc/leanq8.c``, :class:`Q8Forward`) is built t
 ``-pthread`` (a small thread pool per model, whose waiters yield the CPU
 rather than spin on a machine shared with other processes). It
 repacks the GGUF's 4-bit weights at load and computes integer dot products by the best
-instruction set the build targets (AVX512-VNNI, AVX-VNNI, AVX2, else portable C: :func:`isa`).
+instruction set the build targets (AVX512-VNNI, AVX-VNNI, AVX2, else portable C: :func:`isa`), each
+weight block decoded once for up to 8 rows of a call (4 on AVX2); where the CPU has AMX-INT8 (and Linux
+grants the tile state), calls of many rows use its tiles (:func:`amx`), with the same integers and so the
+same bits (ABI 7).
 Its tree forward (``specdec_q8_forward_tree``, ABI 4; leanq4.c's ``specdec_q4_forward_tree``)
 verifies a draft tree in one call, each node equal bit for bit to the chain forward over its path
 (:mod:`specdec.engine.leannative`). ABI 5 adds ``specdec_q8_forward_ex`` (embedding rows in place
@@ -77,6 +80,7 @@ __all__ = [
     "SOURCE_Q8",
     "PhaseClocks",
     "Q8Forward",
+    "amx",
     "available",
     "build_flags",
     "build_info",
@@ -95,7 +99,7 @@ SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
 #: The C forwards, by the lean mode that runs them.
 KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
-Q8_ABI = 6
+Q8_ABI = 7
 #: The ABI version of leanq4.c's structures (its SPECDEC_Q4_ABI), checked at load.
 Q4_ABI = 3
 
@@ -297,8 +301,8 @@ class Model(ctypes.Structure):
     ]
 
 
-#: Return codes of leanq8.c's exported functions.
-_ERR_MEMORY, _ERR_ARGUMENT = -1, -2
+#: Return codes of leanq8.c's exported functions (and specdec_q8_amx's "no AMX here").
+_ERR_MEMORY, _ERR_ARGUMENT, _AMX_NONE = -1, -2, -3
 
 
 def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -327,6 +331,8 @@ def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.specdec_q8_set_profiling.restype = i32
     lib.specdec_q8_profile.argtypes = [p, ctypes.POINTER(ctypes.c_double), i32]
     lib.specdec_q8_profile.restype = i32
+    lib.specdec_q8_amx.argtypes = [i32]
+    lib.specdec_q8_amx.restype = i32
     return lib
 
 
@@ -631,6 +637,22 @@ def isa(kind: str = "q4q8") -> str | None:
     return library(kind).specdec_q8_isa().decode()
 
 
+#: :func:`amx`'s settings: off, on for calls of enough rows (the default), on for every call of 2+ rows.
+AMX_MODES = {"off": 0, "on": 1, "always": 2}
+
+
+def amx(mode: str | None = None) -> str | None:
+    """The ``"q4q8"`` forward's AMX tiles (``csrc/leanq8_matmul.h``): None where this library has none (not an
+    AVX512-VNNI build whose compiler targets AMX-INT8, no AMX-INT8 in CPUID, or Linux refused the tile
+    state), else the setting in effect: ``"off"``, ``"on"`` (calls of enough rows use them: the default) or
+    ``"always"`` (every call of 2 rows or more: tests). ``mode`` sets it first, for the whole process.
+    Either way a call's integer sums, hence its logits, are the same bits: only the time differs."""
+    if mode is not None and mode not in AMX_MODES:
+        raise ValueError(f"mode must be one of {tuple(AMX_MODES)} or None; got {mode!r}")
+    code = library("q4q8").specdec_q8_amx(-1 if mode is None else AMX_MODES[mode])
+    return None if code == _AMX_NONE else {v: k for k, v in AMX_MODES.items()}[code]
+
+
 def build_info(kind: str = "q4_1") -> dict[str, Any] | None:
     """What a record names about the C forward it ran: the compiler, its version line, the flags
     and the cached library's file name (and, for ``"q4q8"``, the integer path); None where the
@@ -649,7 +671,7 @@ def build_info(kind: str = "q4_1") -> dict[str, Any] | None:
     }
     if kind == "q4q8":
         lib = library(kind)
-        info |= {"isa": lib.specdec_q8_isa().decode()}
+        info |= {"isa": lib.specdec_q8_isa().decode(), "amx": amx()}
     return info
 
 

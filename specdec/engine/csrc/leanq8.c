@@ -6,7 +6,9 @@
  * tiles of 16 output columns: for each tile and block of 32 inputs, the codes of the 16 columns
  * laid out one column per 32-bit lane, 4 consecutive inputs per lane, so that one load (and, for
  * 4-bit codes, one and/shift) gives the unsigned-byte operand of an integer dot product for all 16
- * columns at once, and the block is decoded once for every row of a call.
+ * columns at once, and the block is decoded once for up to 8 rows of a call (leanq8_matmul.h's
+ * register tiles; wider calls in even passes), or, where the CPU has AMX-INT8, its codes are the B
+ * operand of one TDPBSSD for up to 16 rows (specdec_q8_amx, ABI 7).
  *
  * Activations: each row quantized per block of 32 to int8 with a float scale (llama.cpp's Q8_1:
  * dx = amax / 127, q = round(x / dx), and s = dx * sum(q)). A Q4_1 block then contributes
@@ -15,7 +17,8 @@
  * Integer dot products by the instruction set the compiler targets (chosen at compile time from
  * its macros): AVX512-VNNI (vpdpbusd, 16 lanes), AVX-VNNI (vpdpbusd on 8 lanes, twice), AVX2
  * (vpmaddubsw + vpmaddwd; the Q8_0 head by the sign trick, since vpmaddubsw saturates), else
- * portable C loops over int32. Integer sums are exact, so every path gives the same isum; the
+ * portable C loops over int32; AMX (TDPBSSD) for calls of many rows where CPUID and Linux allow it
+ * (checked at run time). Integer sums are exact, so every path gives the same isum; the
  * float epilogue is one piece of code for all paths, compiled with -ffp-contract=off (no fused
  * multiply-adds), its operations in a fixed order. Hence:
  *
@@ -41,7 +44,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#define SPECDEC_Q8_ABI 6 /* 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
+#define SPECDEC_Q8_ABI 7 /* 7: specdec_q8_amx; 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ISA "avx512vnni"
@@ -629,14 +632,12 @@ static int forward_locked(handle_t *h, const int64_t *ids, const float *embeds, 
     const int end_max = start + k;
     const size_t nf = (size_t)k * (2 * H + qkv_n + AD + 3 * I) + (size_t)k * nh * end_max + 16;
     float *buf = (float *)malloc(sizeof(float) * nf);
-    int8_t *xq = (int8_t *)malloc((size_t)k * KMAX + 64);
-    float *xf = (float *)malloc(sizeof(float) * 2 * (size_t)k * (KMAX / 32) + 64);
-    int32_t *xs = (int32_t *)malloc(sizeof(int32_t) * (size_t)k * (KMAX / 32) + 64);
-    if (!buf || !xq || !xf || !xs) {
-        free(buf), free(xq), free(xf), free(xs);
+    qx_t qx;
+    if (!buf) return ERR_MEMORY;
+    if (qx_alloc(&qx, k, KMAX) != OK) {
+        free(buf);
         return ERR_MEMORY;
     }
-    qx_t qx = {xq, xf, xf + (size_t)k * (KMAX / 32), xs, 0, 0};
     float *x = buf, *hb = x + (size_t)k * H, *qkv = hb + (size_t)k * H, *att = qkv + (size_t)k * qkv_n;
     float *gu = att + (size_t)k * AD, *act = gu + (size_t)k * 2 * I, *scores = act + (size_t)k * I;
     PHASE(PH_OTHER, for (int r = 0; r < k; r++) {
@@ -676,8 +677,18 @@ static int forward_locked(handle_t *h, const int64_t *ids, const float *embeds, 
         quantize(hb, keep, H, &qx);
     });
     PHASE(PH_HEAD, matmul(&h->head, 0, &qx, keep, logits, h->head.n, 0, pool));
-    free(buf), free(xq), free(xf), free(xs);
+    free(buf), qx_free(&qx);
     return OK;
+}
+
+/* Where the build and the CPU have AMX-INT8 (and Linux grants the tile state), calls of several rows
+ * use its tiles (leanq8_matmul.h): mode -1 asks, 0 turns them off (the register tiles only), 1 on for
+ * calls of enough rows (the default), 2 on for every call of 2 rows or more. The same integers, so the
+ * same bits, either way. Process-wide; returns the mode in effect, -3 where there is no AMX, or
+ * ERR_ARGUMENT. */
+int32_t specdec_q8_amx(int32_t mode) {
+    if (mode < -1 || mode > 2) return ERR_ARGUMENT;
+    return amx_switch(mode);
 }
 
 /* --- a standalone Q8_0 linear (small heads): y = x W^T as the LM head computes it --------------- */
@@ -706,19 +717,13 @@ lin_t *specdec_q8_linear_new(const q80_t *w, int32_t *status) {
  * ERR_ARGUMENT (nothing written), ERR_MEMORY. */
 int32_t specdec_q8_linear(lin_t *l, const float *x, int32_t rows, float *y, int32_t threads) {
     if (!l || !x || !y || rows < 1 || threads < 1 || threads > 1024) return ERR_ARGUMENT;
-    const int K = l->w.k, B = K / 32;
-    int8_t *xq = malloc((size_t)rows * K + 64);
-    float *xf = malloc(sizeof(float) * 2 * (size_t)rows * B + 64);
-    int32_t *xs = malloc(sizeof(int32_t) * (size_t)rows * B + 64);
-    if (!xq || !xf || !xs) {
-        free(xq), free(xf), free(xs);
-        return ERR_MEMORY;
-    }
-    qx_t qx = {xq, xf, xf + (size_t)rows * B, xs, 0, 0};
+    const int K = l->w.k;
+    qx_t qx;
+    if (qx_alloc(&qx, rows, K) != OK) return ERR_MEMORY;
     quantize(x, rows, K, &qx);
     pool_t *pool = pool_take(threads);
     matmul(&l->w, 0, &qx, rows, y, l->w.n, 0, pool);
     pool_give(threads);
-    free(xq), free(xf), free(xs);
+    qx_free(&qx);
     return OK;
 }

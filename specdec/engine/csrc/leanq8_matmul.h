@@ -1,16 +1,34 @@
 /* leanq8.c's int8 matrix products, included once by it after the repacked weights' types (pq_t) and the
  * thread pool: activations quantized to int8 per block of 32 (quantize_row, quantize), weights decoded
- * from their repacked tiles (decode_q4, decode_q8), the integer dot products (vpdpbusd where the CPU has
- * it; the same integer sums on every path), and the float epilogue and threaded tiles of matmul. Part of
- * the build key like every header beside the sources (specdec/engine/native.py).
+ * from their repacked tiles, the integer dot products and the float epilogue, in three kernels that
+ * give the same integers and therefore the same bits:
+ *
+ *   - register tiles (every build): a tile of 16 output columns times up to RT rows of the call; each
+ *     weight block is loaded and decoded once for all RT rows (vpdpbusd on AVX512-VNNI, on 8 lanes
+ *     twice on AVX-VNNI, vpmaddubsw on AVX2, C loops elsewhere); a wider call runs in passes of at
+ *     most RT rows, split evenly (9 rows: 5 + 4, not 8 + 1);
+ *   - AMX tiles (AVX512-VNNI builds whose compiler targets AMX-INT8, used only where CPUID has it and
+ *     Linux grants the tile state, for calls of AMX_MIN_ROWS rows and more): up to 16 rows per pass,
+ *     one TDPBSSD per (block, column tile) for all of them; int32 sums exactly as vpdpbusd's.
+ *
+ * The float epilogue is one sequence of operations per (row, block, 16 columns) on every path:
+ * acc = acc + (d dx) isum, then for Q4_1 acc = acc + m s, in block order, compiled with
+ * -ffp-contract=off; the block's d and m are loaded once for all rows. Part of the build key like
+ * every header beside the sources (specdec/engine/native.py).
+ *
+ * SPECDEC_Q8_FAULT (a test hook, never set in a real build): 1 reads rows 1.. of a multi-row tile at a
+ * wrong row stride, 2 scales them by the previous block's activation scale (stale), 3 misconfigures
+ * the AMX tiles (8 rows high: rows 8 .. 15 of a pass keep stale sums); tests/test_native_tiles.py
+ * builds each and sees rows stop equalling single steps.
  */
 #ifndef SPECDEC_LEANQ8_MATMUL_H
 #define SPECDEC_LEANQ8_MATMUL_H
 
+#ifndef SPECDEC_Q8_FAULT
+#define SPECDEC_Q8_FAULT 0
+#endif
+
 /* --- activations ---------------------------------------------------------------------------- */
-
-
-
 
 /* 16 half floats -> float32, exact (F16C / AVX-512 conversion, else the C function above). */
 static inline v16f load_half16(const uint8_t *p) {
@@ -30,13 +48,36 @@ static inline v16f load_half16(const uint8_t *p) {
     return v;
 }
 
-/* A row's activations quantized per block of 32 (Q8_1): q, dx, s = dx * sum(q), and sum(q). */
+/* A call's activations quantized per block of 32 (Q8_1), row r at q + r k: q, dx, s = dx * sum(q),
+ * and sum(q). The buffers hold qx_rows(rows) rows (AMX reads whole passes of 16). */
 typedef struct {
     int8_t *q;
     float *dx, *s;
     int32_t *sum;
     int k, blocks;
 } qx_t;
+
+/* Rows a buffer for a call of `rows` rows holds: a whole number of AMX passes beyond 16 rows. */
+static inline size_t qx_rows(int rows) { return rows > 16 ? (size_t)(rows + 15) / 16 * 16 : (size_t)rows; }
+
+/* Buffers for `rows` rows of up to kmax inputs (zeroed: padding rows are read, never used); 0 or
+ * ERR_MEMORY. */
+static int qx_alloc(qx_t *x, int rows, int kmax) {
+    const size_t n = qx_rows(rows), nb = n * (size_t)(kmax / 32);
+    x->q = NULL; /* 64-byte aligned: AMX loads rows of 32 bytes that must not straddle cache lines */
+    if (posix_memalign((void **)&x->q, 64, n * (size_t)kmax + 64) != 0) x->q = NULL;
+    if (x->q) memset(x->q, 0, n * (size_t)kmax + 64);
+    x->dx = calloc(2 * nb + 16, sizeof(float));
+    x->s = x->dx ? x->dx + nb : NULL;
+    x->sum = calloc(nb + 16, sizeof(int32_t));
+    x->k = x->blocks = 0;
+    if (x->q && x->dx && x->sum) return OK;
+    free(x->q), free(x->dx), free(x->sum);
+    x->q = NULL, x->dx = x->s = NULL, x->sum = NULL;
+    return ERR_MEMORY;
+}
+
+static void qx_free(qx_t *x) { free(x->q), free(x->dx), free(x->sum); }
 
 /* Rounding to the nearest integer, ties to even, by adding and subtracting 1.5 * 2^23: plain IEEE
  * additions (valid for |v| < 2^22; here |v| <= 127), so every path rounds alike. */
@@ -46,6 +87,36 @@ static inline v16i vclamp(v16i v, v16i lim) {
     const v16i hi = v > lim, lo = v < -lim;
     v = (v & ~hi) | (lim & hi);
     return (v & ~lo) | (-lim & lo);
+}
+
+typedef int8_t v16c __attribute__((vector_size(16)));
+
+/* Integer lane reductions (exact in any order). */
+static inline v16i vmax(v16i a, v16i b) {
+    const v16i gt = a > b;
+    return (a & gt) | (b & ~gt);
+}
+
+static inline int32_t vmax_lanes(v16i v) {
+    typedef int32_t m16 __attribute__((vector_size(64)));
+    v16i t = __builtin_shuffle(v, (m16){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    v = vmax(v, t);
+    t = __builtin_shuffle(v, (m16){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    v = vmax(v, t);
+    t = __builtin_shuffle(v, (m16){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    v = vmax(v, t);
+    t = __builtin_shuffle(v, (m16){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    v = vmax(v, t);
+    return v[0];
+}
+
+static inline int32_t vsum_lanes(v16i v) {
+    typedef int32_t m16 __attribute__((vector_size(64)));
+    v = v + __builtin_shuffle(v, (m16){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    v = v + __builtin_shuffle(v, (m16){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    v = v + __builtin_shuffle(v, (m16){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    v = v + __builtin_shuffle(v, (m16){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    return v[0];
 }
 
 static void quantize_row(const float *x, int k, int8_t *q, float *dx, float *s, int32_t *sum) {
@@ -58,8 +129,7 @@ static void quantize_row(const float *x, int k, int8_t *q, float *dx, float *s, 
         memcpy(&bi, &hi, sizeof bi);
         ai &= absmask, bi &= absmask; /* |x| as bits: ordered like the floats (no NaN here) */
         const v16i gt = ai > bi, mx = (ai & gt) | (bi & ~gt);
-        int32_t top = 0;
-        for (int i = 0; i < 16; i++) top = mx[i] > top ? mx[i] : top;
+        const int32_t top = vmax_lanes(mx); /* >= 0: the bits of max |x| */
         float amax;
         memcpy(&amax, &top, sizeof amax);
         const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
@@ -67,76 +137,36 @@ static void quantize_row(const float *x, int k, int8_t *q, float *dx, float *s, 
         v16i ql = __builtin_convertvector(rl, v16i), qh = __builtin_convertvector(rh, v16i);
         const v16i lim = (v16i){0} + 127;
         ql = vclamp(ql, lim), qh = vclamp(qh, lim);
-        int32_t total = 0;
-        for (int i = 0; i < 16; i++) {
-            q[32 * b + i] = (int8_t)ql[i];
-            q[32 * b + 16 + i] = (int8_t)qh[i];
-            total += ql[i] + qh[i];
-        }
+        const v16c cl = __builtin_convertvector(ql, v16c), ch = __builtin_convertvector(qh, v16c);
+        memcpy(q + 32 * b, &cl, 16);
+        memcpy(q + 32 * b + 16, &ch, 16);
+        const int32_t total = vsum_lanes(ql + qh);
         dx[b] = d, sum[b] = total, s[b] = d * (float)total;
     }
 }
 
-/* --- integer dot products: one block of 32 inputs, 16 output columns, one row --------------- */
+static void quantize(const float *x, int rows, int k, qx_t *out) {
+    out->k = k, out->blocks = k / 32;
+    for (int r = 0; r < rows; r++)
+        quantize_row(x + (size_t)r * k, k, out->q + (size_t)r * k, out->dx + (size_t)r * out->blocks,
+                     out->s + (size_t)r * out->blocks, out->sum + (size_t)r * out->blocks);
+}
 
-/* The decoded weights of one (tile, block), in the form each path wants. */
-typedef struct {
-#if defined(ISA_AVX512VNNI)
-    __m512i w[8];
-#elif defined(ISA_AVXVNNI) || defined(ISA_AVX2)
-    __m256i w[8][2]; /* lanes 0..7 and 8..15 */
-    __m256i a[8][2]; /* AVX2 head: |w| */
+/* Row r (of the call) of block b: its int8 codes, and the index of its scales. The fault hooks break
+ * rows 1.. of a multi-row tile only, so single steps stay right and rows stop equalling them. */
+static inline const int8_t *xrow(const qx_t *x, int r, int b) {
+#if SPECDEC_Q8_FAULT == 1
+    return x->q + (size_t)r * (x->k - 32 * (r > 0)) + 32 * b; /* a wrong row stride */
 #else
-    int8_t w[TILE][32]; /* w[j][e]: element e of column j */
-#endif
-} tilew_t;
-
-static inline __attribute__((always_inline)) void decode_q4(const uint8_t *c, tilew_t *t) {
-#if defined(ISA_AVX512VNNI)
-    const __m512i mask = _mm512_set1_epi8(15);
-    for (int g = 0; g < 4; g++) {
-        const __m512i v = _mm512_loadu_si512((const void *)(c + 64 * g));
-        t->w[g] = _mm512_and_si512(v, mask);
-        t->w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
-    }
-#elif defined(ISA_AVXVNNI) || defined(ISA_AVX2)
-    const __m256i mask = _mm256_set1_epi8(15);
-    for (int g = 0; g < 4; g++)
-        for (int h = 0; h < 2; h++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(c + 64 * g + 32 * h));
-            t->w[g][h] = _mm256_and_si256(v, mask);
-            t->w[g + 4][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-        }
-#else
-    for (int g = 0; g < 4; g++)
-        for (int j = 0; j < TILE; j++)
-            for (int e = 0; e < 4; e++) {
-                const uint8_t byte = c[64 * g + 4 * j + e];
-                t->w[j][4 * g + e] = (int8_t)(byte & 15);
-                t->w[j][16 + 4 * g + e] = (int8_t)(byte >> 4);
-            }
+    return x->q + (size_t)r * x->k + 32 * b;
 #endif
 }
 
-static inline __attribute__((always_inline)) void decode_q8(const uint8_t *c, tilew_t *t) {
-#if defined(ISA_AVX512VNNI)
-    const __m512i flip = _mm512_set1_epi8((char)0x80); /* u8 = w + 128 */
-    for (int g = 0; g < 8; g++) t->w[g] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(c + 64 * g)), flip);
-#elif defined(ISA_AVXVNNI)
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    for (int g = 0; g < 8; g++)
-        for (int h = 0; h < 2; h++)
-            t->w[g][h] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(c + 64 * g + 32 * h)), flip);
-#elif defined(ISA_AVX2)
-    for (int g = 0; g < 8; g++)
-        for (int h = 0; h < 2; h++) {
-            t->w[g][h] = _mm256_loadu_si256((const __m256i *)(c + 64 * g + 32 * h)); /* signed w */
-            t->a[g][h] = _mm256_abs_epi8(t->w[g][h]);
-        }
+static inline size_t xidx(const qx_t *x, int r, int b) {
+#if SPECDEC_Q8_FAULT == 2
+    return (size_t)r * x->blocks + (size_t)(b > 0 && r > 0 ? b - 1 : b); /* a stale block scale */
 #else
-    for (int g = 0; g < 8; g++)
-        for (int j = 0; j < TILE; j++)
-            for (int e = 0; e < 4; e++) t->w[j][4 * g + e] = (int8_t)c[64 * g + 4 * j + e];
+    return (size_t)r * x->blocks + (size_t)b;
 #endif
 }
 
@@ -146,110 +176,17 @@ static inline int32_t load4(const int8_t *p) {
     return v;
 }
 
-/* isum[j] = sum_e w[j][e] xq[e] for the 4-bit codes (0..15). */
-static inline __attribute__((always_inline)) v16i dot_q4(const tilew_t *t, const int8_t *xq) {
-    v16i out;
-#if defined(ISA_AVX512VNNI)
-    __m512i acc = _mm512_setzero_si512();
-    for (int g = 0; g < 8; g++) acc = _mm512_dpbusd_epi32(acc, t->w[g], _mm512_set1_epi32(load4(xq + 4 * g)));
-    memcpy(&out, &acc, sizeof out);
-#elif defined(ISA_AVXVNNI)
-    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int g = 0; g < 8; g++) {
-        const __m256i x = _mm256_set1_epi32(load4(xq + 4 * g));
-        for (int h = 0; h < 2; h++) acc[h] = _mm256_dpbusd_avx_epi32(acc[h], t->w[g][h], x);
-    }
-    memcpy(&out, acc, sizeof out);
-#elif defined(ISA_AVX2)
-    /* vpmaddubsw pairs: |q0 x0 + q1 x1| <= 2 * 15 * 127 = 3810, and 8 such sums <= 30480 fit int16 */
-    __m256i acc[2];
-    for (int h = 0; h < 2; h++) {
-        __m256i s16 = _mm256_setzero_si256();
-        for (int g = 0; g < 8; g++)
-            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(t->w[g][h], _mm256_set1_epi32(load4(xq + 4 * g))));
-        acc[h] = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
-    }
-    memcpy(&out, acc, sizeof out);
-#else
-    for (int j = 0; j < TILE; j++) {
-        int32_t s = 0;
-        for (int e = 0; e < 32; e++) s += (int32_t)t->w[j][e] * (int32_t)xq[e];
-        out[j] = s;
-    }
-#endif
-    return out;
-}
+/* The float epilogue of one (row, block, 16 columns): the same operations in the same order on every
+ * path (and on the AVX2 path half by half, lane for lane the same). */
+#define EPILOGUE(acc, isum_f, d, m, dx, s, q4)                                                          \
+    do {                                                                                               \
+        (acc) = (acc) + ((d) * (dx)) * (isum_f);                                                       \
+        if (q4) (acc) = (acc) + (m) * (s);                                                             \
+    } while (0)
 
-/* isum[j] = sum_e w[j][e] xq[e] for the 8-bit codes (-127..127); xsum = sum_e xq[e]. */
-static inline __attribute__((always_inline)) v16i dot_q8(const tilew_t *t, const int8_t *xq, int32_t xsum) {
-    v16i out;
-#if defined(ISA_AVX512VNNI)
-    __m512i acc = _mm512_setzero_si512();
-    for (int g = 0; g < 8; g++) acc = _mm512_dpbusd_epi32(acc, t->w[g], _mm512_set1_epi32(load4(xq + 4 * g)));
-    acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(128 * xsum)); /* (w + 128) x - 128 x */
-    memcpy(&out, &acc, sizeof out);
-#elif defined(ISA_AVXVNNI)
-    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int g = 0; g < 8; g++) {
-        const __m256i x = _mm256_set1_epi32(load4(xq + 4 * g));
-        for (int h = 0; h < 2; h++) acc[h] = _mm256_dpbusd_avx_epi32(acc[h], t->w[g][h], x);
-    }
-    for (int h = 0; h < 2; h++) acc[h] = _mm256_sub_epi32(acc[h], _mm256_set1_epi32(128 * xsum));
-    memcpy(&out, acc, sizeof out);
-#elif defined(ISA_AVX2)
-    /* the sign trick: |w| * (x with w's sign); pairs <= 2 * 127 * 127 = 32258, no saturation */
-    (void)xsum;
-    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    const __m256i one = _mm256_set1_epi16(1);
-    for (int g = 0; g < 8; g++) {
-        const __m256i x = _mm256_set1_epi32(load4(xq + 4 * g));
-        for (int h = 0; h < 2; h++)
-            acc[h] = _mm256_add_epi32(
-                acc[h], _mm256_madd_epi16(_mm256_maddubs_epi16(t->a[g][h], _mm256_sign_epi8(x, t->w[g][h])), one));
-    }
-    memcpy(&out, acc, sizeof out);
-#else
-    (void)xsum;
-    for (int j = 0; j < TILE; j++) {
-        int32_t s = 0;
-        for (int e = 0; e < 32; e++) s += (int32_t)t->w[j][e] * (int32_t)xq[e];
-        out[j] = s;
-    }
-#endif
-    return out;
-}
-
-/* --- the matrix products: the float epilogue is the same code on every path ------------------ */
-
-/* rows per pass over a tile: 5 keeps the accumulators and decoded weights in registers (at 6 and
- * more GCC spilled them on AVX-512, and a call over 6 rows cost far more than one over 5) */
-#define RCHUNK 5
-_Static_assert(RCHUNK == 5, "TILE_CASES spells out the row counts 1 .. RCHUNK");
-
-/* Rows r0 .. r0+R-1 of one tile: y[r][n] (+)= sum over blocks, in block order, of
- * ((d dx) isum + m s) (Q4_1) or (d dx) isum (Q8_0). */
-static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, int q4, int tile, const qx_t *x,
-                                                            int r0, int R, float *y, int ldy, int add) {
-    v16f acc[RCHUNK];
-    for (int r = 0; r < R; r++) acc[r] = (v16f){0};
-    const size_t chunk = q4 ? Q4_CHUNK : Q8_CHUNK;
-    for (int b = 0; b < w->blocks; b++) {
-        const uint8_t *c = w->data + ((size_t)tile * w->blocks + b) * chunk;
-        tilew_t t;
-        if (q4) decode_q4(c, &t);
-        else decode_q8(c, &t);
-        const v16f d = load_half16(c + (q4 ? 256 : 512));
-        const v16f m = q4 ? load_half16(c + 256 + 32) : (v16f){0};
-        for (int r = 0; r < R; r++) {
-            const size_t i = (size_t)(r0 + r) * x->blocks + b;
-            const int8_t *xq = x->q + i * 32;
-            const v16i isum = q4 ? dot_q4(&t, xq) : dot_q8(&t, xq, x->sum[i]);
-            const v16f scale = d * x->dx[i];
-            acc[r] = acc[r] + scale * __builtin_convertvector(isum, v16f);
-            if (q4) acc[r] = acc[r] + m * x->s[i];
-        }
-    }
-    const int n0 = tile * TILE, nn = w->n - n0 < TILE ? w->n - n0 : TILE;
+/* Write (or add) R rows of one tile's 16 columns (nn of them real). */
+static inline __attribute__((always_inline)) void store_rows(const v16f *acc, int R, float *y, int ldy, int r0,
+                                                             int n0, int nn, int add) {
     for (int r = 0; r < R; r++) {
         float *yr = y + (size_t)(r0 + r) * ldy + n0;
         float v[TILE];
@@ -261,30 +198,393 @@ static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, int q
     }
 }
 
-/* R is 1 .. RCHUNK (5): one constant-R copy of tile_rows each (no case past RCHUNK, whose
- * accumulators would lie outside acc[RCHUNK]). */
+/* --- register tiles ------------------------------------------------------------------------- */
+
+#if defined(ISA_AVX512VNNI)
+#define RT 8 /* 8 int and 8 float accumulators, 8 decoded weight vectors, d, m: 26 of 32 registers */
+#elif defined(ISA_AVXVNNI) || defined(ISA_AVX2)
+#define RT 4 /* per half tile: 8 weight vectors, 4 int sums (16 ymm registers) */
+#else
+#define RT 8
+#endif
+
+#if defined(ISA_AVX512VNNI)
+
+/* Rows r0 .. r0+R-1 of one tile: y[r][n] (+)= sum over blocks, in block order, of
+ * ((d dx) isum + m s) (Q4_1) or (d dx) isum (Q8_0). One block's weights are loaded and decoded once
+ * for the R rows; each row's int32 sums come from 8 vpdpbusd (Q8_0: on w + 128, less 128 sum(x)). */
+static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, const int q4, int tile, const qx_t *x,
+                                                            int r0, const int R, float *y, int ldy, int add) {
+    v16f acc[RT];
+    for (int r = 0; r < R; r++) acc[r] = (v16f){0};
+    const size_t chunk = q4 ? Q4_CHUNK : Q8_CHUNK;
+    const __m512i mask = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
+    for (int b = 0; b < w->blocks; b++) {
+        const uint8_t *c = w->data + ((size_t)tile * w->blocks + b) * chunk;
+        __m512i wv[8];
+        if (q4)
+            for (int g = 0; g < 4; g++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(c + 64 * g));
+                wv[g] = _mm512_and_si512(v, mask);
+                wv[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+            }
+        else
+            for (int g = 0; g < 8; g++) wv[g] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(c + 64 * g)), flip);
+        __m512i s0[RT], s1[RT]; /* two chains per row when the rows are few (integer sums: any order) */
+        const int two = R < 4;
+        for (int r = 0; r < R; r++) s0[r] = _mm512_setzero_si512(), s1[r] = _mm512_setzero_si512();
+        for (int g = 0; g < 8; g++)
+            for (int r = 0; r < R; r++) {
+                const __m512i xb = _mm512_set1_epi32(load4(xrow(x, r0 + r, b) + 4 * g));
+                if (two && (g & 1)) s1[r] = _mm512_dpbusd_epi32(s1[r], wv[g], xb);
+                else s0[r] = _mm512_dpbusd_epi32(s0[r], wv[g], xb);
+            }
+        const v16f d = load_half16(c + (q4 ? 256 : 512));
+        const v16f m = q4 ? load_half16(c + 256 + 32) : (v16f){0};
+        for (int r = 0; r < R; r++) {
+            const size_t i = xidx(x, r0 + r, b);
+            __m512i is = two ? _mm512_add_epi32(s0[r], s1[r]) : s0[r];
+            if (!q4) is = _mm512_sub_epi32(is, _mm512_set1_epi32(128 * x->sum[i])); /* (w + 128) x - 128 x */
+            v16i isum;
+            memcpy(&isum, &is, sizeof isum);
+            EPILOGUE(acc[r], __builtin_convertvector(isum, v16f), d, m, x->dx[i], x->s[i], q4);
+        }
+    }
+    const int n0 = tile * TILE;
+    store_rows(acc, R, y, ldy, r0, n0, w->n - n0 < TILE ? w->n - n0 : TILE, add);
+}
+
+#elif defined(ISA_AVXVNNI) || defined(ISA_AVX2)
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* As above, one half tile (8 columns) at a time: its 8 decoded weight vectors stay in registers for
+ * the R rows; the epilogue lane for lane the one of the 16-lane paths. */
+static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, const int q4, int tile, const qx_t *x,
+                                                            int r0, const int R, float *y, int ldy, int add) {
+    v8f acc[2][RT];
+    for (int h = 0; h < 2; h++)
+        for (int r = 0; r < R; r++) acc[h][r] = (v8f){0};
+    const size_t chunk = q4 ? Q4_CHUNK : Q8_CHUNK;
+    const __m256i mask = _mm256_set1_epi8(15);
+    for (int b = 0; b < w->blocks; b++) {
+        const uint8_t *c = w->data + ((size_t)tile * w->blocks + b) * chunk;
+        const v16f d16 = load_half16(c + (q4 ? 256 : 512));
+        const v16f m16 = q4 ? load_half16(c + 256 + 32) : (v16f){0};
+        for (int h = 0; h < 2; h++) {
+            __m256i wv[8];
+#if defined(ISA_AVX2)
+            __m256i av[8]; /* Q8_0: |w| (the sign goes to x: vpmaddubsw takes unsigned bytes first) */
+#endif
+            if (q4)
+                for (int g = 0; g < 4; g++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(c + 64 * g + 32 * h));
+                    wv[g] = _mm256_and_si256(v, mask);
+                    wv[g + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                }
+            else
+                for (int g = 0; g < 8; g++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(c + 64 * g + 32 * h));
+#if defined(ISA_AVXVNNI)
+                    wv[g] = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
+#else
+                    wv[g] = v, av[g] = _mm256_abs_epi8(v);
+#endif
+                }
+            v8f dh, mh;
+            memcpy(&dh, (const float *)&d16 + 8 * h, sizeof dh);
+            memcpy(&mh, (const float *)&m16 + 8 * h, sizeof mh);
+            for (int r = 0; r < R; r++) {
+                const int8_t *xq = xrow(x, r0 + r, b);
+                const size_t i = xidx(x, r0 + r, b);
+                __m256i is;
+#if defined(ISA_AVXVNNI)
+                is = _mm256_setzero_si256();
+                for (int g = 0; g < 8; g++) is = _mm256_dpbusd_avx_epi32(is, wv[g], _mm256_set1_epi32(load4(xq + 4 * g)));
+                if (!q4) is = _mm256_sub_epi32(is, _mm256_set1_epi32(128 * x->sum[i]));
+#else
+                if (q4) { /* pairs: |q0 x0 + q1 x1| <= 2 * 15 * 127 = 3810; 8 such sums fit int16 */
+                    __m256i s16 = _mm256_setzero_si256();
+                    for (int g = 0; g < 8; g++)
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wv[g], _mm256_set1_epi32(load4(xq + 4 * g))));
+                    is = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+                } else { /* the sign trick: |w| * (x with w's sign); pairs <= 2 * 127 * 127, no saturation */
+                    is = _mm256_setzero_si256();
+                    for (int g = 0; g < 8; g++) {
+                        const __m256i xb = _mm256_set1_epi32(load4(xq + 4 * g));
+                        is = _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_maddubs_epi16(av[g], _mm256_sign_epi8(xb, wv[g])),
+                                                                    _mm256_set1_epi16(1)));
+                    }
+                }
+#endif
+                v8i isum;
+                memcpy(&isum, &is, sizeof isum);
+                EPILOGUE(acc[h][r], __builtin_convertvector(isum, v8f), dh, mh, x->dx[i], x->s[i], q4);
+            }
+        }
+    }
+    v16f out[RT];
+    for (int r = 0; r < R; r++) {
+        memcpy((float *)&out[r], &acc[0][r], sizeof(v8f));
+        memcpy((float *)&out[r] + 8, &acc[1][r], sizeof(v8f));
+    }
+    const int n0 = tile * TILE;
+    store_rows(out, R, y, ldy, r0, n0, w->n - n0 < TILE ? w->n - n0 : TILE, add);
+}
+
+#else /* portable C */
+
+static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, const int q4, int tile, const qx_t *x,
+                                                            int r0, const int R, float *y, int ldy, int add) {
+    v16f acc[RT];
+    for (int r = 0; r < R; r++) acc[r] = (v16f){0};
+    const size_t chunk = q4 ? Q4_CHUNK : Q8_CHUNK;
+    for (int b = 0; b < w->blocks; b++) {
+        const uint8_t *c = w->data + ((size_t)tile * w->blocks + b) * chunk;
+        int8_t wq[TILE][32]; /* wq[j][e]: element e of column j, decoded once for the R rows */
+        for (int g = 0; g < (q4 ? 4 : 8); g++)
+            for (int j = 0; j < TILE; j++)
+                for (int e = 0; e < 4; e++) {
+                    const uint8_t byte = c[64 * g + 4 * j + e];
+                    if (q4) wq[j][4 * g + e] = (int8_t)(byte & 15), wq[j][16 + 4 * g + e] = (int8_t)(byte >> 4);
+                    else wq[j][4 * g + e] = (int8_t)byte;
+                }
+        const v16f d = load_half16(c + (q4 ? 256 : 512));
+        const v16f m = q4 ? load_half16(c + 256 + 32) : (v16f){0};
+        for (int r = 0; r < R; r++) {
+            const int8_t *xq = xrow(x, r0 + r, b);
+            const size_t i = xidx(x, r0 + r, b);
+            v16i isum;
+            for (int j = 0; j < TILE; j++) {
+                int32_t s = 0;
+                for (int e = 0; e < 32; e++) s += (int32_t)wq[j][e] * (int32_t)xq[e];
+                isum[j] = s;
+            }
+            EPILOGUE(acc[r], __builtin_convertvector(isum, v16f), d, m, x->dx[i], x->s[i], q4);
+        }
+    }
+    const int n0 = tile * TILE;
+    store_rows(acc, R, y, ldy, r0, n0, w->n - n0 < TILE ? w->n - n0 : TILE, add);
+}
+
+#endif
+
+/* One constant-R copy of tile_rows per R in 1 .. RT (RT is 4 or 8). */
+#define TILE_CASE(Q4, N)                                                                               \
+    case N: tile_rows(w, Q4, tile, x, r0, N, y, ldy, add); break;
+#if RT == 8
 #define TILE_CASES(Q4)                                                                                 \
     switch (R) {                                                                                       \
-    case 1: tile_rows(w, Q4, tile, x, r0, 1, y, ldy, add); break;                                      \
-    case 2: tile_rows(w, Q4, tile, x, r0, 2, y, ldy, add); break;                                      \
-    case 3: tile_rows(w, Q4, tile, x, r0, 3, y, ldy, add); break;                                      \
-    case 4: tile_rows(w, Q4, tile, x, r0, 4, y, ldy, add); break;                                      \
-    default: tile_rows(w, Q4, tile, x, r0, RCHUNK, y, ldy, add); break;                                \
+        TILE_CASE(Q4, 1) TILE_CASE(Q4, 2) TILE_CASE(Q4, 3) TILE_CASE(Q4, 4) TILE_CASE(Q4, 5)          \
+        TILE_CASE(Q4, 6) TILE_CASE(Q4, 7) default: tile_rows(w, Q4, tile, x, r0, 8, y, ldy, add); break; \
     }
+#else
+_Static_assert(RT == 4, "TILE_CASES spells out the row counts 1 .. RT");
+#define TILE_CASES(Q4)                                                                                 \
+    switch (R) {                                                                                       \
+        TILE_CASE(Q4, 1) TILE_CASE(Q4, 2) TILE_CASE(Q4, 3) default: tile_rows(w, Q4, tile, x, r0, 4, y, ldy, add); break; \
+    }
+#endif
 
+/* All rows of one tile, in passes of at most RT rows split evenly (so no pass is much shorter). */
 static void tile_q4(const pq_t *w, int tile, const qx_t *x, int rows, float *y, int ldy, int add) {
-    for (int r0 = 0; r0 < rows; r0 += RCHUNK) {
-        const int R = rows - r0 < RCHUNK ? rows - r0 : RCHUNK;
+    const int passes = (rows + RT - 1) / RT;
+    for (int p = 0, r0 = 0; p < passes; p++) {
+        const int R = (rows - r0) / (passes - p);
         TILE_CASES(1)
+        r0 += R;
     }
 }
 
 static void tile_q8(const pq_t *w, int tile, const qx_t *x, int rows, float *y, int ldy, int add) {
-    for (int r0 = 0; r0 < rows; r0 += RCHUNK) {
-        const int R = rows - r0 < RCHUNK ? rows - r0 : RCHUNK;
+    const int passes = (rows + RT - 1) / RT;
+    for (int p = 0, r0 = 0; p < passes; p++) {
+        const int R = (rows - r0) / (passes - p);
         TILE_CASES(0)
+        r0 += R;
     }
 }
+
+/* --- AMX tiles ------------------------------------------------------------------------------ */
+
+#if defined(ISA_AVX512VNNI) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
+#define HAVE_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Calls of fewer rows use the register tiles: each TDPBSSD, its two tile loads and its 1 KB store cost
+ * about as much whatever the rows, and the epilogue (the same on both paths) bounds both. Measured on
+ * a 2-core Xeon (AMX-INT8): Q8_0 (the head) gains from 8 rows, Q4_1 (whose codes are unpacked to int8
+ * first) breaks even at 16. */
+#define AMX_MIN_ROWS_Q8 8
+#define AMX_MIN_ROWS_Q4 16
+
+static int amx_granted = 0; /* the CPU has AMX-INT8 and Linux gave this process the tile state */
+static atomic_int amx_wanted = 1;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_probe(void) {
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!(d & (1u << 24)) || !(d & (1u << 25))) return; /* AMX-TILE, AMX-INT8 */
+    /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): without it the first tile
+     * instruction dies with SIGILL */
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return;
+    amx_granted = 1;
+}
+
+/* 0: AMX off; 1: on for calls of AMX_MIN_ROWS_* rows and more; 2: on for every call of 2 rows or more */
+static int amx_usable(void) {
+    pthread_once(&amx_once, amx_probe);
+    return amx_granted ? atomic_load_explicit(&amx_wanted, memory_order_relaxed) : 0;
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed, aligned(64))) tilecfg_t;
+
+/* Tiles 0, 1: C (M rows of 16 int32); 2, 3: A (M rows of one block's 32 int8); 4, 5: B (one block of
+ * 16 columns: 8 rows of 4 inputs x 16 columns, the repacked layout as it is). Pairs alternate between
+ * even and odd blocks. */
+static void amx_config(int M) {
+    tilecfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+#if SPECDEC_Q8_FAULT == 3
+    M = M > 8 ? 8 : M; /* misconfigured: rows 8 .. 15 of a pass are never computed */
+#endif
+    for (int t = 0; t < 2; t++) {
+        cfg.rows[t] = (uint8_t)M, cfg.colsb[t] = 64;
+        cfg.rows[2 + t] = (uint8_t)M, cfg.colsb[2 + t] = 32;
+        cfg.rows[4 + t] = 8, cfg.colsb[4 + t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* Q4_1 codes unpacked to int8 in B's layout: row g (inputs 4g .. 4g+3 of the 16 columns) is the low
+ * nibbles of the packed row g (g < 4) or the high nibbles of row g - 4. */
+static inline __attribute__((always_inline)) void unpack_q4(const uint8_t *c, uint8_t *out) {
+    const __m512i mask = _mm512_set1_epi8(15);
+    for (int g = 0; g < 4; g++) {
+        const __m512i v = _mm512_loadu_si512((const void *)(c + 64 * g));
+        _mm512_store_si512((void *)(out + 64 * g), _mm512_and_si512(v, mask));
+        _mm512_store_si512((void *)(out + 64 * (g + 4)), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask));
+    }
+}
+
+/* Rings of AMX_LAG + 2 slots: the block's unpacked codes (512 bytes) and its int32 sums (16 rows of 16
+ * int32), small enough to stay in L1 (a store of sums that misses L1 costs as much as the epilogue). */
+#define AMX_LAG 4
+#define AMX_RING 8
+#define AMX_AHEAD 4 /* blocks of Q8_0 codes prefetched ahead of their tile load */
+/* Largest number of blocks (inputs / 32) the AMX path takes (a tile's unpacked codes are on the stack). */
+#define AMX_MAX_BLOCKS 64
+_Static_assert(AMX_RING >= AMX_LAG + 2 && (AMX_RING & (AMX_RING - 1)) == 0, "ring size");
+
+/* Block b of a pass: B (its codes: Q4_1 unpacked into the ring first, Q8_0 as repacked), A (rows
+ * r0 .. r0 + M - 1 of its activations), C = A B, stored in the ring. Even blocks use tiles 0 (C),
+ * 2 (A), 4 (B), odd ones 1, 3, 5. */
+#define AMX_BLOCK(T, TA, TB, bsrc, arow, cdst)                                                         \
+    do {                                                                                               \
+        _tile_loadd(TB, bsrc, 64);                                                                     \
+        _tile_loadd(TA, arow, x->k);                                                                   \
+        _tile_zero(T);                                                                                 \
+        _tile_dpbssd(T, TA, TB);                                                                       \
+        _tile_stored(T, cdst, 64);                                                                     \
+    } while (0)
+
+static inline __attribute__((always_inline)) void amx_sums(const uint8_t *bsrc, const qx_t *x, int r0, int b,
+                                                           int32_t (*cring)[256]) {
+    const int8_t *arow = x->q + (size_t)r0 * x->k + 32 * (size_t)b;
+    if (b & 1) AMX_BLOCK(1, 3, 5, bsrc, arow, cring[b & (AMX_RING - 1)]);
+    else AMX_BLOCK(0, 2, 4, bsrc, arow, cring[b & (AMX_RING - 1)]);
+}
+
+/* Rows r0 .. r0 + R - 1 of one tile (R <= M, the configured height): block b's sums are computed
+ * AMX_LAG blocks ahead of its epilogue, so the tile unit and the vector unit overlap; the epilogue
+ * runs block by block in order, the R accumulators in registers. */
+static inline __attribute__((always_inline)) void amx_pass(const pq_t *w, const int q4, int tile, const qx_t *x,
+                                                           int r0, const int R, float *y, int ldy, int add,
+                                                           const uint8_t *wq) {
+    int32_t cring[AMX_RING][256] __attribute__((aligned(64)));
+    const size_t chunk = q4 ? Q4_CHUNK : Q8_CHUNK;
+    const uint8_t *base = w->data + (size_t)tile * w->blocks * chunk;
+    const int blocks = w->blocks;
+#define AMX_B(b) (q4 ? wq + 512 * (size_t)(b) : base + (size_t)(b) * chunk)
+    v16f acc[16];
+    for (int r = 0; r < R; r++) acc[r] = (v16f){0};
+    for (int b = 0; b < AMX_LAG && b < blocks; b++) amx_sums(AMX_B(b), x, r0, b, cring);
+    for (int b = 0; b < blocks; b++) {
+        if (b + AMX_LAG < blocks) amx_sums(AMX_B(b + AMX_LAG), x, r0, b + AMX_LAG, cring);
+        if (!q4 && b + AMX_LAG + AMX_AHEAD < blocks) /* tile loads wait for memory: ask for the codes early */
+            for (size_t off = 0; off < Q8_CHUNK; off += 64)
+                _mm_prefetch((const char *)base + (b + AMX_LAG + AMX_AHEAD) * chunk + off, _MM_HINT_T0);
+        const uint8_t *c = base + b * chunk;
+        const v16f d = load_half16(c + (q4 ? 256 : 512));
+        const v16f m = q4 ? load_half16(c + 256 + 32) : (v16f){0};
+        const int32_t *cs = cring[b & (AMX_RING - 1)];
+        for (int r = 0; r < R; r++) {
+            const size_t i = xidx(x, r0 + r, b);
+            v16i isum;
+            memcpy(&isum, cs + 16 * r, sizeof isum);
+            EPILOGUE(acc[r], __builtin_convertvector(isum, v16f), d, m, x->dx[i], x->s[i], q4);
+        }
+    }
+    const int n0 = tile * TILE;
+    store_rows(acc, R, y, ldy, r0, n0, w->n - n0 < TILE ? w->n - n0 : TILE, add);
+}
+
+#define AMX_CASE(Q4, N) case N: amx_pass(w, Q4, tile, x, r0, N, y, ldy, add, wq); break;
+#define AMX_CASES(Q4)                                                                                  \
+    switch (rv) {                                                                                      \
+        AMX_CASE(Q4, 1) AMX_CASE(Q4, 2) AMX_CASE(Q4, 3) AMX_CASE(Q4, 4) AMX_CASE(Q4, 5) AMX_CASE(Q4, 6)  \
+        AMX_CASE(Q4, 7) AMX_CASE(Q4, 8) AMX_CASE(Q4, 9) AMX_CASE(Q4, 10) AMX_CASE(Q4, 11)               \
+        AMX_CASE(Q4, 12) AMX_CASE(Q4, 13) AMX_CASE(Q4, 14) AMX_CASE(Q4, 15)                             \
+    default: AMX_CASE(Q4, 16)                                                                          \
+    }
+
+/* Every row of tiles t0 .. t1-1 in passes of M rows (the activations' buffer holds whole passes). */
+static void amx_tiles(const pq_t *w, int q4, const qx_t *x, int rows, int M, float *y, int ldy, int add, int t0,
+                      int t1) {
+    uint8_t wq[AMX_MAX_BLOCKS * 512] __attribute__((aligned(64))); /* a tile's Q4_1 codes unpacked */
+    for (int tile = t0; tile < t1; tile++) {
+        if (q4) /* all of them before the first tile load reads them (a load right behind its stores stalls) */
+            for (int b = 0; b < w->blocks; b++)
+                unpack_q4(w->data + ((size_t)tile * w->blocks + b) * Q4_CHUNK, wq + 512 * (size_t)b);
+        for (int r0 = 0; r0 < rows; r0 += M) {
+            const int rv = rows - r0 < M ? rows - r0 : M;
+            if (q4) AMX_CASES(1)
+            else AMX_CASES(0)
+        }
+    }
+}
+
+#else
+#define HAVE_AMX 0
+static int amx_usable(void) { return 0; }
+#endif
+
+/* The AMX switch (specdec_q8_amx): -1 asks; 0 turns AMX off; 1 on (the default: calls of
+ * AMX_MIN_ROWS_* rows and more); 2 on for every call of 2 rows or more (tests: every AMX pass shape).
+ * Returns the setting in effect, or AMX_NONE where the build or the machine has no AMX (or Linux
+ * refused its tile state). */
+#define AMX_NONE (-3)
+static int amx_switch(int want) {
+#if HAVE_AMX
+    pthread_once(&amx_once, amx_probe);
+    if (!amx_granted) return AMX_NONE;
+    if (want >= 0) atomic_store(&amx_wanted, want);
+    return atomic_load(&amx_wanted);
+#else
+    (void)want;
+    return AMX_NONE;
+#endif
+}
+
+/* --- the matrix product, threaded over whole tiles ------------------------------------------ */
 
 typedef struct {
     const pq_t *w;
@@ -292,30 +592,39 @@ typedef struct {
     const qx_t *x;
     int rows;
     float *y;
-    int ldy, add;
+    int ldy, add, amx;
 } mm_job_t;
 
 static void mm_part(void *arg, int part, int parts) {
     const mm_job_t *j = arg;
     const int t0 = (int)((int64_t)j->w->tiles * part / parts), t1 = (int)((int64_t)j->w->tiles * (part + 1) / parts);
+#if HAVE_AMX
+    if (j->amx) {
+        const int M = j->rows < 16 ? j->rows : 16;
+        amx_config(M);
+        amx_tiles(j->w, j->q4, j->x, j->rows, M, j->y, j->ldy, j->add, t0, t1);
+        _tile_release(); /* the tile state back to its initial state: cheap context switches */
+        return;
+    }
+#endif
     for (int t = t0; t < t1; t++) {
         if (j->q4) tile_q4(j->w, t, j->x, j->rows, j->y, j->ldy, j->add);
         else tile_q8(j->w, t, j->x, j->rows, j->y, j->ldy, j->add);
     }
 }
 
-/* y (rows x n, leading dimension ldy) (+)= x W^T, whole tiles split between threads. */
+/* y (rows x n, leading dimension ldy) (+)= x W^T, whole tiles split between threads; x's buffers hold
+ * qx_rows(rows) rows (qx_alloc). */
 static void matmul(const pq_t *w, int q4, const qx_t *x, int rows, float *y, int ldy, int add, pool_t *pool) {
-    mm_job_t job = {w, q4, x, rows, y, ldy, add};
+#if HAVE_AMX
+    const int mode = rows >= 2 && w->blocks <= AMX_MAX_BLOCKS ? amx_usable() : 0;
+    const int amx = mode == 2 || (mode == 1 && rows >= (q4 ? AMX_MIN_ROWS_Q4 : AMX_MIN_ROWS_Q8));
+#else
+    const int amx = 0;
+#endif
+    mm_job_t job = {w, q4, x, rows, y, ldy, add, amx};
     const int threads = pool ? pool->workers + 1 : 1;
     pool_run(pool, mm_part, &job, threads < w->tiles ? threads : w->tiles);
-}
-
-static void quantize(const float *x, int rows, int k, qx_t *out) {
-    out->k = k, out->blocks = k / 32;
-    for (int r = 0; r < rows; r++)
-        quantize_row(x + (size_t)r * k, k, out->q + (size_t)r * k, out->dx + (size_t)r * out->blocks,
-                     out->s + (size_t)r * out->blocks, out->sum + (size_t)r * out->blocks);
 }
 
 #endif /* SPECDEC_LEANQ8_MATMUL_H */
