@@ -33,6 +33,7 @@ __all__ = [
     "check_extras",
     "native_forward",
     "native_structure",
+    "q8_description",
     "q8_forward",
     "tree_layout",
 ]
@@ -123,26 +124,36 @@ def q8_forward(model: Any) -> Any:
     if model.mode != "q4q8":
         raise ValueError(f"q8_forward needs mode 'q4q8'; this model's mode is {model.mode!r}")
     if "forward" not in model._q8:
-        layers = model._q8.get("all_layers", model.layers)
-        cos, sin = model._rotary(model.max_positions)
-        table = (native.Layer * len(layers))()
-        for i, entry in enumerate(layers):
-            table[i] = native.Layer(
-                entry["norm_attn"].data_ptr(),
-                entry["norm_mlp"].data_ptr(),
-                *(entry[name].layer_struct() for name in ("qkv", "o", "gate_up", "down")),
-            )
-        q8_layers = model.codes == "q8_0"
-        inter = layers[0]["down"].qs.shape[1] * (1 if q8_layers else 2)
-        desc = native.Model(
-            len(layers), model.hidden, model.heads, model.kv_heads, model.head_dim, inter,
-            model.max_positions, model.eps, model.embed.data_ptr(), table, model.norm.data_ptr(),
-            model.head.struct(), cos.data_ptr(), sin.data_ptr(), int(model.embed.shape[0]),
-            int(q8_layers),
-        )  # fmt: skip
+        desc, keep = q8_description(model)
         model._q8["forward"] = native.Q8Forward(desc)
-        model._q8["keep"] = (cos, sin)  # read in place by the C forward
+        model._q8["keep"] = keep  # read in place by the C forward
     return model._q8["forward"]
+
+
+def q8_description(model: Any) -> tuple[Any, tuple[Any, ...]]:
+    """The ``"q4q8"`` C forward's description of ``model`` (:class:`specdec.engine.native.Model`, over every
+    layer) and what it reads in place and the caller must keep alive (the rotary tables, the layer table);
+    :func:`q8_forward` repacks it once per model, a benchmark may repack it for another build."""
+    from specdec.engine import native
+
+    layers = model._q8.get("all_layers", model.layers)
+    cos, sin = model._rotary(model.max_positions)
+    table = (native.Layer * len(layers))()
+    for i, entry in enumerate(layers):
+        table[i] = native.Layer(
+            entry["norm_attn"].data_ptr(),
+            entry["norm_mlp"].data_ptr(),
+            *(entry[name].layer_struct() for name in ("qkv", "o", "gate_up", "down")),
+        )
+    q8_layers = model.codes == "q8_0"
+    inter = layers[0]["down"].qs.shape[1] * (1 if q8_layers else 2)
+    desc = native.Model(
+        len(layers), model.hidden, model.heads, model.kv_heads, model.head_dim, inter,
+        model.max_positions, model.eps, model.embed.data_ptr(), table, model.norm.data_ptr(),
+        model.head.struct(), cos.data_ptr(), sin.data_ptr(), int(model.embed.shape[0]),
+        int(q8_layers),
+    )  # fmt: skip
+    return desc, (cos, sin, table)
 
 
 def check_extras(model: Any, ids: torch.Tensor, embeds: Any, features: Any) -> torch.Tensor | None:

@@ -68,6 +68,7 @@ import tempfile
 import time
 import warnings
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,8 @@ __all__ = [
     "Q8Forward",
     "amx",
     "available",
+    "peak_work",
+    "q8_library_from",
     "build_flags",
     "build_info",
     "check_threads",
@@ -305,7 +308,9 @@ class Model(ctypes.Structure):
 _ERR_MEMORY, _ERR_ARGUMENT, _AMX_NONE = -1, -2, -3
 
 
-def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
+def _declare_q8(lib: ctypes.CDLL, newer: bool = True) -> ctypes.CDLL:
+    """leanq8's entry points declared; ``newer=False`` (an earlier build's library) skips those of
+    :data:`_Q8_NEWER` that it lacks."""
     p, i32 = ctypes.c_void_p, ctypes.c_int32
     lib.specdec_q8_abi.argtypes = [ctypes.POINTER(ctypes.c_int64), i32]
     lib.specdec_q8_abi.restype = i32
@@ -331,8 +336,12 @@ def _declare_q8(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.specdec_q8_set_profiling.restype = i32
     lib.specdec_q8_profile.argtypes = [p, ctypes.POINTER(ctypes.c_double), i32]
     lib.specdec_q8_profile.restype = i32
-    lib.specdec_q8_amx.argtypes = [i32]
-    lib.specdec_q8_amx.restype = i32
+    if newer or hasattr(lib, "specdec_q8_amx"):
+        lib.specdec_q8_amx.argtypes = [i32]
+        lib.specdec_q8_amx.restype = i32
+    if newer or hasattr(lib, "specdec_q8_peak"):
+        lib.specdec_q8_peak.argtypes = [i32, ctypes.c_int64, i32]
+        lib.specdec_q8_peak.restype = ctypes.c_double
     return lib
 
 
@@ -365,11 +374,14 @@ class Q8Forward:
 
     ``description`` is a :class:`Model` over tensors the caller keeps alive (the embedding,
     norms and rotary tables are read in place; the linear layers and head are copied into the
-    repacked layout). Each instance has its own phase clocks.
+    repacked layout). Each instance has its own phase clocks. ``lib``: another loaded build of
+    leanq8.c whose model structures are these (None: :func:`library`).
     """
 
-    def __init__(self, description: Model) -> None:
-        self.lib = library("q4q8")
+    def __init__(self, description: Model, lib: ctypes.CDLL | None = None) -> None:
+        # lib: another build of leanq8.c with the same model structures (a benchmark's library of an
+        # earlier commit, :func:`specdec.measure.verifykernels.library_at`); None: this build's
+        self.lib = library("q4q8") if lib is None else lib
         status = ctypes.c_int32(0)
         handle = self.lib.specdec_q8_new(ctypes.byref(description), ctypes.byref(status))
         if not handle:
@@ -651,6 +663,77 @@ def amx(mode: str | None = None) -> str | None:
         raise ValueError(f"mode must be one of {tuple(AMX_MODES)} or None; got {mode!r}")
     code = library("q4q8").specdec_q8_amx(-1 if mode is None else AMX_MODES[mode])
     return None if code == _AMX_NONE else {v: k for k, v in AMX_MODES.items()}[code]
+
+
+#: The loops of leanq8.c's ``specdec_q8_peak`` (csrc/leanq8_peak.h): the register tiles' int8 dot product
+#: (vpdpbusd, or its AVX2 / portable equivalent), AMX's TDPBSSD, and float32 vector operations of 16 lanes
+#: (the unit the exact float epilogue is counted in).
+PEAK_KINDS = {"int8": 0, "amx_int8": 1, "float32_vector": 2}
+
+
+def peak_work(kind: str, iters: int, threads: int) -> float:
+    """Run ``iters`` iterations of the ``"q4q8"`` library's peak loop ``kind`` (:data:`PEAK_KINDS`) on each of
+    ``threads`` threads (the forward's pool) and return the work done: int8 multiply-adds, or 16-lane float
+    vector operations. The caller times the call (:func:`specdec.measure.verifykernels.measure_peaks`).
+    ValueError for an unknown kind or a bad count, and for ``"amx_int8"`` where :func:`amx` is None."""
+    if kind not in PEAK_KINDS:
+        raise ValueError(f"kind must be one of {tuple(PEAK_KINDS)}; got {kind!r}")
+    iters = check_int("iters", iters, low=1)
+    threads = check_threads(threads)
+    work = library("q4q8").specdec_q8_peak(PEAK_KINDS[kind], iters, threads)
+    if work < 0:
+        raise ValueError(f"specdec_q8_peak refused kind {kind!r} (no AMX here?) or its counts")
+    return float(work)
+
+
+#: The q4q8 entry points an earlier ABI may lack (:func:`q8_library_from` lists those missing).
+_Q8_NEWER = ("specdec_q8_amx", "specdec_q8_peak")
+
+
+def q8_library_from(sources: Mapping[str, bytes]) -> tuple[ctypes.CDLL, dict[str, Any]]:
+    """A ``"q4q8"`` library built from other C sources (another commit's ``csrc``: file name -> bytes,
+    ``leanq8.c`` among them) with this machine's flags and compiler, cached under the package cache by the
+    sources, flags and compiler, and loaded beside this build under its own name: for a benchmark that
+    compares builds in one process (:mod:`specdec.measure.verifykernels`). Its entry points are declared;
+    an earlier ABI lacks the newer ones (listed under ``"lacks"``). Its model structures must be this
+    checkout's (the sizes its ABI function reports; its version may be older): OSError otherwise, and
+    when no compiler builds it. Returns the library and what a record says of it."""
+    from specdec.engine.models import cache_root
+
+    if "leanq8.c" not in sources:
+        raise ValueError(f"sources must hold leanq8.c; got {sorted(sources)}")
+    cc = _compiler()
+    if cc is None:
+        raise OSError(f"no C compiler found (looked for {os.environ.get('CC', 'cc')!r}; set $CC)")
+    flags = build_flags("q4q8")
+    key = hashlib.sha256()
+    for name in sorted(sources):
+        key.update(name.encode() + b"\0" + bytes(sources[name]) + b"\0")
+    key.update(" ".join(flags).encode() + _compiler_version(cc).encode())
+    path = cache_root() / "native" / f"leanq8-from-{key.hexdigest()[:20]}.so"
+    if not _intact(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as tmp:
+            for name, data in sources.items():
+                (Path(tmp) / name).write_bytes(bytes(data))
+            out = Path(tmp) / path.name
+            error = _run_compiler(cc, flags, out, Path(tmp) / "leanq8.c")
+            if error is not None:
+                raise OSError(error)
+            size, sha = _digest(out)
+            _sidecar(out).write_text(json.dumps({"size": size, "sha256": sha}), encoding="utf-8")
+            os.replace(_sidecar(out), _sidecar(path))
+            os.replace(out, path)
+    lib = _declare_q8(ctypes.CDLL(str(path)), newer=False)
+    lacks = [name for name in _Q8_NEWER if not hasattr(lib, name)]
+    sizes = (ctypes.c_int64 * 4)()
+    version = lib.specdec_q8_abi(sizes, 4)
+    want = [ctypes.sizeof(t) for t in (Q41, Q80, Layer, Model)]
+    if list(sizes) != want:
+        raise OSError(f"that leanq8 has structure sizes {list(sizes)} (ABI {version}); here: {want}")
+    isa_name = lib.specdec_q8_isa().decode()
+    info = {"abi": int(version), "isa": isa_name, "flags": flags, "library": path.name, "lacks": lacks}
+    return lib, info
 
 
 def build_info(kind: str = "q4_1") -> dict[str, Any] | None:

@@ -44,7 +44,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#define SPECDEC_Q8_ABI 7 /* 7: specdec_q8_amx; 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
+#define SPECDEC_Q8_ABI 7 /* 7: specdec_q8_amx, specdec_q8_peak; 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ISA "avx512vnni"
@@ -368,14 +368,43 @@ static inline __attribute__((always_inline)) void attend_g(const float *q, const
             }
             storef(scores + (size_t)g * sstride + t0, hsum16(acc) * scale);
         }
+    const int rest = end - blocked;
+    if (hd % 16 == 0 && rest > 0) /* the last keys as a block padded with zero vectors (hsum16's tree is
+                                   * dot()'s hsum: the same bits, one pass instead of one sum per key) */
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * hd;
+            v16f acc[16];
+            for (int j = 0; j < 16; j++) {
+                acc[j] = (v16f){0};
+                if (j >= rest) continue;
+                const float *key = keys + SLOT(blocked + j) * hd;
+                v16f a = loadf(qg) * loadf(key);
+                for (int i = 16; i < hd; i += 16) a = a + loadf(qg + i) * loadf(key + i);
+                acc[j] = a;
+            }
+            float part[16];
+            storef(part, hsum16(acc) * scale);
+            memcpy(scores + (size_t)g * sstride + blocked, part, sizeof(float) * (size_t)rest);
+        }
     float inv[G];
     for (int g = 0; g < G; g++) {
         float *sc = scores + (size_t)g * sstride;
-        for (int t = blocked; t < end; t++) sc[t] = dot(q + (size_t)g * hd, keys + SLOT(t) * hd, hd) * scale;
+        if (hd % 16)
+            for (int t = blocked; t < end; t++) sc[t] = dot(q + (size_t)g * hd, keys + SLOT(t) * hd, hd) * scale;
+        /* the largest score (exact in any order): lane maxima over whole blocks, then the rest */
+        v16f lane_top = (v16f){0} - INFINITY;
+        int t = 0;
+        for (; t + 16 <= end; t += 16) {
+            const v16f v = loadf(sc + t);
+            const v16i gt = v > lane_top;
+            lane_top = (v16f)(((v16i)v & gt) | ((v16i)lane_top & ~gt));
+        }
         float top = -INFINITY;
-        for (int t = 0; t < end; t++)
+        for (int l = 0; l < 16; l++)
+            if (lane_top[l] > top) top = lane_top[l];
+        for (; t < end; t++)
             if (sc[t] > top) top = sc[t];
-        for (int t = 0; t < end; t++) sc[t] = sc[t] - top;
+        for (t = 0; t < end; t++) sc[t] = sc[t] - top;
         exp_inplace(sc, end);
         /* the softmax's total: 16 lane sums over whole blocks (hsum), then the rest in order */
         const int whole = end - end % 16;
@@ -727,3 +756,5 @@ int32_t specdec_q8_linear(lin_t *l, const float *x, int32_t rows, float *y, int3
     qx_free(&qx);
     return OK;
 }
+
+#include "leanq8_peak.h" /* specdec_q8_peak: the arithmetic peaks the verify curve's floor divides by */
