@@ -1,5 +1,5 @@
-"""The "q4q8" forward's multi-row kernels (csrc/leanq8_matmul.h, issue 40): register tiles of up to 8 rows
-(4 on AVX2), wider calls in even passes, and AMX tiles where the CPU has AMX-INT8. Every row of a call
+"""The "q4q8" forward's multi-row kernels (csrc/leanq8_matmul.h, issue 40): register tiles of up to 8 rows,
+wider calls in even passes, and AMX tiles where the CPU has AMX-INT8. Every row of a call
 equals the single step at its position bit for bit, whatever the call's rows (every tile shape and pass
 split), the threads, the instruction set and the AMX switch; tree nodes equal the chain over their path;
 and a deliberately broken tile (a wrong row stride, a stale block scale, a misconfigured AMX tile: the
@@ -112,8 +112,8 @@ def test_the_standalone_linear_rows_equal_single_rows(amx_restored):
 
 @pytest.mark.parametrize("target", ["avx2", "baseline"])
 def test_the_emulated_builds_keep_every_tile_shape_exact(monkeypatch, target):
-    """The AVX2 build (half tiles of 4 rows) and the portable one (8 rows) are exact across pass splits
-    and give native's logits; neither has AMX."""
+    """The AVX2 build (half tiles) and the portable one are exact across pass splits and give native's
+    logits; neither has AMX."""
     needs_q8()
     hf = wide_model()
     seq = torch.randint(0, 70, (33,), generator=torch.Generator().manual_seed(8))

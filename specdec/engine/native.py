@@ -25,7 +25,7 @@ The ``"q4q8"`` mode's forward (``csrc/leanq8.c``, :class:`Q8Forward`) is built t
 rather than spin on a machine shared with other processes). It
 repacks the GGUF's 4-bit weights at load and computes integer dot products by the best
 instruction set the build targets (AVX512-VNNI, AVX-VNNI, AVX2, else portable C: :func:`isa`), each
-weight block decoded once for up to 8 rows of a call (4 on AVX2); where the CPU has AMX-INT8 (and Linux
+weight block decoded once for up to 8 rows of a call; where the CPU has AMX-INT8 (and Linux
 grants the tile state), calls of many rows use its tiles (:func:`amx`), with the same integers and so the
 same bits (ABI 7).
 Its tree forward (``specdec_q8_forward_tree``, ABI 4; leanq4.c's ``specdec_q4_forward_tree``)

@@ -3,10 +3,10 @@
  * from their repacked tiles, the integer dot products and the float epilogue, in three kernels that
  * give the same integers and therefore the same bits:
  *
- *   - register tiles (every build): a tile of 16 output columns times up to RT rows of the call; each
- *     weight block is loaded and decoded once for all RT rows (vpdpbusd on AVX512-VNNI, on 8 lanes
+ *   - register tiles (every build): a tile of 16 output columns times up to RT = 8 rows of the call;
+ *     each weight block is loaded and decoded once for all of them (vpdpbusd on AVX512-VNNI, on 8 lanes
  *     twice on AVX-VNNI, vpmaddubsw on AVX2, C loops elsewhere); a wider call runs in passes of at
- *     most RT rows, split evenly (9 rows: 5 + 4, not 8 + 1);
+ *     most 8 rows, split evenly (9 rows: 5 + 4, not 8 + 1);
  *   - AMX tiles (AVX512-VNNI builds whose compiler targets AMX-INT8, used only where CPUID has it and
  *     Linux grants the tile state, for calls of AMX_MIN_ROWS rows and more): up to 16 rows per pass,
  *     one TDPBSSD per (block, column tile) for all of them; int32 sums exactly as vpdpbusd's.
@@ -200,13 +200,10 @@ static inline __attribute__((always_inline)) void store_rows(const v16f *acc, in
 
 /* --- register tiles ------------------------------------------------------------------------- */
 
-#if defined(ISA_AVX512VNNI)
-#define RT 8 /* 8 int and 8 float accumulators, 8 decoded weight vectors, d, m: 26 of 32 registers */
-#elif defined(ISA_AVXVNNI) || defined(ISA_AVX2)
-#define RT 4 /* per half tile: 8 weight vectors, 4 int sums (16 ymm registers) */
-#else
+/* Rows per register tile. AVX-512: 8 int and 8 float accumulators, 8 decoded weight vectors, d, m (26 of 32
+ * registers). AVX2 / AVX-VNNI spill some float accumulators to L1 at 8 rows and still beat 4 (measured on
+ * an emulated AVX2 build: 8 rows 15-17 ms of matmuls at 1 thread against 17-20 at 4). */
 #define RT 8
-#endif
 
 #if defined(ISA_AVX512VNNI)
 
@@ -259,8 +256,8 @@ static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, const
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
-/* As above, one half tile (8 columns) at a time: its 8 decoded weight vectors stay in registers for
- * the R rows; the epilogue lane for lane the one of the 16-lane paths. */
+/* As above, one half tile (8 columns) at a time: its 8 decoded weight vectors are loaded once for the
+ * R rows; the epilogue lane for lane the one of the 16-lane paths. */
 static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, const int q4, int tile, const qx_t *x,
                                                             int r0, const int R, float *y, int ldy, int add) {
     v8f acc[2][RT];
@@ -370,22 +367,15 @@ static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, const
 
 #endif
 
-/* One constant-R copy of tile_rows per R in 1 .. RT (RT is 4 or 8). */
+/* One constant-R copy of tile_rows per R in 1 .. RT. */
 #define TILE_CASE(Q4, N)                                                                               \
     case N: tile_rows(w, Q4, tile, x, r0, N, y, ldy, add); break;
-#if RT == 8
+_Static_assert(RT == 8, "TILE_CASES spells out the row counts 1 .. RT");
 #define TILE_CASES(Q4)                                                                                 \
     switch (R) {                                                                                       \
         TILE_CASE(Q4, 1) TILE_CASE(Q4, 2) TILE_CASE(Q4, 3) TILE_CASE(Q4, 4) TILE_CASE(Q4, 5)          \
         TILE_CASE(Q4, 6) TILE_CASE(Q4, 7) default: tile_rows(w, Q4, tile, x, r0, 8, y, ldy, add); break; \
     }
-#else
-_Static_assert(RT == 4, "TILE_CASES spells out the row counts 1 .. RT");
-#define TILE_CASES(Q4)                                                                                 \
-    switch (R) {                                                                                       \
-        TILE_CASE(Q4, 1) TILE_CASE(Q4, 2) TILE_CASE(Q4, 3) default: tile_rows(w, Q4, tile, x, r0, 4, y, ldy, add); break; \
-    }
-#endif
 
 /* All rows of one tile, in passes of at most RT rows split evenly (so no pass is much shorter). */
 static void tile_q4(const pq_t *w, int tile, const qx_t *x, int rows, float *y, int ldy, int add) {
