@@ -14,7 +14,7 @@ Everything then runs interleaved, in one run, on one machine:
   interval; after / before per k the same way (:func:`specdec.theory.intervals.ratio_ci`).
 * ``equal`` -- every k, chain and tree: the two libraries' logits compared bit for bit.
 * ``profile`` -- where a call's time goes, from each library's own phase clocks
-  (:func:`specdec.measure.profile.profile_native_step`) at a few k.
+  (:func:`specdec.measure.profile.profile_native_step`) at a few k, the libraries interleaved.
 * ``decode`` -- plain greedy decoding of ``decode_tokens`` tokens through a session of each library,
   interleaved: seconds per token, after / before with its interval (plain decoding must not be slower).
 * ``peaks`` and ``bandwidth`` -- the machine's roofs as the kernels meet them: int8 multiply-adds per
@@ -288,35 +288,62 @@ def equal_logits(views: Mapping[str, Any], prompt: Sequence[int], ks: Sequence[i
 
 
 def profiles(
-    views: Mapping[str, Any], prompt: Sequence[int], ks: Sequence[int], repeats: int, threads: int
+    views: Mapping[str, Any],
+    prompt: Sequence[int],
+    ks: Sequence[int],
+    repeats: int,
+    threads: int,
+    rounds: int = 3,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Each library's phase clocks over chain calls of k rows (ms per call, per phase)."""
+    """Each library's phase clocks over chain calls of k rows (ms per call, per phase): ``rounds`` rounds,
+    each over the ks in a fresh order and, per k, the libraries in a fresh order (so that the machine's
+    drifting load falls on both alike), ``repeats`` profiled calls each; the mean over rounds."""
     from specdec.engine.cores import torch_threads_for
     from specdec.measure.profile import profile_native_step
 
-    out: dict[str, Any] = {}
+    rng = np.random.default_rng(seed)
+    names = list(views)
+    sessions = {}
     for lib, view in views.items():
-        s = view.session()
-        s.forward(list(prompt), keep=1)
+        sessions[lib] = view.session()
+        sessions[lib].forward(list(prompt), keep=1)
+    sums: dict[tuple[str, int], dict[str, float]] = {}
+    for _ in range(rounds):
+        for j in rng.permutation(len(ks)):
+            k = int(ks[j])
+            for i in rng.permutation(len(names)):
+                lib, view, s = names[i], views[names[i]], sessions[names[i]]
+                with torch_threads_for(view):
+                    prof = profile_native_step(
+                        lambda n, s=s: s.forward([11] * n),
+                        k=k,
+                        repeats=repeats,
+                        reset=lambda s=s: s.crop(len(prompt)),
+                        clocks=view.q8_forward(),
+                        threads=threads,
+                    )
+                into = sums.setdefault((lib, k), {})
+                for name, value in (
+                    ("wall_ms", prof["wall_ms"]),
+                    ("wall_ms_unprofiled", prof["wall_ms_unprofiled"]),
+                    *((f"bucket:{b}", v) for b, v in prof["buckets_ms"].items()),
+                ):
+                    into[name] = into.get(name, 0.0) + value / rounds
+    out: dict[str, Any] = {}
+    for lib in names:
         rows = []
-        with torch_threads_for(view):
-            for k in ks:
-                prof = profile_native_step(
-                    lambda n, s=s: s.forward([11] * n),
-                    k=k,
-                    repeats=repeats,
-                    reset=lambda s=s: s.crop(len(prompt)),
-                    clocks=view.q8_forward(),
-                    threads=threads,
-                )
-                rows.append(
-                    {
-                        "k": k,
-                        "wall_ms": prof["wall_ms"],
-                        "wall_ms_unprofiled": prof["wall_ms_unprofiled"],
-                        "buckets_ms": prof["buckets_ms"],
-                    }
-                )
+        for k in ks:
+            got = sums[lib, k]
+            buckets = {n.removeprefix("bucket:"): v for n, v in got.items() if n.startswith("bucket:")}
+            rows.append(
+                {
+                    "k": k,
+                    "wall_ms": got["wall_ms"],
+                    "wall_ms_unprofiled": got["wall_ms_unprofiled"],
+                    "buckets_ms": buckets,
+                }
+            )
         out[lib] = rows
     return out
 
@@ -545,7 +572,7 @@ def run_record(
             (
                 f"profile-{threads}t",
                 lambda v=views, t=threads: profiles(
-                    v, prompt, settings.profile_ks, settings.profile_repeats, t
+                    v, prompt, settings.profile_ks, settings.profile_repeats, t, seed=settings.seed
                 ),
             ),
             (
