@@ -400,13 +400,15 @@ static void tile_q8(const pq_t *w, int tile, const qx_t *x, int rows, float *y, 
 
 #if defined(ISA_AVX512VNNI) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
 #define HAVE_AMX 1
+#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 /* Calls of fewer rows use the register tiles: each TDPBSSD, its two tile loads and its 1 KB store cost
- * about as much whatever the rows, and the epilogue (the same on both paths) bounds both. Measured on
- * a 2-core Xeon (AMX-INT8): Q8_0 (the head) gains from 8 rows, Q4_1 (whose codes are unpacked to int8
- * first) breaks even at 16. */
+ * about as much whatever the rows (about 10 ns a block of 16 columns), and the epilogue, the same on
+ * both paths (6 vector operations per row on Q4_1, 4 on Q8_0), bounds both. Measured on a 2-core Xeon
+ * with AMX-INT8, one thread, matmuls alone: Q8_0 (the head) gains from 8 rows (16 rows: 1.2-1.35x the
+ * register tiles), Q4_1 (its codes unpacked to int8 first) breaks even at 16. */
 #define AMX_MIN_ROWS_Q8 8
 #define AMX_MIN_ROWS_Q4 16
 
@@ -416,8 +418,8 @@ static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_probe(void) {
     unsigned a, b, c, d;
-    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    if (!(d & (1u << 24)) || !(d & (1u << 25))) return; /* AMX-TILE, AMX-INT8 */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return; /* no leaf 7 */
+    if (!(d & (1u << 24)) || !(d & (1u << 25))) return;   /* AMX-TILE, AMX-INT8 */
     /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): without it the first tile
      * instruction dies with SIGILL */
     if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return;
@@ -465,8 +467,8 @@ static inline __attribute__((always_inline)) void unpack_q4(const uint8_t *c, ui
     }
 }
 
-/* Rings of AMX_LAG + 2 slots: the block's unpacked codes (512 bytes) and its int32 sums (16 rows of 16
- * int32), small enough to stay in L1 (a store of sums that misses L1 costs as much as the epilogue). */
+/* A ring of AMX_RING slots of int32 sums (16 rows of 16 int32 each), AMX_LAG blocks ahead of the epilogue,
+ * small enough to stay in L1 (a store of sums that misses L1 costs as much as the epilogue). */
 #define AMX_LAG 4
 #define AMX_RING 8
 #define AMX_AHEAD 4 /* blocks of Q8_0 codes prefetched ahead of their tile load */
@@ -474,7 +476,7 @@ static inline __attribute__((always_inline)) void unpack_q4(const uint8_t *c, ui
 #define AMX_MAX_BLOCKS 64
 _Static_assert(AMX_RING >= AMX_LAG + 2 && (AMX_RING & (AMX_RING - 1)) == 0, "ring size");
 
-/* Block b of a pass: B (its codes: Q4_1 unpacked into the ring first, Q8_0 as repacked), A (rows
+/* Block b of a pass: B (its codes: Q4_1 unpacked per tile first, Q8_0 as repacked), A (rows
  * r0 .. r0 + M - 1 of its activations), C = A B, stored in the ring. Even blocks use tiles 0 (C),
  * 2 (A), 4 (B), odd ones 1, 3, 5. */
 #define AMX_BLOCK(T, TA, TB, bsrc, arow, cdst)                                                         \
@@ -494,8 +496,9 @@ static inline __attribute__((always_inline)) void amx_sums(const uint8_t *bsrc, 
 }
 
 /* Rows r0 .. r0 + R - 1 of one tile (R <= M, the configured height): block b's sums are computed
- * AMX_LAG blocks ahead of its epilogue, so the tile unit and the vector unit overlap; the epilogue
- * runs block by block in order, the R accumulators in registers. */
+ * AMX_LAG blocks ahead of its epilogue, so that the tile unit may run ahead of the vector unit (on the
+ * Xeon measured, tile loads and stores and the epilogue's loads barely overlap: their times add); the
+ * epilogue runs block by block in order, the R accumulators in registers. */
 static inline __attribute__((always_inline)) void amx_pass(const pq_t *w, const int q4, int tile, const qx_t *x,
                                                            int r0, const int R, float *y, int ldy, int add,
                                                            const uint8_t *wq) {
