@@ -23,7 +23,7 @@ from specdec.engine.leannative import Q8Linear
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 #: call sizes covering every register-tile shape (1..8), uneven pass splits (9 = 5 + 4, 17 = 6 + 6 + 5)
-#: and AMX passes of 16 rows with a remainder (17, 33)
+#: and AMX passes (12 and 16: one; 17 = 9 + 8; 33 = 11 + 11 + 11)
 KS = [2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 33]
 
 
@@ -69,7 +69,7 @@ def test_rows_equal_single_steps_in_every_tile_shape(codes, amx_restored):
 
 
 def test_amx_and_register_tiles_give_the_same_bits_on_any_threads(amx_restored):
-    """A call of 40 rows (AMX passes 16 + 16 + 8) gives the same logits with AMX off, on and always, on 1
+    """A call of 40 rows (AMX passes 14 + 14 + 12) gives the same logits with AMX off, on and always, on 1
     and 3 threads: int32 sums are exact on both paths and the float epilogue is one sequence."""
     modes = amx_modes()
     hf = wide_model()

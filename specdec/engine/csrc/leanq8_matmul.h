@@ -8,8 +8,9 @@
  *     twice on AVX-VNNI, vpmaddubsw on AVX2, C loops elsewhere); a wider call runs in passes of at
  *     most 8 rows, split evenly (9 rows: 5 + 4, not 8 + 1);
  *   - AMX tiles (AVX512-VNNI builds whose compiler targets AMX-INT8, used only where CPUID has it and
- *     Linux grants the tile state, for calls of AMX_MIN_ROWS rows and more): up to 16 rows per pass,
- *     one TDPBSSD per (block, column tile) for all of them; int32 sums exactly as vpdpbusd's.
+ *     Linux grants the tile state, for calls of 8 rows and more on Q8_0, 12 on Q4_1): passes of up to
+ *     16 rows split evenly (17 rows: 9 + 8), one TDPBSSD per (block, column tile) for all of a pass's
+ *     rows; int32 sums exactly as vpdpbusd's.
  *
  * The float epilogue is one sequence of operations per (row, block, 16 columns) on every path:
  * acc = acc + (d dx) isum, then for Q4_1 acc = acc + m s, in block order, compiled with
@@ -407,10 +408,10 @@ static void tile_q8(const pq_t *w, int tile, const qx_t *x, int rows, float *y, 
 /* Calls of fewer rows use the register tiles: each TDPBSSD, its two tile loads and its 1 KB store cost
  * about as much whatever the rows (about 10 ns a block of 16 columns), and the epilogue, the same on
  * both paths (6 vector operations per row on Q4_1, 4 on Q8_0), bounds both. Measured on a 2-core Xeon
- * with AMX-INT8, one thread, matmuls alone: Q8_0 (the head) gains from 8 rows (16 rows: 1.2-1.35x the
- * register tiles), Q4_1 (its codes unpacked to int8 first) breaks even at 16. */
+ * with AMX-INT8, one thread, matmuls alone: Q8_0 (the head) gains from 8 rows (16 rows: 1.3x the register
+ * tiles, 33 rows: 1.3x), Q4_1 (its codes unpacked to int8 first) loses at 8 and gains 2-4 % from 12. */
 #define AMX_MIN_ROWS_Q8 8
-#define AMX_MIN_ROWS_Q4 16
+#define AMX_MIN_ROWS_Q4 12
 
 static int amx_granted = 0; /* the CPU has AMX-INT8 and Linux gave this process the tile state */
 static atomic_int amx_wanted = 1;
@@ -539,7 +540,8 @@ static inline __attribute__((always_inline)) void amx_pass(const pq_t *w, const 
     default: AMX_CASE(Q4, 16)                                                                          \
     }
 
-/* Every row of tiles t0 .. t1-1 in passes of M rows (the activations' buffer holds whole passes). */
+/* Every row of tiles t0 .. t1-1 in passes of at most M rows, M the configured height (the activations'
+ * buffer holds whole passes of M rows: qx_rows). */
 static void amx_tiles(const pq_t *w, int q4, const qx_t *x, int rows, int M, float *y, int ldy, int add, int t0,
                       int t1) {
     uint8_t wq[AMX_MAX_BLOCKS * 512] __attribute__((aligned(64))); /* a tile's Q4_1 codes unpacked */
@@ -592,8 +594,8 @@ static void mm_part(void *arg, int part, int parts) {
     const mm_job_t *j = arg;
     const int t0 = (int)((int64_t)j->w->tiles * part / parts), t1 = (int)((int64_t)j->w->tiles * (part + 1) / parts);
 #if HAVE_AMX
-    if (j->amx) {
-        const int M = j->rows < 16 ? j->rows : 16;
+    if (j->amx) { /* passes of M rows as even as 16-row passes allow (17 rows: 9 + 8, not 16 + 1) */
+        const int passes = (j->rows + 15) / 16, M = (j->rows + passes - 1) / passes;
         amx_config(M);
         amx_tiles(j->w, j->q4, j->x, j->rows, M, j->y, j->ldy, j->add, t0, t1);
         _tile_release(); /* the tile state back to its initial state: cheap context switches */
