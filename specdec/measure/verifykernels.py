@@ -391,30 +391,37 @@ def plain_decode(
     return record
 
 
-def measure_peaks(threads: int, seconds: float = 0.05, repeats: int = 7) -> dict[str, Any]:
+def measure_peaks(threads: int, seconds: float = 0.1, repeats: int = 7) -> dict[str, Any]:
     """The arithmetic roofs as the kernels meet them: each :data:`specdec.engine.native.PEAK_KINDS` loop
-    (AMX's only where :func:`specdec.engine.native.amx` is not None) timed ``repeats`` times on ``threads``
-    threads, each run sized to about ``seconds``; the median rate (work per second)."""
+    (AMX's only where :func:`specdec.engine.native.amx` is not None) on ``threads`` threads, each run sized
+    to about ``seconds`` (after a warm-up run), the kinds in turn ``repeats`` times (so that a change of
+    the clock falls on every kind alike); the median rate (work per second) per kind."""
     from specdec.engine import native
 
     kinds = [k for k in native.PEAK_KINDS if k != "amx_int8" or native.amx() is not None]
+    iters: dict[str, int] = {}
+    for kind in kinds:
+        n = 1000
+        for _ in range(2):  # the second sizing runs warm
+            t0 = time.perf_counter()
+            native.peak_work(kind, n, threads)
+            n = max(1000, int(n * seconds / max(time.perf_counter() - t0, 1e-6)))
+        iters[kind] = n
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for _ in range(repeats):
+        for kind in kinds:
+            t0 = time.perf_counter()
+            work = native.peak_work(kind, iters[kind], threads)
+            rates[kind].append(work / (time.perf_counter() - t0))
     out: dict[str, Any] = {"threads": threads, "seconds": seconds}
     for kind in kinds:
-        iters = 1000
-        t0 = time.perf_counter()
-        native.peak_work(kind, iters, threads)
-        iters = max(1000, int(iters * seconds / max(time.perf_counter() - t0, 1e-6)))
-        rates = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            work = native.peak_work(kind, iters, threads)
-            rates.append(work / (time.perf_counter() - t0))
         unit = (
             "16-lane float32 vector operations per second"
             if kind == "float32_vector"
             else "int8 multiply-adds per second"
         )
-        out[kind] = {"median_per_s": float(np.median(rates)), "rates": rates, "iters": iters, "unit": unit}
+        median = float(np.median(rates[kind]))
+        out[kind] = {"median_per_s": median, "rates": rates[kind], "iters": iters[kind], "unit": unit}
     return out
 
 
