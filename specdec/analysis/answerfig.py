@@ -117,7 +117,7 @@ def answer_figure(record: Mapping[str, Any], *, temperatures: tuple[float, ...] 
     rank = {"headline": 0, "plain": 1, "family": 2}
     order = sorted(first, key=lambda r: (rank[r["kind"]], -r["x"]))
     keys = [r["key"] for r in order]
-    fig, axes = plt.subplots(1, len(temperatures), figsize=(10, 0.3 * len(keys) + 1.6), sharey=True, dpi=120)
+    fig, axes = plt.subplots(1, len(temperatures), figsize=(8.5, 0.3 * len(keys) + 1.9), sharey=True, dpi=120)
     axes = [axes] if len(temperatures) == 1 else list(axes)
     lo = min(r["low"] for rows in per_temp.values() for r in rows)
     hi = max(r["high"] for rows in per_temp.values() for r in rows)
@@ -163,10 +163,8 @@ def answer_figure(record: Mapping[str, Any], *, temperatures: tuple[float, ...] 
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"{v:g}" for v in ticks], fontsize=9)
         ax.minorticks_off()
-        ax.set_xlabel("speedup over the fastest plain decoder (log scale)", fontsize=10)
         ax.set_title(
-            f"temperature {temp:g}: 1 = the fastest plain decoder,\n"
-            f"{next(iter(rows.values()))['fastest_tok_s']:.0f} tokens/s (dashed)",
+            f"temperature {temp:g}\n(1 = {next(iter(rows.values()))['fastest_tok_s']:.0f} tokens/s, dashed)",
             fontsize=10,
         )
         ax.grid(axis="x", color="#dddddd", lw=0.6)
@@ -182,6 +180,7 @@ def answer_figure(record: Mapping[str, Any], *, temperatures: tuple[float, ...] 
     axes[0].get_yticklabels()[0].set_fontweight("bold")
     axes[0].invert_yaxis()
     handles, labels = axes[0].get_legend_handles_labels()
+    fig.supxlabel("speedup over the fastest plain decoder (log scale)", fontsize=10, y=0.07)
     fig.legend(
         handles,
         [f"{t} (task estimate)" for t in labels],
@@ -190,7 +189,7 @@ def answer_figure(record: Mapping[str, Any], *, temperatures: tuple[float, ...] 
         frameon=False,
         fontsize=9.5,
     )
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
