@@ -29,6 +29,7 @@ from specdec.theory.checks import check_array, check_float, check_int
 
 __all__ = [
     "MAX_GAMMA",
+    "SCAN_VALUES",
     "acceptance_rate",
     "accepted_pmf",
     "best_gamma_on_curve",
@@ -73,11 +74,13 @@ def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> NDArray | np.floating
     truncated at gamma, and a round emits T = A + 1 tokens (the +1 is the target's own
     token: the correction after a rejection, or the bonus token after a full accept).
     The limit alpha -> 1 is gamma + 1, returned exactly. Computed as
-    ``-expm1((gamma+1) log alpha) / (1 - alpha)`` so that alpha close to 1 keeps its digits.
+    ``-expm1((gamma+1) log alpha) / (1 - alpha)`` so that alpha close to 1 keeps its digits, with
+    gamma + 1 in floating point: any gamma up to 2**63 - 1 is taken, and a huge one gives the
+    gamma -> infinity limit 1 / (1 - alpha) (an integer gamma + 1 would wrap at 2**63 - 1).
     """
     a, g = np.broadcast_arrays(_check_alpha(alpha), _check_gamma(gamma))
     with np.errstate(divide="ignore", invalid="ignore"):
-        geometric = -np.expm1((g + 1) * np.log(a)) / (1.0 - a)
+        geometric = -np.expm1((g + 1.0) * np.log(a)) / (1.0 - a)
     out = np.where(a == 1.0, g + 1.0, geometric)
     return _scalar_or_array(out)
 
@@ -193,17 +196,57 @@ def ops_factor(alpha: ArrayLike, gamma: ArrayLike, c_hat: ArrayLike = 0.0) -> ND
 def optimal_gamma(alpha: ArrayLike, c: ArrayLike, max_gamma: int = 64) -> NDArray | np.integer:
     """The integer gamma in [0, max_gamma] that maximises Theorem 3.8 (Section 3.5).
 
-    Found by scanning every integer; ties (equal speedups in floating point) go to the
+    Found by scanning the integers from 0; ties (equal speedups in floating point) go to the
     smaller gamma. When c = 0 and 0 < alpha the speedup E[T] rises strictly with gamma, so
     the answer is ``max_gamma`` exactly (not a floating-point tie below it, as a scan would
     find where alpha^(gamma+1) underflows the last digit; ``specdec plan`` says the same).
+
+    The scan holds at most :data:`SCAN_VALUES` speedups at a time: a grid of alphas times gammas
+    beyond that is scanned in blocks of gammas, and stops once no larger gamma can do better
+    (the speedup never exceeds ``1 / ((1 - alpha)(gamma c + 1))``, which falls with gamma, nor 1 at
+    alpha = 1 with c >= 1), so a large ``max_gamma`` costs time only where the optimum is that far out.
     """
     check_int("max_gamma", max_gamma, low=0, high=MAX_GAMMA, note="every gamma up to it is scanned")
     a, cc = np.broadcast_arrays(_check_alpha(alpha), _check_cost(c, "c"))
-    grid = np.arange(max_gamma + 1).reshape((-1,) + (1,) * a.ndim)
-    speedups = walltime_speedup(a[None, ...], grid, cc[None, ...])
-    best = np.where((cc == 0) & (a > 0), max_gamma, np.argmax(speedups, axis=0))
+    rising = (cc == 0) & (a > 0)
+    if (max_gamma + 1) * max(a.size, 1) <= SCAN_VALUES:  # one block: the whole grid at once
+        grid = np.arange(max_gamma + 1).reshape((-1,) + (1,) * a.ndim)
+        speedups = walltime_speedup(a[None, ...], grid, cc[None, ...])
+        best = np.argmax(speedups, axis=0)
+    else:
+        best = _scan_in_blocks(a.ravel(), cc.ravel(), max_gamma, rising.ravel()).reshape(a.shape)
+    best = np.where(rising, max_gamma, best)
     return _scalar_or_array(best)
+
+
+#: The most speedups :func:`optimal_gamma` holds at once (32 MB of float64 per array): a larger grid
+#: of alphas times gammas is scanned in blocks of gammas.
+SCAN_VALUES = 2**22
+
+
+def _scan_in_blocks(a: NDArray, cc: NDArray, max_gamma: int, decided: NDArray) -> NDArray[np.int64]:
+    """:func:`optimal_gamma`'s scan over gammas in blocks of at most :data:`SCAN_VALUES` values, for the
+    1-D ``a`` and ``cc`` whose answer is not ``decided`` by a closed form; first maximum, as argmax."""
+    best_g = np.zeros(a.shape, dtype=np.int64)
+    best_s = np.full(a.shape, -np.inf)
+    with np.errstate(divide="ignore"):  # the most the speedup can reach, in floating point too:
+        ceiling = 1.0 / (1.0 - a)  # E[T] <= 1 / (1 - alpha) (-expm1 <= 1); at alpha = 1, E[T] = gamma + 1
+    ceiling[(a == 1) & (cc >= 1)] = 1.0  # ... and (gamma + 1) / (gamma c + 1) <= 1 when c >= 1
+    active = np.flatnonzero(~decided)
+    start = 0
+    while active.size and start <= max_gamma:
+        stop = min(max_gamma, start + max(1, SCAN_VALUES // active.size) - 1)
+        grid = np.arange(start, stop + 1).reshape(-1, 1)
+        speedups = walltime_speedup(a[active][None, :], grid, cc[active][None, :])
+        at = np.argmax(speedups, axis=0)
+        value = speedups[at, np.arange(active.size)]
+        better = value > best_s[active]  # strictly: an earlier gamma keeps a tie
+        best_s[active[better]] = value[better]
+        best_g[active[better]] = start + at[better]
+        start = stop + 1
+        # no gamma >= start beats the best so far once the ceiling over start's cost is below it
+        active = active[ceiling[active] / (start * cc[active] + 1.0) > best_s[active]]
+    return best_g
 
 
 def speedup_ceiling(alpha: ArrayLike) -> NDArray | np.floating:

@@ -141,6 +141,12 @@ def best_tree(profile: ArrayLike, n_nodes: int) -> list[int]:
             "(a later sibling never more likely to be on the path than an earlier one), where "
             "greedy construction is optimal"
         )
+    return _greedy(a, n)[0]
+
+
+def _greedy(a: NDArray[np.float64], n: int) -> tuple[list[int], list[float], list[int]]:
+    """:func:`best_tree`'s construction on a checked profile: the parents, path probabilities and
+    depths of the nodes in the order added. The first ``k`` nodes are the best tree of ``k`` nodes."""
     cond = _conditional(a)
     parents: list[int] = []
     probs: list[float] = []
@@ -164,7 +170,7 @@ def best_tree(profile: ArrayLike, n_nodes: int) -> list[int]:
         depths.append(1 if parent < 0 else depths[parent] + 1)
         open_slot(parent, rank + 1)
         open_slot(len(parents) - 1, 0)
-    return parents
+    return parents, probs, depths
 
 
 def _check_curve(verify_curve: ArrayLike | None, rows: int) -> NDArray[np.float64] | None:
@@ -217,6 +223,13 @@ def best_tree_size(
     (:func:`best_tree` on the profile's first rows) has the highest E[T] among trees that cost
     no more draft calls, so the scan finds the best tree of the model. Ties go to the smaller
     N, then the shallower tree.
+
+    The scan costs one greedy construction per depth limit (at most N of them), not one per (N,
+    depth): the best tree of N nodes is the first N nodes of the greedy order, so the speedup of
+    every N is read from running sums. Those sums may differ from a tree's own E[T] in the last
+    digits, so the candidates within :data:`_NEAR` of the best are scored again exactly, by
+    :func:`tree_speedup` (the first :data:`_RESCORED` of them in the order of the scan), which also
+    gives the speedup returned.
     """
     a = _check_profile(profile)
     if verify_curve is None:
@@ -225,16 +238,33 @@ def best_tree_size(
     cap = check_optional_int("max_nodes", max_nodes, low=0)
     limit = v.size - 1 if cap is None else min(v.size - 1, cap)
     c = check_float("c", c, low=0.0)
-    best: tuple[int, list[int], float] = (0, [], tree_speedup([], a, c, v, draft_calls))
-    for n in range(1, limit + 1):
-        for depth in range(1, a.shape[0] + 1):
-            tree = best_tree(a[:depth], n)
-            if len(tree) < n:  # the depth limit leaves fewer slots: that tree was tried at a smaller N
-                continue
-            s = tree_speedup(tree, a, c, v, draft_calls)
-            if s > best[2]:
-                best = (n, tree, s)
+    empty = tree_speedup([], a, c, v, draft_calls)  # checks draft_calls too
+    top = empty
+    found: list[tuple[int, int, float]] = []  # (N, depth limit, running-sum speedup) near the top
+    for depth in range(1, min(a.shape[0], limit) + 1):  # a deeper limit builds the same trees
+        _, probs, depths = _greedy(a[:depth], limit)
+        if not probs:
+            continue
+        calls = np.maximum.accumulate(depths) if draft_calls is None else draft_calls
+        s = (np.cumsum(probs) + 1.0) / (c * calls + v[1 : len(probs) + 1])
+        top = max(top, float(s.max()))
+        near = np.flatnonzero(s >= top * (1.0 - _NEAR))[:_RESCORED]
+        found = [f for f in found if f[2] >= top * (1.0 - _NEAR)]
+        found += [(int(k) + 1, depth, float(s[k])) for k in near]
+    best: tuple[int, list[int], float] = (0, [], empty)
+    for n, depth, _ in sorted(f for f in found if f[2] >= top * (1.0 - _NEAR))[:_RESCORED]:
+        tree = _greedy(a[:depth], n)[0]
+        exact = tree_speedup(tree, a, c, v, draft_calls)
+        if exact > best[2]:
+            best = (n, tree, exact)
     return best
+
+
+#: :func:`best_tree_size`'s rescoring: candidates whose running-sum speedup is within this relative
+#: distance of the best (far above the sums' rounding, ~N * 1.1e-16) are scored exactly, at most
+#: :data:`_RESCORED` of them.
+_NEAR = 1e-9
+_RESCORED = 64
 
 
 def simulate_tree_accepted(
