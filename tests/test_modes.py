@@ -71,9 +71,11 @@ def test_choice_is_the_fastest_step_and_is_cached(model, tmp_path, monkeypatch):
     other = modes.choose_mode(model, cache=tmp_path, modes=MODES)
     assert other["mode"] == "int4" and other["cached"] is False and len(calls) == 2
     assert len(json.loads((tmp_path / "mode-probes.json").read_text())) == 2
-    # a damaged cache file is ignored and rewritten
+    # a damaged cache file is kept aside (one line names it) and a new one written
     (tmp_path / "mode-probes.json").write_text("{not json")
-    assert modes.choose_mode(model, cache=tmp_path, modes=MODES)["cached"] is False
+    with pytest.warns(UserWarning, match="mode-probe cache .* is damaged"):
+        assert modes.choose_mode(model, cache=tmp_path, modes=MODES)["cached"] is False
+    assert (tmp_path / "mode-probes.json.damaged").read_text() == "{not json"
 
 
 def test_lean_model_and_bad_input(model, tmp_path):

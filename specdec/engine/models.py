@@ -36,7 +36,9 @@ import importlib.util
 import io
 import json
 import os
+import re
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -72,6 +74,7 @@ __all__ = [
     "restore_digit_split",
     "set_threads",
     "smollm2_gguf_path",
+    "temporary_prefix",
 ]
 
 #: The dtypes a model may be loaded in, by name.
@@ -503,24 +506,57 @@ def _load_gguf(gguf: Path, dtype: torch.dtype, attn: str, quiet: bool) -> tuple[
 
 
 #: A cache's temporary folder untouched this long is a killed writer's (a model is written in tens of
-#: seconds, a library compiled in under a minute): the next writer removes it.
+#: seconds, a library compiled in under a minute): the next writer removes it. A folder whose name says
+#: which process writes it (:func:`temporary_prefix`) goes at once when that process is gone.
 STALE_TEMPORARY_S = 3600.0
 
 
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def temporary_prefix(name: str) -> str:
+    """The prefix of a writer's temporary folder for ``name``: ``.<name>-<pid>@<host>-``, so that the
+    next writer on this host can tell that the process is gone and remove its folder at once."""
+    return f".{name}-{os.getpid()}@{_host_tag()}-"
+
+
+#: A temporary folder's name from :func:`temporary_prefix` and :func:`tempfile.mkdtemp`'s suffix.
+_WRITER = re.compile(r"-(\d+)@([0-9a-f]{8})-[a-z0-9_]+$")
+
+
+def _writer_gone(tmp: Path) -> int | None:
+    """The pid of the process that named ``tmp`` when it ran on this host and no longer runs, else None."""
+    match = _WRITER.search(tmp.name)
+    if match is None or match.group(2) != _host_tag() or int(match.group(1)) == os.getpid():
+        return None
+    try:
+        os.kill(int(match.group(1)), 0)
+    except ProcessLookupError:
+        return int(match.group(1))
+    except OSError:  # alive under another user, or cannot tell: the age rule decides
+        return None
+    return None
+
+
 def remove_stale_temporaries(folder: Path, pattern: str, *, age_s: float = STALE_TEMPORARY_S) -> list[Path]:
-    """Remove the folders in ``folder`` named ``pattern`` (a glob) whose newest file is older than ``age_s``:
-    what a writer killed mid-write left (hundreds of MB for a model). A younger one may be another
-    process's write in progress and is left alone. Returns what was removed (a line says so)."""
+    """Remove the folders in ``folder`` named ``pattern`` (a glob) that a writer killed mid-write left
+    (hundreds of MB for a model): at once when the folder's name says which process wrote it
+    (:func:`temporary_prefix`) and that process is gone from this host, else when its newest file is
+    older than ``age_s``. A younger one may be another process's write in progress and is left alone.
+    Returns what was removed (a line says so)."""
     now, gone = time.time(), []
     for tmp in folder.glob(pattern) if folder.is_dir() else ():
+        dead = _writer_gone(tmp)
         try:
             newest = max([tmp.stat().st_mtime, *(p.stat().st_mtime for p in tmp.rglob("*"))])
         except OSError:
             continue
-        if tmp.is_dir() and now - newest > age_s:
+        if tmp.is_dir() and (dead is not None or now - newest > age_s):
             shutil.rmtree(tmp, ignore_errors=True)
             gone.append(tmp)
-            print(f"specdec: removed {tmp}, a temporary folder a killed write left", file=sys.stderr)
+            why = f"its writer, process {dead}, is gone" if dead is not None else "untouched for an hour"
+            print(f"specdec: removed {tmp}, a temporary folder a killed write left ({why})", file=sys.stderr)
     return gone
 
 
@@ -529,7 +565,7 @@ def _save_cache(model: Any, tokenizer: Any, folder: Path, key: dict[str, Any]) -
     temporary folders of killed writes of it go first (:func:`remove_stale_temporaries`)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(folder.parent, f".{folder.name}-*")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(folder.name), dir=folder.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the cache is an ordinary folder

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from specdec.engine.lm import Session
 from specdec.theory.checks import check_int
+from specdec.theory.recordio import DamagedFileError, read_json
 
 __all__ = [
     "StaticLlama",
@@ -310,7 +311,7 @@ def distilled_draft(target: StaticLlama, folder: str | Path) -> StaticLlama:
     the kept vocabulary (-inf elsewhere); read without the ``safetensors`` package.
     """
     folder = Path(folder)
-    card = json.loads((folder / "card.json").read_text())
+    card = read_json(folder / "card.json", what="the draft's card", kind=dict)
     if card.get("hidden_size") != target.config["hidden_size"]:
         raise ValueError(
             f"draft {folder.name!r} was made for another target (hidden_size {card.get('hidden_size')})"
@@ -351,10 +352,22 @@ _ST_DTYPES = {
 
 
 def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
-    """The tensors of a safetensors file, read with numpy (8-byte header length, JSON header, data)."""
+    """The tensors of a safetensors file, read with numpy (8-byte header length, JSON header, data).
+    A truncated or damaged file raises :class:`~specdec.theory.recordio.DamagedFileError` naming it."""
     blob = Path(path).read_bytes()
+
+    def damaged(why: str) -> DamagedFileError:
+        return DamagedFileError(f"the safetensors file {path} is damaged: {why}")
+
+    if len(blob) < 8:
+        raise damaged(f"{len(blob)} bytes, shorter than its 8-byte header length")
     (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8 : 8 + n])
+    if 8 + n > len(blob):
+        raise damaged(f"its header needs {8 + n} bytes, the file has {len(blob)} (truncated?)")
+    try:
+        header = json.loads(blob[8 : 8 + n])
+    except ValueError as exc:
+        raise damaged(f"its header is not JSON ({exc})") from None
     base = 8 + n
     out = {}
     for name, info in header.items():
@@ -365,6 +378,8 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
                 f"{path}: tensor {name} has dtype {info['dtype']}, which this reader does not know"
             )
         lo, hi = info["data_offsets"]
+        if base + hi > len(blob):
+            raise damaged(f"tensor {name} ends at byte {base + hi}, the file at {len(blob)} (truncated?)")
         out[name] = (
             np.frombuffer(blob[base + lo : base + hi], dtype=_ST_DTYPES[info["dtype"]])
             .reshape(info["shape"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 import warnings
@@ -43,7 +44,7 @@ from specdec.engine.lean import MODES, NATIVE_MODES, LeanLlama
 from specdec.measure.core import cpu_name, time_forwards
 from specdec.measure.runner import cpu_counters, load_during
 from specdec.theory.checks import check_float, check_int, check_ints
-from specdec.theory.recordio import write_record
+from specdec.theory.recordio import DamagedFileError, read_json, write_record
 
 __all__ = [
     "DRAFT_MODES",
@@ -338,8 +339,9 @@ def choose_mode(
     of :data:`specdec.engine.lean.MODES`. Returns the probe with ``"mode"`` (the choice), ``"rule"``
     and ``"cached"`` (True when read from the cache). ``refresh`` re-measures; ``cache`` is
     the folder of the cache file (default: :func:`specdec.engine.models.cache_root`); ``threads`` the C
-    forward's threads in ``"q4q8"`` (default: the usable cores). An unreadable cache file is
-    ignored and rewritten. Each of these is said in one line (a UserWarning): modes this machine
+    forward's threads in ``"q4q8"`` (default: the usable cores). A damaged cache file (not a JSON
+    object) is kept beside as ``mode-probes.json.damaged`` with every machine's entries, and a new
+    one written. Each of these is said in one line (a UserWarning): the damaged file; modes this machine
     cannot run (:func:`left_out_modes`, when ``modes`` is not given); a cache that cannot be
     written (the probe is then kept in memory for this process); a probe timed while other
     processes kept the CPUs busy (its ``load``, :func:`load_during`): it is used for this call
@@ -356,13 +358,7 @@ def choose_mode(
     asked = None if modes is None else tuple(modes)
     if not refresh and (path, key, asked) in _IN_MEMORY:
         return {**_IN_MEMORY[path, key, asked], "cached": True}
-    store: dict[str, Any] = {}
-    try:
-        store = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(store, dict):
-            store = {}
-    except (OSError, ValueError):
-        store = {}
+    store = _read_store(path)
     wanted = tuple(modes) if modes is not None else available_modes()
     entry = store.get(key)
     if not refresh and isinstance(entry, dict) and tuple(entry.get("modes", {}) or {}) == wanted:
@@ -394,6 +390,25 @@ def choose_mode(
             "set SPECDEC_CACHE to a writable folder to keep it"
         )
     return {**entry, "cached": False}
+
+
+def _read_store(path: Path) -> dict[str, Any]:
+    """The mode-probe cache's entries (every machine's), {} when there is none or it cannot be read. A
+    damaged file (not JSON, or not an object) is not overwritten silently: it is kept beside as
+    ``mode-probes.json.damaged`` (the other machines' entries are in it) and a line says so."""
+    try:
+        return read_json(path, what="the mode-probe cache", kind=dict)
+    except OSError:  # none yet, or unreadable: measured, and the write says whether it can keep it
+        return {}
+    except DamagedFileError as exc:
+        aside = path.with_name(path.name + ".damaged")
+        try:
+            os.replace(path, aside)
+            kept = f"kept as {aside} (the other machines' probes, if any, are in it)"
+        except OSError as move:
+            kept = f"could not be kept aside ({move.strerror or move}); it is replaced"
+        _say(f"{exc}; {kept}; measuring this machine's modes again")
+        return {}
 
 
 #: Probes whose cache file could not be written, by (file, key, modes asked): kept for the process.

@@ -3,7 +3,8 @@
 * :func:`jsonable` -- a value as plain JSON values, NaN and infinity -> ``None`` (THE NaN rule);
 * :func:`write_record` -- THE JSON writer: :func:`jsonable`, strict JSON, written atomically;
 * :func:`csv_cell` -- the same rule for a CSV cell: NaN and infinity -> the empty cell;
-* :func:`write_text_atomic` -- any text file, written atomically (the CSV writers use it).
+* :func:`write_text_atomic` -- any text file, written atomically (the CSV writers use it);
+* :func:`read_json` -- a JSON file read back, its errors naming the file (a drafter's card, a cache).
 
 It lives in the lowest layer (plain Python and numpy) so that every layer writes through it: the
 distilled drafts' cards and the distillation data's meta (``train``) as well as the measurement
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["csv_cell", "jsonable", "write_record", "write_text_atomic"]
+__all__ = ["DamagedFileError", "csv_cell", "jsonable", "read_json", "write_record", "write_text_atomic"]
 
 
 def jsonable(obj: Any) -> Any:
@@ -83,3 +84,27 @@ def write_record(path: str | Path, record: Any, *, indent: int | None = 2, sort_
     atomically (:func:`write_text_atomic`), with a final newline. Creates the folder."""
     text = json.dumps(jsonable(record), indent=indent, sort_keys=sort_keys, allow_nan=False)
     return write_text_atomic(path, text + "\n")
+
+
+class DamagedFileError(ValueError):
+    """A file that exists but cannot be read as what it should be (JSON, safetensors): the message names
+    the file and what is wrong with it."""
+
+
+def read_json(path: str | Path, *, what: str = "file", kind: type | None = None) -> Any:
+    """The JSON value in ``path``; a file that is not UTF-8 JSON (or not of type ``kind``, e.g. ``dict``)
+    raises :class:`DamagedFileError` ``"<what> <path> is damaged: <why>"`` (line and column for a syntax
+    error); a missing or unreadable file raises the OSError, whose message names the file too."""
+    p = Path(path)
+    text = p.read_bytes()
+    try:
+        value = json.loads(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DamagedFileError(f"{what} {p} is damaged: not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise DamagedFileError(
+            f"{what} {p} is damaged: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
+    if kind is not None and not isinstance(value, kind):
+        raise DamagedFileError(f"{what} {p} is damaged: a JSON {type(value).__name__}, not a {kind.__name__}")
+    return value

@@ -30,7 +30,6 @@ family; :func:`save_conditioned` and :func:`load_conditioned` are the one writer
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec.theory.checks import check_int
-from specdec.theory.recordio import write_record
+from specdec.theory.recordio import DamagedFileError, read_json, write_record
 
 __all__ = [
     "FAMILIES",
@@ -251,24 +250,30 @@ def build_conditioned(card: dict, target: torch.nn.Module, kept: Any) -> torch.n
 
 def load_conditioned(folder: str | Path, target: torch.nn.Module) -> tuple[torch.nn.Module, dict]:
     """Rebuild a saved conditioned drafter around ``target``: (the module in eval mode, its card)."""
-    from safetensors.torch import load_file
+    from specdec.train.draftnets import load_weights
 
     folder = Path(folder)
     if not (folder / _CARD).exists() or not (folder / _WEIGHTS).exists():
         raise ValueError(f"no conditioned drafter under {str(folder)!r} (needs {_CARD} and {_WEIGHTS})")
-    card = json.loads((folder / _CARD).read_text())
+    card = read_json(folder / _CARD, what="the drafter's card", kind=dict)
     if card.get("hidden_size") != target.config.hidden_size:
         raise ValueError(
             f"{folder.name!r} was made for another target (hidden_size {card.get('hidden_size')})"
         )
-    tensors = load_file(str(folder / _WEIGHTS))
-    drafter = build_conditioned(card, target, tensors["kept"].long())
+    tensors = load_weights(folder / _WEIGHTS)
+
+    def get(key: str) -> torch.Tensor:
+        if key not in tensors:
+            raise DamagedFileError(f"the drafter's weights {folder / _WEIGHTS} lack the tensor {key!r}")
+        return tensors[key]
+
+    drafter = build_conditioned(card, target, get("kept").long())
     with torch.no_grad():
         for name, p in _matrices(drafter).items():
             if p.ndim >= 2:
-                p.copy_((tensors[f"{name}.q8"].float() * tensors[f"{name}.scale"].reshape(
-                    *tensors[f"{name}.q8"].shape[:-1], 1)).to(p.dtype))  # fmt: skip
+                p.copy_((get(f"{name}.q8").float() * get(f"{name}.scale").reshape(
+                    *get(f"{name}.q8").shape[:-1], 1)).to(p.dtype))  # fmt: skip
             else:
-                p.copy_(tensors[name].to(p.dtype))
+                p.copy_(get(name).to(p.dtype))
     drafter.requires_grad_(False)
     return drafter.eval(), card

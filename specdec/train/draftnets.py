@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int
-from specdec.theory.recordio import jsonable, write_record
+from specdec.theory.recordio import DamagedFileError, jsonable, read_json, write_record
 from specdec.train.shards import load_shards, sequences
 
 __all__ = [
@@ -202,7 +202,7 @@ def list_drafts(root: str | Path | None = None) -> list[str]:
     if not root.exists():
         return []
     cards = sorted(root.glob(f"*/{_CARD}"))
-    return [p.parent.name for p in cards if "init_layers" in json.loads(p.read_text())]
+    return [p.parent.name for p in cards if "init_layers" in read_json(p, what="the card", kind=dict)]
 
 
 def require_drafts(names: Sequence[str] | None = None, root: str | Path | None = None) -> list[str]:
@@ -237,6 +237,21 @@ def require_drafts(names: Sequence[str] | None = None, root: str | Path | None =
     return names
 
 
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a saved drafter's safetensors file; a truncated or damaged file raises
+    :class:`~specdec.theory.recordio.DamagedFileError` naming it (not the library's bare SafetensorError)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, ValueError) as exc:
+        raise DamagedFileError(
+            f"the drafter's weights {path} are damaged ({exc}); restore the file (git checkout) or train "
+            "the drafter again"
+        ) from None
+
+
 def load_draft(name: str, target: torch.nn.Module, root: str | Path | None = None) -> torch.nn.Module:
     """Rebuild the saved draft ``name`` around ``target`` (its embeddings and head are shared).
 
@@ -244,26 +259,37 @@ def load_draft(name: str, target: torch.nn.Module, root: str | Path | None = Non
     vocabulary), in eval mode, in the target's dtype, no parameter requiring grad; use it as
     ``ModelDrafter(load_draft(name, target), target=target)``.
     """
-    from safetensors.torch import load_file
-
     root = DRAFT_DIR if root is None else Path(root)
     folder = root / str(name)
     if not (folder / _CARD).exists() or not (folder / _WEIGHTS).exists():
         raise ValueError(f"no draft named {name!r} under {str(root)!r}; saved drafts: {list_drafts(root)}")
-    card = json.loads((folder / _CARD).read_text())
-    tensors = load_file(str(folder / _WEIGHTS))
+    card = read_json(folder / _CARD, what="the draft's card", kind=dict)
+    layers = card.get("init_layers")
+    if not (isinstance(layers, list) and layers and all(isinstance(i, int) for i in layers)):
+        kind = f" (its kind: {card['kind']!r})" if "kind" in card else ""
+        raise DamagedFileError(
+            f"the draft's card {folder / _CARD} holds no init_layers (a list of layer indices): it is not a "
+            f"distilled draft's card{kind}"
+        )
+    tensors = load_weights(folder / _WEIGHTS)
     base = _base(target)
-    if card.get("hidden_size") != target.config.hidden_size or max(card["init_layers"]) >= len(base.layers):
+    if card.get("hidden_size") != target.config.hidden_size or max(layers) >= len(base.layers):
         raise ValueError(
             f"draft {name!r} was made for another target (card: hidden_size {card.get('hidden_size')})"
         )
-    draft = build_draft(target, card["init_layers"], tensors["kept"].long())
+
+    def get(key: str) -> torch.Tensor:
+        if key not in tensors:
+            raise DamagedFileError(f"the draft's weights {folder / _WEIGHTS} lack the tensor {key!r}")
+        return tensors[key]
+
+    draft = build_draft(target, layers, get("kept").long())
     with torch.no_grad():
         for pname, p in _trainable(draft).items():
             if p.ndim == 2:
-                p.copy_((tensors[f"{pname}.q8"].float() * tensors[f"{pname}.scale"]).to(p.dtype))
+                p.copy_((get(f"{pname}.q8").float() * get(f"{pname}.scale")).to(p.dtype))
             else:
-                p.copy_(tensors[pname].to(p.dtype))
+                p.copy_(get(pname).to(p.dtype))
     draft.requires_grad_(False)
     draft.int8_rows = True  # its matrices are int8 per output row: the lean q4q8 engine keeps the codes
     return draft.eval()
