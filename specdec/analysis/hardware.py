@@ -3,7 +3,9 @@
 Reads the records of ``benchmarks/engine_modes.py`` (CPU engines side by side; the verify
 curves with their intervals), ``benchmarks/gpu_record.py`` (a GPU's T(b, k)) and
 ``benchmarks/dynamic_gamma.py`` (adaptive draft lengths against fixed ones,
-:func:`adaptive_vs_fixed`); computes nothing by timing. The one model of a speedup used here
+:func:`adaptive_vs_fixed`) and ``benchmarks/verify_kernels.py`` (the lean q4q8 engine's verify curve
+before and after a change of its C kernels, with the floor per k: :func:`kernel_curves`,
+:func:`kernel_floors`, :func:`kernel_goals`); computes nothing by timing. The one model of a speedup used here
 is Theorem 3.8 with the verify pass priced at its measured cost,
 ``E[T](alpha, gamma) / (gamma c + v(gamma + 1))`` with ``v(k) = T(k) / T(1)``
 (:func:`specdec.theory.speedup.walltime_speedup_measured`), maximised over the gammas whose verify
@@ -14,23 +16,30 @@ cost was measured (:func:`best_gamma_on_curve`; per batch of a cost surface,
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specdec.theory.intervals import paired_speedup, per_unit_medians, verdict
+from specdec.theory.intervals import paired_speedup, per_unit_medians, ratio_ci, verdict
 from specdec.theory.speedup import (  # Theorem 3.8 on a curve lives in theory; re-exported here
     best_gamma_on_curve,
     break_even_alpha,
 )
 
 __all__ = [
+    "KERNEL_GOALS",
     "adaptive_vs_fixed",
     "batch_gains",
     "best_gamma_on_curve",
     "break_even_alpha",
     "gpu_shapes",
     "gpu_surface",
+    "kernel_curves",
+    "kernel_decode",
+    "kernel_floor_parts",
+    "kernel_floors",
+    "kernel_goals",
+    "kernel_v_from_samples",
     "load_record",
     "verify_curves",
     "verify_intervals",
@@ -147,3 +156,131 @@ def adaptive_vs_fixed(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+# --------------------------------------------------------------------------- the lean kernels, before / after
+#: Issue 40's goals for the lean q4q8 engine's verify curve on 2 threads: v(k) at most ``goal``; the last
+#: one is AMX's (v(16) with the tile kernels), judged against AMX's own floor.
+KERNEL_GOALS: tuple[dict[str, Any], ...] = (
+    {"threads": 2, "k": 2, "goal": 1.08, "floor": "floor_v", "what": "v(2)"},
+    {"threads": 2, "k": 4, "goal": 1.2, "floor": "floor_v", "what": "v(4)"},
+    {"threads": 2, "k": 8, "goal": 1.5, "floor": "floor_v", "what": "v(8)"},
+    {"threads": 2, "k": 16, "goal": 2.1, "floor": "floor_v", "what": "v(16)"},
+    {"threads": 2, "k": 16, "goal": 1.3, "floor": "floor_amx_v", "what": "v(16) with AMX"},
+)
+
+
+def _kernels_record(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    if record.get("kind") != "engine-verify-kernels":
+        raise ValueError(f"record must be an engine-verify-kernels record; got kind {record.get('kind')!r}")
+    return record
+
+
+def kernel_curves(
+    record: Mapping[str, Any], threads: int
+) -> dict[str, dict[int, tuple[float, float, float]]]:
+    """Per curve of an engine-verify-kernels record at ``threads`` (``before-chain``, ``before-tree``,
+    ``after-chain``, ``after-tree``): ``{k: (v(k), low, high)}``, v(k) = T(k) / T(1) with the record's
+    95 % interval over passes."""
+    cells = _kernels_record(record)["cells"][f"verify-{threads}t"]["curves"]
+    return {
+        name: {int(c["k"]): (float(c["v"]), *map(float, c["v_ci"])) for c in rows}
+        for name, rows in cells.items()
+    }
+
+
+def kernel_floors(record: Mapping[str, Any], threads: int) -> dict[str, dict[int, float]]:
+    """The record's floors per k at ``threads``, each over its own k = 1: ``floor`` (issue 40's:
+    max(weight bytes / bandwidth, k multiply-adds / int8 peak) + attention), ``registers`` (the register
+    tiles' own, int8 products and float epilogue on the same vector units) and ``amx`` (where measured)."""
+    rows = _kernels_record(record)["floor"][f"{threads}t"]["rows"]
+    out = {"floor": {int(r["k"]): float(r["floor_v"]) for r in rows}}
+    for name, key in (("registers", "floor_registers_v"), ("amx", "floor_amx_v")):
+        if key in rows[0]:
+            out[name] = {int(r["k"]): float(r[key]) for r in rows}
+    return out
+
+
+def kernel_v_from_samples(
+    record: Mapping[str, Any], threads: int, name: str, k: int, **kw: Any
+) -> tuple[float, float, float]:
+    """v(k) of one curve recomputed from the record's raw T(k) samples: the geometric mean over passes
+    of T(k) / T(1), T(1) the same library's one-row chain call of the same pass, with its bootstrap
+    interval (:func:`specdec.theory.intervals.ratio_ci`; ``kw`` goes to it)."""
+    curves = _kernels_record(record)["cells"][f"verify-{threads}t"]["curves"]
+    library = name.rsplit("-", 1)[0]
+    by_k = {int(c["k"]): c["samples_s"] for c in curves[name]}
+    one = {int(c["k"]): c["samples_s"] for c in curves[f"{library}-chain"]}[1]
+    return ratio_ci(by_k[k], one, **kw)
+
+
+def kernel_floor_parts(record: Mapping[str, Any], threads: int) -> dict[str, Any]:
+    """What the floor is made of at ``threads``: the weight stream (ms, the same at every k), one row's
+    int8 products (ms, at the register tiles' peak and at AMX's), one row's float epilogue (ms), the
+    attention per k (ms), and per compute term the first k whose products outgrow the weight stream
+    (None when none of the record's k does): below it the floor's rise over k = 1 is attention alone."""
+    rows = _kernels_record(record)["floor"][f"{threads}t"]["rows"]
+    by_k = {int(r["k"]): r for r in rows}
+    one = by_k[min(by_k)]
+    weights = float(one["weights_ms"])
+    per_row = {"int8": float(one["int8_ms"]) / one["k"], "epilogue": float(one["epilogue_ms"]) / one["k"]}
+    if "amx_int8_ms" in one:
+        per_row["amx"] = float(one["amx_int8_ms"]) / one["k"]
+    compute = {
+        "int8": lambda r: r["int8_ms"],
+        "registers": lambda r: r["int8_ms"] + r["epilogue_ms"],
+    }
+    if "amx" in per_row:
+        compute["amx"] = lambda r: max(r["amx_int8_ms"], r["epilogue_ms"])
+    crossing = {
+        name: next((k for k in sorted(by_k) if term(by_k[k]) > weights), None)
+        for name, term in compute.items()
+    }
+    return {
+        "weights_ms": weights,
+        "row_ms": per_row,
+        "attention_ms": {k: float(r["attention_ms"]) for k, r in by_k.items()},
+        "first_k_compute_bound": crossing,
+    }
+
+
+def kernel_goals(
+    record: Mapping[str, Any], goals: Sequence[Mapping[str, Any]] = KERNEL_GOALS
+) -> list[dict[str, Any]]:
+    """Each goal against the record: the after library's chain v(k) with its interval, ``verdict``
+    ``"met"`` (the interval's top at most the goal), ``"missed"`` (its bottom above it) or
+    ``"undecided"``; and the goal's floor at that k, with ``floor_above`` when even the floor exceeds
+    the goal (no kernel of that kind meets it while attention costs what the record measured)."""
+    rows = []
+    for g in goals:
+        threads, k, goal = int(g["threads"]), int(g["k"]), float(g["goal"])
+        est, low, high = kernel_curves(record, threads)["after-chain"][k]
+        floor_rows = {int(r["k"]): r for r in record["floor"][f"{threads}t"]["rows"]}
+        floor = float(floor_rows[k][g["floor"]])
+        said = "met" if high <= goal else "missed" if low > goal else "undecided"
+        rows.append(
+            {
+                **g,
+                "after": (est, low, high),
+                "verdict": said,
+                "floor_v": floor,
+                "floor_above": floor > goal,
+            }
+        )
+    return rows
+
+
+def kernel_decode(record: Mapping[str, Any], threads: int) -> dict[str, Any]:
+    """Plain greedy decoding at ``threads``, after against before: median tokens per second of each
+    library, time per token after / before (est, low, high: < 1 when after is faster), whether both
+    produced the same tokens, and the bare one-row call's after / before (the plain step's T(1))."""
+    rec = _kernels_record(record)
+    dec = rec["cells"][f"decode-{threads}t"]
+    ratio = dec["after_over_before"]
+    chain = {int(r["k"]): r for r in rec["cells"][f"verify-{threads}t"]["after_over_before"]["chain"]}
+    return {
+        "tok_s": {lib: float(dec["median_tok_s"][lib]) for lib in ("before", "after")},
+        "time_per_token": (float(ratio["ratio"]), *map(float, ratio["ci"])),
+        "same_tokens": bool(dec["same_tokens"]),
+        "step": (float(chain[1]["after_over_before"]), float(chain[1]["lo"]), float(chain[1]["hi"])),
+    }
