@@ -24,9 +24,13 @@ temperature (:mod:`specdec.theory.treeverify`); at temperature 0 it is exact mat
   row per level, the earlier levels kept in the cache); ``topk > 1``: EAGLE-2's dynamic tree: at each
   depth the ``topk`` frontier nodes of highest cumulative draft probability are expanded (``topk``
   children each), then the ``budget`` nodes of highest cumulative probability are kept (a set closed
-  under parents). A tree level is one tree call over every node expanded so far (the earlier ones
-  computed again: the engine's tree call hangs its nodes below the cached prefix only), so a tree's
-  draft cost grows with its depth faster than the papers' cached trees.
+  under parents). A tree level is one call over that level's expanded nodes only: the draft layer's
+  cache keeps the earlier levels' nodes, and the call hangs the new ones below them
+  (``specdec_q8_forward_spec``: each node attends to the committed prefix and its own path, so its
+  output equals the chain's over its path, bit for bit), as the papers' cached trees do.
+
+Every head's top tokens come from one C call (the head's int8 rows and a partial selection over the
+kept vocabulary, :meth:`specdec.engine.leannative.Q8Linear.top`), never from a sort of the vocabulary.
 """
 
 from __future__ import annotations
@@ -52,13 +56,13 @@ def _norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return (weight * (x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(eps)))).astype(np.float32)
 
 
-def _top(logits: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest entries of each row, largest first (ties: smaller index first)."""
-    k = min(k, logits.shape[-1])
-    part = np.argpartition(-logits, k - 1, axis=-1)[..., :k]
-    vals = np.take_along_axis(logits, part, -1)
-    order = np.lexsort((part, -vals), axis=-1)
-    return np.take_along_axis(part, order, -1)
+def _top(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the k largest entries of each row, largest first (ties: the smaller index first), and
+    their log-probabilities under the row's softmax (one C call: :func:`specdec.engine.leannative.topk`)."""
+    from specdec.engine.leannative import topk
+
+    idx, val, lse = topk(logits, min(k, logits.shape[-1]))
+    return idx, val - lse[:, None]
 
 
 class ConditionedDrafter(TreeDrafter):
@@ -157,7 +161,7 @@ class MedusaDrafter(StaticTreeDrafter):
         u = _norm(self.last, self.norm_w, self.eps)
         z = self.w(u[None], self.threads).reshape(self.k, -1) + self.b
         r = u[None] + z / (1.0 + np.exp(-z))
-        top = _top(self.head(r.astype(np.float32), self.threads), self.ranks)  # (K, ranks)
+        top = self.head.top(r.astype(np.float32), self.ranks, self.threads)[0]  # (K, ranks)
         return [int(self.kept[top[d - 1, j]]) for d, j in zip(depths, ranks, strict=True)], 1
 
 
@@ -178,13 +182,15 @@ class SpeculatorDrafter(StaticTreeDrafter):
         self.out_scale = module.out_scale.detach().numpy().astype(np.float32)
 
     def _stage(self, n: int, states: np.ndarray, tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Stage ``n`` over ``states`` and the tokens each consumes: (the next states, each row's top
+        ``ranks`` kept-vocabulary indices)."""
         z = self.w[n](np.concatenate([states, self.embed[tokens]], 1).astype(np.float32), self.threads)
         z = (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + np.float32(1e-5))
         z = z * self.ln_w[n] + self.ln_b[n]
         s = (0.5 * z * (1.0 + np.tanh(np.float32(0.7978845608) * (z + np.float32(0.044715) * z**3)))).astype(
             np.float32
         )
-        return s, self.head((s * self.out_scale[n]).astype(np.float32), self.threads)
+        return s, self.head.top((s * self.out_scale[n]).astype(np.float32), self.ranks, self.threads)[0]
 
     def _fill(
         self, prefix_ids: Sequence[int], parents: list[int], depths: list[int], ranks: list[int]
@@ -197,11 +203,10 @@ class SpeculatorDrafter(StaticTreeDrafter):
         calls = 0
         for d in range(1, max(depths) + 1):
             expand = sorted({parents[i] for i in range(n) if depths[i] == d})
-            states, logits = self._stage(
+            states, top = self._stage(
                 d - 1, np.stack([state_in[p] for p in expand]), [token_in[p] for p in expand]
             )
             calls += 1
-            top = _top(logits, self.ranks)
             row = {p: r for r, p in enumerate(expand)}
             for i in range(n):
                 if depths[i] == d:
@@ -230,10 +235,10 @@ class EagleDrafter(ConditionedDrafter):
         self.cache = self.layer.new_cache(self.layer.max_positions)
         self.m = 0
         self.g: np.ndarray | None = None
-        self.logp: np.ndarray | None = None
+        self.first: tuple[np.ndarray, np.ndarray] | None = None  # level 1: (kept indices, log-probabilities)
 
     def start(self, prompt_ids: Sequence[int]) -> None:
-        self.m, self.g, self.logp = 0, None, None
+        self.m, self.g, self.first = 0, None, None
 
     def _inputs(self, feats: np.ndarray, tokens: Sequence[int]) -> torch.Tensor:
         u = _norm(feats, self.norm_w, self.eps)
@@ -242,21 +247,29 @@ class EagleDrafter(ConditionedDrafter):
         )
 
     def _run(
-        self, tokens: Sequence[int], embeds: torch.Tensor, keep: int, parents: list[int] | None, start: int
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self,
+        tokens: Sequence[int],
+        embeds: torch.Tensor,
+        keep: int,
+        start: int,
+        region: list[int] | None = None,
+        prefix: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The draft layer over ``tokens`` at slots ``start``..: (every row's pre-norm output, the last
-        ``keep`` rows' log-probabilities over the kept vocabulary)."""
+        ``keep`` rows' top ``topk`` kept-vocabulary indices and their log-probabilities). ``region``:
+        the parents of the draft tree's nodes at slots ``prefix`` .. (earlier levels' nodes first, these
+        rows last); None: a chain."""
         from specdec.engine import leannative
 
         ids = torch.tensor(list(tokens), dtype=torch.long)
         feats = torch.empty(len(tokens), self.layer.hidden)
-        tree = None if parents is None else leannative.tree_layout(parents, len(tokens))
+        tree = None if region is None else leannative.tree_layout(region, len(region))
         # the kept-vocabulary logits as the C head gives them (LeanLlama.forward would widen them)
-        small = leannative.native_forward(self.layer, ids, start, self.cache, keep, tree, embeds, feats)
-        small = small.numpy()
-        logp = small - small.max(-1, keepdims=True)
-        logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
-        return feats.numpy(), logp
+        small = leannative.native_forward(
+            self.layer, ids, start, self.cache, keep, tree, embeds, feats, prefix
+        )
+        idx, logp = _top(small.numpy(), self.topk)
+        return feats.numpy(), idx, logp
 
     @torch.inference_mode()
     def extend(self, features: np.ndarray, next_ids: Sequence[int]) -> None:
@@ -265,45 +278,47 @@ class EagleDrafter(ConditionedDrafter):
             return
         if self.m + len(next_ids) > self.context:
             raise ValueError(f"EAGLE's draft layer holds {self.context} positions; the generation is longer")
-        feats, logp = self._run(next_ids, self._inputs(features, next_ids), 1, None, self.m)
+        feats, idx, logp = self._run(next_ids, self._inputs(features, next_ids), 1, self.m)
         self.m += len(next_ids)  # committed pairs; speculative slots after m are overwritten
-        self.g, self.logp = feats[-1], logp[0]
+        self.g, self.first = feats[-1], (idx[0], logp[0])
 
     @torch.inference_mode()
     def propose_tree(
         self, prefix_ids: Sequence[int], budget: int, warp_fn: WarpFn, rng: np.random.Generator
     ) -> TreeProposal:
         budget = check_budget(budget)
-        if self.g is None or budget == 0:
+        if self.g is None or self.first is None or budget == 0:
             return TreeProposal(_EMPTY, None, 0)
-        k = self.topk
+        k = min(self.topk, budget)  # more expanded nodes than the budget keeps would be drafted for nothing
         tok, par, score, dep = [], [], [], []  # candidate nodes
-        for t in _top(self.logp[None], k)[0]:
-            tok.append(int(self.kept[t])), par.append(-1), score.append(float(self.logp[t])), dep.append(1)
+        for t, lp in zip(self.first[0][:k], self.first[1][:k], strict=True):
+            tok.append(int(self.kept[t])), par.append(-1), score.append(float(lp)), dep.append(1)
         feat_of: dict[int, np.ndarray] = {-1: self.g}  # node -> its predicted feature (g after it)
-        run: list[int] = []  # expanded nodes, in call order (parents first)
+        slot_of: dict[int, int] = {}  # expanded node -> its index in the draft cache's tree region
+        region: list[int] = []  # the region's parents (indices into it; -1: a child of the prefix)
         calls = 1  # the call of extend() that gave the first level's logits (one per round)
-        room = self.context - self.m  # the draft cache's free slots
         for d in range(2, min(self.depth, budget) + 1):
             frontier = [i for i in range(len(tok)) if dep[i] == d - 1]
             new = sorted(frontier, key=lambda i: (-score[i], i))[:k]
-            if k == 1:  # a chain: the earlier levels stay in the cache at slots = positions; one row
-                order, start, parents = new, self.m + d - 2, None
-            else:  # a tree: the expanded nodes again, as one tree call (new rows last, for keep)
-                order, start = run + new, self.m
-                index = {node: r for r, node in enumerate(order)}
-                parents = [index[par[i]] if par[i] >= 0 else -1 for i in order]
-            if start + len(order) > room + self.m:
+            if self.m + len(region) + len(new) > self.context:
                 break
-            embeds = self._inputs(np.stack([feat_of[par[i]] for i in order]), [tok[i] for i in order])
-            feats, logp = self._run([tok[i] for i in order], embeds, len(new), parents, start)
+            embeds = self._inputs(np.stack([feat_of[par[i]] for i in new]), [tok[i] for i in new])
+            if k == 1:  # a chain: the earlier levels stay in the cache at slots = positions; one row
+                feats, top, logp = self._run([tok[i] for i in new], embeds, 1, self.m + d - 2)
+            else:  # the level's nodes only, hung below the earlier levels' nodes in the draft cache
+                start = self.m + len(region)
+                for i in new:
+                    slot_of[i] = len(region)
+                    region.append(slot_of[par[i]] if par[i] >= 0 else -1)
+                feats, top, logp = self._run(
+                    [tok[i] for i in new], embeds, len(new), start, region, self.m
+                )  # fmt: skip
             calls += 1
             for r, i in enumerate(new):
-                feat_of[i] = feats[len(order) - len(new) + r]
-                for t in _top(logp[r][None], k)[0]:
+                feat_of[i] = feats[r]
+                for t, lp in zip(top[r][:k], logp[r][:k], strict=True):
                     tok.append(int(self.kept[t])), par.append(i), dep.append(d)
-                    score.append(score[i] + float(logp[r][t]))
-            run = order
+                    score.append(score[i] + float(lp))
         chosen = sorted(range(len(tok)), key=lambda i: (-score[i], dep[i], i))[:budget]
         keep = set(chosen)
         for i in list(chosen):  # close under parents (ties may leave a parent out)

@@ -254,6 +254,65 @@ class Q8Linear:
             raise ValueError(f"the C linear refused its arguments (code {status})")
         return y
 
+    def top(self, x: Any, k: int, threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ``k`` largest outputs of each row of x W^T (a drafter's head and its top tokens in one C
+        call, ``specdec_q8_linear_topk``): (indices (rows, k) int32, largest first, ties: the smaller index
+        first; their values (rows, k); each row's log sum exp (rows,)), so ``values - lse[:, None]`` are
+        the tokens' log-probabilities. The outputs are those of :meth:`__call__`, bit for bit."""
+        threads = check_int("threads", threads, low=1, high=1024)
+        k = check_int("k", k, low=1, high=min(TOPK_MAX, self.out_features))
+        x = _rows_f32(x, self.in_features)
+        idx = np.empty((x.shape[0], k), dtype=np.int32)
+        val = np.empty((x.shape[0], k), dtype=np.float32)
+        lse = np.empty(x.shape[0], dtype=np.float32)
+        status = self.lib.specdec_q8_linear_topk(
+            self.handle, x.ctypes.data, x.shape[0], k, idx.ctypes.data, val.ctypes.data, lse.ctypes.data,
+            None, threads,
+        )  # fmt: skip
+        if status == -1:
+            raise MemoryError("the C linear could not allocate its work buffers")
+        if status != 0:
+            raise ValueError(f"the C linear's top-k refused its arguments (code {status})")
+        return idx, val, lse
+
+
+#: The most entries :func:`topk` (and :meth:`Q8Linear.top`) select per row (leanq8.c's TOPK_MAX).
+TOPK_MAX = 64
+
+
+def _rows_f32(x: Any, width: int) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise ValueError(f"x must be a float32 NumPy array or tensor; got {getattr(x, 'dtype', type(x))}")
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] != width:
+        raise ValueError(f"x must have shape (rows >= 1, {width}); got {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("x must hold finite values only")
+    return np.ascontiguousarray(x)
+
+
+def topk(x: Any, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``k`` largest entries of each row of ``x`` (rows, n) float32, in C (``specdec_topk``: partial
+    selection, no sort of the row): (indices (rows, k) int32, largest first, ties: the smaller index first,
+    as a stable sort of -x; their values; each row's log sum exp). ``k`` in [1, min(n, TOPK_MAX)]."""
+    from specdec.engine import native
+
+    x = np.asarray(x) if not isinstance(x, torch.Tensor) else x
+    if getattr(x, "ndim", 0) != 2:
+        raise ValueError(f"x must be a 2-D float32 array (rows, n); got {getattr(x, 'shape', type(x))}")
+    x = _rows_f32(x, int(x.shape[1]))
+    k = check_int("k", k, low=1, high=min(TOPK_MAX, x.shape[1]))
+    idx = np.empty((x.shape[0], k), dtype=np.int32)
+    val = np.empty((x.shape[0], k), dtype=np.float32)
+    lse = np.empty(x.shape[0], dtype=np.float32)
+    status = native.library("q4q8").specdec_topk(
+        x.ctypes.data, x.shape[0], x.shape[1], k, idx.ctypes.data, val.ctypes.data, lse.ctypes.data
+    )
+    if status != 0:
+        raise ValueError(f"specdec_topk refused its arguments (code {status}): shape {x.shape}, k={k}")
+    return idx, val, lse
+
 
 def native_forward(
     model: Any,
@@ -264,11 +323,16 @@ def native_forward(
     tree: TreeLayout | None,
     embeds: torch.Tensor | None = None,
     features: torch.Tensor | None = None,
+    prefix: int | None = None,
 ) -> torch.Tensor:
     """The C forward of ``model`` (mode ``"q4_1"`` or ``"q4q8"``) over ``ids`` at ``start``, its arguments
     checked first; ``tree`` runs the tree forward. Logits over the head's rows. ``embeds`` and
     ``features`` (``"q4q8"`` only; checked by :func:`check_extras`): rows in place of the embedding's
-    and the (len(ids), hidden) output of every row's residual before the final norm."""
+    and the (len(ids), hidden) output of every row's residual before the final norm. ``prefix`` (``"q4q8"``,
+    a tree only; None: ``start``): the call's tree hangs below nodes earlier calls wrote at slots
+    ``prefix`` .. ``start`` - 1, and ``tree`` is the layout of that whole region (start - prefix +
+    len(ids) nodes, this call's rows last): each row attends to slots 0 .. prefix-1 and its path,
+    rotated at ``prefix`` + its depth, so its logits equal the chain's over its path."""
     from specdec.engine import native
 
     k = int(ids.shape[0])
@@ -291,12 +355,22 @@ def native_forward(
         raise ValueError(f"token ids must lie in [0, {model.embed.shape[0]}); got {ids.tolist()!r}")
     logits = torch.empty(rows, model.head.out_features, dtype=torch.float32)
     parents = None if tree is None else torch.tensor(tree.parents, dtype=torch.int32)
+    if prefix is not None and prefix != start:
+        if model.mode != "q4q8" or tree is None:
+            raise ValueError("prefix below start needs mode 'q4q8' and a tree (the region's layout)")
+        if not 0 <= prefix < start or len(tree.parents) != start - prefix + k:
+            raise ValueError(
+                f"prefix must lie in [0, start={start}) and the tree cover slots prefix..start+k-1 "
+                f"({start - (prefix if isinstance(prefix, int) else 0) + k} nodes); got prefix={prefix!r}, "
+                f"{len(tree.parents)} nodes"
+            )
     if model.mode == "q4q8":
         q8_forward(model).forward(
             None if embeds is not None else ids.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]),
             logits.data_ptr(), rows, model.num_layers, model.threads,
             None if parents is None else parents.data_ptr(),
             None if embeds is None else embeds.data_ptr(), None if features is None else features.data_ptr(),
+            prefix,
         )  # fmt: skip
         return logits
     lib, structure = native.library(), ctypes.byref(native_structure(model))

@@ -102,7 +102,7 @@ SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
 #: The C forwards, by the lean mode that runs them.
 KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
-Q8_ABI = 7
+Q8_ABI = 8
 #: The ABI version of leanq4.c's structures (its SPECDEC_Q4_ABI), checked at load.
 Q4_ABI = 3
 
@@ -342,6 +342,13 @@ def _declare_q8(lib: ctypes.CDLL, newer: bool = True) -> ctypes.CDLL:
     if newer or hasattr(lib, "specdec_q8_peak"):
         lib.specdec_q8_peak.argtypes = [i32, ctypes.c_int64, i32]
         lib.specdec_q8_peak.restype = ctypes.c_double
+    if newer or hasattr(lib, "specdec_q8_forward_spec"):  # ABI 8
+        lib.specdec_q8_forward_spec.argtypes = [p, p, p, p, i32, i32, i32, p, i32, p, i32, i32, i32, p]
+        lib.specdec_q8_forward_spec.restype = i32
+        lib.specdec_topk.argtypes = [p, i32, i32, i32, p, p, p]
+        lib.specdec_topk.restype = i32
+        lib.specdec_q8_linear_topk.argtypes = [p, p, i32, i32, p, p, p, p, i32]
+        lib.specdec_q8_linear_topk.restype = i32
     return lib
 
 
@@ -406,6 +413,7 @@ class Q8Forward:
         parents: Any = None,
         embeds: Any = None,
         features: Any = None,
+        prefix: int | None = None,
     ) -> None:
         """Run leanq8.c's forward on raw pointers (``ids``, ``cache``, ``logits``: addresses).
 
@@ -414,8 +422,18 @@ class Q8Forward:
         to the prefix and its ancestors; None runs the chain. ``embeds`` (the address of (k, hidden)
         float32 rows, used in place of the embedding's rows of ``ids``, which must then be None) and
         ``features`` (the address of a (k, hidden) float32 output: every row's residual after the
-        layers, before the final norm) run ``specdec_q8_forward_ex`` (ABI 5)."""
-        if embeds is not None or features is not None:
+        layers, before the final norm) run ``specdec_q8_forward_ex`` (ABI 5). ``prefix`` (below
+        ``start``) hangs the tree below nodes earlier calls wrote at slots prefix .. start-1
+        (``specdec_q8_forward_spec``, ABI 8): ``parents`` then holds start - prefix + k entries, each in
+        [-1, i - 1] over that region."""
+        if prefix is not None and prefix != start:
+            if parents is None:
+                raise ValueError("a call below earlier calls' nodes (prefix < start) needs their parents")
+            status = self.lib.specdec_q8_forward_spec(
+                self.handle, ids, embeds, parents, k, start, prefix, cache, capacity, logits, keep, layers,
+                threads, features,
+            )  # fmt: skip
+        elif embeds is not None or features is not None:
             status = self.lib.specdec_q8_forward_ex(
                 self.handle, ids, embeds, parents, k, start, cache, capacity, logits, keep, layers, threads,
                 features,
@@ -436,6 +454,7 @@ class Q8Forward:
                 f"capacity={capacity}, keep={keep}, layers={layers} (of {self.layers}), threads={threads}, "
                 "or a token id outside the vocabulary, or not exactly one of ids and embeds"
                 + ("" if parents is None else ", or a parent outside [-1, r - 1]")
+                + ("" if prefix is None else f", or prefix={prefix} outside [0, start]")
             )
 
     def set_profiling(self, on: bool) -> None:
@@ -687,7 +706,13 @@ def peak_work(kind: str, iters: int, threads: int) -> float:
 
 
 #: The q4q8 entry points an earlier ABI may lack (:func:`q8_library_from` lists those missing).
-_Q8_NEWER = ("specdec_q8_amx", "specdec_q8_peak")
+_Q8_NEWER = (
+    "specdec_q8_amx",
+    "specdec_q8_peak",
+    "specdec_q8_forward_spec",
+    "specdec_q8_linear_topk",
+    "specdec_topk",
+)
 
 
 def q8_library_from(sources: Mapping[str, bytes]) -> tuple[ctypes.CDLL, dict[str, Any]]:

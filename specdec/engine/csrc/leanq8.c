@@ -44,7 +44,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#define SPECDEC_Q8_ABI 7 /* 7: specdec_q8_amx, specdec_q8_peak; 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
+#define SPECDEC_Q8_ABI 8 /* 8: specdec_q8_forward_spec (a tree hung below earlier calls' nodes), specdec_q8_linear_topk, specdec_topk; 7: specdec_q8_amx, specdec_q8_peak; 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ISA "avx512vnni"
@@ -484,9 +484,12 @@ static void silu_mul(const float *g, const float *u, int n, float *out) {
 }
 
 /* A call's tree (NULL for a chain): row r sits at depth[r] (0 for a child of the cached prefix) and
- * attends to the prefix and then to the slots path + off[r] (depth[r] + 1 of them, root-down). */
+ * attends to the prefix, slots 0 .. prefix-1, and then to the slots path + off[r] (depth[r] + 1 of
+ * them, root-down). The prefix is the call's start, or less when the tree hangs below nodes that
+ * earlier calls wrote (specdec_q8_forward_spec). */
 typedef struct {
     const int32_t *depth, *off, *path;
+    int prefix;
 } tree_t;
 
 typedef struct {
@@ -509,9 +512,9 @@ static void att_part(void *arg, int part, int parts) {
         const float *row = j->qkv + (size_t)r * qkv_n;
         const tree_t *tr = j->tree;
         attend_group(row + (size_t)jh * hd, group, j->kc + (size_t)kvh * j->capacity * hd,
-                     j->vc + (size_t)kvh * j->capacity * hd, j->start + (tr ? tr->depth[r] : r) + 1, hd,
+                     j->vc + (size_t)kvh * j->capacity * hd, (tr ? tr->prefix + tr->depth[r] : j->start + r) + 1, hd,
                      j->scores + ((size_t)r * nh + jh) * end_max, end_max, j->att + (size_t)r * AD + (size_t)jh * hd,
-                     tr ? tr->path + tr->off[r] : NULL, j->start);
+                     tr ? tr->path + tr->off[r] : NULL, tr ? tr->prefix : j->start);
     }
 }
 
@@ -526,7 +529,11 @@ static void attention(const handle_t *h, float *qkv, int k, int start, float *kc
     const int hd = h->head_dim, nh = h->heads, kv = h->kv_heads;
     const int qkv_n = (nh + 2 * kv) * hd;
     for (int r = 0; r < k; r++) {
-        const int pos = start + (tree ? tree->depth[r] : r), slot = start + r;
+#if SPECDEC_Q8_FAULT == 4 /* test hook: a tree below earlier calls' nodes rotated as if hung at start */
+        const int pos = tree ? start + tree->depth[r] : start + r, slot = start + r;
+#else
+        const int pos = tree ? tree->prefix + tree->depth[r] : start + r, slot = start + r;
+#endif
         float *row = qkv + (size_t)r * qkv_n;
         for (int j = 0; j < nh + kv; j++)
             rotate(row + (size_t)j * hd, h->cos + (size_t)pos * hd, h->sin + (size_t)pos * hd, hd);
@@ -586,35 +593,39 @@ static void pool_give(int threads) {
     if (threads > 1) pthread_mutex_unlock(&process_pool_mu);
 }
 
+/* parents (NULL for a chain) covers slots prefix .. start+k-1: parents[i] in [-1, i - 1] is slot
+ * prefix + i's parent (as prefix + parents[i]; -1: a child of the prefix); the entries before start -
+ * prefix describe nodes earlier calls wrote, the last k this call's rows. */
 static int32_t forward_checked(handle_t *h, const int64_t *ids, const float *embeds, const int32_t *parents,
-                               int32_t k, int32_t start, float *cache, int32_t capacity, float *logits,
-                               int32_t keep, int32_t n_layers, int32_t threads, float *features) {
+                               int32_t k, int32_t start, int32_t prefix, float *cache, int32_t capacity,
+                               float *logits, int32_t keep, int32_t n_layers, int32_t threads, float *features) {
     if (!h || !ids == !embeds || !cache || !logits) return ERR_ARGUMENT; /* exactly one of ids, embeds */
     if (k < 1 || keep < 1 || keep > k || start < 0 || capacity < 1 || capacity > h->positions ||
         start > capacity - k || n_layers < 1 || n_layers > h->n_layers || threads < 1 || threads > 1024)
         return ERR_ARGUMENT;
     for (int r = 0; ids && r < k; r++)
         if (ids[r] < 0 || ids[r] >= h->vocab) return ERR_ARGUMENT;
+    if (prefix < 0 || prefix > start || (!parents && prefix != start)) return ERR_ARGUMENT;
+    const int before = start - prefix, n = before + k; /* the speculative region's nodes */
     if (parents)
-        for (int r = 0; r < k; r++)
-            if (parents[r] < -1 || parents[r] >= r) return ERR_ARGUMENT;
-    tree_t tree = {NULL, NULL, NULL};
+        for (int i = 0; i < n; i++)
+            if (parents[i] < -1 || parents[i] >= i) return ERR_ARGUMENT;
+    tree_t tree = {NULL, NULL, NULL, prefix};
     int32_t *depth = NULL, *off = NULL, *path = NULL;
-    if (parents) { /* each row's depth and its path's slots, root-down */
-        depth = malloc(sizeof(int32_t) * (size_t)k), off = malloc(sizeof(int32_t) * (size_t)k);
+    if (parents) { /* each node's depth; each row's path's slots, root-down */
+        depth = malloc(sizeof(int32_t) * (size_t)n), off = malloc(sizeof(int32_t) * (size_t)k);
         size_t total = 0;
-        for (int r = 0; depth && off && r < k; r++) {
-            depth[r] = parents[r] < 0 ? 0 : depth[parents[r]] + 1;
-            off[r] = (int32_t)total, total += (size_t)depth[r] + 1;
-        }
+        for (int i = 0; depth && i < n; i++) depth[i] = parents[i] < 0 ? 0 : depth[parents[i]] + 1;
+        for (int r = 0; depth && off && r < k; r++) off[r] = (int32_t)total, total += (size_t)depth[before + r] + 1;
         path = depth && off ? malloc(sizeof(int32_t) * total) : NULL;
         if (!path) {
             free(depth), free(off);
             return ERR_MEMORY;
         }
         for (int r = 0; r < k; r++)
-            for (int node = r, i = depth[r]; node >= 0; node = parents[node], i--) path[off[r] + i] = start + node;
-        tree = (tree_t){depth, off, path};
+            for (int node = before + r, i = depth[before + r]; node >= 0; node = parents[node], i--)
+                path[off[r] + i] = prefix + node;
+        tree = (tree_t){depth + before, off, path, prefix};
     }
     pthread_mutex_lock(&h->call_mu);
     pool_t *pool = pool_take(threads);
@@ -628,7 +639,8 @@ static int32_t forward_checked(handle_t *h, const int64_t *ids, const float *emb
 
 int32_t specdec_q8_forward(handle_t *h, const int64_t *ids, int32_t k, int32_t start, float *cache,
                            int32_t capacity, float *logits, int32_t keep, int32_t n_layers, int32_t threads) {
-    return forward_checked(h, ids, NULL, NULL, k, start, cache, capacity, logits, keep, n_layers, threads, NULL);
+    return forward_checked(h, ids, NULL, NULL, k, start, start, cache, capacity, logits, keep, n_layers, threads,
+                           NULL);
 }
 
 /* specdec_q8_forward over a tree of k nodes: parents[r] in [-1, r - 1] (-1: a child of the cached
@@ -639,7 +651,8 @@ int32_t specdec_q8_forward_tree(handle_t *h, const int64_t *ids, const int32_t *
                                 float *cache, int32_t capacity, float *logits, int32_t keep, int32_t n_layers,
                                 int32_t threads) {
     if (!parents) return ERR_ARGUMENT;
-    return forward_checked(h, ids, NULL, parents, k, start, cache, capacity, logits, keep, n_layers, threads, NULL);
+    return forward_checked(h, ids, NULL, parents, k, start, start, cache, capacity, logits, keep, n_layers,
+                           threads, NULL);
 }
 
 /* Both of the above (ABI 5), and more: exactly one of ids (k token ids) and embeds (k rows of hidden
@@ -648,8 +661,23 @@ int32_t specdec_q8_forward_tree(handle_t *h, const int64_t *ids, const int32_t *
 int32_t specdec_q8_forward_ex(handle_t *h, const int64_t *ids, const float *embeds, const int32_t *parents,
                               int32_t k, int32_t start, float *cache, int32_t capacity, float *logits,
                               int32_t keep, int32_t n_layers, int32_t threads, float *features) {
-    return forward_checked(h, ids, embeds, parents, k, start, cache, capacity, logits, keep, n_layers, threads,
-                           features);
+    return forward_checked(h, ids, embeds, parents, k, start, start, cache, capacity, logits, keep, n_layers,
+                           threads, features);
+}
+
+/* specdec_q8_forward_ex over a tree hung below nodes that earlier calls wrote (ABI 8): slots 0 ..
+ * prefix-1 hold the committed prefix, slots prefix .. start-1 earlier calls' tree nodes, and
+ * parents (start - prefix + k entries, parents[i] in [-1, i - 1], -1: a child of the prefix) gives
+ * every node's parent, this call's k rows last. Row r is written at slot start + r, rotated at
+ * position prefix + its depth, and attends to slots 0 .. prefix-1 and then its path's slots,
+ * root-down: its logits equal, bit for bit, those of the chain over its path (EAGLE-2's expansion
+ * computes each node once). */
+int32_t specdec_q8_forward_spec(handle_t *h, const int64_t *ids, const float *embeds, const int32_t *parents,
+                                int32_t k, int32_t start, int32_t prefix, float *cache, int32_t capacity,
+                                float *logits, int32_t keep, int32_t n_layers, int32_t threads, float *features) {
+    if (!parents) return ERR_ARGUMENT;
+    return forward_checked(h, ids, embeds, parents, k, start, prefix, cache, capacity, logits, keep, n_layers,
+                           threads, features);
 }
 
 static int forward_locked(handle_t *h, const int64_t *ids, const float *embeds, int32_t k, int32_t start,
@@ -758,3 +786,5 @@ int32_t specdec_q8_linear(lin_t *l, const float *x, int32_t rows, float *y, int3
 }
 
 #include "leanq8_peak.h" /* specdec_q8_peak: the arithmetic peaks the verify curve's floor divides by */
+
+#include "leanq8_topk.h" /* specdec_topk, specdec_q8_linear_topk: a drafter's head and its top tokens */

@@ -20,7 +20,9 @@
  * SPECDEC_Q8_FAULT (a test hook, never set in a real build): 1 reads rows 1.. of a multi-row tile at a
  * wrong row stride, 2 scales them by the previous block's activation scale (stale), 3 misconfigures
  * the AMX tiles (8 rows high: rows 8 .. 15 of a pass keep stale sums); tests/test_native_tiles.py
- * builds each and sees rows stop equalling single steps.
+ * builds each and sees rows stop equalling single steps. 4 (in leanq8.c) rotates a tree hung below
+ * earlier calls' nodes as if it hung at the call's start; tests/test_drafter_kernels.py sees its
+ * nodes stop equalling their chains.
  */
 #ifndef SPECDEC_LEANQ8_MATMUL_H
 #define SPECDEC_LEANQ8_MATMUL_H
