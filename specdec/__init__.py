@@ -166,7 +166,9 @@ Interface (the command line, ``specdec``, also ``python -m specdec``: :mod:`spec
   -- one module per command.
 
 The engine's names are importable from the package root too, but lazily, so that
-``import specdec`` stays free of torch for readers who only want the theory.
+``import specdec`` stays free of torch for readers who only want the theory. The root is therefore the
+top of the layers (with the command line): it names modules of every layer, and no module of the package
+imports it (``tests/test_layers.py`` reads the lazy table as imports).
 """
 
 from __future__ import annotations
@@ -174,6 +176,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from specdec.theory import __version__ as __version__
 from specdec.theory.speedup import (
     acceptance_rate,
     accepted_pmf,
@@ -185,8 +188,6 @@ from specdec.theory.speedup import (
     walltime_speedup_measured,
     walltime_speedup_rounds,
 )
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "autoregressive": "specdec.engine.decoding",

@@ -13,6 +13,7 @@ from specdec.analysis import answer, crossfit
 from specdec.analysis.answerfig import answer_figure, answer_rows, prompt_figure
 from specdec.analysis.beyond import SOURCES, section7_table
 from specdec.experiments.campaign2 import analyse
+from specdec.paper.article import load_article_table
 from specdec.paper.ledger.section7 import RULES7, section7_rows
 
 TASKS = ("summarize", "extract", "code", "chat")
@@ -215,7 +216,7 @@ def test_configurations_in_words(record):
 
 
 def test_section7_table_sets_every_printed_row_beside_its_families(record):
-    rows = section7_table(record)
+    rows = section7_table(record, load_article_table("sources_table"))
     assert {r["source"] for r in rows} == set(SOURCES)
     medusa = next(r for r in rows if r["family"] == "medusa:medusa-4")
     assert medusa["article_training"] == "是" and medusa["train_minutes"] > 0 and medusa["stored_mb"] > 0

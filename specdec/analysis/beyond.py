@@ -12,9 +12,11 @@ Bonferroni-simultaneous interval and verdict.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+from specdec.theory.recordio import read_json
 
 __all__ = ["SOURCES", "card_of", "section7_figure", "section7_table"]
 
@@ -34,33 +36,37 @@ SOURCES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
 }
 
 
+#: The committed drafters' folder (:data:`specdec.train.draftnets.DRAFT_DIR`, named here without
+#: importing the training code, which imports torch).
+DRAFT_DIR = Path(__file__).resolve().parents[1] / "data" / "drafts"
+
+
 def card_of(name: str) -> dict[str, Any]:
     """A committed drafter's card (``specdec/data/drafts/<name>/card.json``)."""
-    from specdec.train.draftnets import DRAFT_DIR
-
-    return json.loads((DRAFT_DIR / name / "card.json").read_text(encoding="utf-8"))
+    return read_json(DRAFT_DIR / name / "card.json", what="the drafter's card", kind=dict)
 
 
 def _stratum(analysis: Mapping[str, Any], temp: float) -> Mapping[str, Any]:
     return next(s for s in analysis["strata"] if float(s["temperature"]) == temp and s["task"] == "all")
 
 
-def section7_table(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per (article source, campaign family): the article's printed cells, and here: the setting
+def section7_table(record: Mapping[str, Any], printed: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
+    """One row per (article source, campaign family): the article's printed cells (``printed``: the rows of
+    :func:`specdec.paper.article.load_article_table` ``("sources_table")``, passed in: the paper layer
+    reads this one, not the other way), and here: the setting
     chosen (the two halves' choices), depth-1 acceptance and tokens per target call at temperature 0 (the
     chosen configuration's repetition-0 Stats, tasks pooled), ``c_round`` (draft seconds per round over a
     plain step) and ``c_call`` (the same per draft call, the article's per-step c; None for a drafter that
     makes no call), training minutes and stored MB (the card; None for drafters that train nothing), and
     ``x_t0`` / ``x_t1``: (estimate, simultaneous low, high, verdict) against the fastest plain decoder."""
     from specdec.analysis.answer import label, setting_words
-    from specdec.paper.article import load_article_table
 
-    printed = {row["source"]: row for row in load_article_table("sources_table")}
+    by_source = {row["source"]: row for row in printed}
     median, sim = record["analyses"]["median"], record["analyses"]["simultaneous"]
     trees = {(float(r["temperature"]), r["config"]): r for r in record["trees"]["rows"]}
     rows = []
     for source, (english, families, card_name) in SOURCES.items():
-        art = printed.get(source, {})
+        art = by_source.get(source, {})
         card = card_of(card_name) if card_name else None
         for spec in families:
             out: dict[str, Any] = {"source": source, "source_en": english, "family": spec,

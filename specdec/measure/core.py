@@ -443,7 +443,7 @@ def environment(*, model: Any = None, dtype: str | None = None, device: str | No
     git fields are None outside a git checkout (or without git); ``git_dirty`` is True when a
     tracked file differs from the commit (untracked files are not counted).
     """
-    import specdec
+    from specdec.theory import __version__
 
     torch = None
     try:
@@ -465,7 +465,7 @@ def environment(*, model: Any = None, dtype: str | None = None, device: str | No
     return {
         "python": platform.python_version(),
         "platform": f"{platform.system()}-{platform.machine()}",
-        "specdec": specdec.__version__,
+        "specdec": __version__,
         "numpy": np.__version__,
         "torch": _version("torch"),
         "transformers": _version("transformers"),

@@ -186,14 +186,14 @@ def first_two_token_test(
 # -- before a device run: the imports, the device, a CUDA graph -------------------------------------
 
 
-#: The modules the run imports (what :func:`preflight` checks on the device).
+#: The modules the run imports (what :func:`preflight` checks on the device); the run program itself
+#: (:mod:`specdec.experiments.gpureal`, a layer above) is imported by its command before the preflight.
 RUN_MODULES = (
     "torch",
     "numpy",
     "specdec.measure.gpupayload",
     "specdec.engine.staticllama",
     "specdec.measure.gpusummary",
-    "specdec.experiments.gpureal",
     "specdec.engine.decoding",
     "specdec.engine.drafters",
 )
