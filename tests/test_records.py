@@ -4,6 +4,7 @@ files in a temporary folder; no timing)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,18 @@ def test_describe_and_the_machines_note(tmp_path):
     note = records.machines_note([a, b, c])
     assert note.startswith("These records come from 3 machine identities")
     assert "bench/a.json" in note and "bench/b.json" in note and "flags not recorded): bench/c.json" in note
+
+
+def test_machine_of_reads_the_mode_probes_machine():
+    """Issue 41: the dynamic-gamma and Part IV records keep their CPU-flags digest only in ``mode_probe``;
+    machine_of said "not recorded" for them."""
+    probe = {"machine": {"cpu": "AMD EPYC", "cpu_flags_sha256": "0c31b8d624ec310b"}}
+    rec = {"environment": {"device_name": "AMD EPYC"}, "mode_probe": probe}
+    assert records.machine_of(rec) == {"name": "AMD EPYC", "flags_sha256": "0c31b8d624ec310b"}
+    assert records.machine_of({**rec, "mode_probe": None})["flags_sha256"] is None
+    mine = {"cpu": "Intel", "cpu_flags_sha256": "86d9ce9c09e486e0"}
+    assert records.machine_of({**rec, "machine": mine})["flags_sha256"] == "86d9ce9c09e486e0"  # its own first
+    stored = json.loads(
+        (Path(__file__).resolve().parents[1] / "results/bench/dynamic-gamma-amd-epyc-1t.json").read_text()
+    )
+    assert records.machine_of(stored)["flags_sha256"] == "0c31b8d624ec310b"

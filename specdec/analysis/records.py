@@ -58,11 +58,14 @@ def kind_of(record: Mapping[str, Any], path: str | Path) -> str:
 
 def machine_of(record: Mapping[str, Any]) -> dict[str, Any]:
     """The machine identity a record stored: CPU (or device) name and the digest of its CPU flags
-    (None where the record did not store one: such records cannot be shown to share a machine)."""
+    (None where the record did not store one: such records cannot be shown to share a machine). Read
+    from the record's ``machine``, then its chosen mode's, its settings', and its lean mode probe's
+    (``mode_probe.machine``: the dynamic-gamma and Part IV records keep it there only)."""
     env = record.get("environment") if isinstance(record.get("environment"), Mapping) else {}
     chosen = record.get("chosen_mode") if isinstance(record.get("chosen_mode"), Mapping) else {}
     settings = record.get("settings") if isinstance(record.get("settings"), Mapping) else {}
-    candidates = [record.get("machine"), chosen.get("machine"), settings.get("machine")]
+    probe = record.get("mode_probe") if isinstance(record.get("mode_probe"), Mapping) else {}
+    candidates = [record.get("machine"), chosen.get("machine"), settings.get("machine"), probe.get("machine")]
     for m in candidates:
         if isinstance(m, Mapping) and m.get("cpu_flags_sha256"):
             return {
