@@ -108,6 +108,11 @@ class EngineSpec:
             )
         if self.gguf is not None and self.engine != "llama.cpp":
             raise ValueError("gguf: only a llama.cpp engine takes one")
+        if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
+            raise ValueError(
+                f"options must be a mapping of a lean engine's option names (among {LEAN_OPTIONS}) to "
+                f"values, e.g. {{'int8_head': True}}; got {self.options!r}"
+            )
         unknown = sorted(set(self.options) - set(LEAN_OPTIONS))
         if self.options and (self.engine != "lean" or unknown):
             raise ValueError(f"options: a lean engine's, among {LEAN_OPTIONS}; got {dict(self.options)}")

@@ -86,6 +86,13 @@ def speculative(
     p at temperature 1; the round's token is the argmax); top-k/top-p do not enter it.
     Returns the new tokens (prompt excluded) and the :class:`~specdec.engine.stats.Stats` of the call.
     """
+    if not callable(getattr(drafter, "propose", None)):  # a tree drafter has propose_tree only
+        tree = callable(getattr(drafter, "propose_tree", None))
+        raise TypeError(
+            f"speculative() is the chain loop: its drafter needs propose(); {type(drafter).__name__} "
+            + ("drafts trees: decode it with speculative_tree(target, drafter, prompt_ids, budget=...)"
+               if tree else "has no propose method (a Drafter of specdec.engine.drafters)")
+        )  # fmt: skip
     lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     dynamic = isinstance(gamma, DraftPolicy)
     _check_speculative(lm, drafter, gamma.max_gamma if dynamic else gamma, lenience)

@@ -41,6 +41,7 @@ from specdec.theory.recordio import DamagedFileError, jsonable, read_json, write
 from specdec.train.shards import load_shards, sequences
 
 __all__ = [
+    "CONDITIONED_SPECS",
     "DRAFT_DIR",
     "TrimmedHead",
     "build_draft",
@@ -57,6 +58,9 @@ __all__ = [
 ]
 
 DRAFT_DIR = Path(__file__).resolve().parents[1] / "data" / "drafts"
+#: The drafter registry's kind for each family of conditioned drafter whose card may sit beside the drafts
+#: (:data:`specdec.train.condnets.FAMILIES`), for the error that names it.
+CONDITIONED_SPECS = {"medusa": "medusa", "mlp-speculator": "mlp", "eagle": "eagle"}
 _WEIGHTS, _CARD = "weights.safetensors", "card.json"
 
 
@@ -227,6 +231,16 @@ def require_drafts(names: Sequence[str] | None = None, root: str | Path | None =
     if not names:
         raise ValueError("names must hold at least one draft name, or be None for every saved draft")
     missing = [n for n in names if n not in saved]
+    for n in missing:  # a conditioned drafter's card beside the drafts: say which kind it is
+        card = root / n / _CARD
+        kind = read_json(card, what="the card", kind=dict).get("kind") if card.is_file() else None
+        if kind is not None:
+            spec = CONDITIONED_SPECS.get(kind, "<its kind>")
+            raise ValueError(
+                f"{n!r} is a drafter conditioned on the target's features (its card's kind: {kind}; the "
+                f"drafter spec {spec}:{n}), not a distilled draft (a card with init_layers); saved drafts: "
+                f"{saved}"
+            )
     if missing:
         raise ValueError(
             f"no draft named {', '.join(map(repr, missing))} under {str(root)!r}; saved drafts: {saved}"
