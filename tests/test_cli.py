@@ -405,7 +405,7 @@ def one_line_error(code: int, out: str, err: str, command: str, *names: str) -> 
 
 BAD_MEASURE = [
     (["--draft", "no-such-draft"], ["unknown draft", "lookup", "distil-l1"]),
-    (["--draft", "early-exit:x"], ["early-exit:N"]),
+    (["--draft", "early-exit:x"], ["--draft", "early-exit:x", "integer >= 1"]),
     (["--prompts", "no/such/file.txt"], ["--prompts", "no/such/file.txt"]),
     (["--target", "no/such/folder"], ["--target"]),
     (["--gamma", "0"], ["--gamma"]),
@@ -593,12 +593,12 @@ def test_parse_draft_and_read_prompts(tmp_path):
     from specdec.analysis.usermeasure import parse_draft, read_prompts
     from specdec.train.draftnets import list_drafts
 
-    assert parse_draft("lookup") == ("lookup", None) and parse_draft(" bigram ") == ("bigram", None)
-    assert parse_draft("early-exit") == ("early-exit", None)
-    assert parse_draft("early-exit:8") == ("early-exit", 8)
-    for name in list_drafts():
-        assert parse_draft(name) == ("distilled", name)
-    assert parse_draft(str(tmp_path)) == ("model", tmp_path)
+    assert parse_draft("lookup").text == "lookup" and parse_draft(" bigram ").text == "bigram"
+    assert (parse_draft("early-exit").kind, parse_draft("early-exit").argument) == ("early-exit", None)
+    assert parse_draft("early-exit:8").text == "early-exit:8"
+    for name in list_drafts():  # the older names, mapped to registry specs
+        assert parse_draft(name).text == f"draft:{name}"
+    assert parse_draft(str(tmp_path)).text == f"model:{tmp_path}"
     for bad in ("early-exit:0", "early-exit:-1", "nonsense", str(tmp_path / "missing")):
         with pytest.raises(ValueError, match="draft"):
             parse_draft(bad)

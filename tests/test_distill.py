@@ -280,11 +280,14 @@ def test_specdec_measure_runs_a_distilled_draft_in_the_lean_engine_of_a_lean_tar
     kw = {"new_tokens": 4, "progress": lambda it, *a, **k: it, "log": lambda m: None}
     engine = open_model(target, EngineSpec("lean", "float32", 1))
     engine.base = loaded
-    drafter, about = usermeasure._build_drafter("distilled", "tiny2", engine, **kw)
+    from specdec.drafting.registry import parse_spec
+
+    spec = parse_spec("draft:tiny2")  # what parse_draft makes of the older name "tiny2"
+    drafter, about = usermeasure._build_drafter(spec, None, engine, **kw)
     lean = getattr(drafter.lm, "model", None)  # a LeanSession holds its LeanLlama
     assert isinstance(lean, LeanLlama) and about["engine"].startswith(f"lean {lean.mode}")
     hf = open_model(target, EngineSpec("hf", "float32", 1))
     hf.base = loaded
-    drafter, about = usermeasure._build_drafter("distilled", "tiny2", hf, **kw)
+    drafter, about = usermeasure._build_drafter(spec, None, hf, **kw)
     assert not isinstance(getattr(drafter.lm, "model", None), LeanLlama)
     assert about["engine"] == "transformers forward"

@@ -140,7 +140,7 @@ def test_plan_c_zero_reports_the_limit_not_a_floating_tie(alpha, verify):
     [
         (["--gamma", "1000000000"], ["--gamma must be an integer in [1, 64]", "1000000000"]),
         (["--gamma", "64", "--new-tokens", "64"], ["--gamma must lie in 1 .. --new-tokens - 1 = 63"]),
-        (["--new-tokens", "1"], ["--new-tokens must be >= 2", "got 1"]),
+        (["--new-tokens", "1"], ["--new-tokens must be an integer in [2, 4096]", "got 1"]),
         (["--gamma", "8", "--new-tokens", "8"], ["--gamma must lie in 1 .. --new-tokens - 1 = 7"]),
     ],
 )

@@ -26,7 +26,8 @@ from specdec.theory.sampling import check_temperature
 
 __all__ = [
     "ENGINES",
-    "SIMPLE_DRAFTS",
+    "OLD_DRAFT_NAMES",
+    "check_context",
     "measure_drafter",
     "measure_setup",
     "parse_draft",
@@ -35,9 +36,11 @@ __all__ = [
     "teacher_forced_alpha",
 ]
 
-#: What ``draft`` may name besides a distilled draft (:func:`specdec.train.draftnets.list_drafts`)
-#: and a model folder: prompt lookup, a bigram table, the target's early exit.
-SIMPLE_DRAFTS = ("lookup", "bigram", "early-exit")
+#: The command line's older drafter names, each mapped once (:func:`parse_draft`) to the registry's spec
+#: (:mod:`specdec.drafting.registry`): a distilled draft's name -> ``draft:<name>``, a model folder ->
+#: ``model:<folder>``, and ``early-exit`` without a depth -> ``early-exit:<a quarter of the target's
+#: layers>`` (filled in once the target is open).
+OLD_DRAFT_NAMES = ("early-exit", "<a distilled draft's name>", "<a model folder>")
 
 #: The engines :func:`measure_setup` decodes with: the lean engine's modes (CPU), ``"auto"``
 #: (the lean mode :func:`specdec.measure.modes.lean_model` picks by measuring this machine), or the
@@ -57,67 +60,108 @@ def _no_progress(items: Iterable[Any], desc: str) -> Iterable[Any]:
     return items
 
 
-def parse_draft(draft: str) -> tuple[str, Any]:
-    """What ``draft`` names, checked before anything loads: ``(kind, detail)``.
+def parse_draft(draft: str) -> Any:
+    """The drafter ``draft`` names, checked before anything loads: a registry spec
+    (:class:`specdec.drafting.registry.DrafterSpec`, chain or tree).
 
-    ``"lookup"`` and ``"bigram"``: (name, None); ``"early-exit"`` or ``"early-exit:N"``:
-    ("early-exit", N or None, the default depth); a distilled draft's name
-    (:func:`specdec.train.draftnets.list_drafts`): ("distilled", name); an existing folder:
-    ("model", path). Anything else raises ValueError naming the valid choices.
+    ``draft`` is a registry spec (:func:`specdec.drafting.registry.parse_spec`: ``lookup``, ``suffix``,
+    ``lookup-tree``, ``draft:distil-l1``, ``medusa:medusa-4``, ``eagle:eagle-1,topk=4``, ...) or one of
+    the older names (:data:`OLD_DRAFT_NAMES`), mapped here and nowhere else: a distilled draft's name ->
+    ``draft:<name>``, an existing folder -> ``model:<folder>``, ``early-exit`` -> the spec with no
+    argument yet (``argument`` None: :func:`_build_drafter` takes a quarter of the target's layers). A
+    saved drafter the spec names (``draft``, ``draft-tree``, ``medusa``, ``mlp``, ``eagle``) must exist
+    with a card of that family; a ``model:`` folder must exist. Anything else raises ValueError naming
+    the kinds and the older names.
     """
-    from specdec.train.draftnets import list_drafts, require_drafts
+    from specdec.drafting.registry import KINDS, DrafterSpec, parse_spec
+    from specdec.train.draftnets import list_drafts
 
-    text = str(draft).strip()
-    if text in ("lookup", "bigram"):
-        return text, None
-    if text == "early-exit" or text.startswith("early-exit:"):
-        n = text.partition(":")[2]
-        if not n:
-            return "early-exit", None
-        if not n.isdigit() or int(n) < 1:
-            raise ValueError(f"draft early-exit:N needs N, a number of target layers >= 1; got {text!r}")
-        return "early-exit", int(n)
+    if not isinstance(draft, str) or not draft.strip():
+        raise ValueError(f"draft must name a drafter (a registry spec such as 'lookup'); got {draft!r}")
+    text = draft.strip()
     saved = list_drafts()
-    if text in saved:
-        require_drafts([text])
-        return "distilled", text
-    path = Path(text).expanduser()
-    if path.is_dir():
-        return "model", path
-    choices = ", ".join([*SIMPLE_DRAFTS[:2], "early-exit[:N]", *saved])
-    if path.exists():
-        raise ValueError(
-            f"draft {text!r} is a file; a model draft is a folder (save_pretrained), or one of {choices}"
-        )
-    raise ValueError(
-        f"unknown draft {text!r}: give one of {choices}, or a model folder (none exists at that path)"
-    )
+    if text == "early-exit":
+        return DrafterSpec("early-exit", None, {}, text)
+    kind = text.partition(":")[0].partition(",")[0]
+    if kind not in KINDS:  # not a registry spec: an older name, mapped once
+        if text in saved:
+            text = f"draft:{text}"
+        elif Path(text).expanduser().is_dir():
+            text = f"model:{text}"
+        else:
+            if Path(text).exists():
+                raise ValueError(f"draft {text!r} is a file; a model draft is a folder (save_pretrained)")
+            raise ValueError(
+                f"unknown draft {text!r}: give a registry spec kind[:argument][,key=value] (kinds: "
+                f"{', '.join(sorted(KINDS))}), a distilled draft's name ({', '.join(saved)}) or a model "
+                "folder (none exists at that path)"
+            )
+    try:
+        spec = parse_spec(text)
+    except ValueError as exc:
+        raise ValueError(f"draft {draft!r}: {exc}") from None
+    _check_saved(spec, saved)
+    return spec
+
+
+def _check_saved(spec: Any, saved: Sequence[str]) -> None:
+    """What ``spec`` loads exists, with a card of its own family (before anything loads)."""
+    from specdec.train.draftnets import CONDITIONED_SPECS, DRAFT_DIR, require_drafts
+
+    families = {kind: family for family, kind in CONDITIONED_SPECS.items()}  # registry kind -> card kind
+    if spec.kind in ("draft", "draft-tree"):
+        require_drafts([spec.argument])
+    elif spec.kind in families:
+        card = DRAFT_DIR / str(spec.argument) / "card.json"
+        found = json.loads(card.read_text(encoding="utf-8")).get("kind") if card.is_file() else None
+        if found != families[spec.kind]:
+            have = sorted(p.parent.name for p in DRAFT_DIR.glob("*/card.json") if p.parent.name not in saved)
+            got = "no such saved drafter" if found is None else f"its card is a {found} card"
+            raise ValueError(
+                f"draft {spec.text!r}: {spec.kind} needs a saved {families[spec.kind]} drafter; "
+                f"{spec.argument!r}: {got} (saved conditioned drafters: {', '.join(have)}; distilled "
+                f"drafts, spec draft:<name>: {', '.join(saved)})"
+            )
+    elif spec.kind == "model" and not Path(str(spec.argument)).expanduser().is_dir():
+        raise ValueError(f"draft {spec.text!r}: no such model folder {spec.argument!r}")
 
 
 def read_prompts(path: str | Path) -> list[str]:
     """The prompts in a UTF-8 file: one a line, or, for a ``.jsonl`` file, one JSON object a line
     with a ``"prompt"`` field (the format of ``specdec/data/workloads/*.jsonl``). Blank lines are
-    skipped; a missing or empty file, or a JSON line without a prompt, raises ValueError."""
+    skipped. The file is read once, from its start to its end, so a pipe such as ``/dev/stdin`` works.
+    A missing file, a folder, a file that is not UTF-8, an empty file, or a JSON line without a prompt
+    raises ValueError naming the file."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise ValueError(f"prompts file {str(path)!r} does not exist (or is not a file)")
+    if not p.exists() or p.is_dir():
+        raise ValueError(f"prompts file {str(path)!r} does not exist (or is a folder)")
+    try:
+        with p.open("rb") as f:  # one read: a pipe cannot be read twice
+            raw = f.read()
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"prompts file {str(path)!r} is not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})"
+        ) from None
+    except OSError as exc:
+        raise ValueError(f"prompts file {str(path)!r} cannot be read ({exc.strerror or exc})") from None
     out = []
-    with p.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            if p.suffix == ".jsonl":
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    row = None
-                if not isinstance(row, dict) or not str(row.get("prompt", "")).strip():
-                    raise ValueError(
-                        f"prompts file {p.name} line {line_no}: expected a JSON object with a 'prompt'"
-                    )
-                out.append(str(row["prompt"]))
-            else:
-                out.append(line.rstrip("\r\n"))
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # text mode's newlines
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if p.suffix == ".jsonl":
+            try:
+                row = json.loads(line)
+            except ValueError:
+                row = None
+            if not isinstance(row, dict) or not str(row.get("prompt", "")).strip():
+                raise ValueError(
+                    f"prompts file {p.name} line {line_no}: expected a JSON object with a 'prompt'"
+                )
+            out.append(str(row["prompt"]))
+        else:
+            out.append(line)
     if not out:
         raise ValueError(f"prompts file {str(path)!r} holds no prompt (only blank lines)")
     return out
@@ -271,6 +315,54 @@ def _predictions(
     return prediction, best_theorem, {"gamma": g, "speedup": sp, "max_gamma": max_gamma}
 
 
+def curve_ks(gamma: int, ks: Sequence[int] | None = None) -> list[int]:
+    """The call sizes the verify cost curve times (:func:`measure_drafter`, step 4): ``ks`` with 1, or by
+    default 1 .. gamma + 1 and 6, 8, 12, 16."""
+    return sorted({*range(1, gamma + 2), 6, 8, 12, 16} if ks is None else {1, *map(int, ks)})
+
+
+def check_context(context: Any, prompt_lengths: Sequence[int], new_tokens: int, ks: Sequence[int]) -> None:
+    """The whole need of a measurement against the target's context (``max_position_embeddings``; None:
+    unknown, nothing checked), before anything is measured: every prompt plus ``new_tokens`` (decoding and
+    teacher forcing), and the first prompt plus the widest verify call ``max(ks)`` (the verify cost
+    curve, step 4 of :func:`measure_drafter`). ValueError naming the prompt, --new-tokens and the limit."""
+    from specdec.theory.checks import is_int
+
+    if not is_int(context):
+        return
+    i = int(np.argmax(prompt_lengths))
+    n = int(prompt_lengths[i])
+    if n >= context:
+        raise ValueError(
+            f"prompt {i + 1} alone ({n} tokens) fills the target's context of {context} positions (its "
+            "max_position_embeddings): shorten the prompt (--prompts)"
+        )
+    if n + new_tokens > context:
+        raise ValueError(
+            f"prompt {i + 1} ({n} tokens) + new_tokens ({new_tokens}, --new-tokens) = {n + new_tokens} "
+            f"positions; the target's context holds {context} (its max_position_embeddings): shorten "
+            f"the prompt or lower --new-tokens to at most {context - n}"
+        )
+    first, widest = int(prompt_lengths[0]), max(ks)
+    if first + widest > context:
+        raise ValueError(
+            f"the verify cost curve times calls of up to {widest} tokens after prompt 1 ({first} tokens): "
+            f"{first + widest} positions; the target's context holds {context} (its "
+            f"max_position_embeddings): shorten prompt 1 (the curve is timed after it) to at most "
+            f"{context - widest} tokens"
+        )
+
+
+def _context(engine: Any) -> Any:
+    """The target's context, as the decoding loops read it (``config.max_position_embeddings``)."""
+    return getattr(getattr(engine, "config", None), "max_position_embeddings", None)
+
+
+def is_tree(drafter: Any) -> bool:
+    """A drafter that proposes trees (``propose_tree``): decoded by the tree loop at a node budget."""
+    return callable(getattr(drafter, "propose_tree", None))
+
+
 def measure_drafter(
     engine: Any,
     drafter: Any,
@@ -289,8 +381,15 @@ def measure_drafter(
     """Measure a drafter against a target on given prompts: alpha both ways, c, the verify cost
     curve, and the measured speedup next to Theorem 3.8's.
 
+    A chain drafter (``propose``) or a tree drafter (``propose_tree``, :func:`is_tree`); for a tree,
+    ``gamma`` is the node budget of a round, and what only a chain has is NaN: both alphas, the
+    prediction and the optimal gammas (Corollary 3.6 and Theorem 3.8 price a chain of drafts), while
+    the measured speedup, c (draft time per round over the budget) and the tokens per round are its own.
+    Before anything runs, the whole need is checked against the target's context (:func:`check_context`).
+
     1. Decoding: per repeat and prompt, plain decoding (:func:`specdec.engine.decoding.autoregressive`)
-       and speculative decoding at ``gamma`` (:func:`specdec.engine.decoding.speculative`) of up to
+       and speculative decoding at ``gamma`` (:func:`specdec.engine.decoding.speculative`, or
+       :func:`specdec.engine.decoding.speculative_tree` for a tree drafter) of up to
        ``new_tokens`` tokens, in a seeded random order (interleaved, so drift hits both alike),
        the same seed for both; each call's decoding time excludes the prompt's prefill.
     2. ``alpha`` (Corollary 3.6, :func:`teacher_forced_alpha`) on the plain generations of the
@@ -324,10 +423,12 @@ def measure_drafter(
     if not prompts or any(not p for p in prompts):
         raise ValueError("prompts must hold at least one non-empty list of token ids")
     check_draft_context(drafter, max(map(len, prompts)), new_tokens)  # before any decoding
-    ks = sorted({*range(1, gamma + 2), 6, 8, 12, 16} if verify_ks is None else {1, *map(int, verify_ks)})
+    ks = curve_ks(gamma, verify_ks)
     missing = [k for k in range(1, gamma + 2) if k not in ks]
     if missing:
         raise ValueError(f"verify_ks must hold every call size 1 .. gamma + 1 = {gamma + 1}; lacks {missing}")
+    check_context(_context(engine), [len(p) for p in prompts], new_tokens, ks)  # the whole need, up front
+    tree = is_tree(drafter)
     progress = progress or _no_progress
 
     # 1. decoding, interleaved
@@ -338,9 +439,13 @@ def measure_drafter(
 
     # 2. alpha, both definitions
     first = {r["prompt"]: r["plain"]["tokens"] for r in runs if r["repeat"] == 0}
-    tf = teacher_forced_alpha(
-        engine, drafter, [(prompts[i], first[i]) for i in range(len(prompts))], temperature, progress
-    )
+    nan = float("nan")
+    if tree:  # no single q per position: Corollary 3.6's alpha, and Theorem 3.8, are a chain's
+        tf = {"alpha": nan, "alpha_all_positions": nan, "coverage": nan, "positions": 0}
+    else:
+        tf = teacher_forced_alpha(
+            engine, drafter, [(prompts[i], first[i]) for i in range(len(prompts))], temperature, progress
+        )
     pooled = pool_rounds(r["speculative"]["stats"] for r in runs)
     spec_stats = [r["speculative"]["stats"] for r in runs]
     drafted = sum(s.drafted_tokens for s in spec_stats)
@@ -356,13 +461,13 @@ def measure_drafter(
     # 5. measured speedup and the prediction
     measured, per_prompt = _measured(runs, len(prompts))
     alpha, alpha_all = tf["alpha"], tf["alpha_all_positions"]
-    nan = float("nan")
     prediction, best_theorem, best_curve = _predictions(
         alpha, alpha_all, gamma, c, curve, pooled, measured[0], max(ks) - 1
     )
-    alpha_obs = pooled["alpha_accept_rate"]
+    alpha_obs = nan if tree else pooled["alpha_accept_rate"]
     return jsonable(  # NaN -> None: the record writers' rule
         {
+            "shape": "tree" if tree else "chain",
             "gamma": gamma,
             "new_tokens": new_tokens,
             "temperature": temperature,
@@ -416,7 +521,7 @@ def _depth(engine: Any) -> int:
 
 
 def _build_drafter(
-    kind: str,
+    spec: Any,
     detail: Any,
     opened: Any,
     *,
@@ -424,10 +529,10 @@ def _build_drafter(
     progress: Progress,
     log: Callable[[str], None],
 ) -> tuple[Any, dict[str, Any]]:
-    """The drafter that :func:`parse_draft` named, around the opened target, built by the registry
-    (:mod:`specdec.drafting.registry`, its loaders by :func:`specdec.measure.modes.draft_context`),
+    """The drafter of the spec :func:`parse_draft` returned, around the opened target, built by the
+    registry (:mod:`specdec.drafting.registry`, its loaders by :func:`specdec.measure.modes.draft_context`),
     and what it is (for a model folder, ``detail`` is the draft :func:`_load_draft_folder` loaded)."""
-    from specdec.drafting.registry import build_drafter
+    from specdec.drafting.registry import KINDS, build_drafter
     from specdec.measure.modes import draft_context
 
     engine, loaded = opened.model, opened.base
@@ -463,33 +568,34 @@ def _build_drafter(
         return model
 
     context, drafts = draft_context(opened, corpus=corpus, load_model=folder_model)
-    about: dict[str, Any] = {"kind": kind}
-    if kind == "lookup":
-        spec = "lookup"
+    about: dict[str, Any] = {"kind": spec.kind, "shape": spec.shape, "about": KINDS[spec.kind].doc}
+    text = spec.text
+    if spec.kind == "lookup":
         about["about"] = "prompt lookup: copies what followed an earlier match of the last 1-3 tokens"
-    elif kind == "bigram":
-        spec = "bigram"
-    elif kind == "early-exit":
+    elif spec.kind.startswith("early-exit"):
         depth = _depth(engine)
-        n = detail if detail is not None else max(1, math.ceil(depth / 4))
+        n = int(spec.argument) if spec.argument is not None else max(1, math.ceil(depth / 4))
         if n > depth:
-            raise ValueError(f"draft early-exit:{n} asks for more layers than the target has ({depth})")
-        spec = f"early-exit:{n}"
+            raise ValueError(f"draft {spec.kind}:{n} asks for more layers than the target has ({depth})")
+        if spec.argument is None:  # the older name "early-exit": a quarter of the target's layers
+            text = f"early-exit:{n}"
         about.update(layers=n, about=f"the target's own first {n} of {depth} layers, final norm and LM head")
-    elif kind == "distilled":
-        spec = f"draft:{detail}"
-    else:
+    elif spec.kind == "model":
         from specdec.engine.drafters import check_same_vocab
 
         check_same_vocab(engine, detail.model)
-        spec = f"model:{detail.name}"
-    drafter = build_drafter(spec, context)
-    if kind == "distilled":
-        ran = drafts[detail]
+    drafter = build_drafter(text, context)
+    about["spec"] = text
+    if spec.kind in ("draft", "draft-tree"):
+        ran = drafts[spec.argument]
         how = "transformers forward"
         if opened.spec.engine == "lean":  # its fastest draft mode here, as every run does
             how = f"lean {ran['mode']} (the fastest draft mode here{', probed' if 'probe' in ran else ''})"
-        about.update(about=f"the book's distilled draft {detail} (specdec/data/drafts), {how}", engine=how)
+        about.update(
+            about=f"the book's distilled draft {spec.argument} (specdec/data/drafts), {how}"
+            + (f"; {KINDS[spec.kind].doc}" if spec.shape == "tree" else ""),
+            engine=how,
+        )
     return drafter, about
 
 
@@ -531,7 +637,7 @@ def _check_settings(
 def measure_setup(
     target: str = "default",
     draft: str = "lookup",
-    prompts: str | Path | None = None,
+    prompts: str | Path | Sequence[str] | None = None,
     *,
     dtype: str = "auto",
     gamma: int = 4,
@@ -547,12 +653,16 @@ def measure_setup(
     """Everything ``specdec measure`` reports, for a target, a drafter and prompts on this machine.
 
     ``target``: ``"default"`` (SmolLM2-135M-Instruct, :func:`specdec.engine.models.load_target`) or a
-    local transformers model folder. ``draft``: see :func:`parse_draft` (a model folder must
-    share the target's vocabulary and tokenizer). ``prompts``: a file (:func:`read_prompts`),
-    or None for the book's first evaluation prompt of each task. ``dtype``: one of
+    local transformers model folder. ``draft``: a registry spec, chain or tree, or an older name (see
+    :func:`parse_draft`; a model folder must share the target's vocabulary and tokenizer); for a tree
+    drafter ``gamma`` is its node budget. ``prompts``: a file (:func:`read_prompts`), the prompts
+    themselves (a list of strings, e.g. read once from a pipe), or None for the book's first
+    evaluation prompt of each task. ``dtype``: one of
     :data:`ENGINES`; ``"auto"`` is the lean mode chosen by timing this machine
     (:func:`specdec.measure.modes.lean_model`, cached per machine). Every argument is checked before
-    anything is loaded (ValueError). ``threads`` pins torch's threads. The measurement is
+    anything is loaded (ValueError); the prompts' tokens, the new tokens and the verify curve's widest
+    call against the target's context (:func:`check_context`) as soon as the tokenizer is loaded,
+    before the target is converted, probed or measured. ``threads`` pins torch's threads. The measurement is
     :func:`measure_drafter`'s; the result adds what was measured (target, engine, draft,
     prompts) and :func:`environment`.
     """
@@ -563,8 +673,14 @@ def measure_setup(
     check_int("threads", threads, low=1)
     if dtype not in ENGINES:
         raise ValueError(f"dtype must be one of {', '.join(ENGINES)}; got {dtype!r}")
-    kind, detail = parse_draft(draft)
-    texts = None if prompts is None else read_prompts(prompts)
+    spec = parse_draft(draft)
+    if prompts is None or isinstance(prompts, str | Path):
+        texts = None if prompts is None else read_prompts(prompts)
+        named = None if prompts is None else Path(prompts).name
+    else:
+        texts, named = [str(t) for t in prompts], "the caller"
+        if not texts or not all(t.strip() for t in texts):
+            raise ValueError("prompts must hold at least one prompt, none of them blank")
     target_path = None
     if target != "default":
         target_path = Path(target).expanduser()
@@ -587,8 +703,23 @@ def measure_setup(
         loaded = open_engine(hf_spec).base
     else:
         loaded = load_model(target_path, dtype=hf_dtype, device=hf_spec.device, quiet=True)
-    if kind == "model":  # load and check a draft folder before the target is converted or probed
-        detail = _load_draft_folder(detail, loaded, log)
+    detail = None
+    if spec.kind == "model":  # load and check a draft folder before the target is converted or probed
+        detail = _load_draft_folder(Path(str(spec.argument)).expanduser(), loaded, log)
+    tok = loaded.tokenizer
+    if texts is None:
+        plist = evaluation_prompts(tok, 1)
+        ids = [p["ids"] for p in plist]
+        source = (
+            "the book's evaluation prompts, the first of each task ("
+            + ", ".join(p["id"] for p in plist)
+            + ")"
+        )
+    else:
+        ids = [prompt_ids(tok, t) for t in texts]
+        source = f"{len(texts)} prompt(s) from {named}"
+    context = _context(loaded.model)  # the whole need, before the target is converted, probed or run
+    check_context(context, [len(p) for p in ids], new_tokens, curve_ks(gamma))
     opened, engine_name = open_target(hf_spec, base=loaded), dtype
     if lean:
         if dtype == "auto":
@@ -602,19 +733,7 @@ def measure_setup(
             cached = "from the cache" if opened.probe.get("cached") else "measured now"
             log(f"lean mode {opened.mode} ({cached})")
     engine, probe = opened.model, opened.probe
-    tok = loaded.tokenizer
-    if texts is None:
-        plist = evaluation_prompts(tok, 1)
-        ids = [p["ids"] for p in plist]
-        source = (
-            "the book's evaluation prompts, the first of each task ("
-            + ", ".join(p["id"] for p in plist)
-            + ")"
-        )
-    else:
-        ids = [prompt_ids(tok, t) for t in texts]
-        source = f"{len(texts)} prompt(s) from {Path(prompts).name}"
-    drafter, about = _build_drafter(kind, detail, opened, new_tokens=new_tokens, progress=progress, log=log)
+    drafter, about = _build_drafter(spec, detail, opened, new_tokens=new_tokens, progress=progress, log=log)
     env = environment(dtype=engine_name, device=loaded.device)
     log(f"measuring: {len(ids)} prompt(s) x {repeats} repeat(s), plain and speculative decoding...")
     result = measure_drafter(

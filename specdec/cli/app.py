@@ -21,7 +21,8 @@ Every number is computed by the theory, measurement and analysis layers; the com
 parse, check (with :mod:`specdec.theory.checks`) and print. This module builds the parser from the
 commands' own parts and runs one. A bad argument is answered with one line on stderr and exit
 status 2, never a traceback; a warning the library raises (e.g. a lean mode left out, a cache that
-cannot be written) is printed as one line too.
+cannot be written) is printed as one line too. When the reader of stdout goes away (``specdec ... |
+head``) the command stops quietly with status 141, as a program ended by SIGPIPE does.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def parser() -> Parser:
         formatter_class=fmt,
     )
     parser.add_argument("--version", action="version", version=f"specdec {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
+    # not required=True: with it, "specdec --bogus" would be told a COMMAND is missing; main() says which
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     for command in (plan_command, modes, measure, bench):
         command.add_parser(sub, fmt)
@@ -83,27 +85,54 @@ def warning_line(command: str) -> Any:
     return show
 
 
+def _quiet_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null, so that the interpreter's last flush at exit
+    does not raise again (the recipe of Python's documentation of SIGPIPE)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # a stdout without a file descriptor (e.g. in a test)
+        pass
+
+
+#: Exit status after the reader of stdout went away (``specdec ... | head``): 128 + SIGPIPE, the status
+#: of a program the signal ends, as ``yes | head`` leaves it.
+BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``specdec`` with ``argv`` (default: the process's arguments); returns the exit status."""
     top = parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args, extra = top.parse_known_args(argv)
+        if args.command is None:  # "specdec --bogus": name the option, not a missing COMMAND
+            top.error(
+                f"unknown option {extra[0]}" if extra else "the following arguments are required: COMMAND"
+            )
         if extra:  # after the command, its own parser reports them: "specdec plan: error: ..."
             after = argv.index(extra[0]) > argv.index(args.command)
-            (subparser(top, args.command) if after else top).error(
-                f"unrecognized arguments: {' '.join(extra)}"
-            )
+            if after:
+                subparser(top, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
+            top.error(f"unknown option {extra[0]}")
         args.argv = argv
     except SystemExit as exc:  # --help, --version, argparse's own errors (already reported)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else USAGE_ERROR)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = warning_line(args.command)
-            return args.run(args)
+            code = args.run(args)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+            return code
     except (UsageError, ValueError) as exc:  # ValueError: the library's own argument checks
         print(f"specdec {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return USAGE_ERROR
+    except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly, as SIGPIPE would
+        _quiet_stdout()
+        return BROKEN_PIPE
     except KeyboardInterrupt:
         print(f"specdec {args.command}: interrupted", file=sys.stderr)
         return 130

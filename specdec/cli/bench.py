@@ -20,11 +20,20 @@ from specdec.cli.common import (
     out_path,
     para,
     read_record,
+    require_fields,
     threads_arg,
     threads_help,
 )
 
 __all__ = ["BENCH_QUICK", "add_parser", "ks_arg", "print_bench", "run"]
+
+
+#: The fields :func:`print_bench` reads (``--from-json`` checks them before printing a line).
+BENCH_FIELDS = (
+    "settings.engine_names", "settings.threads", "settings.repeats", "settings.new_tokens", "settings.gamma",
+    "summary.prompts", "chosen_mode.mode", "chosen_mode.rule", "summary.engines.*.plain_tok_s",
+    "summary.engines.*.lookup_over_plain", "summary.engines.*.step_ms", "summary.engines.*.greedy_exact",
+)  # fmt: skip
 
 
 def print_bench(record: dict[str, Any]) -> None:
@@ -103,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.from_json is not None:
         record = read_record(args.from_json, "engine-modes", "bench")
+        require_fields(record, BENCH_FIELDS, args.from_json, "bench")
         if args.json:
             print(json_out(record))
         else:

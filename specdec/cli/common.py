@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -32,8 +32,10 @@ __all__ = [
     "needs_models",
     "one_line",
     "para",
+    "out_path",
     "progress",
     "read_record",
+    "require_fields",
     "threads_arg",
     "threads_help",
 ]
@@ -135,18 +137,58 @@ MAX_THREADS = 1024
 THREADS_NOTE = "torch threads and q4q8's C threads"
 
 
-def out_path(text: str | None) -> Path | None:
-    """``--out FILE`` checked before anything runs (a run must not end in an unwritable path): not a
-    folder, in a folder that exists and can be written; a :class:`UsageError` otherwise."""
+#: Kernel pseudo-filesystems: a file created there is not a file on a disk (or cannot be created at all).
+PSEUDO_FILESYSTEMS = ("/proc", "/sys")
+
+
+def out_path(text: str | None, option: str = "--out") -> Path | None:
+    """``--out FILE`` checked before anything runs (a run must not end in an unwritable path); a
+    :class:`UsageError` naming the option otherwise. The record is written as a new regular file (a
+    temporary file in the same folder, then :func:`os.replace`: :func:`specdec.theory.recordio.write_record`),
+    so the path must be a regular file or nothing yet: a folder, a device, a pipe or a socket is refused,
+    and so is a symbolic link (it is not followed: replacing it would replace the link, not its target;
+    give the target's own path). Its folder must exist, lie outside ``/proc`` and ``/sys``, and take a
+    new file: checked by creating (and removing) an empty temporary file there, since permission bits
+    say nothing for root."""
     import os
+    import tempfile
 
     if text is None:
         return None
+    if not text:
+        raise UsageError(f"{option} must name a file; got an empty path")
     out = Path(text)
+    if out.is_symlink():
+        raise UsageError(
+            f"{option} {text!r} is a symbolic link; a record is written as a new regular file, which would "
+            "replace the link, not its target: give the target's own path"
+        )
     if out.is_dir():
-        raise UsageError(f"--out {text!r} is a folder; give a file name")
-    if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
-        raise UsageError(f"--out {text!r}: its folder {str(out.parent)!r} does not exist or is not writable")
+        raise UsageError(f"{option} {text!r} is a folder; give a file name")
+    if out.exists() and not out.is_file():
+        raise UsageError(
+            f"{option} {text!r} exists and is not a regular file (a device, a pipe or a socket); a record "
+            "is written only as a regular file"
+        )
+    parent = out.parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} {text!r}: its folder {str(parent)!r} does not exist or is not writable")
+    real = str(parent.resolve())
+    for root in PSEUDO_FILESYSTEMS:
+        if real == root or real.startswith(root + "/"):
+            raise UsageError(
+                f"{option} {text!r} lies on {root}, a kernel pseudo-filesystem, not a disk; give a file "
+                "in a folder on a disk"
+            )
+    try:  # the one honest test of "can a file be created here"
+        fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(
+            f"{option} {text!r}: its folder {str(parent)!r} does not exist or is not writable "
+            f"(creating a file there failed: {exc.strerror or exc})"
+        ) from None
     return out
 
 
@@ -242,3 +284,33 @@ def read_record(path: str, kind: str, command: str) -> dict[str, Any]:
     if not isinstance(record, dict) or record.get("kind") != kind:
         raise UsageError(f"--from-json: {path!r} is not a record of 'specdec {command} --json'")
     return record
+
+
+def require_fields(record: dict[str, Any], fields: Sequence[str], path: str, command: str) -> None:
+    """Every field a command prints from a record read by :func:`read_record`, checked before it prints
+    a line: each of ``fields`` is a dotted path (``"target.name"``; ``*`` stands for every value of a
+    mapping, ``"summary.engines.*.step_ms"``); the first one missing (or under a value that is not a
+    mapping) is a :class:`UsageError` naming the file and the field."""
+
+    def missing(value: Any, parts: list[str], at: str) -> str | None:
+        if not parts:
+            return None
+        head, rest = parts[0], parts[1:]
+        if not isinstance(value, dict):
+            return f"{at}.{head}" if at else head
+        if head == "*":
+            for key, item in value.items():
+                found = missing(item, rest, f"{at}.{key}" if at else str(key))
+                if found is not None:
+                    return found
+            return None
+        here = f"{at}.{head}" if at else head
+        return here if head not in value else missing(value[head], rest, here)
+
+    for field_path in fields:
+        lacking = missing(record, field_path.split("."), "")
+        if lacking is not None:
+            raise UsageError(
+                f"--from-json: {path!r} lacks the field {lacking!r} (a record of 'specdec {command} --json' "
+                "has it): a damaged or hand-made record"
+            )

@@ -23,13 +23,18 @@ from specdec.cli.common import (
     para,
     progress,
     read_record,
+    require_fields,
     threads_arg,
     threads_help,
 )
 from specdec.theory.checks import check_seed
 from specdec.theory.sampling import check_temperature
 
-__all__ = ["MEASURE_NUMBERS", "add_parser", "print_measure", "run"]
+__all__ = ["MEASURE_FIELDS", "MEASURE_NUMBERS", "MIN_NEW_TOKENS", "add_parser", "print_measure", "run"]
+
+#: The fewest new tokens a measurement takes: a round drafts at least one token (gamma >= 1) and adds the
+#: target's own, and a round drafts at most the tokens still to generate less that one.
+MIN_NEW_TOKENS = 2
 
 MEASURE_NUMBERS = """\
   alpha   the paper's alpha (Corollary 3.6): the mean of sum_x min(p(x), q(x)) over the
@@ -47,6 +52,22 @@ The first run on a machine with --dtype auto times the lean modes (about a minut
 """
 
 
+#: The fields :func:`print_measure` reads from every record (``--from-json`` checks them before printing),
+#: and those it reads when the record has a prediction (a chain drafter that drafted something).
+MEASURE_FIELDS = (
+    "target.name", "target.engine", "target.device", "threads", "draft.name", "draft.about",
+    "prompts_source", "new_tokens", "gamma", "temperature", "repeats", "generated_tokens", "alpha",
+    "alpha_coverage", "alpha_all_positions", "alpha_observed", "tokens_per_round", "expected_tokens",
+    "step_ms", "c", "verify_curve", "measured", "prediction", "greedy_exact",
+)  # fmt: skip
+PREDICTION_FIELDS = (
+    "prediction.verify_cost", "prediction.theorem", "prediction.with_verify", "prediction.with_drafts",
+    "prediction.with_observed_T", "prediction.ratio", "prediction.factor_overhead",
+    "optimal_gamma_theorem.gamma", "optimal_gamma_theorem.speedup", "optimal_gamma_curve.gamma",
+    "optimal_gamma_curve.speedup", "optimal_gamma_curve.max_gamma",
+)  # fmt: skip
+
+
 def print_measure(r: dict[str, Any]) -> None:
     t, d = r["target"], r["draft"]
     how = ""
@@ -55,9 +76,11 @@ def print_measure(r: dict[str, Any]) -> None:
     print(f"target   {t['name']}, engine {t['engine']}{how}, {r['threads']} thread(s), {t['device']}")
     print(f"draft    {d['name']}: {d['about']}")
     print(f"prompts  {r['prompts_source']}")
+    tree = r.get("shape") == "tree"
     print(
-        f"         up to {r['new_tokens']} new tokens, gamma = {r['gamma']}, "
-        f"temperature {r['temperature']:g}, {r['repeats']} repeat(s); "
+        f"         up to {r['new_tokens']} new tokens, "
+        + (f"node budget = {r['gamma']} (--gamma), " if tree else f"gamma = {r['gamma']}, ")
+        + f"temperature {r['temperature']:g}, {r['repeats']} repeat(s); "
         f"generated {sum(r['generated_tokens'])} tokens"
     )
     print("acceptance")
@@ -85,7 +108,9 @@ def print_measure(r: dict[str, Any]) -> None:
     print("speedup over plain decoding (time per token, prefill excluded)")
     print(f"  measured           {interval(r['measured'])}")
     g = r["prediction"]
-    if g is None:
+    if g is None and tree:
+        print("  predicted          n/a (a tree drafter: Corollary 3.6's alpha, Theorem 3.8 price chains)")
+    elif g is None:
         print("  predicted          n/a (the draft proposed nothing, so alpha is undefined)")
     else:
         v = g["verify_cost"]
@@ -110,17 +135,34 @@ def print_measure(r: dict[str, Any]) -> None:
         print(f"greedy output identical to plain decoding: {same}")
 
 
+def _checked_inputs(args: argparse.Namespace) -> Any:
+    """--draft and --prompts checked before anything loads, each error naming its option; returns what
+    to hand :func:`specdec.analysis.usermeasure.measure_setup` as the prompts: the file's path, or the
+    prompts themselves when the file is a pipe such as ``/dev/stdin`` (read once, here)."""
+    from specdec.analysis.usermeasure import parse_draft, read_prompts
+
+    try:
+        parse_draft(args.draft)
+    except ValueError as exc:
+        raise UsageError(f"--draft: {exc}") from None
+    if args.prompts is None:
+        return None
+    try:
+        texts = read_prompts(args.prompts)
+    except ValueError as exc:
+        raise UsageError(f"--prompts: {exc}") from None
+    return args.prompts if Path(args.prompts).is_file() else texts
+
+
 def run(args: argparse.Namespace) -> int:
     if args.from_json is not None:
         record = read_record(args.from_json, "specdec-measure", "measure")
+        fields = MEASURE_FIELDS + (PREDICTION_FIELDS if record.get("prediction") is not None else ())
+        require_fields(record, fields, args.from_json, "measure")
     else:
         for name in ("gamma", "new_tokens", "repeats", "verify_repeats"):
-            at_least("--" + name.replace("_", "-"), getattr(args, name), 1, COUNTS[name], COUNT_MAX[name])
-        if args.new_tokens < 2:  # one draft and the target's own token: the smallest round
-            raise UsageError(
-                f"--new-tokens must be >= 2 to measure speculation (a round drafts at most "
-                f"new tokens - 1); got {args.new_tokens}"
-            )
+            low = MIN_NEW_TOKENS if name == "new_tokens" else 1
+            at_least("--" + name.replace("_", "-"), getattr(args, name), low, COUNTS[name], COUNT_MAX[name])
         if args.gamma > args.new_tokens - 1:
             raise UsageError(
                 f"--gamma must lie in 1 .. --new-tokens - 1 = {args.new_tokens - 1} (a round drafts at "
@@ -130,8 +172,6 @@ def run(args: argparse.Namespace) -> int:
         checked(check_temperature, "--temperature", args.temperature)
         checked(check_seed, "--seed", args.seed)
         out_path(args.out)  # before the run, not after it
-        if args.prompts is not None and not Path(args.prompts).is_file():
-            raise UsageError(f"--prompts: no such file {args.prompts!r}")
         if args.target != "default" and not Path(args.target).expanduser().is_dir():
             raise UsageError(
                 f"--target: no such folder {args.target!r}; give 'default' or a transformers model folder"
@@ -139,10 +179,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             from specdec.analysis.usermeasure import measure_setup
 
+            prompts = _checked_inputs(args)
             record = measure_setup(
                 args.target,
                 args.draft,
-                args.prompts,
+                prompts,
                 dtype=args.dtype,
                 gamma=args.gamma,
                 new_tokens=args.new_tokens,
@@ -162,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
         if args.out is not None:
             from specdec.theory.recordio import write_record
 
+            out_path(args.out)  # again: the path may have changed during the run
             log(f"record written to {write_record(args.out, record, indent=1, sort_keys=False)}")  # atomic
     if args.json:
         print(json_out(record))
@@ -188,6 +230,7 @@ def add_parser(sub: Any, formatter: Any) -> None:
         epilog="Examples:\n  specdec measure                    # prompt lookup on the book's prompts\n"
         "  specdec measure --draft distil-l2 --prompts my-prompts.txt\n"
         "  specdec measure --draft early-exit:8 --gamma 3 --json > me.json\n"
+        "  specdec measure --draft suffix --gamma 8    # a tree drafter: 8 nodes a round\n"
         "  specdec measure --from-json me.json  # print a saved measurement again",
         formatter_class=formatter,
     )
@@ -201,11 +244,14 @@ def add_parser(sub: Any, formatter: Any) -> None:
     e.add_argument(
         "--draft",
         default="lookup",
-        metavar="NAME_OR_PATH",
-        help="the drafter: lookup (prompt lookup, the default), bigram (a bigram table of the target's "
-        "text), early-exit[:N] (the target's first N layers; default a quarter of them), a distilled "
-        "draft of the book (distil-l1, distil-l2, distil-l4), or a model folder with the target's "
-        "vocabulary and tokenizer",
+        metavar="SPEC",
+        help="the drafter, a spec of the drafter registry, kind[:argument][,key=value ...]: chains "
+        "lookup (prompt lookup, the default), bigram, unigram (n-gram tables of the target's text), "
+        "early-exit:N (the target's first N layers), draft:NAME (a distilled draft of the book: "
+        "distil-l1, distil-l2, distil-l4), model:FOLDER (a draft model with the target's vocabulary "
+        "and tokenizer); trees (decoded by the tree loop, --gamma their node budget) lookup-tree, "
+        "suffix, draft-tree:NAME, early-exit-tree:N, medusa:medusa-4, mlp:mlp-4, eagle:eagle-1; "
+        "older names: early-exit (a quarter of the target's layers), distil-l1 .. l4, a model folder",
     )
     e.add_argument(
         "--prompts",
@@ -224,14 +270,19 @@ def add_parser(sub: Any, formatter: Any) -> None:
         "Llama-style models), or transformers' own forward (hf-float32, hf-bfloat16: any model, CPU or GPU)",
     )
     e.add_argument(
-        "--gamma", type=int, default=4, metavar="G", help="drafted tokens per round, >= 1 (default 4)"
+        "--gamma",
+        type=int,
+        default=4,
+        metavar="G",
+        help="drafted tokens per round (a tree drafter's node budget), 1 .. --new-tokens - 1 (default 4)",
     )
     e.add_argument(
         "--new-tokens",
         type=int,
         default=64,
         metavar="N",
-        help="tokens to generate per prompt, >= 1 (default 64; decoding stops earlier at the end of a reply)",
+        help=f"tokens to generate per prompt, >= {MIN_NEW_TOKENS} (a round drafts at least one token and "
+        "adds the target's own; default 64; decoding stops earlier at the end of a reply)",
     )
     e.add_argument(
         "--temperature",
