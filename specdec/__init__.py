@@ -99,6 +99,8 @@ Measurement:
 * :mod:`specdec.measure.enginebench` -- the engine benchmark: every engine side by side (``specdec bench``).
 * :mod:`specdec.measure.verifykernels` -- the q4q8 engine's verify curve and its floor, an earlier commit's
   C kernels against this checkout's in one run (``verify_kernels.py``).
+* :mod:`specdec.measure.draftcost` -- a drafter's c inside the decoding loop, two checkouts alternated;
+  the per-budget costs :class:`~specdec.theory.policies.DoNoHarm` needs (``calibrate``).
 * :mod:`specdec.measure.device`  -- the accelerator's identity, its memory, its measured roofline.
 * :mod:`specdec.measure.devicechecks` -- greedy equality and losslessness checked on a device.
 * :mod:`specdec.measure.surfaces` -- cost surfaces T(b, k) by the one T(k) loop: wall clock, kernels' time.

@@ -36,7 +36,7 @@ from specdec.engine.drafters import Drafter, Proposal
 from specdec.engine.lm import CachedLM, open_lm
 from specdec.engine.stats import Stats
 from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int, is_int
-from specdec.theory.policies import DraftPolicy, as_policy
+from specdec.theory.policies import BudgetPolicy, DraftPolicy, as_budget_policy, as_policy
 from specdec.theory.sampling import sample, verify, verify_argmax, warp
 
 __all__ = ["Generation", "autoregressive", "speculative", "speculative_tree"]
@@ -138,7 +138,7 @@ def speculative_tree(
     drafter: Any,
     prompt_ids: Sequence[int],
     *,
-    budget: int,
+    budget: int | BudgetPolicy,
     max_new_tokens: int,
     temperature: float = 0.0,
     top_k: int | None = None,
@@ -164,12 +164,21 @@ def speculative_tree(
         ``drafted`` is its node count, ``accepted`` the accepted path's length; ``examined_at[d]``
         counts rounds that reached depth d + 1 of the tree. ``drafter.finish(tokens)``, when the
         drafter has it, is told the whole generation at the end (suffix decoding's global tree).
+
+        ``budget``: an integer >= 0 (every round's node budget) or a
+        :class:`specdec.theory.policies.BudgetPolicy` choosing each round's from the rounds already
+        verified (0: a plain step, no draft call; e.g. :class:`~specdec.theory.policies.DoNoHarm`);
+        ``Stats.gamma`` is then its ``max_budget``. A drafter conditioned on the target's features is
+        told the positions of plain rounds at the next round that drafts, in one ``extend`` call.
     """
     from specdec.theory.trees import DraftTree
     from specdec.theory.treeverify import verify_tree, verify_tree_greedy
 
     lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
-    check_int("budget", budget, low=0)
+    if not isinstance(budget, BudgetPolicy):
+        check_int("budget", budget, low=0)
+    policy = as_budget_policy(budget)
+    policy.reset()
     if not callable(getattr(drafter, "propose_tree", None)):
         raise ValueError(f"drafter must propose trees (a propose_tree method); got {type(drafter).__name__}")
     v_draft = getattr(drafter, "vocab_size", None)
@@ -190,8 +199,9 @@ def speculative_tree(
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
     context = getattr(getattr(target, "config", None), "max_position_embeddings", None)
     context = int(context) if is_int(context) else None
-    stats = Stats(gamma=budget)  # a tree's nodes are not bounded by the tokens left, its depth is
+    stats = Stats(gamma=policy.max_budget)  # a tree's nodes are not bounded by the tokens left
     tokens = list(prompt)
+    pending: list[tuple[np.ndarray, list[int]]] = []  # conditioned: committed pairs not yet told
     with stats.timer("prefill_s", lm.device):
         _prefill(lm, prompt)
         drafter.start(prompt)
@@ -199,10 +209,15 @@ def speculative_tree(
             drafter.extend(lm.features if len(prompt) > 1 else np.zeros((0, 1), np.float32), prompt[1:])
     while (left := max_new_tokens - (len(tokens) - len(prompt))) > 0:
         with stats.timer("draft_s", lm.device):
-            limit = budget if left > 1 else 0
+            limit = _next_budget(policy) if left > 1 else 0
             if context is not None:  # a tree call holds 1 + N slots after the cached tokens
                 limit = min(limit, context - len(tokens))
-            proposal = drafter.propose_tree(tokens, limit, warp_fn, rng)
+            if limit and pending:  # the plain rounds' positions, in one call
+                drafter.extend(
+                    np.concatenate([f for f, _ in pending]), [t for _, ids in pending for t in ids]
+                )
+                pending.clear()
+            proposal = drafter.propose_tree(tokens, limit, warp_fn, rng)  # budget 0: an empty tree
             tree, q = proposal.tree, proposal.q
             if not isinstance(tree, DraftTree) or len(tree) > limit:
                 raise ValueError(
@@ -225,6 +240,7 @@ def speculative_tree(
                 p = warp_fn(logits)
                 path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng)
         stats.record_tree_round(len(tree), tree.depth, len(path), proposal.calls)
+        policy.update(len(tree), tree.depth, len(path))
         new = [*(tree.tokens[i] for i in path), next_token]
         start = len(tokens) - 1  # the cache held the committed tokens minus the last (the root)
         rows = [0, *(i + 1 for i in path)]
@@ -233,8 +249,7 @@ def speculative_tree(
         lm.keep_path(start, rows)
         tokens += new
         if conditioned and eos_token_id not in new and len(tokens) - len(prompt) < max_new_tokens:
-            with stats.timer("draft_s", lm.device):
-                drafter.extend(feats, new)
+            pending.append((feats, new))  # told before the next round that drafts
         if eos_token_id in new:
             break
     out = finish_generation(tokens[len(prompt) :], stats, eos_token_id)
@@ -280,6 +295,15 @@ def autoregressive(
 
 
 # -- helpers -------------------------------------------------------------------------------------
+
+
+def _next_budget(policy: BudgetPolicy) -> int:
+    n = policy.next()
+    if not is_int(n) or not 0 <= n <= policy.max_budget:
+        raise ValueError(
+            f"{policy.describe()} asked for a budget of {n!r}; it must give 0..{policy.max_budget}"
+        )
+    return int(n)
 
 
 def _next_length(policy: DraftPolicy) -> int:

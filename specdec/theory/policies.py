@@ -11,6 +11,14 @@ leaves the target's conditional law intact whatever the number of positions.
 * :class:`HeuristicGamma` -- transformers' "heuristic" schedule for assisted generation:
   +2 after a round whose drafts were all accepted, -1 (not below 1) otherwise.
 
+The tree loop (:func:`specdec.engine.decoding.speculative_tree`; a chain is a tree of one branch) takes
+a :class:`BudgetPolicy` in place of its node budget, 0 meaning a plain step:
+
+* :class:`FixedBudget` -- the same budget every round.
+* :class:`DoNoHarm` -- speculate only where it pays: each round the budget with the best predicted
+  speed over a plain step (Theorem 3.8's ratio with online acceptance per depth and the measured v and
+  c), plain steps where none beats 1, with a periodic probe of the drafter.
+
 The other adaptive rule the field uses, stopping a draft once the draft model's own
 probability of its token falls below a threshold (transformers' ``assistant_confidence_
 threshold``), depends on the draft's samples within the round, so it lives in the drafter:
@@ -21,7 +29,16 @@ from __future__ import annotations
 
 from specdec.theory.checks import check_int
 
-__all__ = ["DraftPolicy", "FixedGamma", "HeuristicGamma", "as_policy"]
+__all__ = [
+    "BudgetPolicy",
+    "DoNoHarm",
+    "DraftPolicy",
+    "FixedBudget",
+    "FixedGamma",
+    "HeuristicGamma",
+    "as_budget_policy",
+    "as_policy",
+]
 
 
 class DraftPolicy:
@@ -95,3 +112,161 @@ def as_policy(gamma: int | DraftPolicy) -> DraftPolicy:
     if isinstance(gamma, DraftPolicy):
         return gamma
     return FixedGamma(gamma)
+
+
+# -- node budgets for the tree loop (a chain is a tree of one branch) ---------------------------------
+
+
+class BudgetPolicy:
+    """Base class of a tree loop's budget policy (:func:`specdec.engine.decoding.speculative_tree`):
+    ``next()`` gives the next round's node budget, 0 to ``max_budget`` (0: a plain step, no draft);
+    ``update(nodes, depth, accepted)`` reports the round (the tree's nodes and depth, the accepted path's
+    length);
+    ``reset()`` starts a generation. A policy sees only rounds already verified, so the budget of a round
+    is fixed before its verification draws anything: the loop stays lossless (Appendix A.1 round by
+    round; :mod:`specdec.theory.treeverify` for trees), whatever the policy."""
+
+    max_budget: int
+
+    def reset(self) -> None:  # noqa: B027 (optional hook)
+        pass
+
+    def next(self) -> int:
+        raise NotImplementedError
+
+    def update(self, nodes: int, depth: int, accepted: int) -> None:  # noqa: B027 (optional hook)
+        pass
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+class FixedBudget(BudgetPolicy):
+    """``budget`` nodes every round (0 included: plain decoding through the tree loop)."""
+
+    def __init__(self, budget: int) -> None:
+        self.max_budget = check_int("budget", budget, low=0)
+
+    def next(self) -> int:
+        return self.max_budget
+
+    def describe(self) -> str:
+        return f"fixed budget = {self.max_budget}"
+
+
+def as_budget_policy(budget: int | BudgetPolicy) -> BudgetPolicy:
+    """An integer budget as :class:`FixedBudget`; a policy as it is."""
+    if isinstance(budget, BudgetPolicy):
+        return budget
+    return FixedBudget(budget)
+
+
+class DoNoHarm(BudgetPolicy):
+    """Speculate only where it pays (issue 42, item 3): each round, the budget b among ``budgets``
+    (0 always among them: a plain step) that maximises the predicted speed over plain decoding,
+    Theorem 3.8's ratio for the round,
+
+        R(b) = E[tokens | b] / (v(b + 1) + c(b)),     R(0) = 1,
+
+    with ``verify[k - 1]`` = v(k), a verify call over k rows in plain steps (v(1) = 1: a plain step),
+    and ``draft[b]`` = c(b), the draft time of a round at budget b in plain steps, both measured on the
+    running machine before the generation (:func:`specdec.measure.draftcost`'s rule), and E[tokens | b] =
+    1 + sum over depths d <= depth(b) of a_1 ... a_d, where a_d is the online estimate of the
+    probability that the accepted path reaches depth d given it reached d - 1 (pooled over the rounds
+    that tried depth d, with ``prior`` pseudo-rounds at ``prior_rate`` so that the first rounds do not
+    decide on one sample), and depth(b) ``depth[b]`` (the drafter's tree depth at budget b; a chain's is
+    b). Speculation must beat plain decoding by ``margin`` (R(b) >= 1 + margin) to be chosen.
+
+    While it chooses 0 it learns nothing of the drafter, so every ``probe_every``-th plain round it
+    drafts at the smallest positive budget instead (a probe; ``probe_every = 0``: never). Its choice
+    depends on the verified rounds only (counts, not times: the same seed gives the same output),
+    so the loop stays lossless (:class:`BudgetPolicy`).
+    """
+
+    def __init__(
+        self,
+        budgets: dict[int, tuple[float, float, int]],
+        *,
+        prior: float = 2.0,
+        prior_rate: float = 0.5,
+        margin: float = 0.02,
+        probe_every: int = 16,
+    ) -> None:
+        """``budgets``: b -> (v(b + 1), c(b), depth(b)) for each positive budget b tried (b = 0, a plain
+        step, is (1, 0, 0) and is always there)."""
+        from specdec.theory.checks import check_float
+
+        if not isinstance(budgets, dict) or not budgets:
+            raise ValueError(
+                f"budgets must map positive budgets to (v(b + 1), c(b), depth(b)); got {budgets!r}"
+            )
+        self.costs: dict[int, tuple[float, float, int]] = {0: (1.0, 0.0, 0)}
+        for b, entry in sorted(budgets.items()):
+            check_int("a budget", b, low=1)
+            if not isinstance(entry, (tuple, list)) or len(entry) != 3:
+                raise ValueError(f"budgets[{b}] must be (v(b + 1), c(b), depth(b)); got {entry!r}")
+            v, c, d = entry
+            self.costs[b] = (
+                check_float(f"budgets[{b}]'s v(b + 1)", v, low=0.0, open_low=True),
+                check_float(f"budgets[{b}]'s c(b)", c, low=0.0),
+                check_int(f"budgets[{b}]'s depth", d, low=1, high=b),
+            )
+        self.max_budget = max(self.costs)
+        self.prior = check_float("prior", prior, low=0.0)
+        self.prior_rate = check_float("prior_rate", prior_rate, low=0.0, high=1.0)
+        self.margin = check_float("margin", margin, low=0.0)
+        self.probe_every = check_int("probe_every", probe_every, low=0)
+        self.reset()
+
+    def reset(self) -> None:
+        depth = max(d for _, _, d in self.costs.values())
+        self.tried = [0] * depth  # rounds whose tree reached depth d + 1 (had a node there)
+        self.passed = [0] * depth  # of those, rounds whose accepted path reached depth d + 1
+        self.plain_run = 0
+
+    def rates(self) -> list[float]:
+        """a_d for d = 1 .. the deepest budget's depth (the smoothed online estimates)."""
+        return [
+            (p + self.prior * self.prior_rate) / (t + self.prior) if t + self.prior > 0 else self.prior_rate
+            for t, p in zip(self.tried, self.passed, strict=True)
+        ]
+
+    def predicted(self) -> dict[int, float]:
+        """R(b) for every budget, from the rounds so far."""
+        rates = self.rates()
+        out = {}
+        for b, (v, c, d) in self.costs.items():
+            expected, reach = 1.0, 1.0
+            for a in rates[:d]:
+                reach *= a
+                expected += reach
+            out[b] = expected / (v + c)
+        return out
+
+    def next(self) -> int:
+        r = self.predicted()
+        best = max((b for b in r if b > 0), key=lambda b: (r[b], -b))
+        choice = best if r[best] >= 1.0 + self.margin else 0
+        if choice == 0 and self.probe_every and self.plain_run + 1 >= self.probe_every:
+            choice = min(b for b in self.costs if b > 0)
+        return choice
+
+    def update(self, nodes: int, depth: int, accepted: int) -> None:
+        check_int("nodes", nodes, low=0)
+        check_int("depth", depth, low=0, high=nodes)
+        check_int("accepted", accepted, low=0, high=depth)
+        if nodes == 0:
+            self.plain_run += 1
+            return
+        self.plain_run = 0
+        for d in range(min(depth, len(self.tried))):  # depth d + 1 of the tree
+            if d > accepted:  # the accepted path stopped before depth d: d + 1 was not tried
+                break
+            self.tried[d] += 1
+            self.passed[d] += d < accepted
+
+    def describe(self) -> str:
+        return (
+            f"do no harm over budgets {sorted(self.costs)} (margin {self.margin:g}, "
+            f"probe every {self.probe_every})"
+        )

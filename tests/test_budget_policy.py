@@ -1,0 +1,189 @@
+"""Budget policies in the tree loop (issue 42, item 3): each round's node budget chosen from the rounds
+already verified, 0 meaning a plain step. :class:`DoNoHarm` speculates only where Theorem 3.8's ratio
+for the round, with online acceptance per depth and the measured v and c, beats a plain step.
+
+Lossless by the round-by-round argument (the budget is fixed before the round's verification draws
+anything): greedy output equals plain decoding's whatever the budgets; at temperature 1 the law of the
+first two tokens is the target's (chi-square), under a policy that switches budgets on what it saw,
+while a loop that *undoes* a rejected speculative round (and takes a plain step instead: "do no harm"
+done wrong) is caught by the same test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specdec.drafting.modeltree import ModelTreeDrafter
+from specdec.drafting.registry import build_drafter
+from specdec.engine.decoding import autoregressive, speculative_tree
+from specdec.engine.drafters import ModelDrafter
+from specdec.engine.lean import LeanLlama
+from specdec.engine.lm import open_lm
+from specdec.theory import treeverify
+from specdec.theory.chisquare import chi_square_pvalue
+from specdec.theory.policies import BudgetPolicy, DoNoHarm, FixedBudget
+from specdec.theory.sampling import sample, warp
+from tests.tiny_models import VOCAB, perturbed_copy, tiny_llama
+
+
+class Alternate(BudgetPolicy):
+    """A policy that reacts to what it saw: budget 0 after a round that accepted something, else 6."""
+
+    max_budget = 6
+
+    def reset(self) -> None:
+        self.accepted = 0
+
+    def next(self) -> int:
+        return 0 if self.accepted else 6
+
+    def update(self, nodes: int, depth: int, accepted: int) -> None:
+        self.accepted = accepted
+
+
+def test_do_no_harm_speculates_only_where_it_pays():
+    cheap = DoNoHarm({1: (1.1, 0.05, 1), 4: (1.3, 0.2, 4)}, prior=2, prior_rate=0.5, probe_every=4)
+    r = cheap.predicted()  # a = 0.5 at every depth before any round
+    assert r[0] == 1.0 and r[1] == pytest.approx(1.5 / 1.15) and r[4] == pytest.approx(1.9375 / 1.5)
+    assert cheap.next() == 1
+    costly = DoNoHarm({2: (1.2, 0.9, 2)}, probe_every=3)
+    assert [costly.next() for _ in range(1)] == [0]
+    costly.update(0, 0, 0)
+    costly.update(0, 0, 0)
+    assert costly.next() == 2  # the third plain round in a row probes the drafter
+    costly.update(2, 2, 2)  # it accepted both: the estimates rise
+    assert costly.rates()[0] > 0.5 and costly.plain_run == 0
+    for _ in range(40):
+        costly.update(2, 2, 2)
+    assert costly.next() == 2  # now speculation pays even at c = 0.9
+    for _ in range(200):
+        costly.update(2, 2, 0)  # nothing accepted for a long time: back to plain steps
+    assert costly.next() == 0
+
+
+def test_do_no_harm_counts_depths_as_the_tree_reached_them():
+    policy = DoNoHarm({6: (1.5, 0.1, 3)}, prior=0)
+    policy.update(6, 3, 1)  # depth 1 passed, depth 2 tried and failed, depth 3 never reached
+    policy.update(6, 2, 2)  # a shallower tree: depths 1 and 2 passed
+    assert policy.tried == [2, 2, 0] and policy.passed == [2, 1, 0]
+
+
+def test_policies_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="budget must be an integer >= 0"):
+        FixedBudget(-1)
+    with pytest.raises(ValueError, match="budgets must map"):
+        DoNoHarm({})
+    with pytest.raises(ValueError, match=r"budgets\[2\]'s depth must be an integer in \[1, 2\]"):
+        DoNoHarm({2: (1.2, 0.1, 3)})
+    with pytest.raises(ValueError, match="v\\(b \\+ 1\\)"):
+        DoNoHarm({2: (0.0, 0.1, 2)})
+    with pytest.raises(ValueError, match="accepted must be an integer in \\[0, 1\\]"):
+        DoNoHarm({2: (1.2, 0.1, 2)}).update(2, 1, 2)
+
+
+class Wild(BudgetPolicy):
+    max_budget = 3
+
+    def next(self) -> int:
+        return 4
+
+
+@pytest.fixture(scope="module")
+def pair():
+    one = tiny_llama(0, layers=1)
+    target = LeanLlama(one, "float32")
+    draft = ModelTreeDrafter(ModelDrafter(LeanLlama(perturbed_copy(one, 0.3, 7), "float32")), branch=2)
+    return target, draft
+
+
+def test_greedy_output_equals_plain_under_every_policy(pair):
+    target, draft = pair
+    prompt = np.random.default_rng(3).integers(0, VOCAB, 12).tolist()
+    plain = autoregressive(target, prompt, max_new_tokens=30).tokens
+    for policy in (
+        FixedBudget(0),
+        FixedBudget(5),
+        Alternate(),
+        DoNoHarm({2: (1.1, 0.1, 2), 6: (1.4, 0.3, 3)}),
+    ):
+        gen = speculative_tree(target, draft, prompt, budget=policy, max_new_tokens=30)
+        assert gen.tokens == plain, policy.describe()
+    with pytest.raises(ValueError, match="asked for a budget of 4; it must give 0..3"):
+        speculative_tree(target, draft, prompt, budget=Wild(), max_new_tokens=5)
+
+
+def test_a_conditioned_drafter_is_told_the_plain_rounds_in_one_call(pair):
+    """A conditioned drafter hears of a plain round's positions only when a later round drafts: one
+    ``extend`` just before that round's proposal, never before a plain round's."""
+    target, _ = pair
+    events = []
+    lookup = build_drafter("lookup-tree")
+
+    class Recorder:
+        conditioned = True
+
+        def start(self, prompt_ids):
+            lookup.start(prompt_ids)
+
+        def extend(self, features, next_ids):
+            assert features.shape[0] == len(next_ids)
+            events.append(("extend", len(next_ids)))
+
+        def propose_tree(self, prefix_ids, budget, warp_fn, rng):
+            events.append(("propose", budget))
+            return lookup.propose_tree(prefix_ids, budget, warp_fn, rng)
+
+    prompt = [3, 4, 5, 6, 3, 4, 5, 6, 3, 4]
+    plain = autoregressive(target, prompt, max_new_tokens=16).tokens
+    gen = speculative_tree(target, Recorder(), prompt, budget=Alternate(), max_new_tokens=16)
+    assert gen.tokens == plain
+    assert events[0] == ("extend", len(prompt) - 1)  # the prefill's pairs
+    later = events[1:]
+    for i, (what, _) in enumerate(later):
+        if what == "extend":
+            assert later[i + 1][0] == "propose" and later[i + 1][1] > 0
+    # after a plain round the next drafting round is told two rounds' positions at once
+    deferred = [
+        later[i + 1][1]
+        for i, e in enumerate(later[:-1])
+        if e == ("propose", 0) and later[i + 1][0] == "extend"
+    ]
+    assert deferred and min(deferred) >= 2
+
+
+def _two_token_law(model: LeanLlama, prefix: list[int]) -> np.ndarray:
+    p1 = warp(open_lm(model).forward(prefix, keep=1), temperature=1.0)[0].double()
+    rows = torch.stack([open_lm(model).forward([*prefix, x], keep=1)[0] for x in range(VOCAB)])
+    law = (p1[:, None] * warp(rows, temperature=1.0).double()).numpy()
+    return law / law.sum()
+
+
+def _counts(target, drafter, policy_factory, n: int = 1200) -> np.ndarray:
+    counts = np.zeros((VOCAB, VOCAB))
+    for seed in range(n):
+        gen = speculative_tree(
+            target, drafter, [36], budget=policy_factory(), max_new_tokens=3, temperature=1.0, seed=seed
+        )
+        counts[gen.tokens[0], gen.tokens[1]] += 1
+    return counts
+
+
+def test_sampling_under_a_policy_has_the_target_law_and_undoing_a_rejection_breaks_it(pair, monkeypatch):
+    target, draft = pair
+    law = _two_token_law(target, [36])
+    assert chi_square_pvalue(_counts(target, draft, Alternate), law)["pvalue"] > 1e-3
+    # broken: a round whose drafts were all rejected is undone and replaced by a plain step (a fresh
+    # draw from p), as a policy that "never lets speculation cost a token" might be written; the draft's
+    # tokens then win twice and the law is no longer p
+    original = treeverify.verify_tree
+
+    def undo_rejections(p, q, tree, rng):
+        path, token = original(p, q, tree, rng)
+        if len(tree) and not path:
+            token = sample(p[0], rng)
+        return path, token
+
+    monkeypatch.setattr(treeverify, "verify_tree", undo_rejections)
+    assert chi_square_pvalue(_counts(target, draft, Alternate), law)["pvalue"] < 1e-3
