@@ -72,7 +72,12 @@ def measure(
     built = {}
     for spec, budget in configs:
         for dt in drafter_threads:
-            name = spec if dt == 1 else f"{spec},threads={dt}"
+            if "threads" not in KINDS[spec.split(":")[0].split(",")[0]].options:
+                if dt != drafter_threads[0]:
+                    continue  # a draft model runs at the target's threads: once
+                name = spec
+            else:  # explicit, as the default differs between checkouts (1 before 0691db0's successor)
+                name = f"{spec},threads={dt}"
             built[(name, budget)] = build_drafter(name, context)
     rows = []
     for p, prompt in enumerate(ids):
@@ -152,6 +157,14 @@ def calibrate(
         )
         for b, rows in samples.items()
     }
+
+
+def _with_children(counters: dict[str, float]) -> dict[str, float]:
+    """cpu_counters with the finished children's CPU seconds added to this process's own."""
+    import resource
+
+    child = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {**counters, "own_s": counters["own_s"] + child.ru_utime + child.ru_stime}
 
 
 def _git_commit(folder: str) -> str:
@@ -243,12 +256,12 @@ def main(argv: list[str] | None = None) -> int:
             run += "runpy.run_path(sys.argv[0], run_name='__main__')"
             cmd = [sys.executable, "-c", run, "--side", "--threads", str(args.threads), "--prompts",
                    str(args.prompts), "--drafter-threads", args.drafter_threads]  # fmt: skip
-            c0, t0 = cpu_counters(), time.perf_counter()
+            c0, t0 = _with_children(cpu_counters()), time.perf_counter()
             done = subprocess.run(cmd, env=env, cwd=folder, capture_output=True, text=True, check=False)
             if done.returncode:
                 raise RuntimeError(f"the {name} side failed:\n{done.stderr[-3000:]}")
-            c1 = cpu_counters()
-            # the child's CPU time is not this process's: every busy CPU beyond the target's threads
+            c1 = _with_children(cpu_counters())
+            # the child's CPU time counts as this process's (_with_children): others_busy_cpus is the rest
             loads.append(
                 {"side": name, "rep": rep, **load_during(c0, c1, time.perf_counter() - t0, args.threads)}
             )

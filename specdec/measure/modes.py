@@ -497,7 +497,7 @@ def draft_context(
     base model) runs in the lean engine at the target's threads in ``draft_mode`` (``"auto"``: the
     fastest of :data:`DRAFT_MODES` that keeps its weights, by :func:`choose_mode`) when the target is
     lean, and as loaded when it is a transformers model; Medusa, the MLP speculator and EAGLE load by
-    :func:`specdec.train.condnets.load_conditioned` (their matrices in int8 rows on one thread);
+    :func:`specdec.train.condnets.load_conditioned` (their matrices in int8 rows on the target's threads);
     ``corpus`` gives the n-gram drafters' text, ``load_model`` a model folder's draft. Returns the
     context and ``drafts``: what each draft ran in, filled as each loads (for the record).
     """
