@@ -269,10 +269,12 @@ def main(argv: list[str] | None = None) -> int:
             assert Path(result["specdec"]).parent.resolve() == Path(folder).resolve(), result["specdec"]
             sides[name] += [{**r, "rep": rep} for r in result["rows"]]
             print(f"[draftcost] {name} rep {rep} done", file=sys.stderr)
+    from specdec.measure.core import environment
     from specdec.measure.modes import machine_identity
 
     record = {
         "kind": "engine-draft-cost",
+        "environment": {**environment(dtype="q4q8", device="cpu"), "threads": args.threads},
         "machine": {**machine_identity(), "threads": args.threads},
         "before": {"folder": args.before, "commit": _git_commit(args.before)},
         "after": {"folder": args.after, "commit": _git_commit(args.after)},
