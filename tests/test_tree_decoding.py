@@ -163,7 +163,7 @@ def test_the_registry_parses_checks_and_builds_every_kind(small):
         corpus=lambda: [[5, 6, 7, 5, 6, 8]],
         load_model=lambda folder: perturbed_copy(small, 0.05, 4),
     )
-    conditioned = {"medusa", "mlp", "eagle"}  # built and checked in tests/test_conditioned.py
+    conditioned = {"medusa", "mlp", "eagle", "hybrid"}  # built in tests/test_conditioned.py, test_hybrid.py
     argument = {"early-exit": ":1", "early-exit-tree": ":1", "draft": ":d", "draft-tree": ":d", "model": ":d"}
     built = {
         kind: build_drafter(kind + argument.get(kind, ""), context)

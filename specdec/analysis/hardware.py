@@ -27,11 +27,13 @@ from specdec.theory.speedup import (  # Theorem 3.8 on a curve lives in theory; 
 )
 
 __all__ = [
+    "DRAFT_COST_GOALS",
     "KERNEL_GOALS",
     "adaptive_vs_fixed",
     "batch_gains",
     "best_gamma_on_curve",
     "break_even_alpha",
+    "draft_costs",
     "gpu_shapes",
     "gpu_surface",
     "kernel_curves",
@@ -284,3 +286,47 @@ def kernel_decode(record: Mapping[str, Any], threads: int) -> dict[str, Any]:
         "same_tokens": bool(dec["same_tokens"]),
         "step": (float(chain[1]["after_over_before"]), float(chain[1]["lo"]), float(chain[1]["hi"])),
     }
+
+
+#: Issue 40's goals for a drafter's cost inside the decoding loop, in plain steps: (the configurations'
+#: family, which c, the goal)
+DRAFT_COST_GOALS: tuple[tuple[str, str, float], ...] = (
+    ("eagle chain", "c_call", 0.06),  # per draft level
+    ("medusa", "c_round", 0.05),  # a whole draft
+    ("mlp", "c_round", 0.05),
+    ("eagle-2, 16 nodes", "c_round", 0.10),
+)
+
+
+def _draft_family(config: str, budget: int) -> str | None:
+    kind = config.split(":")[0]
+    if kind == "eagle":
+        if "topk=" not in config or "topk=1," in config + ",":
+            return "eagle chain"
+        return "eagle-2, 16 nodes" if budget == 16 else None
+    return kind if kind in ("medusa", "mlp") else None
+
+
+def draft_costs(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An ``engine-draft-cost`` record (:mod:`specdec.measure.draftcost`) per configuration, recomputed
+    from its samples by the measuring module's own :func:`~specdec.measure.draftcost.compare`: the
+    drafter's threads, c per round and per draft call before and after (medians over prompts and
+    repetitions, plain steps), calls per round, how much faster a round's drafting got (with its
+    interval), and the goal that applies with whether the after-median meets it (median <= goal)."""
+    from specdec.measure.draftcost import compare
+
+    if record.get("kind") != "engine-draft-cost":
+        raise ValueError(f"need an engine-draft-cost record; got kind {record.get('kind')!r}")
+    goals = {family: (which, goal) for family, which, goal in DRAFT_COST_GOALS}
+    rows = []
+    for s in compare(record["samples"]["before"], record["samples"]["after"]):
+        spec, _, threads = s["config"].partition(",threads=")
+        family = _draft_family(spec, s["budget"])
+        which, goal = goals.get(family, (None, None)) if family else (None, None)
+        rows.append({
+            "config": spec, "budget": s["budget"], "drafter_threads": int(threads) if threads else None,
+            "before": s["before"], "after": s["after"], "draft_speedup": s["draft_speedup"],
+            "goal_of": which, "goal": goal,
+            "met": None if goal is None else s["after"][which] <= goal,
+        })  # fmt: skip
+    return rows

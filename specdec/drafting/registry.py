@@ -9,6 +9,7 @@ e.g. ``lookup``, ``lookup-tree``, ``suffix``, ``suffix,factor=2,global=1``, ``dr
 ``draft-tree:distil-l1,branch=3``, ``early-exit:8``, ``early-exit-tree:8,branch=2``, and the drafters
 conditioned on the target's features: ``medusa:medusa-4,ranks=4``, ``mlp:mlp-4,ranks=1``,
 ``eagle:eagle-1,topk=1`` (EAGLE's chain), ``eagle:eagle-1,topk=4,depth=6`` (EAGLE-2's dynamic tree),
+``hybrid:eagle-1,min_score=1`` (suffix decoding where confident, the network drafter elsewhere),
 the n-gram tables of the target's own text ``unigram`` and ``bigram``, and any draft model in a folder
 ``model:<folder>`` (the rest of the spec is the folder's path);
 their matrix products run on the target's threads unless ``threads=N`` says otherwise (inside the
@@ -122,6 +123,19 @@ KINDS: dict[str, _Kind] = {
         "a saved EAGLE drafter's name",
         {"topk": _int_option(1, 64), "depth": _int_option(1, 64), "threads": _int_option(1, 1024)},
         "EAGLE's draft layer on the target's features (topk=1: a chain; topk>1: EAGLE-2's dynamic tree)",
+    ),  # fmt: skip
+    "hybrid": _Kind(
+        "tree",
+        "a saved Medusa, MLP speculator or EAGLE drafter's name",
+        {
+            "min_score": _float_option(0.0, 64.0),
+            "ranks": _int_option(1, 64),
+            "topk": _int_option(1, 64),
+            "depth": _int_option(1, 64),
+            "threads": _int_option(1, 1024),
+        },
+        "suffix decoding where its draft's score reaches min_score (default 1), the network drafter "
+        "elsewhere",
     ),  # fmt: skip
     "early-exit": _Kind("chain", "layers (>= 1)", {}, "the target's first layers as the draft"),
     "unigram": _Kind("chain", None, {}, "unigram counts (add-1) of the target's own text"),
@@ -255,6 +269,26 @@ def build_drafter(spec: object, context: DraftContext | None = None) -> Any:
         module, card = context.need("load_conditioned", parsed)(parsed.argument)
         threads = opts.pop("threads", getattr(context.target, "threads", 1))  # the target's (see above)
         return build_conditioned_drafter(parsed.kind, module, card, threads, opts)
+    if parsed.kind == "hybrid":
+        from specdec.drafting.conditioned import build_conditioned_drafter
+        from specdec.drafting.hybrid import HybridDrafter
+
+        module, card = context.need("load_conditioned", parsed)(parsed.argument)
+        kind = {"medusa": "medusa", "mlp-speculator": "mlp", "eagle": "eagle"}.get(str(card.get("kind")))
+        if kind is None:
+            raise ValueError(
+                f"drafter spec {parsed.text!r}: {parsed.argument!r} is a {card.get('kind')!r} card"
+            )
+        min_score = opts.pop("min_score", 1.0)
+        threads = opts.pop("threads", getattr(context.target, "threads", 1))
+        wrong = sorted(set(opts) - set(KINDS[kind].options))
+        if wrong:
+            raise ValueError(
+                f"drafter spec {parsed.text!r}: option(s) {wrong} do not apply to {parsed.argument!r}, a "
+                f"{kind} drafter (its options: {sorted(KINDS[kind].options)})"
+            )
+        network = build_conditioned_drafter(kind, module, card, threads, opts)
+        return HybridDrafter(SuffixDecodingDrafter(), network, min_score)
     if parsed.kind in ("unigram", "bigram"):
         table = UnigramDrafter if parsed.kind == "unigram" else BigramDrafter
         vocab = vocab_size(context.need("target", parsed))

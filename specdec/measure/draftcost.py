@@ -176,42 +176,48 @@ def _git_commit(folder: str) -> str:
     return out.stdout.strip()
 
 
-def compare(before: list[dict], after: list[dict], *, seed: int = 0, draws: int = 10_000) -> list[dict]:
-    """Per configuration: c_round, c_call and calls per round of each side (medians over prompts and
-    repetitions), and after / before of the draft time per round, paired by (prompt, repetition),
-    the geometric mean with a 95 % bootstrap interval over the pairs."""
+def _side(rows: list[dict]) -> dict[str, float]:
+    """c per round and per call, calls per round and the plain step: medians over the rows."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
+    def med(values: list[float]) -> float:
+        return float(np.median(values))
+
+    return {
+        "c_round": med([r["draft_s"] / r["rounds"] / r["plain_step_s"] for r in rows]),
+        "c_call": med([r["draft_s"] / max(r["draft_calls"], 1) / r["plain_step_s"] for r in rows]),
+        "calls_per_round": med([r["draft_calls"] / r["rounds"] for r in rows]),
+        "plain_step_ms": med([r["plain_step_s"] for r in rows]) * 1e3,
+    }
+
+
+def compare(before: list[dict], after: list[dict], *, seed: int = 0) -> list[dict]:
+    """Per configuration: c_round, c_call and calls per round of each side (medians over prompts and
+    repetitions), and how much faster a round's drafting got, ``draft_speedup`` = before / after time
+    per round by :func:`specdec.theory.intervals.paired_speedup` (the book's one estimator: per prompt
+    the median over repetitions, the geometric mean over prompts, a bootstrap interval over prompts).
+    Prompts missing on either side are left out, not guessed."""
+
+    from specdec.theory.intervals import paired_speedup
+
     out = []
     for config in dict.fromkeys(r["config"] for r in after):
-        b = {(r["prompt"], r["rep"]): r for r in before if r["config"] == config}
-        a = {(r["prompt"], r["rep"]): r for r in after if r["config"] == config}
-        keys = sorted(set(a) & set(b))
-        if not keys:
+        b = [r for r in before if r["config"] == config]
+        a = [r for r in after if r["config"] == config]
+        prompts = sorted({r["prompt"] for r in a} & {r["prompt"] for r in b})
+        if not prompts:
             continue
 
-        def stats(rows: dict, k: list) -> dict:
-            c_round = [rows[x]["draft_s"] / rows[x]["rounds"] / rows[x]["plain_step_s"] for x in k]
-            calls = [rows[x]["draft_calls"] / rows[x]["rounds"] for x in k]
-            c_call = [
-                rows[x]["draft_s"] / max(rows[x]["draft_calls"], 1) / rows[x]["plain_step_s"] for x in k
-            ]
-            step = [rows[x]["plain_step_s"] for x in k]
-            return {
-                "c_round": float(np.median(c_round)), "c_call": float(np.median(c_call)),
-                "calls_per_round": float(np.median(calls)), "plain_step_ms": float(np.median(step) * 1e3),
-            }  # fmt: skip
+        def per_round(rows: list[dict], p: int) -> list[float]:
+            return [r["draft_s"] / r["rounds"] for r in rows if r["prompt"] == p]
 
-        logs = np.log([
-            (a[x]["draft_s"] / a[x]["rounds"]) / (b[x]["draft_s"] / b[x]["rounds"]) for x in keys
-        ])  # fmt: skip
-        boot = rng.choice(logs, size=(draws, len(logs))).mean(1)
-        lo, hi = np.exp(np.quantile(boot, [0.025, 0.975]))
+        b, a = [r for r in b if r["prompt"] in prompts], [r for r in a if r["prompt"] in prompts]
+        x, lo, hi = paired_speedup(
+            [per_round(b, p) for p in prompts], [per_round(a, p) for p in prompts], seed=seed
+        )
         out.append({
-            "config": config, "budget": a[keys[0]]["budget"], "pairs": len(keys),
-            "before": stats(b, keys), "after": stats(a, keys),
-            "draft_time_after_over_before": [float(np.exp(logs.mean())), float(lo), float(hi)],
+            "config": config, "budget": a[0]["budget"], "prompts": len(prompts),
+            "before": _side(b), "after": _side(a), "draft_speedup": [x, lo, hi],
         })  # fmt: skip
     return out
 
@@ -231,7 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=4, help="development prompts (>= 1)")
     ap.add_argument("--drafter-threads", default="1", help="comma-separated drafter threads, e.g. 1,2")
     ap.add_argument("--out", help="the record's path (JSON)")
+    ap.add_argument("--summarize", metavar="RECORD", help="recompute a record's summary from its samples")
     args = ap.parse_args(argv)
+    if args.summarize:
+        path = Path(args.summarize)
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record.get("kind") != "engine-draft-cost":
+            ap.error(f"--summarize: {path} is not an engine-draft-cost record")
+        record["summary"] = compare(record["samples"]["before"], record["samples"]["after"])
+        path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        return 0
     for name in ("repeats", "threads", "prompts"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1; got {getattr(args, name)}")
