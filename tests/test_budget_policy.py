@@ -63,6 +63,19 @@ def test_do_no_harm_speculates_only_where_it_pays():
     assert costly.next() == 0
 
 
+def test_do_no_harm_probes_a_hopeless_drafter_less_and_less_often():
+    policy = DoNoHarm({2: (1.2, 0.5, 2)}, probe_every=4, max_probe_every=32)
+    probes = []
+    for i in range(200):
+        b = policy.next()
+        if b:
+            probes.append(i)
+        policy.update(b, b, 0)  # every probe's drafts rejected
+    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+    # round 0 drafts by choice (the prior's a = 0.5 gives R = 1.75 / 1.7); then probes, each wait doubled
+    assert probes[0] == 0 and gaps[:4] == [4, 8, 16, 32] and set(gaps[4:]) == {32}
+
+
 def test_do_no_harm_counts_depths_as_the_tree_reached_them():
     policy = DoNoHarm({6: (1.5, 0.1, 3)}, prior=0)
     policy.update(6, 3, 1)  # depth 1 passed, depth 2 tried and failed, depth 3 never reached

@@ -36,7 +36,7 @@ from specdec.engine.drafters import Drafter, Proposal
 from specdec.engine.lm import CachedLM, open_lm
 from specdec.engine.stats import Stats
 from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int, is_int
-from specdec.theory.policies import BudgetPolicy, DraftPolicy, as_budget_policy, as_policy
+from specdec.theory.policies import BudgetPolicy, DraftPolicy, FixedBudget, as_budget_policy, as_policy
 from specdec.theory.sampling import sample, verify, verify_argmax, warp
 
 __all__ = ["Generation", "autoregressive", "speculative", "speculative_tree"]
@@ -169,7 +169,8 @@ def speculative_tree(
         :class:`specdec.theory.policies.BudgetPolicy` choosing each round's from the rounds already
         verified (0: a plain step, no draft call; e.g. :class:`~specdec.theory.policies.DoNoHarm`);
         ``Stats.gamma`` is then its ``max_budget``. A drafter conditioned on the target's features is
-        told the positions of plain rounds at the next round that drafts, in one ``extend`` call.
+        told the positions of plain rounds at the next round that drafts, in one ``extend`` call (under a
+        policy other than a fixed budget, the prompt's positions too: a drafter never used costs nothing).
     """
     from specdec.theory.trees import DraftTree
     from specdec.theory.treeverify import verify_tree, verify_tree_greedy
@@ -205,7 +206,10 @@ def speculative_tree(
     with stats.timer("prefill_s", lm.device):
         _prefill(lm, prompt)
         drafter.start(prompt)
-        if conditioned:  # pairs (f_j, x_{j+1}) of the prefilled positions 0 .. n-2
+        if conditioned and not isinstance(policy, FixedBudget):  # told when a round first drafts
+            if len(prompt) > 1:
+                pending.append((lm.features, list(prompt[1:])))
+        elif conditioned:  # pairs (f_j, x_{j+1}) of the prefilled positions 0 .. n-2
             drafter.extend(lm.features if len(prompt) > 1 else np.zeros((0, 1), np.float32), prompt[1:])
     while (left := max_new_tokens - (len(tokens) - len(prompt))) > 0:
         with stats.timer("draft_s", lm.device):

@@ -123,10 +123,14 @@ def calibrate(
 ) -> dict[int, tuple[float, float, int]]:
     """What :class:`specdec.theory.policies.DoNoHarm` needs per budget b, measured here in the tree loop
     on ``prompts`` (development prompts, never those a result is reported on): (v(b + 1), c(b), depth(b))
-    in plain steps, where v(b + 1) is the round's target call and verification (``target_s`` +
-    ``verify_s`` per round) and c(b) its draft time (``draft_s`` per round), each over the plain step
-    measured just before on the same prompt (``autoregressive``: target call and sampling per token),
-    the medians over prompts; depth(b) is the deepest tree the drafter proposed at b (at least 1)."""
+    in plain steps. The plain step is a whole plain decoding's time per token (``autoregressive``, its
+    prefill left out: the target call, sampling and the loop), measured just before on the same
+    prompt; c(b) is the round's draft time (``draft_s`` per round) and v(b + 1) the rest of the round,
+    the loop included (the whole generation's time less prefill and drafting, per round): Theorem 3.8's
+    denominator with every cost of a round in it, so that a round the policy predicts to pay does.
+    Medians over prompts; depth(b) is the deepest tree the drafter proposed at b (at least 1)."""
+    import time
+
     import numpy as np
 
     from specdec.engine.decoding import autoregressive, speculative_tree
@@ -138,17 +142,18 @@ def calibrate(
         check_int("a budget", b, low=1)
     samples: dict[int, list[tuple[float, float, int]]] = {b: [] for b in budgets}
     for prompt in prompts:
+        t0 = time.perf_counter()
         plain = autoregressive(target, prompt, max_new_tokens=new_tokens, temperature=temperature).stats
-        step = (plain.target_s + plain.verify_s) / plain.rounds
+        step = (time.perf_counter() - t0 - plain.prefill_s) / plain.rounds
         for b in budgets:
             policy = _deepest(b)
+            t0 = time.perf_counter()
             st = speculative_tree(
                 target, drafter, prompt, budget=policy, max_new_tokens=new_tokens, temperature=temperature
             ).stats
-            depth = max(1, policy.deepest)
-            samples[b].append(
-                ((st.target_s + st.verify_s) / st.rounds / step, st.draft_s / st.rounds / step, depth)
-            )
+            round_s = (time.perf_counter() - t0 - st.prefill_s) / st.rounds
+            draft_s = st.draft_s / st.rounds
+            samples[b].append(((round_s - draft_s) / step, draft_s / step, max(1, policy.deepest)))
     return {
         b: (
             float(np.median([v for v, _, _ in rows])),

@@ -177,8 +177,10 @@ class DoNoHarm(BudgetPolicy):
     decide on one sample), and depth(b) ``depth[b]`` (the drafter's tree depth at budget b; a chain's is
     b). Speculation must beat plain decoding by ``margin`` (R(b) >= 1 + margin) to be chosen.
 
-    While it chooses 0 it learns nothing of the drafter, so every ``probe_every``-th plain round it
-    drafts at the smallest positive budget instead (a probe; ``probe_every = 0``: never). Its choice
+    While it chooses 0 it learns nothing of the drafter, so after ``probe_every`` plain rounds in a row it
+    drafts at the smallest positive budget instead (a probe; ``probe_every = 0``: never); a probe after
+    which speculation still does not pay doubles the wait before the next (up to ``max_probe_every``),
+    and a round that speculates by choice resets it. Its choice
     depends on the verified rounds only (counts, not times: the same seed gives the same output),
     so the loop stays lossless (:class:`BudgetPolicy`).
     """
@@ -191,6 +193,7 @@ class DoNoHarm(BudgetPolicy):
         prior_rate: float = 0.5,
         margin: float = 0.02,
         probe_every: int = 16,
+        max_probe_every: int = 256,
     ) -> None:
         """``budgets``: b -> (v(b + 1), c(b), depth(b)) for each positive budget b tried (b = 0, a plain
         step, is (1, 0, 0) and is always there)."""
@@ -216,6 +219,7 @@ class DoNoHarm(BudgetPolicy):
         self.prior_rate = check_float("prior_rate", prior_rate, low=0.0, high=1.0)
         self.margin = check_float("margin", margin, low=0.0)
         self.probe_every = check_int("probe_every", probe_every, low=0)
+        self.max_probe_every = check_int("max_probe_every", max_probe_every, low=max(self.probe_every, 1))
         self.reset()
 
     def reset(self) -> None:
@@ -223,6 +227,8 @@ class DoNoHarm(BudgetPolicy):
         self.tried = [0] * depth  # rounds whose tree reached depth d + 1 (had a node there)
         self.passed = [0] * depth  # of those, rounds whose accepted path reached depth d + 1
         self.plain_run = 0
+        self.wait = self.probe_every  # plain rounds in a row before the next probe
+        self.probing = False
 
     def rates(self) -> list[float]:
         """a_d for d = 1 .. the deepest budget's depth (the smoothed online estimates)."""
@@ -247,14 +253,18 @@ class DoNoHarm(BudgetPolicy):
         r = self.predicted()
         best = max((b for b in r if b > 0), key=lambda b: (r[b], -b))
         choice = best if r[best] >= 1.0 + self.margin else 0
-        if choice == 0 and self.probe_every and self.plain_run + 1 >= self.probe_every:
+        self.probing = choice == 0 and self.probe_every > 0 and self.plain_run + 1 >= self.wait
+        if self.probing:
             choice = min(b for b in self.costs if b > 0)
+        elif choice:
+            self.wait = self.probe_every
         return choice
 
     def update(self, nodes: int, depth: int, accepted: int) -> None:
         check_int("nodes", nodes, low=0)
         check_int("depth", depth, low=0, high=nodes)
         check_int("accepted", accepted, low=0, high=depth)
+        probed, self.probing = self.probing, False
         if nodes == 0:
             self.plain_run += 1
             return
@@ -264,6 +274,9 @@ class DoNoHarm(BudgetPolicy):
                 break
             self.tried[d] += 1
             self.passed[d] += d < accepted
+        if probed:  # wait longer before the next probe unless speculation now pays
+            pays = max(v for b, v in self.predicted().items() if b > 0) >= 1.0 + self.margin
+            self.wait = self.probe_every if pays else min(2 * self.wait, self.max_probe_every)
 
     def describe(self) -> str:
         return (
