@@ -236,10 +236,15 @@ def speculative_tree(
                 tree = tree.cut(keep)
                 q = None if q is None else q[kept]
         with stats.timer("target_s", lm.device):  # one call scores the root and every node
-            logits = lm.forward_tree([tokens[-1], *tree.tokens], tree.call_parents())
+            if len(tree):
+                logits = lm.forward_tree([tokens[-1], *tree.tokens], tree.call_parents())
+            else:  # no draft: a plain step's chain call (a lean engine's tree node equals it bit for bit)
+                logits = lm.forward([tokens[-1]])
         with stats.timer("verify_s", lm.device):
             if temperature == 0:  # exact matching: what verify_tree gives on one-hot rows, without them
                 path, next_token = verify_tree_greedy(logits.argmax(-1), tree)
+            elif not len(tree):  # what verify_tree does for a tree of no nodes: one draw from p at the root
+                path, next_token = [], sample(warp_fn(logits)[0], rng)
             else:
                 p = warp_fn(logits)
                 path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng)
