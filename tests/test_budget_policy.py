@@ -83,6 +83,17 @@ def test_do_no_harm_counts_depths_as_the_tree_reached_them():
     assert policy.tried == [2, 2, 0] and policy.passed == [2, 1, 0]
 
 
+def test_do_no_harm_remembers_earlier_generations_when_asked():
+    forget, keep = DoNoHarm({2: (1.2, 0.1, 2)}, prior=0), DoNoHarm({2: (1.2, 0.1, 2)}, prior=0, remember=0.5)
+    for policy in (forget, keep):
+        for _ in range(4):
+            policy.update(2, 2, 2)
+        policy.reset()  # a new generation
+    assert forget.tried == [0, 0] and keep.tried == [2, 2] and keep.passed == [2, 2]
+    with pytest.raises(ValueError, match=r"remember must be a finite number in \[0(\.0)?, 1(\.0)?\]"):
+        DoNoHarm({2: (1.2, 0.1, 2)}, remember=1.5)
+
+
 def test_policies_refuse_bad_arguments():
     with pytest.raises(ValueError, match="budget must be an integer >= 0"):
         FixedBudget(-1)

@@ -180,7 +180,10 @@ class DoNoHarm(BudgetPolicy):
     While it chooses 0 it learns nothing of the drafter, so after ``probe_every`` plain rounds in a row it
     drafts at the smallest positive budget instead (a probe; ``probe_every = 0``: never); a probe after
     which speculation still does not pay doubles the wait before the next (up to ``max_probe_every``),
-    and a round that speculates by choice resets it. Its choice
+    and a round that speculates by choice resets it. ``remember`` in [0, 1]: the share of the acceptance
+    counts a new generation (:meth:`reset`) keeps from the earlier ones on the same policy object (0:
+    each generation starts from the prior alone); earlier generations are past too, so the loop stays
+    lossless. Its choice
     depends on the verified rounds only (counts, not times: the same seed gives the same output),
     so the loop stays lossless (:class:`BudgetPolicy`).
     """
@@ -194,6 +197,7 @@ class DoNoHarm(BudgetPolicy):
         margin: float = 0.02,
         probe_every: int = 16,
         max_probe_every: int = 256,
+        remember: float = 0.0,
     ) -> None:
         """``budgets``: b -> (v(b + 1), c(b), depth(b)) for each positive budget b tried (b = 0, a plain
         step, is (1, 0, 0) and is always there)."""
@@ -220,12 +224,15 @@ class DoNoHarm(BudgetPolicy):
         self.margin = check_float("margin", margin, low=0.0)
         self.probe_every = check_int("probe_every", probe_every, low=0)
         self.max_probe_every = check_int("max_probe_every", max_probe_every, low=max(self.probe_every, 1))
+        self.remember = check_float("remember", remember, low=0.0, high=1.0)
+        depth = max(d for _, _, d in self.costs.values())
+        self.tried: list[float] = [0.0] * depth  # rounds whose tree reached depth d + 1 (had a node there)
+        self.passed: list[float] = [0.0] * depth  # of those, rounds whose accepted path reached depth d + 1
         self.reset()
 
     def reset(self) -> None:
-        depth = max(d for _, _, d in self.costs.values())
-        self.tried = [0] * depth  # rounds whose tree reached depth d + 1 (had a node there)
-        self.passed = [0] * depth  # of those, rounds whose accepted path reached depth d + 1
+        self.tried = [self.remember * t for t in self.tried]
+        self.passed = [self.remember * p for p in self.passed]
         self.plain_run = 0
         self.wait = self.probe_every  # plain rounds in a row before the next probe
         self.probing = False
