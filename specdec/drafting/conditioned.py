@@ -300,7 +300,8 @@ class EagleDrafter(ConditionedDrafter):
         for d in range(2, min(self.depth, budget) + 1):
             frontier = [i for i in range(len(tok)) if dep[i] == d - 1]
             new = sorted(frontier, key=lambda i: (-score[i], i))[:k]
-            if self.m + len(region) + len(new) > self.context:
+            first = self.m + d - 2 if k == 1 else self.m + len(region)  # the level's first slot
+            if first + len(new) > self.context:  # the draft cache is full: the tree stops here
                 break
             embeds = self._inputs(np.stack([feat_of[par[i]] for i in new]), [tok[i] for i in new])
             if k == 1:  # a chain: the earlier levels stay in the cache at slots = positions; one row

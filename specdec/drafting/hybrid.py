@@ -41,6 +41,7 @@ class HybridDrafter(TreeDrafter):
         self.min_score = check_float("min_score", min_score, low=0.0)
         self.conditioned = bool(getattr(network, "conditioned", False))
         self.vocab_size = getattr(network, "vocab_size", None)
+        self.context = getattr(network, "context", None)  # the network drafter's window bounds a generation
         self.used = {"suffix": 0, "network": 0}
 
     def start(self, prompt_ids: Sequence[int]) -> None:

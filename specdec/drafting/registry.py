@@ -16,8 +16,7 @@ their matrix products run on the target's threads unless ``threads=N`` says othe
 decoding loop a drafter's weights come from memory, the target's step having pushed them out of the
 caches, so its calls are bound by bandwidth, which a second core doubles; the C pool's workers still
 spin from the target's call, so waking them costs little: results/bench/engine-draft-cost-*.json
-measured c per round 0.20 -> 0.13 plain steps for Medusa, 1.18 -> 0.86 for EAGLE-2 at 16 nodes, at 2
-threads against 1). Each kind
+compares one and two drafter threads, and the hardware chapter shows it). Each kind
 says whether it drafts a chain (``propose``, decoded by :func:`specdec.engine.decoding.speculative`
 at a gamma) or a tree (``propose_tree``, decoded by :func:`specdec.engine.decoding.speculative_tree`
 at a node budget): :data:`KINDS`. :func:`parse_spec` checks a spec before anything is loaded

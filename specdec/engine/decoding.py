@@ -249,7 +249,10 @@ def speculative_tree(
                 p = warp_fn(logits)
                 path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng)
         stats.record_tree_round(len(tree), tree.depth, len(path), proposal.calls)
-        policy.update(len(tree), tree.depth, len(path))
+        # the depth the verification examined: the accepted path, and one more where its last node (or
+        # the root) has children (a path that ends on a leaf tried no deeper node)
+        end = path[-1] if path else -1
+        policy.update(len(tree), len(path) + bool(len(tree) and tree.children(end)), len(path))
         new = [*(tree.tokens[i] for i in path), next_token]
         start = len(tokens) - 1  # the cache held the committed tokens minus the last (the root)
         rows = [0, *(i + 1 for i in path)]

@@ -286,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                 {"side": name, "rep": rep, **load_during(c0, c1, time.perf_counter() - t0, args.threads)}
             )
             result = json.loads(done.stdout)
-            assert Path(result["specdec"]).parent.resolve() == Path(folder).resolve(), result["specdec"]
+            if Path(result["specdec"]).parent.resolve() != Path(folder).resolve():
+                raise RuntimeError(f"the {name} side imported {result['specdec']}, not {folder}'s package")
             sides[name] += [{**r, "rep": rep} for r in result["rows"]]
             print(f"[draftcost] {name} rep {rep} done", file=sys.stderr)
     from specdec.measure.core import environment
