@@ -244,20 +244,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="the record's path (JSON)")
     ap.add_argument("--summarize", metavar="RECORD", help="recompute a record's summary from its samples")
     args = ap.parse_args(argv)
+    from specdec.theory.recordio import write_record
+
     if args.summarize:
         path = Path(args.summarize)
         record = json.loads(path.read_text(encoding="utf-8"))
         if record.get("kind") != "engine-draft-cost":
             ap.error(f"--summarize: {path} is not an engine-draft-cost record")
         record["summary"] = compare(record["samples"]["before"], record["samples"]["after"])
-        path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        write_record(path, record, indent=1)
         return 0
     for name in ("repeats", "threads", "prompts"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1; got {getattr(args, name)}")
     dts = tuple(int(x) for x in args.drafter_threads.split(","))
     if args.side:
-        json.dump(measure(threads=args.threads, prompts=args.prompts, drafter_threads=dts), sys.stdout)
+        sys.stdout.write(json.dumps(measure(threads=args.threads, prompts=args.prompts, drafter_threads=dts)))
         return 0
     if not args.before or not args.out:
         ap.error("--before and --out are needed (or --side)")
@@ -314,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         "samples": sides,
         "summary": compare(sides["before"], sides["after"]),
     }
-    Path(args.out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_record(args.out, record, indent=1)
     return 0
 
 
