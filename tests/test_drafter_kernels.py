@@ -157,3 +157,16 @@ def test_a_broken_spec_call_differs_and_bad_prefixes_are_refused(monkeypatch, fr
     bad, _ = grow_tree(broken, prompt, tokens, parents, [(0, 2), (2, 5)])
     assert all(torch.equal(good[i], bad[i]) for i in range(2))
     assert all(not torch.equal(good[i], bad[i]) for i in range(2, 5))
+
+
+def test_a_tree_layout_of_another_size_and_bad_abi_arguments_are_refused():
+    import ctypes
+
+    needs_q8()
+    model = LeanLlama(wide_model(), "q4q8", threads=1)
+    with pytest.raises(ValueError, match="tree must lay out the call's 2 nodes; got a layout of 3"):
+        native_forward(model, torch.tensor([1, 2]), 0, model.new_cache(8), 1, tree_layout([-1, 0, 1], 3))
+    lib = native.library("q4q8")
+    assert lib.specdec_q8_abi(None, 4) == -2  # NULL sizes: refused, nothing written
+    sizes = (ctypes.c_int64 * 4)()
+    assert lib.specdec_q8_abi(sizes, -1) == -2 and lib.specdec_q8_abi(sizes, 4) == native.Q8_ABI

@@ -354,6 +354,8 @@ def native_forward(
     if int(ids.min()) < 0 or int(ids.max()) >= model.embed.shape[0]:
         raise ValueError(f"token ids must lie in [0, {model.embed.shape[0]}); got {ids.tolist()!r}")
     logits = torch.empty(rows, model.head.out_features, dtype=torch.float32)
+    if tree is not None and (prefix is None or prefix == start) and len(tree.parents) != k:
+        raise ValueError(f"tree must lay out the call's {k} nodes; got a layout of {len(tree.parents)}")
     parents = None if tree is None else torch.tensor(tree.parents, dtype=torch.int32)
     if prefix is not None and prefix != start:
         if model.mode != "q4q8" or tree is None:

@@ -61,9 +61,11 @@
 
 
 
-/* Sizes of the structures, for the ctypes check at load; returns the ABI version. */
+/* Sizes of the structures, for the ctypes check at load; returns the ABI version, or ERR_ARGUMENT (-2,
+ * nothing written) for a NULL sizes or a negative n (as leanq4.c's specdec_q4_abi). */
 int32_t specdec_q8_abi(int64_t *sizes, int32_t n) {
     const int64_t s[4] = {sizeof(q41_t), sizeof(q80_t), sizeof(layer_t), sizeof(model_t)};
+    if (!sizes || n < 0) return -2;
     for (int i = 0; i < n && i < 4; i++) sizes[i] = s[i];
     return SPECDEC_Q8_ABI;
 }
