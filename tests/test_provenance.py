@@ -12,7 +12,6 @@ fails when a chapter's source reads a results file another way than through
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -23,28 +22,12 @@ from specdec.analysis import records
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 NOTEBOOKS = ROOT / "notebooks"
-#: Chapters that read records through their own, older readers (not yet through
-#: specdec.analysis.records): Part IV (specdec.analysis.realrun.main_record, newest of the current
-#: format by its own rule).
-OWN_READERS = {"real-decoding"}
+#: Chapters that read records through their own, older readers (records.OWN_READERS).
+OWN_READERS = set(records.OWN_READERS)
 
 
 def manifests():
-    out = []
-    for nb in sorted(NOTEBOOKS.glob("*.ipynb")):
-        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
-        for cell in cells:
-            if cell["cell_type"] != "code" or "records.manifest(" not in "".join(cell["source"]):
-                continue
-            text = "".join(
-                "".join(o.get("text", ""))
-                for o in cell.get("outputs", [])
-                if o.get("output_type") == "stream"
-            )
-            lines = text.splitlines()
-            i = next(i for i, line in enumerate(lines) if line.startswith("records read: "))
-            out.append((nb.stem, json.loads(lines[i].removeprefix("records read: ")), lines[i + 1]))
-    return out
+    return [(name, entries, note) for name, (entries, note) in records.chapter_manifests(NOTEBOOKS).items()]
 
 
 def test_the_chapters_that_read_records_show_their_provenance():
