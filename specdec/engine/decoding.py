@@ -231,7 +231,7 @@ def speculative_tree(
                 tree.depths[i] <= left - 1 and (par < 0 or tree.tokens[par] != eos_token_id)
                 for i, par in enumerate(tree.parents)
             ]
-            if not all(keep):  # below an EOS, or deeper than the tokens left: cut
+            if len(tree) and not all(keep):  # below an EOS, or deeper than the tokens left: cut
                 kept = tree.kept(keep)
                 tree = tree.cut(keep)
                 q = None if q is None else q[kept]
@@ -258,7 +258,8 @@ def speculative_tree(
         rows = [0, *(i + 1 for i in path)]
         if conditioned:  # the root's and the accepted nodes' features, each with the token after it
             feats = lm.features[rows]
-        lm.keep_path(start, rows)
+        if len(tree):  # (a plain step's chain call left the cache as it should be: the root at start)
+            lm.keep_path(start, rows)
         tokens += new
         if conditioned and eos_token_id not in new and len(tokens) - len(prompt) < max_new_tokens:
             pending.append((feats, new))  # told before the next round that drafts

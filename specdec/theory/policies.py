@@ -236,6 +236,7 @@ class DoNoHarm(BudgetPolicy):
         self.plain_run = 0
         self.wait = self.probe_every  # plain rounds in a row before the next probe
         self.probing = False
+        self._choice: int | None = None  # the best budget for the current counts, once computed
 
     def rates(self) -> list[float]:
         """a_d for d = 1 .. the deepest budget's depth (the smoothed online estimates)."""
@@ -257,9 +258,11 @@ class DoNoHarm(BudgetPolicy):
         return out
 
     def next(self) -> int:
-        r = self.predicted()
-        best = max((b for b in r if b > 0), key=lambda b: (r[b], -b))
-        choice = best if r[best] >= 1.0 + self.margin else 0
+        if self._choice is None:  # the counts changed since the last choice (plain rounds change none)
+            r = self.predicted()
+            best = max((b for b in r if b > 0), key=lambda b: (r[b], -b))
+            self._choice = best if r[best] >= 1.0 + self.margin else 0
+        choice = self._choice
         self.probing = choice == 0 and self.probe_every > 0 and self.plain_run + 1 >= self.wait
         if self.probing:
             choice = min(b for b in self.costs if b > 0)
@@ -276,6 +279,7 @@ class DoNoHarm(BudgetPolicy):
             self.plain_run += 1
             return
         self.plain_run = 0
+        self._choice = None
         for d in range(min(depth, len(self.tried))):  # depth d + 1 of the tree
             if d > accepted:  # the accepted path stopped before depth d: d + 1 was not tried
                 break
