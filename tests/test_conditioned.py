@@ -252,3 +252,55 @@ def test_each_drafter_drafts_what_its_trained_module_predicts(small, family):
     for d, (row, t) in enumerate(zip(rows, tokens, strict=True)):
         index = int((kept == t).nonzero()[0, 0])
         assert _near_max(row, index), (family, d)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_training_time_test_feeds_each_depth_what_decoding_would(small, broken, monkeypatch):
+    """EAGLE-3's training-time test, step k row j: the draft layer over the true inputs of positions
+    0 .. j-k+1 and then its own k-1 predictions, one plain causal forward (what the draft cache holds
+    at depth k), computed independently; a mask that lets step 1 reach one position further fails."""
+    from specdec.train import condtrain
+    from specdec.train.condnets import prenorm_forward
+
+    if broken:
+        real = condtrain._ttt_mask
+
+        def leaky(steps, valid):
+            m = real(steps, valid)
+            if steps == 1:  # step 1 is left alone: the leak is in the later steps' context
+                return m
+            w = valid.shape[1]
+            i = torch.arange(w)
+            m[:, :, (steps - 1) * w :, :w] |= (i[None, :] <= i[:, None] - steps + 2)[None, None]
+            return m
+
+        monkeypatch.setattr(condtrain, "_ttt_mask", leaky)
+    n, hidden = 14, small.config.hidden_size
+    gen = torch.Generator().manual_seed(3)
+    ids = np.random.default_rng(2).integers(0, VOCAB, 2 * n).astype(np.int64)
+    feats = (torch.randn(2 * n, hidden, generator=gen) * 0.5).numpy().astype(np.float16)
+    srow = np.arange(2 * n, dtype=np.int64)
+    kept = torch.arange(VOCAB)
+    top = (np.zeros((2 * n, 32), np.int32), np.zeros((2 * n, 32), np.float16))
+    seq = np.array([[0, 3, n], [n, 3, n + n - 2]])
+    data = condtrain.CondData(ids, feats, srow, seq, *top, kept, kept.clone())
+    module, _ = _module(small, "eagle", 0)
+    with torch.no_grad():
+        gs, outs, *_ = condtrain._eagle_batch(module, data, [0, 1], 384, 0.0, steps=3)
+        f1 = torch.from_numpy(feats[None, : n - 1].astype(np.float32))
+        one, _ = module(f1, torch.from_numpy(ids[None, 1:n]))
+        assert torch.allclose(gs[0][0], one[0], atol=1e-5)  # step 1 is EAGLE's own pass
+        f = torch.from_numpy(feats[: n - 1].astype(np.float32))
+        nxt = torch.from_numpy(ids[1:n])
+        x1 = module.inputs(f, nxt)
+        worst = 0.0
+        for k in (2, 3):
+            for j in range(k - 1, n - 1):
+                xs = [x1[: j - k + 2]]
+                for m in range(2, k + 1):  # step m's input at row j-k+m: g_{m-1} of the row before
+                    xs.append(module.inputs(gs[m - 2][0, j - k + m - 1][None], nxt[j - k + m][None]))
+                x = torch.cat(xs)[None]
+                pos = torch.arange(j + 1)[None]
+                g, _ = prenorm_forward(module.model, inputs_embeds=x, position_ids=pos)
+                worst = max(worst, float((g[0, -1] - gs[k - 1][0, j]).abs().max()))
+    assert (worst > 1e-3) if broken else (worst < 1e-4), worst

@@ -41,10 +41,13 @@ CONFIGS: tuple[tuple[str, int], ...] = (
 
 def dev_prompts(n: int, tokens: int, tokenizer: Any) -> list[list[int]]:
     """``n`` development prompts of at most ``tokens`` tokens: every 997th prompt of the self-generated
-    data's prompt set (results/selfdata, disjoint from every evaluation set)."""
+    data's prompt set (results/selfdata, disjoint from every evaluation set; the trainers leave their
+    sequences out: :data:`specdec.train.selfshards.DEV_EVERY`)."""
+    from specdec.train.selfshards import DEV_EVERY
+
     path = Path(__file__).resolve().parents[2] / "results" / "selfdata" / "prompts.jsonl.gz"
     with gzip.open(path, "rt", encoding="utf-8") as handle:
-        lines = [line for i, line in zip(range(997 * n), handle, strict=False) if i % 997 == 0]
+        lines = [line for i, line in zip(range(DEV_EVERY * n), handle, strict=False) if i % DEV_EVERY == 0]
     texts = [json.loads(line)["prompt"] for line in lines]
     return [tokenizer(t)["input_ids"][:tokens] for t in texts]
 

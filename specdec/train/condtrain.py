@@ -44,7 +44,15 @@ from specdec.theory.recordio import jsonable
 from specdec.train.condnets import FAMILIES, build_conditioned, rms_norm, save_conditioned
 from specdec.train.shards import sequences, shard_paths
 
-__all__ = ["CondData", "extract_features", "load_data", "main", "train_conditioned"]
+__all__ = [
+    "CondData",
+    "data_sources",
+    "extract_features",
+    "load_data",
+    "main",
+    "self_features",
+    "train_conditioned",
+]
 
 RANKS = 4  # ranks of the per-depth acceptance profile
 
@@ -77,6 +85,77 @@ def extract_features(
             out[s:e] = session.features
         tmp = _feature_path(path).with_suffix(".tmp.npy")
         np.save(tmp, out)
+        tmp.replace(_feature_path(path))
+    return len(todo)
+
+
+def self_features(
+    target: torch.nn.Module,
+    self_folder: str | Path,
+    out_folder: str | Path,
+    *,
+    threads: int = 2,
+    shards: int | None = None,
+    top_k: int = 32,
+    progress: bool = True,
+) -> int:
+    """Issue 42's self-generated data (:mod:`specdec.train.selfshards`) as gen-data shards with features:
+    for each whole shard of ``self_folder`` (the first ``shards`` of them, or all), one lean ``"q4q8"``
+    forward per sequence gives the features of every position (``feat-NNNNN.npy``) and the target's
+    top-``top_k`` log-probabilities at every response position (the soft labels the self-data does not
+    store), written as ``out_folder/shard-NNNNN.npz`` in :mod:`specdec.train.shards`' format. The
+    manifest's hashes are checked first; a shard already converted is skipped (rerun to resume). The
+    development prompts' sequences (:data:`specdec.train.selfshards.DEV_EVERY`) are left out.
+    Returns the count written."""
+    import json as _json
+
+    from tqdm.auto import tqdm
+
+    from specdec.engine.builder import EngineSpec, open_model
+    from specdec.train.selfshards import DEV_EVERY, read_shard, verify_manifest
+    from specdec.train.shards import write_shard
+
+    check_int("top_k", top_k, low=1, high=256)
+    src = Path(self_folder)
+    manifest = _json.loads((src / "manifest.json").read_text(encoding="utf-8"))
+    verify_manifest(src, manifest)
+    cells = sorted(manifest.get("shards", {}), key=int)
+    if shards is not None:
+        check_int("shards", shards, low=1, high=len(cells))
+        cells = cells[:shards]
+    out = Path(out_folder)
+    out.mkdir(parents=True, exist_ok=True)
+    from specdec.theory.recordio import write_record
+    from specdec.train.selfshards import file_sha256
+
+    write_record(out / "source.json", {
+        "self_data": str(src), "manifest_sha256": file_sha256(src / "manifest.json"),
+        "shards": {c: manifest["shards"][c]["sha256"] for c in cells}, "dev_every": DEV_EVERY,
+        "top_k": top_k, "engine": "lean q4q8",
+    }, indent=1)  # fmt: skip
+    todo = [c for c in cells if not _feature_path(out / f"shard-{int(c):05d}.npz").exists()]
+    lean = open_model(target, EngineSpec("lean", "q4q8", threads)).model if todo else None
+    hidden = int(target.config.hidden_size)
+    for cell in tqdm(todo, disable=not progress, desc="self features"):
+        rows, feats = [], []
+        session = lean.session()
+        session.record_features = True
+        for seq in read_shard(src / manifest["shards"][cell]["file"]):
+            if seq.index % DEV_EVERY == 0:  # a development prompt: never trained on
+                continue
+            ids = seq.ids
+            session.reset()
+            rl = len(seq.response)
+            logits = session.forward(ids.tolist(), keep=rl + 1)  # the prompt's last row on: the laws
+            feats.append(np.asarray(session.features, dtype=np.float16))
+            logp = torch.log_softmax(logits[:rl].float(), -1)
+            top = logp.topk(top_k, -1)
+            rows.append((seq.prompt, seq.response, top.indices.numpy(), top.values.numpy()))
+        path = out / f"shard-{int(cell):05d}.npz"
+        write_shard(path, rows)
+        f = np.concatenate(feats) if feats else np.zeros((0, hidden), np.float16)
+        tmp = _feature_path(path).with_suffix(".tmp.npy")
+        np.save(tmp, f)
         tmp.replace(_feature_path(path))
     return len(todo)
 
@@ -181,8 +260,38 @@ def _position_batch(model: torch.nn.Module, family: str, data: CondData, j: np.n
     return logits, rows, hard
 
 
-def _eagle_batch(model: torch.nn.Module, data: CondData, seqs: list[int], max_len: int, noise: float):
-    """EAGLE over whole sequences: (g, logits, true next features, label rows, sampled tokens)."""
+def _ttt_mask(steps: int, valid: torch.Tensor) -> torch.Tensor:
+    """The training-time test's attention (EAGLE-3, arXiv:2503.01840) over the rows of steps
+    1..``steps`` laid end to end (step m's W rows at ``(m - 1) * W ..``): a boolean (B, 1, steps W,
+    steps W) mask, True where a row sees a key. Step q's row i is the draft at depth q whose context
+    ends at position i - q + 1: it sees step 1's keys (the true features) at positions 0 .. i - q + 1
+    and step m's key at i - q + m for m = 2 .. q, the keys decoding's draft cache holds at that depth.
+    ``valid`` (B, W) marks real positions; padding is never seen, and every row sees its own key."""
+    width = valid.shape[1]
+    i = torch.arange(width)
+    blocks = []
+    for q in range(1, steps + 1):
+        row = []
+        for m in range(1, steps + 1):
+            if m == 1:
+                row.append(i[None, :] <= (i[:, None] - q + 1))
+            elif m <= q:
+                row.append(i[None, :] == (i[:, None] - q + m))
+            else:
+                row.append(torch.zeros(width, width, dtype=torch.bool))
+        blocks.append(torch.cat(row, 1))
+    mask = torch.cat(blocks, 0)[None] & valid.bool().repeat(1, steps)[:, None, :]
+    return (mask | torch.eye(steps * width, dtype=torch.bool)[None])[:, None]
+
+
+def _eagle_batch(
+    model: torch.nn.Module, data: CondData, seqs: list[int], max_len: int, noise: float, steps: int = 1
+):
+    """EAGLE over whole sequences, with ``steps`` steps of the training-time test: lists (one entry
+    per step k = 1 .. steps) of predicted features g_k and logits, and the true next features, label
+    rows and sampled tokens (the same for every step). Step k's row j predicts x_{j+2} (and f_{j+1})
+    from the true features up to position j - k + 1 and the drafter's own k - 1 later predictions:
+    its depth-k draft, teacher-forced on the tokens (the accepted path). Step 1 is EAGLE's training."""
     spans = [(int(s), min(int(e), int(s) + max_len)) for s, _, e in data.seq[seqs]]
     width = max(e - s for s, e in spans) - 1
     feats = torch.zeros(len(spans), width, data.feats.shape[1])
@@ -199,8 +308,35 @@ def _eagle_batch(model: torch.nn.Module, data: CondData, seqs: list[int], max_le
         mask[b, :n] = 1
         rows[b, : n - 1] = data.srow[s + 1 : e - 1]  # row j predicts x_{j+2}: p at j+1
         hard[b, : n - 1] = data.ids[s + 2 : e]
-    g, logits = model(feats, nxt, mask=mask, noise=noise)
-    return g, logits, target, rows, hard
+    if steps == 1:
+        g, logits = model(feats, nxt, mask=mask, noise=noise)
+        return [g], [logits], target, rows, hard
+    from specdec.train.condnets import prenorm_forward
+
+    xs = [model.inputs(feats, nxt, noise)]  # step 1's inputs, the same in every pass
+    positions = torch.arange(width).expand(len(spans), -1)
+    gs, outs = [], []
+    for k in range(1, steps + 1):
+        if k > 1:  # step k's row j reads g_{k-1} of row j-1: its own prediction of f_j
+            prev = torch.cat([torch.zeros_like(gs[-1][:, :1]), gs[-1][:, :-1]], 1)
+            xs.append(model.inputs(prev, nxt, 0.0))
+        g_all, normed = prenorm_forward(
+            model.model,
+            inputs_embeds=torch.cat(xs, 1),
+            attention_mask=_ttt_mask(k, mask),
+            position_ids=positions.repeat(1, k),
+        )
+        gs.append(g_all[:, -width:])
+        outs.append(normed[:, -width:] @ model.frozen.head.T)
+    return gs, outs, target, rows, hard
+
+
+def _step_rows(rows: np.ndarray, step: int) -> np.ndarray:
+    """The rows of a (B, W) label-row array that step ``step`` of the training-time test is judged on:
+    a soft label exists and the draft's context is not empty (row j >= step - 1)."""
+    ok = rows >= 0
+    ok[:, : step - 1] = False
+    return ok
 
 
 def _split(data: CondData, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -216,11 +352,18 @@ def heldout_profile(
     """Teacher-forced on held-out sequences: ``hit[d][r]`` = P(the drafter's rank-r token at depth d+1
     is the target's top token), and ``top1_soft[d]`` = E[p(drafter's top token)] (its greedy acceptance
     under sampling is the mean of min(p, q); with a point mass, p of the token)."""
-    if family == "eagle":
-        g, logits, _, rows, _ = _eagle_batch(model, data, list(held[:64]), 384, 0.0)
-        logits, rows = logits.reshape(-1, logits.shape[-1])[None], rows.reshape(-1)[None]
-        keep = rows[0] >= 0
-        logits, rows = logits[:, torch.from_numpy(keep)], rows[:, keep]
+    if family == "eagle":  # depth d: step d of the training-time test (the draft's own d - 1 features)
+        per_depth: list[list[torch.Tensor]] = [[] for _ in range(depth)]
+        per_rows: list[list[np.ndarray]] = [[] for _ in range(depth)]
+        for at in range(0, min(64, len(held)), 8):
+            _, outs, _, rows, _ = _eagle_batch(model, data, list(held[at : min(at + 8, 64)]), 384, 0.0, depth)
+            for d, logits in enumerate(outs):
+                ok = _step_rows(rows, d + 1)
+                per_depth[d].append(logits[torch.from_numpy(ok)])
+                per_rows[d].append(rows[ok])
+        n = min(sum(len(r) for r in per_rows[d]) for d in range(depth))  # the same rows count at every depth
+        logits = torch.stack([torch.cat(per_depth[d])[-n:] for d in range(depth)])
+        rows = np.stack([np.concatenate(per_rows[d])[-n:] for d in range(depth)])
     else:
         j = data.positions("soft", depth, held)[:4000]
         logits, rows, _ = _position_batch(model, family, data, j, depth)
@@ -236,6 +379,81 @@ def heldout_profile(
     return {"hit": hit, "top1_soft": p_top, "rows": int(logits.shape[1])}
 
 
+def _eagle_loss(model: torch.nn.Module, data: CondData, seqs: list[int], ttt: int) -> torch.Tensor:
+    """EAGLE's loss on whole sequences, averaged over the ``ttt`` steps of the training-time test:
+    per step, smooth-L1 between the normed predicted and true next features plus 0.5 x the token loss."""
+    gs, outs, target_f, rows, hard = _eagle_batch(model, data, seqs, 384, 0.1, ttt)
+    fr = model.frozen
+    true_n = rms_norm(target_f, fr.norm, fr.eps)
+    loss = target_f.new_zeros(())
+    for k, (g, logits) in enumerate(zip(gs, outs, strict=True), start=1):
+        okn = _step_rows(rows, k)
+        ok = torch.from_numpy(okn)
+        reg = F.smooth_l1_loss(rms_norm(g, fr.norm, fr.eps)[ok], true_n[ok])
+        small, soft, hardk = _targets(data, rows[okn], hard[okn])
+        loss = loss + reg + 0.5 * token_loss(logits[ok], small, soft, hardk)
+    return loss / ttt
+
+
+def _position_loss(
+    model: torch.nn.Module, family: str, data: CondData, j: np.ndarray, depth: int, soft_labels: bool
+) -> torch.Tensor:
+    """Medusa's or the MLP speculator's loss at positions ``j``, averaged over depths: soft labels on
+    the target's writing, the read tokens alone (``soft_labels`` False: the MLP's first stage)."""
+    logits, rows, hard = _position_batch(model, family, data, j, depth)
+    loss = logits.new_zeros(())
+    for d in range(depth):
+        if soft_labels:
+            small, soft, hardk = _targets(data, rows[:, d], hard[:, d])
+            loss = loss + token_loss(logits[:, d], small, soft, hardk)
+        else:
+            loss = loss + token_loss(logits[:, d], None, None, data.remap[torch.from_numpy(hard[:, d])])
+    return loss / depth
+
+
+def _resume(ckpt: Path, settings: dict, model: torch.nn.Module, opt: Any) -> dict:
+    """The training state of ``ckpt`` loaded into ``model`` and ``opt`` (torch's generator restored),
+    or a fresh state; ValueError when the checkpoint was made with other settings."""
+    if not ckpt.exists():
+        return {"step": 0, "history": [], "heldout": [], "seconds": 0.0}
+    saved = torch.load(ckpt, weights_only=False)
+    if saved["settings"] != settings:
+        raise ValueError(f"{ckpt} was made with other settings: {saved['settings']}; remove it to restart")
+    model.load_state_dict(saved["model"], strict=False)
+    opt.load_state_dict(saved["opt"])
+    torch.set_rng_state(saved["torch_rng"])
+    return {"heldout": [], **saved["state"]}
+
+
+def _save_checkpoint(ckpt: Path, settings: dict, model: torch.nn.Module, opt: Any, state: dict) -> None:
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    weights = {k: v for k, v in model.state_dict().items() if k in trainable}
+    tmp = ckpt.with_suffix(".tmp")
+    torch.save({"settings": settings, "model": weights, "opt": opt.state_dict(), "state": state,
+                "torch_rng": torch.get_rng_state()}, tmp)  # fmt: skip
+    tmp.replace(ckpt)
+
+
+def _heldout_point(model: torch.nn.Module, family: str, depth: int, data: CondData, held: np.ndarray) -> dict:
+    """A point of the held-out curve: the top-1 hit per depth on 16 held-out sequences (float weights)."""
+    model.eval()
+    try:
+        prof = heldout_profile(model, family, depth, data, held[:16])
+    finally:
+        model.train()
+    return {"top1_hit": [round(h[0], 4) for h in prof["hit"]], "rows": prof["rows"]}
+
+
+def data_sources(folders: list[str]) -> list[dict]:
+    """Each data folder's ``source.json`` (written by :func:`self_features`: the self-data manifest's
+    sha256 and the shards converted), or its name alone."""
+    out = []
+    for f in folders:
+        src = Path(f) / "source.json"
+        out.append(json.loads(src.read_text(encoding="utf-8")) if src.exists() else {"folder": str(f)})
+    return out
+
+
 def train_conditioned(
     target: torch.nn.Module,
     folders: list[str],
@@ -249,13 +467,16 @@ def train_conditioned(
     lr: float = 1e-3,
     seed: int = 0,
     phase1: float = 0.3,
+    ttt: int = 1,
     out_root: str | Path | None = None,
     work_root: str | Path = "data/cond-train",
     command: str = "",
     progress: bool = True,
 ) -> dict:
     """Train one drafter of ``family`` for ``steps`` optimizer steps, resumable from its checkpoint
-    (``work_root/name/ckpt.pt``, written every minute and at the end); save it and its card."""
+    (``work_root/name/ckpt.pt``, written every minute and at the end); save it and its card. EAGLE
+    with ``ttt`` > 1 trains on ``ttt`` steps of EAGLE-3's training-time test (:func:`_eagle_batch`).
+    The card holds the loss every 20 steps and the held-out top-1 hit per depth every tenth of the run."""
     from tqdm.auto import tqdm
 
     from specdec.train.draftnets import DRAFT_DIR, git_commit
@@ -265,6 +486,9 @@ def train_conditioned(
     check_int("steps", steps, low=1)
     check_int("depth", depth, low=1, high=16)
     check_int("batch", batch, low=1)
+    check_int("ttt", ttt, low=1, high=depth)
+    if ttt > 1 and family != "eagle":
+        raise ValueError(f"ttt (the training-time test's steps) is EAGLE's; family {family!r} takes ttt=1")
     commit = git_commit()  # of the code that trains (the card's weights are written at the end)
     torch.manual_seed(seed)
     eos = target.config.eos_token_id
@@ -283,25 +507,17 @@ def train_conditioned(
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     settings = {"family": family, "depth": depth, "kept": len(data.kept), "batch": batch, "lr": lr,
                 "seed": seed,
-                "phase1": phase1, "steps": steps, "data": [str(f) for f in folders]}  # fmt: skip
+                "phase1": phase1, "steps": steps, "data": [str(f) for f in folders],
+                **({"ttt": ttt} if ttt > 1 else {})}  # fmt: skip
     work = Path(work_root) / name
     work.mkdir(parents=True, exist_ok=True)
     ckpt = work / "ckpt.pt"
-    state = {"step": 0, "history": [], "seconds": 0.0}
-    if ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
-        if saved["settings"] != settings:
-            raise ValueError(
-                f"{ckpt} was made with other settings: {saved['settings']}; remove it to restart"
-            )
-        model.load_state_dict(saved["model"], strict=False)
-        opt.load_state_dict(saved["opt"])
-        state = saved["state"]
-        torch.set_rng_state(saved["torch_rng"])
+    state = _resume(ckpt, settings, model, opt)
     rng = np.random.default_rng([seed, state["step"]])
     soft_pos = data.positions("soft", depth, train_seqs)
     prompt_pos = data.positions("prompt", depth, train_seqs)
     warm = min(50, steps // 10 + 1)
+    every = max(1, steps // 10)
 
     def lr_at(step: int) -> float:
         return lr * min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * step / steps))
@@ -314,28 +530,12 @@ def train_conditioned(
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
         if family == "eagle":
-            seqs = list(rng.choice(train_seqs, size=max(1, batch // 128), replace=False))
-            g, logits, target_f, rows, hard = _eagle_batch(model, data, seqs, 384, 0.1)
-            ok = torch.from_numpy(rows >= 0)
-            fr = model.frozen
-            reg = F.smooth_l1_loss(rms_norm(g, fr.norm, fr.eps)[ok], rms_norm(target_f, fr.norm, fr.eps)[ok])
-            small, soft, hardk = _targets(data, rows[rows >= 0], hard[rows >= 0])
-            loss = reg + 0.5 * token_loss(logits[ok], small, soft, hardk)
+            loss = _eagle_loss(model, data, list(rng.choice(train_seqs, size=max(1, batch // 128),
+                                                            replace=False)), ttt)  # fmt: skip
         else:
-            in_phase1 = family == "mlp-speculator" and step < phase1 * steps and len(prompt_pos)
-            pool = prompt_pos if in_phase1 else soft_pos
-            j = rng.choice(pool, size=batch)
-            logits, rows, hard = _position_batch(model, family, data, j, depth)
-            loss = logits.new_zeros(())
-            for d in range(depth):
-                if in_phase1:
-                    loss = loss + token_loss(
-                        logits[:, d], None, None, data.remap[torch.from_numpy(hard[:, d])]
-                    )
-                else:
-                    small, soft, hardk = _targets(data, rows[:, d], hard[:, d])
-                    loss = loss + token_loss(logits[:, d], small, soft, hardk)
-            loss = loss / depth
+            phase_one = family == "mlp-speculator" and step < phase1 * steps and len(prompt_pos) > 0
+            j = rng.choice(prompt_pos if phase_one else soft_pos, size=batch)
+            loss = _position_loss(model, family, data, j, depth, soft_labels=not phase_one)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -346,17 +546,12 @@ def train_conditioned(
             state["history"].append(
                 {"step": state["step"], "loss": float(loss), "minutes": round(state["seconds"] / 60, 2)}
             )
+        if state["step"] % every == 0 and state["step"] < steps:
+            point = _heldout_point(model, family, depth, data, held)
+            state["heldout"].append({"step": state["step"], **point})
         bar.update(1)
         if time.perf_counter() - last_save > 60 or state["step"] == steps:
-            trainable = {
-                k: v
-                for k, v in model.state_dict().items()
-                if k in {n for n, p in model.named_parameters() if p.requires_grad}
-            }
-            tmp = ckpt.with_suffix(".tmp")
-            torch.save({"settings": settings, "model": trainable, "opt": opt.state_dict(), "state": state,
-                        "torch_rng": torch.get_rng_state()}, tmp)  # fmt: skip
-            tmp.replace(ckpt)
+            _save_checkpoint(ckpt, settings, model, opt, state)
             last_save = time.perf_counter()
     bar.close()
     model.eval()
@@ -364,16 +559,20 @@ def train_conditioned(
     card.update({
         "data_sequences": len(train_seqs), "heldout_sequences": len(held),
         "data_tokens": int(sum(e - s for s, _, e in data.seq[train_seqs])),
+        "data_sources": data_sources(folders),
         "kept_coverage": float((data.remap[torch.from_numpy(data.ids)] >= 0).float().mean()),
         "steps": steps, "batch": batch, "lr": lr, "seed": seed,
         "phase1_fraction": phase1 if family == "mlp-speculator" else None,
         "loss": "soft CE to the target's top-32 (renormalised over kept) + 0.5 hard CE"
-        + (" + smooth-L1 feature regression (weight 1; CE weight 0.5)" if family == "eagle" else ""),
+        + (" + smooth-L1 feature regression (weight 1; CE weight 0.5)" if family == "eagle" else "")
+        + (f", averaged over {ttt} steps of EAGLE-3's training-time test" if ttt > 1 else ""),
+        "ttt": ttt,
         "final_loss": state["history"][-1]["loss"] if state["history"] else None,
         "train_minutes": round(state["seconds"] / 60, 2), "threads": torch.get_num_threads(),
         "command": command, "git_commit": commit,
         "weights": "int8 per output row (symmetric) for matrices, float16 for vectors",
         "history": state["history"],
+        "heldout_curve": state["heldout"],
     })  # fmt: skip
     card = save_conditioned(model, root / name, card)
     card["heldout_profile"] = heldout_profile(model, family, depth, data, held)  # of the int8 weights
@@ -391,6 +590,11 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("features", help="the target's features beside every gen-data shard")
     f.add_argument("--data", required=True, nargs="+")
     f.add_argument("--threads", type=int, default=2)
+    sf = sub.add_parser("self-features", help="issue 42's self-data as gen-data shards with features")
+    sf.add_argument("--self-data", default="results/selfdata")
+    sf.add_argument("--out", required=True)
+    sf.add_argument("--shards", type=int, default=None)
+    sf.add_argument("--threads", type=int, default=2)
     t = sub.add_parser("train", help="train one target-conditioned drafter")
     t.add_argument("--family", required=True, choices=FAMILIES)
     t.add_argument("--name", required=True)
@@ -402,19 +606,25 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--ttt", type=int, default=1, help="EAGLE: steps of the training-time test (1: none)")
     t.add_argument("--out-root", default=None)
     args = parser.parse_args(argv)
     from specdec.engine.models import load_target, set_threads
 
     set_threads(args.threads)
     target = load_target("float32", quiet=True).model
+    if args.command == "self-features":
+        n = self_features(target, args.self_data, args.out, threads=args.threads, shards=args.shards)
+        print(json.dumps({"written": n}))
+        return 0
     if args.command == "features":
         print(json.dumps({"written": extract_features(target, args.data, threads=args.threads)}))
         return 0
     random.seed(args.seed)
     card = train_conditioned(
         target, args.data, family=args.family, name=args.name, steps=args.steps, depth=args.depth,
-        kept_size=args.kept, batch=args.batch, lr=args.lr, seed=args.seed, out_root=args.out_root,
+        kept_size=args.kept, batch=args.batch, lr=args.lr, seed=args.seed, ttt=args.ttt,
+        out_root=args.out_root,
         command="python -m specdec.train.condtrain " + " ".join(argv if argv is not None else sys.argv[1:]),
     )  # fmt: skip
     print(json.dumps(jsonable({k: v for k, v in card.items() if k != "history"})))

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DEV_EVERY",
     "KEYS",
     "SelfSequence",
     "file_sha256",
@@ -50,6 +51,10 @@ __all__ = [
     "write_prompts",
     "write_shard",
 ]
+
+#: Every DEV_EVERY-th prompt of the prompt set (index 0, 997, ...) is a development prompt
+#: (:func:`specdec.measure.draftcost.dev_prompts`): trainers leave its sequences out.
+DEV_EVERY = 997
 
 KEYS = ("ids", "prompt_lens", "resp_lens", "index", "temperature", "seed", "eos")
 _VOCAB_MAX = 2**16  # uint16 ids
