@@ -61,6 +61,13 @@ def _feature_path(shard: Path) -> Path:
     return shard.with_name(shard.name.replace("shard-", "feat-").replace(".npz", ".npy"))
 
 
+def _save_features(shard: Path, feats: np.ndarray) -> None:
+    """``feat-NNNNN.npy`` beside ``shard``, atomically (a reader never sees half a file)."""
+    tmp = _feature_path(shard).with_suffix(".tmp.npy")
+    np.save(tmp, feats)
+    tmp.replace(_feature_path(shard))
+
+
 def extract_features(
     target: torch.nn.Module, folders: list[str], threads: int = 2, progress: bool = True
 ) -> int:
@@ -83,9 +90,7 @@ def extract_features(
             session.reset()
             session.forward(shard["ids"][s:e].tolist(), keep=1)
             out[s:e] = session.features
-        tmp = _feature_path(path).with_suffix(".tmp.npy")
-        np.save(tmp, out)
-        tmp.replace(_feature_path(path))
+        _save_features(path, out)
     return len(todo)
 
 
@@ -107,17 +112,16 @@ def self_features(
     manifest's hashes are checked first; a shard already converted is skipped (rerun to resume). The
     development prompts' sequences (:data:`specdec.train.selfshards.DEV_EVERY`) are left out.
     Returns the count written."""
-    import json as _json
-
     from tqdm.auto import tqdm
 
     from specdec.engine.builder import EngineSpec, open_model
-    from specdec.train.selfshards import DEV_EVERY, read_shard, verify_manifest
+    from specdec.theory.recordio import read_json, write_record
+    from specdec.train.selfshards import DEV_EVERY, file_sha256, read_shard, verify_manifest
     from specdec.train.shards import write_shard
 
     check_int("top_k", top_k, low=1, high=256)
     src = Path(self_folder)
-    manifest = _json.loads((src / "manifest.json").read_text(encoding="utf-8"))
+    manifest = read_json(src / "manifest.json", what="the self-data manifest", kind=dict)
     verify_manifest(src, manifest)
     cells = sorted(manifest.get("shards", {}), key=int)
     if shards is not None:
@@ -125,9 +129,6 @@ def self_features(
         cells = cells[:shards]
     out = Path(out_folder)
     out.mkdir(parents=True, exist_ok=True)
-    from specdec.theory.recordio import write_record
-    from specdec.train.selfshards import file_sha256
-
     write_record(out / "source.json", {
         "self_data": str(src), "manifest_sha256": file_sha256(src / "manifest.json"),
         "shards": {c: manifest["shards"][c]["sha256"] for c in cells}, "dev_every": DEV_EVERY,
@@ -153,10 +154,7 @@ def self_features(
             rows.append((seq.prompt, seq.response, top.indices.numpy(), top.values.numpy()))
         path = out / f"shard-{int(cell):05d}.npz"
         write_shard(path, rows)
-        f = np.concatenate(feats) if feats else np.zeros((0, hidden), np.float16)
-        tmp = _feature_path(path).with_suffix(".tmp.npy")
-        np.save(tmp, f)
-        tmp.replace(_feature_path(path))
+        _save_features(path, np.concatenate(feats) if feats else np.zeros((0, hidden), np.float16))
     return len(todo)
 
 
@@ -447,10 +445,14 @@ def _heldout_point(model: torch.nn.Module, family: str, depth: int, data: CondDa
 def data_sources(folders: list[str]) -> list[dict]:
     """Each data folder's ``source.json`` (written by :func:`self_features`: the self-data manifest's
     sha256 and the shards converted), or its name alone."""
+    from specdec.theory.recordio import read_json
+
     out = []
     for f in folders:
         src = Path(f) / "source.json"
-        out.append(json.loads(src.read_text(encoding="utf-8")) if src.exists() else {"folder": str(f)})
+        out.append(
+            read_json(src, what="the data folder's source", kind=dict) if src.exists() else {"folder": str(f)}
+        )
     return out
 
 
