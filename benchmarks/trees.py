@@ -4,6 +4,8 @@ held-out prompts against chains and plain decoding.
     python benchmarks/trees.py --quick                 # a smoke run (a minute) on development prompts
     python benchmarks/trees.py --budget-s 3000         # the run; the same command again resumes it
     python benchmarks/trees.py --set conditioned       # issue 30: Medusa, the MLP speculator, EAGLE(-2)
+    python benchmarks/trees.py --set self              # issue 42: drafters trained on the target's own
+                                                       # text, the hybrid, the do-no-harm policy
 
 The program is :mod:`specdec.experiments.trees` (configurations, prompts, summary); the runner and the
 cross-fit analysis are the campaign's. The record ``results/bench/<set>-<cpu>-<threads>t[-quick].json``
@@ -44,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0, help="the sampling seeds start here (cell i: seed + i)")
     ap.add_argument(
         "--set",
-        choices=("trees", "conditioned"),
+        choices=("trees", "conditioned", "self"),
         default="trees",
         help="which configurations (default: trees)",
     )
@@ -104,11 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     from specdec.engine import native
     from specdec.engine.models import set_threads
     from specdec.experiments import trees as tb
-    from specdec.experiments.campaign import evaluation_cells, run_campaign
+    from specdec.experiments.campaign import evaluation_cells, partial_path, run_campaign
     from specdec.measure.core import cpu_name, environment
     from specdec.measure.device import device_slug
     from specdec.measure.modes import machine_identity
-    from specdec.theory.recordio import write_record
+    from specdec.theory.recordio import read_json, write_record
 
     env = environment()
     if env.get("git_dirty") and not args.quick:
@@ -117,21 +119,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     threads = args.threads or native.default_threads()
     machine = machine_identity()  # before any thread count is pinned
-    full, quick = tb.SETS[args.set]
-    configs = quick if args.quick else full
-    built = tb.build(threads=threads, configs=configs)
-    if args.quick:  # the development prompts: a smoke run never touches the held-out set
-        prompts, sha = evaluation_cells(built["tokenizer"], per_task=2), None
-    else:
-        prompts, sha = tb.heldout_prompts(built["tokenizer"])
+    chosen = tb.SETS[args.set]
+    configs = chosen.quick if args.quick else chosen.full
+    policies = chosen.quick_policies if args.quick else chosen.policies
     slug = device_slug(cpu_name())[:40]
     out = Path(args.out) if args.out else (
         ROOT / "results" / "bench" / f"{args.set}-{slug}-{threads}t{'-quick' if args.quick else ''}.json"
     )  # fmt: skip
+    calibration = None  # a resumed run keeps its policies' calibration (their choices stay the run's)
+    part = partial_path(out)
+    if part.exists() and not args.fresh:
+        calibration = read_json(part).get("policy_calibration")
+    built = tb.build(threads=threads, configs=configs, policies=policies, calibration=calibration)
+    if args.quick:  # the development prompts: a smoke run never touches the held-out set
+        prompts, sha = evaluation_cells(built["tokenizer"], per_task=2), None
+    else:
+        prompts, sha = tb.heldout_prompts(built["tokenizer"])
     settings = tb.TreesSettings(
         quick=args.quick, new_tokens=args.new_tokens, repeats=args.repeats, threads=threads, seed=args.seed,
         configs={k: tuple(v) for k, v in configs.items()}, prompts_file=tb.HELDOUT.name, prompts_sha256=sha,
-        machine=machine,
+        machine=machine, policies={k: tuple(v) for k, v in policies.items()},
     )  # fmt: skip
     target = built["engines"][0].model
     print("[trees] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)
@@ -143,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": env,
         "machine": machine,
         "drafts": built["drafts"],
+        **({"policy_calibration": built["calibration"]} if built["calibration"] else {}),
     }
     record = run_campaign(
         built["engines"], built["configs"], prompts, out, settings=settings, header=header,

@@ -94,6 +94,25 @@ def test_do_no_harm_remembers_earlier_generations_when_asked():
         DoNoHarm({2: (1.2, 0.1, 2)}, remember=1.5)
 
 
+def test_do_no_harm_starts_from_a_prior_per_depth_and_learns_away_from_it():
+    """A calibration's acceptance per depth as the prior (draftcost.no_harm_policy): the first round's
+    choice follows it, and the online counts move the estimate away from it."""
+    from specdec.measure.draftcost import no_harm_policy
+
+    cal = {"budgets": {"1": [1.1, 0.3, 1], "4": [1.3, 0.3, 4]}, "prior_rates": [0.9, 0.8, 0.7, 0.6]}
+    hopeful = no_harm_policy(cal, prior=4)
+    assert hopeful.rates() == pytest.approx([0.9, 0.8, 0.7, 0.6]) and hopeful.next() == 4
+    for _ in range(30):  # every round rejected at depth 1
+        hopeful.update(4, 4, 0)
+    assert hopeful.rates()[0] == pytest.approx(3.6 / 34) and hopeful.next() == 0
+    low = DoNoHarm({4: (1.3, 0.3, 4)}, prior=4, prior_rate=[0.1, 0.1, 0.1, 0.1], probe_every=0)
+    assert low.next() == 0
+    with pytest.raises(ValueError, match=r"prior_rate must hold one rate per depth 1\.\.4"):
+        DoNoHarm({4: (1.3, 0.3, 4)}, prior_rate=[0.5, 0.5])
+    with pytest.raises(ValueError, match=r"prior_rate\[1\] must be a finite number in \[0"):
+        DoNoHarm({2: (1.3, 0.3, 2)}, prior_rate=[0.5, 1.5])
+
+
 def test_policies_refuse_bad_arguments():
     with pytest.raises(ValueError, match="budget must be an integer >= 0"):
         FixedBudget(-1)

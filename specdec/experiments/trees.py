@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from specdec.experiments.campaign import Config, Engine, spec_configs
 from specdec.measure.runner import RunSettings
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_int, check_ints
 
 __all__ = [
     "TreesSettings",
@@ -34,6 +34,9 @@ __all__ = [
     "HELDOUT",
     "QUICK_CONFIGS",
     "SETS",
+    "SELF_CONFIGS",
+    "SELF_POLICIES",
+    "ConfigSet",
     "build",
     "heldout_prompts",
     "tree_summary",
@@ -81,8 +84,54 @@ QUICK_CONDITIONED: dict[str, tuple[int, ...]] = {
     "eagle:eagle-1": (4,),
 }
 
-#: The configuration sets ``benchmarks/trees.py --set`` runs: (full, quick).
-SETS = {"trees": (CONFIGS, QUICK_CONFIGS), "conditioned": (CONDITIONED_CONFIGS, QUICK_CONDITIONED)}
+#: Issue 42's set: the drafters trained on the target's own text (``eagle-ttt``: EAGLE with EAGLE-3's
+#: training-time test; ``mlp-self``: the MLP speculator), beside the earlier cards (``eagle-1``,
+#: ``mlp-4``) and the copying families, the hybrid (suffix decoding where confident, EAGLE elsewhere),
+#: and every family under the do-no-harm policy (:data:`SELF_POLICIES`). Budgets fixed before any
+#: timing, from the development prompts (``draftcost.dev_texts``) and the cards' held-out profiles.
+SELF_CONFIGS: dict[str, tuple[int, ...]] = {
+    "lookup": (4,),
+    "suffix": (8,),
+    "mlp:mlp-4": (8,),
+    "eagle:eagle-1,topk=4,depth=5": (8,),
+    "mlp:mlp-self": (4, 8),
+    "eagle:eagle-ttt": (2, 4),
+    "eagle:eagle-ttt,topk=4,depth=5": (4, 8),
+    "hybrid:eagle-ttt,topk=4,depth=5": (8,),
+}
+#: The do-no-harm policy (:class:`specdec.theory.policies.DoNoHarm`) per family: the budgets it chooses
+#: among each round (0, a plain step, always among them), its costs and prior acceptance per depth
+#: calibrated on development prompts on the running machine before the run
+#: (:func:`specdec.measure.draftcost.calibrate_policy`, stored in the record).
+SELF_POLICIES: dict[str, tuple[int, ...]] = {
+    "lookup": (2, 4),
+    "suffix": (4, 8),
+    "mlp:mlp-self": (4, 8),
+    "eagle:eagle-ttt": (2, 4),
+    "eagle:eagle-ttt,topk=4,depth=5": (4, 8),
+    "hybrid:eagle-ttt,topk=4,depth=5": (4, 8),
+}
+QUICK_SELF: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (4,), "suffix": (8,)}
+QUICK_SELF_POLICIES: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (2, 4)}
+
+
+@dataclass(frozen=True)
+class ConfigSet:
+    """What one ``benchmarks/trees.py --set`` runs: spec -> budgets, and spec -> the budgets of its
+    do-no-harm policy, for the full run and the quick one."""
+
+    full: Mapping[str, tuple[int, ...]]
+    quick: Mapping[str, tuple[int, ...]]
+    policies: Mapping[str, tuple[int, ...]]
+    quick_policies: Mapping[str, tuple[int, ...]]
+
+
+#: The configuration sets ``benchmarks/trees.py --set`` runs.
+SETS = {
+    "trees": ConfigSet(CONFIGS, QUICK_CONFIGS, {}, {}),
+    "conditioned": ConfigSet(CONDITIONED_CONFIGS, QUICK_CONDITIONED, {}, {}),
+    "self": ConfigSet(SELF_CONFIGS, QUICK_SELF, SELF_POLICIES, QUICK_SELF_POLICIES),
+}
 
 
 @dataclass(frozen=True)
@@ -100,6 +149,7 @@ class TreesSettings(RunSettings):
     prompts_file: str
     prompts_sha256: str | None
     machine: dict[str, Any]
+    policies: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_int("new_tokens", self.new_tokens, low=2, high=2048)
@@ -108,7 +158,10 @@ class TreesSettings(RunSettings):
         check_int("seed", self.seed, low=0)
 
     def to_record(self) -> dict[str, Any]:
-        return super().to_record() | {"eos": True}
+        out = super().to_record() | {"eos": True}
+        if not self.policies:  # the sets without policies store what they always did
+            del out["policies"]
+        return out
 
 
 def heldout_prompts(tokenizer: Any, path: str | Path = HELDOUT) -> tuple[list[dict[str, Any]], str]:
@@ -138,24 +191,52 @@ def heldout_prompts(tokenizer: Any, path: str | Path = HELDOUT) -> tuple[list[di
 
 
 def build(
-    *, threads: int, configs: Mapping[str, Sequence[int]] = CONFIGS, mode: str = "q4q8"
+    *,
+    threads: int,
+    configs: Mapping[str, Sequence[int]] = CONFIGS,
+    policies: Mapping[str, Sequence[int]] | None = None,
+    calibration: Mapping[str, Any] | None = None,
+    mode: str = "q4q8",
+    dev_prompts: int = 4,
 ) -> dict[str, Any]:
     """The plain engines (the lean engine in ``mode`` at ``threads``, and at one thread when ``threads``
     > 1: the candidates for the fastest plain decoder, chosen by the cross-fit) and every configuration
-    on the first, drafters built by the registry. Returns engines, configs, tokenizer, eos_token_id and
-    what each draft ran in."""
+    on the first, drafters built by the registry; for each spec in ``policies``, one more configuration
+    (``<spec>/noharm``): its drafter under :func:`specdec.measure.draftcost.no_harm_policy` over those
+    budgets, calibrated on ``dev_prompts`` development prompts unless ``calibration`` (spec -> a
+    :func:`~specdec.measure.draftcost.calibrate_policy` result, e.g. from a partial record) has it.
+    Returns engines, configs, tokenizer, eos_token_id, what each draft ran in and the calibration."""
     from specdec.drafting.registry import build_drafter, parse_spec
     from specdec.engine.builder import EngineSpec, open_engine, open_model
+    from specdec.engine.cores import torch_threads_for
+    from specdec.measure.draftcost import calibrate_policy, dev_texts, no_harm_policy
     from specdec.measure.modes import draft_context
+    from specdec.train.workloads import chat_prompt_ids
 
-    specs = {s: parse_spec(s) for s in configs}  # every spec checked before anything loads
+    policies = dict(policies or {})
+    specs = {s: parse_spec(s) for s in [*configs, *policies]}  # every spec checked before anything loads
+    for spec, budgets in policies.items():
+        check_ints(f"the policy budgets of {spec}", budgets, low=1, distinct=True)
     opened = open_engine(EngineSpec("lean", mode, threads))
     target, loaded = opened.model, opened.base
     name = f"lean-{target.mode}-{threads}t"
     context, drafts = draft_context(opened, draft_mode="q4q8")
+    drafters = {text: build_drafter(spec, context) for text, spec in specs.items()}
     out: list[Config] = []
-    for text, spec in specs.items():
-        out += spec_configs(name, {text: build_drafter(spec, context)}, list(configs[text]))
+    for text in configs:
+        out += spec_configs(name, {text: drafters[text]}, list(configs[text]))
+    calibration = dict(calibration or {})
+    if policies:
+        tok = loaded.tokenizer
+        dev = [chat_prompt_ids(tok, t[:1500]) for t in dev_texts(dev_prompts)]
+        with torch_threads_for(target):
+            for text, budgets in policies.items():
+                if text not in calibration:
+                    calibration[text] = calibrate_policy(target, drafters[text], dev, tuple(budgets))
+    for text in policies:
+        policy = no_harm_policy(calibration[text])
+        out.append(Config(f"{name}/{text}/noharm", name, f"{name}/{text}+noharm", text, drafters[text],
+                          policy, policy.describe()))  # fmt: skip
     engines = [Engine(name, target, threads, {"engine": "lean", "mode": target.mode, "threads": threads})]
     if threads > 1:  # the same engine at one thread, plain only: a candidate for the fastest plain decoder
         one = open_model(loaded.model, EngineSpec("lean", mode, 1)).model
@@ -163,7 +244,8 @@ def build(
             Engine(f"lean-{one.mode}-1t", one, 1, {"engine": "lean", "mode": one.mode, "threads": 1})
         )
     return {"engines": engines, "configs": out, "tokenizer": loaded.tokenizer,
-            "eos_token_id": loaded.tokenizer.eos_token_id, "drafts": drafts}  # fmt: skip
+            "eos_token_id": loaded.tokenizer.eos_token_id, "drafts": drafts,
+            "calibration": {t: calibration[t] for t in policies}}  # fmt: skip
 
 
 def tree_summary(record: Mapping[str, Any]) -> dict[str, Any]:

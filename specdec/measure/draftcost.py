@@ -39,17 +39,21 @@ CONFIGS: tuple[tuple[str, int], ...] = (
 )
 
 
-def dev_prompts(n: int, tokens: int, tokenizer: Any) -> list[list[int]]:
-    """``n`` development prompts of at most ``tokens`` tokens: every 997th prompt of the self-generated
-    data's prompt set (results/selfdata, disjoint from every evaluation set; the trainers leave their
-    sequences out: :data:`specdec.train.selfshards.DEV_EVERY`)."""
+def dev_texts(n: int) -> list[str]:
+    """``n`` development prompts' texts: every 997th prompt of the self-generated data's prompt set
+    (results/selfdata, disjoint from every evaluation set; the trainers leave their sequences out:
+    :data:`specdec.train.selfshards.DEV_EVERY`)."""
     from specdec.train.selfshards import DEV_EVERY
 
     path = Path(__file__).resolve().parents[2] / "results" / "selfdata" / "prompts.jsonl.gz"
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         lines = [line for i, line in zip(range(DEV_EVERY * n), handle, strict=False) if i % DEV_EVERY == 0]
-    texts = [json.loads(line)["prompt"] for line in lines]
-    return [tokenizer(t)["input_ids"][:tokens] for t in texts]
+    return [json.loads(line)["prompt"] for line in lines]
+
+
+def dev_prompts(n: int, tokens: int, tokenizer: Any) -> list[list[int]]:
+    """``n`` development prompts (:func:`dev_texts`) of at most ``tokens`` tokens, tokenized bare."""
+    return [tokenizer(t)["input_ids"][:tokens] for t in dev_texts(n)]
 
 
 def measure(
@@ -132,6 +136,15 @@ def calibrate(
     the loop included (the whole generation's time less prefill and drafting, per round): Theorem 3.8's
     denominator with every cost of a round in it, so that a round the policy predicts to pay does.
     Medians over prompts; depth(b) is the deepest tree the drafter proposed at b (at least 1)."""
+    return _calibration(target, drafter, prompts, budgets, new_tokens=new_tokens, temperature=temperature)[0]
+
+
+def _calibration(
+    target: Any, drafter: Any, prompts: list[list[int]], budgets: tuple[int, ...], *, new_tokens: int,
+    temperature: float,
+) -> tuple[dict[int, tuple[float, float, int]], list[float]]:  # fmt: skip
+    """:func:`calibrate`'s costs, and the acceptance per depth of the deepest budget's rounds (accepted /
+    examined at each depth, pooled over prompts: the a_d of :class:`~specdec.theory.policies.DoNoHarm`)."""
     import time
 
     import numpy as np
@@ -144,6 +157,8 @@ def calibrate(
     for b in budgets:
         check_int("a budget", b, low=1)
     samples: dict[int, list[tuple[float, float, int]]] = {b: [] for b in budgets}
+    examined: list[int] = []
+    accepted: list[int] = []
     for prompt in prompts:
         t0 = time.perf_counter()
         plain = autoregressive(target, prompt, max_new_tokens=new_tokens, temperature=temperature).stats
@@ -157,7 +172,13 @@ def calibrate(
             round_s = (time.perf_counter() - t0 - st.prefill_s) / st.rounds
             draft_s = st.draft_s / st.rounds
             samples[b].append(((round_s - draft_s) / step, draft_s / step, max(1, policy.deepest)))
-    return {
+            if b == max(budgets):
+                grow = max(0, len(st.examined_at) - len(examined))
+                examined, accepted = examined + [0] * grow, accepted + [0] * grow
+                for d, (e, a) in enumerate(zip(st.examined_at, st.accepted_at, strict=True)):
+                    examined[d] += e
+                    accepted[d] += a
+    costs = {
         b: (
             float(np.median([v for v, _, _ in rows])),
             float(np.median([c for _, c, _ in rows])),
@@ -165,6 +186,62 @@ def calibrate(
         )
         for b, rows in samples.items()
     }
+    return costs, [a / e if e else 0.0 for e, a in zip(examined, accepted, strict=True)]
+
+
+def calibrate_policy(
+    target: Any,
+    drafter: Any,
+    prompts: list[list[int]],
+    budgets: tuple[int, ...],
+    *,
+    new_tokens: int = 32,
+    temperatures: tuple[float, ...] = (0.0, 1.0),
+) -> dict[str, Any]:
+    """Everything a :class:`~specdec.theory.policies.DoNoHarm` is built from (:func:`no_harm_policy`),
+    measured on development ``prompts`` at each of ``temperatures``, as a record stores it: per budget,
+    the median over temperatures of (v(b + 1), c(b)) and the deepest depth(b); the prior acceptance
+    per depth, the mean over temperatures of the pooled rates (a policy serves both: its online counts
+    move it to the temperature at hand); and each temperature's own numbers."""
+    import numpy as np
+
+    runs = {
+        f"{t:g}": _calibration(target, drafter, prompts, budgets, new_tokens=new_tokens, temperature=t)
+        for t in temperatures
+    }
+    costs = {
+        str(b): [
+            float(np.median([r[0][b][0] for r in runs.values()])),
+            float(np.median([r[0][b][1] for r in runs.values()])),
+            max(r[0][b][2] for r in runs.values()),
+        ]
+        for b in budgets
+    }
+    depth = max(c[2] for c in costs.values())
+    rates = [float(np.mean([r[1][d] if d < len(r[1]) else 0.0 for r in runs.values()])) for d in range(depth)]
+    return {
+        "budgets": costs,
+        "prior_rates": rates,
+        "prompts": len(prompts),
+        "new_tokens": new_tokens,
+        "per_temperature": {
+            t: {"budgets": {str(b): list(c) for b, c in r[0].items()}, "rates": r[1]} for t, r in runs.items()
+        },  # fmt: skip
+        "rule": "v, c: medians over prompts, then over temperatures; rates: accepted / examined per depth "
+        "at the largest budget, pooled over prompts, mean over temperatures",
+    }
+
+
+def no_harm_policy(calibration: dict[str, Any], *, prior: float = 4.0, probe_every: int = 16) -> Any:
+    """The :class:`~specdec.theory.policies.DoNoHarm` of a :func:`calibrate_policy` result: its costs
+    per budget, its prior acceptance per depth at ``prior`` pseudo-rounds; every generation starts from
+    that prior (``remember`` 0), so a generation's budgets depend on its own past only."""
+    from specdec.theory.policies import DoNoHarm
+
+    budgets = {int(b): (float(v), float(c), int(d)) for b, (v, c, d) in calibration["budgets"].items()}
+    return DoNoHarm(
+        budgets, prior=prior, prior_rate=list(calibration["prior_rates"]), probe_every=probe_every
+    )
 
 
 def _with_children(counters: dict[str, float]) -> dict[str, float]:

@@ -27,6 +27,8 @@ threshold``), depends on the draft's samples within the round, so it lives in th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from specdec.theory.checks import check_int
 
 __all__ = [
@@ -174,8 +176,10 @@ class DoNoHarm(BudgetPolicy):
     1 + sum over depths d <= depth(b) of a_1 ... a_d, where a_d is the online estimate of the
     probability that the accepted path reaches depth d given it reached d - 1 (pooled over the rounds
     that tried depth d, with ``prior`` pseudo-rounds at ``prior_rate`` so that the first rounds do not
-    decide on one sample), and depth(b) ``depth[b]`` (the drafter's tree depth at budget b; a chain's is
-    b). Speculation must beat plain decoding by ``margin`` (R(b) >= 1 + margin) to be chosen.
+    decide on one sample; ``prior_rate`` is one rate for every depth or one per depth, e.g. the
+    acceptance per depth measured on development prompts: :func:`specdec.measure.draftcost.calibrate`),
+    and depth(b) ``depth[b]`` (the drafter's tree depth at budget b; a chain's is b).
+    Speculation must beat plain decoding by ``margin`` (R(b) >= 1 + margin) to be chosen.
 
     While it chooses 0 it learns nothing of the drafter, so after ``probe_every`` plain rounds in a row it
     drafts at the smallest positive budget instead (a probe; ``probe_every = 0``: never); a probe after
@@ -193,7 +197,7 @@ class DoNoHarm(BudgetPolicy):
         budgets: dict[int, tuple[float, float, int]],
         *,
         prior: float = 2.0,
-        prior_rate: float = 0.5,
+        prior_rate: float | Sequence[float] = 0.5,
         margin: float = 0.02,
         probe_every: int = 16,
         max_probe_every: int = 256,
@@ -220,12 +224,22 @@ class DoNoHarm(BudgetPolicy):
             )
         self.max_budget = max(self.costs)
         self.prior = check_float("prior", prior, low=0.0)
-        self.prior_rate = check_float("prior_rate", prior_rate, low=0.0, high=1.0)
         self.margin = check_float("margin", margin, low=0.0)
         self.probe_every = check_int("probe_every", probe_every, low=0)
         self.max_probe_every = check_int("max_probe_every", max_probe_every, low=max(self.probe_every, 1))
         self.remember = check_float("remember", remember, low=0.0, high=1.0)
         depth = max(d for _, _, d in self.costs.values())
+        if isinstance(prior_rate, (list, tuple)):
+            if len(prior_rate) != depth:
+                raise ValueError(
+                    f"prior_rate must hold one rate per depth 1..{depth} (the deepest budget's); "
+                    f"got {len(prior_rate)}"
+                )
+            self.prior_rates = [
+                check_float(f"prior_rate[{d}]", r, low=0.0, high=1.0) for d, r in enumerate(prior_rate)
+            ]
+        else:
+            self.prior_rates = [check_float("prior_rate", prior_rate, low=0.0, high=1.0)] * depth
         self.tried: list[float] = [0.0] * depth  # rounds whose tree reached depth d + 1 (had a node there)
         self.passed: list[float] = [0.0] * depth  # of those, rounds whose accepted path reached depth d + 1
         self.reset()
@@ -241,8 +255,8 @@ class DoNoHarm(BudgetPolicy):
     def rates(self) -> list[float]:
         """a_d for d = 1 .. the deepest budget's depth (the smoothed online estimates)."""
         return [
-            (p + self.prior * self.prior_rate) / (t + self.prior) if t + self.prior > 0 else self.prior_rate
-            for t, p in zip(self.tried, self.passed, strict=True)
+            (p + self.prior * r) / (t + self.prior) if t + self.prior > 0 else r
+            for t, p, r in zip(self.tried, self.passed, self.prior_rates, strict=True)
         ]
 
     def predicted(self) -> dict[int, float]:
