@@ -116,3 +116,41 @@ def test_the_script_refuses_bad_arguments_and_an_incomplete_record(tmp_path, cap
     partial = tmp_path / "r.json"
     partial.write_text(json.dumps({"complete": False}), encoding="utf-8")
     assert script.main(["--reanalyse", str(partial)]) == 2
+
+
+def _self_record(tokens_t0, depth1, noharm_est, noharm_high, top_est, top_low, differ=None):
+    """A minimal complete ``self`` record: tree rows of two EAGLE configurations, the simultaneous
+    analysis of a fixed family and a do-no-harm one, and one greedy run."""
+    from specdec.analysis import condtables as ct  # noqa: F401 (imported where used)
+
+    rows = []
+    for temp in (0.0, 1.0):
+        for cfg, tpc in (("eagle:eagle-ttt/g4", tokens_t0), ("eagle:eagle-ttt,topk=4,depth=5/g8", 1.5)):
+            rows.append({"temperature": temp, "config": f"e/{cfg}", "tokens_per_call": tpc - temp * 0.4,
+                         "accept_at_depth": [depth1, 0.5]})  # fmt: skip
+        rows.append({"temperature": temp, "config": "e/eagle:eagle-ttt/noharm", "tokens_per_call": 9.0,
+                     "accept_at_depth": [0.9]})  # fmt: skip
+    strata = []
+    for temp in (0.0, 1.0):
+        for task in ("code", "all"):
+            families = [_fam(task, "suffix", top_est - temp * 0.3, top_low),
+                        _fam(task, "suffix+noharm", noharm_est, 0.9, noharm_high)]  # fmt: skip
+            strata.append({"temperature": temp, "task": task, "fastest_plain_tok_s": {"estimate": 100.0},
+                           "families": families})  # fmt: skip
+    run = {"drafter": "eagle:eagle-ttt", "rep": 0, "temperature": 0.0, "config": "e/eagle:eagle-ttt/g4",
+           "first_divergence_from_plain": differ}  # fmt: skip
+    return {"trees": {"rows": rows}, "simultaneous": {"strata": strata}, "runs": [run]}
+
+
+def test_the_self_goal_rules_decide_at_their_bounds_exactly():
+    from specdec.analysis import condtables as ct
+
+    met = ct.goals_self(_self_record(2.2, 0.6, 0.98, 0.99, 1.5, 1.0001))
+    assert [g["met"] for g in met] == [True] * len(met)
+    first = met[0]
+    assert first["config"] == "eagle:eagle-ttt/g4" and first["tokens_per_call_t1"] == pytest.approx(1.8)
+    assert len([g for g in met if g["goal"] == 2]) == 4  # every task x temperature cell of the policy
+    missed = ct.goals_self(_self_record(2.1999, 0.5999, 0.9799, 1.0, 1.4999, 1.0, differ=3))
+    assert [g["met"] for g in missed] == [False] * len(missed)
+    rescued = ct.goals_self(_self_record(2.2, 0.6, 0.97, 1.0001, 1.5, 1.1))  # an interval reaching above 1
+    assert all(g["met"] for g in rescued if g["goal"] == 2)

@@ -23,7 +23,7 @@ from typing import Any
 
 from specdec.analysis.treetables import family_rows, short
 
-__all__ = ["CONDITIONED", "c_rows", "goals", "greedy_equal"]
+__all__ = ["CONDITIONED", "NETWORK", "c_rows", "goals", "goals_self", "greedy_equal"]
 
 #: The target-conditioned families of issue 30, by their short names (their registry specs).
 CONDITIONED = (
@@ -33,6 +33,9 @@ CONDITIONED = (
     "eagle:eagle-1",
     "eagle:eagle-1,topk=4,depth=5",
 )
+
+#: The network drafters of issue 42's ``self`` record trained on the target's own text (registry specs).
+NETWORK = ("mlp:mlp-self", "eagle:eagle-ttt", "eagle:eagle-ttt,topk=4,depth=5")
 
 
 def c_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -87,4 +90,63 @@ def goals(record: Mapping[str, Any], families: Sequence[str] = CONDITIONED) -> l
         out.append(
             {"goal": 4, "family": name, "met": name not in {d.rsplit("/", 1)[0] for d in eq["differ"]}}
         )
+    return out
+
+
+def goals_self(record: Mapping[str, Any], network: Sequence[str] = NETWORK) -> list[dict[str, Any]]:
+    """Issue 42's goals on a complete ``self`` record (``benchmarks/trees.py --set self``), rules fixed
+    before the record was read:
+
+    1. the best network drafter (of ``network``; each configuration, i.e. spec and budget, judged on
+       the held-out prompts' repetition-0 Stats, the best being the one with the most tokens per target
+       call at temperature 0): depth-1 acceptance >= 0.6 and >= 2.2 tokens per target call at
+       temperature 0, >= 1.8 at temperature 1 (the same configuration);
+    2. under the do-no-harm policy (every ``+noharm`` family), no family x task x temperature cell
+       below 0.98x the fastest plain decoder: met when every cell's estimate is >= 0.98 or the upper
+       end of its simultaneous interval is above 1;
+    3. the best family (highest pooled cross-fitted estimate, simultaneous intervals) >= 1.5x at
+       temperature 0 and >= 1.2x at temperature 1 with the interval's lower end above 1;
+    4. lossless: every greedy run's tokens equal plain decoding's.
+
+    One row per goal (and per cell for goal 2) with its numbers and ``met``."""
+    out: list[dict[str, Any]] = []
+    by_config = {(r["temperature"], short(r["config"])): r for r in record["trees"]["rows"]}
+    candidates = [
+        c
+        for (t, c) in by_config
+        if t == 0.0
+        and c.rsplit("/", 1)[0] in network
+        and not c.endswith("/noharm")
+        and by_config[(t, c)]["tokens_per_call"]
+    ]
+    if not candidates:
+        raise ValueError(f"the record has no configuration of {list(network)} at temperature 0")
+    best = max(candidates, key=lambda c: (by_config[(0.0, c)]["tokens_per_call"], c))
+    g0, g1 = by_config[(0.0, best)], by_config.get((1.0, best))
+    depth1 = g0["accept_at_depth"][0] if g0["accept_at_depth"] else None
+    out.append({
+        "goal": 1, "config": best, "depth1_t0": depth1, "tokens_per_call_t0": g0["tokens_per_call"],
+        "tokens_per_call_t1": g1["tokens_per_call"] if g1 else None,
+        "met": depth1 is not None and depth1 >= 0.6 and g0["tokens_per_call"] >= 2.2
+        and g1 is not None and g1["tokens_per_call"] >= 1.8,
+    })  # fmt: skip
+    rows = family_rows(record["simultaneous"])
+    for r in rows:
+        if r["family"].endswith("+noharm"):
+            out.append({
+                "goal": 2, "family": r["family"], "temperature": r["temperature"], "task": r["task"],
+                "estimate": r["x_estimate"], "low": r["x_low"], "high": r["x_high"],
+                "met": r["x_estimate"] >= 0.98 or r["x_high"] > 1.0,
+            })  # fmt: skip
+    for temp, bar in ((0.0, 1.5), (1.0, 1.2)):
+        pooled = [r for r in rows if r["task"] == "all" and r["temperature"] == temp]
+        top = max(pooled, key=lambda r: (r["x_estimate"], r["family"]))
+        out.append({
+            "goal": 3, "family": top["family"], "temperature": temp, "bar": bar,
+            "estimate": top["x_estimate"], "low": top["x_low"], "high": top["x_high"],
+            "met": top["x_estimate"] >= bar and top["x_low"] > 1.0,
+        })  # fmt: skip
+    eq = greedy_equal(record)
+    out.append({"goal": 4, "runs": eq["runs"], "equal": eq["equal"], "differ": eq["differ"],
+                "met": eq["runs"] > 0 and not eq["differ"]})  # fmt: skip
     return out
