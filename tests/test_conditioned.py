@@ -304,3 +304,62 @@ def test_the_training_time_test_feeds_each_depth_what_decoding_would(small, brok
                 g, _ = prenorm_forward(module.model, inputs_embeds=x, position_ids=pos)
                 worst = max(worst, float((g[0, -1] - gs[k - 1][0, j]).abs().max()))
     assert (worst > 1e-3) if broken else (worst < 1e-4), worst
+
+
+def _tiny_gen_data(folder, small, sequences: int = 24, seed: int = 0) -> None:
+    """One gen-data shard of random sequences with top-32 soft labels, and its features file."""
+    from specdec.train.condtrain import _save_features
+    from specdec.train.shards import write_shard
+
+    rng = np.random.default_rng(seed)
+    rows, total = [], 0
+    for _ in range(sequences):
+        prompt, resp = rng.integers(0, VOCAB, 6).tolist(), rng.integers(0, VOCAB, 10).tolist()
+        top = np.stack([rng.permutation(VOCAB)[:32] for _ in resp])
+        logp = np.log(rng.dirichlet(np.ones(32), size=len(resp)))
+        rows.append((prompt, resp, top, logp))
+        total += len(prompt) + len(resp)
+    folder.mkdir(parents=True)
+    write_shard(folder / "shard-00000.npz", rows)
+    feats = rng.standard_normal((total, small.config.hidden_size)).astype(np.float16)
+    _save_features(folder / "shard-00000.npz", feats)
+
+
+@pytest.mark.parametrize("family", ["eagle", "mlp-speculator"])
+def test_a_run_stopped_and_resumed_trains_what_an_uninterrupted_run_does(
+    small, family, tmp_path, monkeypatch
+):
+    """Training resumes across sessions (issue 42): a run stopped after a checkpoint and rerun with the
+    same command ends with the same weights, bit for bit, as one run that never stopped (numpy's draws
+    are the step's own, torch's generator and the optimizer come back from the checkpoint)."""
+    from specdec.train import condtrain
+
+    _tiny_gen_data(tmp_path / "data", small)
+    kw = dict(family=family, steps=6, depth=3, kept_size=VOCAB, batch=128, ttt=2 if family == "eagle" else 1,
+              out_root=tmp_path / "out", progress=False, folders=[str(tmp_path / "data")])  # fmt: skip
+    torch.manual_seed(123)  # the caller's generator state does not matter: training seeds its own
+    condtrain.train_conditioned(small, name="straight", work_root=tmp_path / "w1", **kw)
+
+    class Stop(Exception):
+        pass
+
+    real_save, clock = condtrain._save_checkpoint, iter(range(0, 10**6, 61))
+    saves = []
+
+    def save_then_stop(*args):
+        real_save(*args)
+        saves.append(args[-1]["step"])
+        if args[-1]["step"] == 3:
+            raise Stop
+
+    with monkeypatch.context() as m:  # a checkpoint every step (61 s apart), killed after step 3's
+        m.setattr(condtrain, "_save_checkpoint", save_then_stop)
+        m.setattr(condtrain.time, "perf_counter", lambda: float(next(clock)))
+        with pytest.raises(Stop):
+            condtrain.train_conditioned(small, name="resumed", work_root=tmp_path / "w2", **kw)
+    assert saves == [1, 2, 3]
+    torch.manual_seed(999)
+    card = condtrain.train_conditioned(small, name="resumed", work_root=tmp_path / "w2", **kw)
+    straight = (tmp_path / "out" / "straight" / "weights.safetensors").read_bytes()
+    assert (tmp_path / "out" / "resumed" / "weights.safetensors").read_bytes() == straight
+    assert card["steps"] == 6 and [h["step"] for h in card["heldout_curve"]] == [1, 2, 3, 4, 5]

@@ -515,7 +515,6 @@ def train_conditioned(
     work.mkdir(parents=True, exist_ok=True)
     ckpt = work / "ckpt.pt"
     state = _resume(ckpt, settings, model, opt)
-    rng = np.random.default_rng([seed, state["step"]])
     soft_pos = data.positions("soft", depth, train_seqs)
     prompt_pos = data.positions("prompt", depth, train_seqs)
     warm = min(50, steps // 10 + 1)
@@ -529,6 +528,7 @@ def train_conditioned(
     model.train()
     while state["step"] < steps:
         step = state["step"]
+        rng = np.random.default_rng([seed, step])  # the step's own draws: a resumed run draws the same
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
         if family == "eagle":
@@ -546,7 +546,11 @@ def train_conditioned(
         state["seconds"] = time.perf_counter() - t0
         if state["step"] % 20 == 0 or state["step"] == steps:
             state["history"].append(
-                {"step": state["step"], "loss": float(loss), "minutes": round(state["seconds"] / 60, 2)}
+                {
+                    "step": state["step"],
+                    "loss": float(loss.detach()),
+                    "minutes": round(state["seconds"] / 60, 2),
+                }
             )
         if state["step"] % every == 0 and state["step"] < steps:
             point = _heldout_point(model, family, depth, data, held)
