@@ -102,9 +102,9 @@ SELF_CONFIGS: dict[str, tuple[int, ...]] = {
 #: The do-no-harm policy (:class:`specdec.theory.policies.DoNoHarm`) per family: the budgets it chooses
 #: among each round (0, a plain step, always among them), its costs and prior acceptance per depth
 #: calibrated on development prompts on the running machine before the run
-#: (:func:`specdec.measure.draftcost.calibrate_policy`, stored in the record).
+#: (:func:`specdec.measure.draftcost.calibrate_policy`, stored in the record). The policy runs in the
+#: tree loop, so prompt lookup (a chain drafter) is not among them; suffix decoding stands for copying.
 SELF_POLICIES: dict[str, tuple[int, ...]] = {
-    "lookup": (2, 4),
     "suffix": (4, 8),
     "mlp:mlp-self": (4, 8),
     "eagle:eagle-ttt": (2, 4),
