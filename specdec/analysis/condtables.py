@@ -106,7 +106,8 @@ def goals_self(record: Mapping[str, Any], network: Sequence[str] = NETWORK) -> l
        end of its simultaneous interval is above 1;
     3. the best family (highest pooled cross-fitted estimate, simultaneous intervals) >= 1.5x at
        temperature 0 and >= 1.2x at temperature 1 with the interval's lower end above 1;
-    4. lossless: every greedy run's tokens equal plain decoding's.
+    4. lossless: every repetition-0 greedy run's tokens equal plain decoding's (the runs that store
+       their first divergence from plain).
 
     One row per goal (and per cell for goal 2) with its numbers and ``met``."""
     out: list[dict[str, Any]] = []
@@ -131,6 +132,8 @@ def goals_self(record: Mapping[str, Any], network: Sequence[str] = NETWORK) -> l
         and g1 is not None and g1["tokens_per_call"] >= 1.8,
     })  # fmt: skip
     rows = family_rows(record["simultaneous"])
+    if not any(r["family"].endswith("+noharm") for r in rows):
+        raise ValueError("the record has no do-no-harm family (+noharm): goal 2 cannot be judged")
     for r in rows:
         if r["family"].endswith("+noharm"):
             out.append({
