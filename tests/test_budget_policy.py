@@ -105,7 +105,7 @@ def test_do_no_harm_starts_from_a_prior_per_depth_and_learns_away_from_it():
     for _ in range(30):  # every round rejected at depth 1
         hopeful.update(4, 4, 0)
     assert hopeful.rates()[0] == pytest.approx(3.6 / 34) and hopeful.next() == 0
-    low = DoNoHarm({4: (1.3, 0.3, 4)}, prior=4, prior_rate=[0.1, 0.1, 0.1, 0.1], probe_every=0)
+    low = DoNoHarm({4: (1.3, 0.3, 4)}, prior=4, prior_rate=np.full(4, 0.1), probe_every=0)  # any sequence
     assert low.next() == 0
     with pytest.raises(ValueError, match=r"prior_rate must hold one rate per depth 1\.\.4"):
         DoNoHarm({4: (1.3, 0.3, 4)}, prior_rate=[0.5, 0.5])

@@ -229,7 +229,7 @@ class DoNoHarm(BudgetPolicy):
         self.max_probe_every = check_int("max_probe_every", max_probe_every, low=max(self.probe_every, 1))
         self.remember = check_float("remember", remember, low=0.0, high=1.0)
         depth = max(d for _, _, d in self.costs.values())
-        if isinstance(prior_rate, (list, tuple)):
+        if isinstance(prior_rate, Sequence) or hasattr(prior_rate, "__len__"):  # one rate per depth
             if len(prior_rate) != depth:
                 raise ValueError(
                     f"prior_rate must hold one rate per depth 1..{depth} (the deepest budget's); "
