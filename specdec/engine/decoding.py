@@ -167,19 +167,23 @@ def speculative_tree(
 
         ``budget``: an integer >= 0 (every round's node budget) or a
         :class:`specdec.theory.policies.BudgetPolicy` choosing each round's from the rounds already
-        verified (0: a plain step, no draft call; e.g. :class:`~specdec.theory.policies.DoNoHarm`);
-        ``Stats.gamma`` is then its ``max_budget``. A drafter conditioned on the target's features is
-        told the positions of plain rounds at the next round that drafts, in one ``extend`` call (under a
-        policy other than a fixed budget, the prompt's positions too: a drafter never used costs nothing).
+        verified (0: a plain step that calls no drafter, the step :func:`autoregressive` takes; e.g.
+        :class:`~specdec.theory.policies.DoNoHarm`), told the temperature at the start
+        (``policy.begin(temperature)``); ``Stats.gamma`` is then its ``max_budget``. A drafter
+        conditioned on the target's features is told the positions of plain rounds at the next round
+        that drafts, in one ``extend`` call (under a policy other than a fixed budget, the prompt's
+        positions too: a drafter never used costs nothing).
     """
     from specdec.theory.trees import DraftTree
     from specdec.theory.treeverify import verify_tree, verify_tree_greedy
+
+    EMPTY_TREE = DraftTree((), ())
 
     lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     if not isinstance(budget, BudgetPolicy):
         check_int("budget", budget, low=0)
     policy = as_budget_policy(budget)
-    policy.reset()
+    policy.begin(temperature)
     if not callable(getattr(drafter, "propose_tree", None)):
         raise ValueError(f"drafter must propose trees (a propose_tree method); got {type(drafter).__name__}")
     v_draft = getattr(drafter, "vocab_size", None)
@@ -216,13 +220,16 @@ def speculative_tree(
             limit = _next_budget(policy) if left > 1 else 0
             if context is not None:  # a tree call holds 1 + N slots after the cached tokens
                 limit = min(limit, context - len(tokens))
-            if limit and pending:  # the plain rounds' positions, in one call
-                drafter.extend(
-                    np.concatenate([f for f, _ in pending]), [t for _, ids in pending for t in ids]
-                )
-                pending.clear()
-            proposal = drafter.propose_tree(tokens, limit, warp_fn, rng)  # budget 0: an empty tree
-            tree, q = proposal.tree, proposal.q
+            if limit:
+                if pending:  # the plain rounds' positions, in one call
+                    drafter.extend(
+                        np.concatenate([f for f, _ in pending]), [t for _, ids in pending for t in ids]
+                    )
+                    pending.clear()
+                proposal = drafter.propose_tree(tokens, limit, warp_fn, rng)
+                tree, q, calls = proposal.tree, proposal.q, proposal.calls
+            else:  # a plain step: the drafter is not called (it catches up on the prefix when next asked)
+                tree, q, calls = EMPTY_TREE, None, 0
             if not isinstance(tree, DraftTree) or len(tree) > limit:
                 raise ValueError(
                     f"the drafter must propose a DraftTree of at most {limit} nodes; got {tree!r}"
@@ -248,11 +255,8 @@ def speculative_tree(
             else:
                 p = warp_fn(logits)
                 path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng)
-        stats.record_tree_round(len(tree), tree.depth, len(path), proposal.calls)
-        # the depth the verification examined: the accepted path, and one more where its last node (or
-        # the root) has children (a path that ends on a leaf tried no deeper node)
-        end = path[-1] if path else -1
-        policy.update(len(tree), len(path) + bool(len(tree) and tree.children(end)), len(path))
+        stats.record_tree_round(len(tree), tree.depth, len(path), calls)
+        policy.update(len(tree), tree.depth, len(path))  # depths counted as Stats counts them
         new = [*(tree.tokens[i] for i in path), next_token]
         start = len(tokens) - 1  # the cache held the committed tokens minus the last (the root)
         rows = [0, *(i + 1 for i in path)]

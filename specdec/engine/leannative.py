@@ -166,12 +166,8 @@ def check_extras(model: Any, ids: torch.Tensor, embeds: Any, features: Any) -> t
     if model.mode == "q4_1":
         raise ValueError("embeds/features needs mode 'q4q8' or a torch mode; this model's mode is 'q4_1'")
     vocab = int(model.embed.shape[0])
-    if (
-        ids.dim() != 1
-        or ids.is_floating_point()
-        or not len(ids)
-        or not 0 <= int(ids.min()) <= int(ids.max()) < vocab
-    ):
+    values = ids.tolist() if ids.dim() == 1 and not ids.is_floating_point() else []  # Python's min / max:
+    if not values or not 0 <= min(values) <= max(values) < vocab:  # cheaper than torch's on a step's row
         raise ValueError(f"ids must be a 1-D tensor of token ids in [0, {vocab}); got {ids!r}")
     shape = (int(ids.shape[0]), model.hidden)
     for name, value in (("embeds", embeds), ("features", features)):

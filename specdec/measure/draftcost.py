@@ -143,8 +143,8 @@ def _calibration(
     target: Any, drafter: Any, prompts: list[list[int]], budgets: tuple[int, ...], *, new_tokens: int,
     temperature: float,
 ) -> tuple[dict[int, tuple[float, float, int]], list[float]]:  # fmt: skip
-    """:func:`calibrate`'s costs, and the acceptance per depth of the deepest budget's rounds (accepted /
-    examined at each depth, pooled over prompts: the a_d of :class:`~specdec.theory.policies.DoNoHarm`)."""
+    """:func:`calibrate`'s costs, and the deepest budget's rounds per depth: (examined, accepted) counts
+    pooled over prompts (accepted / examined is the a_d of :class:`~specdec.theory.policies.DoNoHarm`)."""
     import time
 
     import numpy as np
@@ -186,7 +186,24 @@ def _calibration(
         )
         for b, rows in samples.items()
     }
-    return costs, [a / e if e else 0.0 for e, a in zip(examined, accepted, strict=True)]
+    return costs, [[e, a] for e, a in zip(examined, accepted, strict=True)]
+
+
+def _rates(counts: dict[str, list[list[int]]], depth: int) -> dict[str, list[float]]:
+    """Acceptance per depth 1..``depth`` at each temperature from (examined, accepted) counts; a depth a
+    temperature never examined takes the rate pooled over temperatures, and one none examined the
+    depth above's (the first depth's: 0)."""
+    out = {}
+    for t, rows in counts.items():
+        rates: list[float] = []
+        for d in range(depth):
+            e, a = rows[d] if d < len(rows) else (0, 0)
+            if not e:  # pooled over temperatures
+                e = sum(r[d][0] for r in counts.values() if d < len(r))
+                a = sum(r[d][1] for r in counts.values() if d < len(r))
+            rates.append(a / e if e else (rates[-1] if rates else 0.0))
+        out[t] = rates
+    return out
 
 
 def calibrate_policy(
@@ -201,8 +218,8 @@ def calibrate_policy(
     """Everything a :class:`~specdec.theory.policies.DoNoHarm` is built from (:func:`no_harm_policy`),
     measured on development ``prompts`` at each of ``temperatures``, as a record stores it: per budget,
     the median over temperatures of (v(b + 1), c(b)) and the deepest depth(b); the prior acceptance
-    per depth, the mean over temperatures of the pooled rates (a policy serves both: its online counts
-    move it to the temperature at hand); and each temperature's own numbers."""
+    per depth at each temperature (the policy takes the one nearest a generation's temperature:
+    :meth:`~specdec.theory.policies.DoNoHarm.begin`), with the counts it came from."""
     import numpy as np
 
     runs = {
@@ -218,30 +235,36 @@ def calibrate_policy(
         for b in budgets
     }
     depth = max(c[2] for c in costs.values())
-    rates = [float(np.mean([r[1][d] if d < len(r[1]) else 0.0 for r in runs.values()])) for d in range(depth)]
+    rates = _rates({t: r[1] for t, r in runs.items()}, depth)
     return {
         "budgets": costs,
         "prior_rates": rates,
         "prompts": len(prompts),
         "new_tokens": new_tokens,
         "per_temperature": {
-            t: {"budgets": {str(b): list(c) for b, c in r[0].items()}, "rates": r[1]} for t, r in runs.items()
+            t: {"budgets": {str(b): list(c) for b, c in r[0].items()}, "counts": r[1]}
+            for t, r in runs.items()
         },  # fmt: skip
-        "rule": "v, c: medians over prompts, then over temperatures; rates: accepted / examined per depth "
-        "at the largest budget, pooled over prompts, mean over temperatures",
+        "rule": "v, c: medians over prompts, then over temperatures; rates per temperature: accepted / "
+        "examined per depth at the largest budget, pooled over prompts (a depth a temperature never "
+        "examined: pooled over temperatures, else the depth above's)",
     }
 
 
-def no_harm_policy(calibration: dict[str, Any], *, prior: float = 4.0, probe_every: int = 16) -> Any:
+def no_harm_policy(
+    calibration: dict[str, Any], *, prior: float = 4.0, probe_every: int = 16, explore: float = 0.01
+) -> Any:
     """The :class:`~specdec.theory.policies.DoNoHarm` of a :func:`calibrate_policy` result: its costs
-    per budget, its prior acceptance per depth at ``prior`` pseudo-rounds; every generation starts from
-    that prior (``remember`` 0), so a generation's budgets depend on its own past only."""
+    per budget, its prior acceptance per depth (per temperature) at ``prior`` pseudo-rounds; every
+    generation starts from that prior (``remember`` 0), so a generation's budgets depend on its own past
+    only; probes spend about ``explore`` of the time while speculation does not pay. A calibration of
+    an earlier format (one list of rates for every temperature) is read as it is."""
     from specdec.theory.policies import DoNoHarm
 
     budgets = {int(b): (float(v), float(c), int(d)) for b, (v, c, d) in calibration["budgets"].items()}
-    return DoNoHarm(
-        budgets, prior=prior, prior_rate=list(calibration["prior_rates"]), probe_every=probe_every
-    )
+    rates = calibration["prior_rates"]
+    rates = {float(t): list(r) for t, r in rates.items()} if isinstance(rates, dict) else list(rates)
+    return DoNoHarm(budgets, prior=prior, prior_rate=rates, probe_every=probe_every, explore=explore)
 
 
 def _with_children(counters: dict[str, float]) -> dict[str, float]:

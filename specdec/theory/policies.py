@@ -27,7 +27,8 @@ threshold``), depends on the draft's samples within the round, so it lives in th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 
 from specdec.theory.checks import check_int
 
@@ -124,11 +125,16 @@ class BudgetPolicy:
     ``next()`` gives the next round's node budget, 0 to ``max_budget`` (0: a plain step, no draft);
     ``update(nodes, depth, accepted)`` reports the round (the tree's nodes and depth, the accepted path's
     length);
-    ``reset()`` starts a generation. A policy sees only rounds already verified, so the budget of a round
-    is fixed before its verification draws anything: the loop stays lossless (Appendix A.1 round by
-    round; :mod:`specdec.theory.treeverify` for trees), whatever the policy."""
+    ``begin(temperature)`` starts a generation at that sampling temperature (by default: ``reset()``,
+    which forgets the previous generation's rounds). A policy sees only rounds already verified, so the
+    budget of a round is fixed before its verification draws anything: the loop stays lossless
+    (Appendix A.1 round by round; :mod:`specdec.theory.treeverify` for trees), whatever the policy."""
 
     max_budget: int
+
+    def begin(self, temperature: float) -> None:
+        """Start a generation at ``temperature`` (the loop's; a policy may keep priors per temperature)."""
+        self.reset()
 
     def reset(self) -> None:  # noqa: B027 (optional hook)
         pass
@@ -174,22 +180,27 @@ class DoNoHarm(BudgetPolicy):
     and ``draft[b]`` = c(b), the draft time of a round at budget b in plain steps, both measured on the
     running machine before the generation (:func:`specdec.measure.draftcost`'s rule), and E[tokens | b] =
     1 + sum over depths d <= depth(b) of a_1 ... a_d, where a_d is the online estimate of the
-    probability that the accepted path reaches depth d given it reached d - 1 (pooled over the rounds
-    that tried depth d, with ``prior`` pseudo-rounds at ``prior_rate`` so that the first rounds do not
-    decide on one sample; ``prior_rate`` is one rate for every depth or one per depth, e.g. the
-    acceptance per depth measured on development prompts: :func:`specdec.measure.draftcost.calibrate`),
-    and depth(b) ``depth[b]`` (the drafter's tree depth at budget b; a chain's is b).
-    Speculation must beat plain decoding by ``margin`` (R(b) >= 1 + margin) to be chosen.
+    probability that the accepted path reaches depth d given it reached d - 1 (a round whose tree had
+    depth >= d and whose accepted path reached d - 1 tried depth d, whether or not the accepted node had
+    children there: the tree's shape at a budget is part of what the drafter gives; pooled over the
+    rounds that tried depth d, with ``prior`` pseudo-rounds at ``prior_rate`` so that the first rounds do
+    not decide on one sample). ``prior_rate`` is one rate for every depth, one per depth (e.g. the
+    acceptance per depth measured on development prompts: :func:`specdec.measure.draftcost.calibrate_policy`),
+    or a mapping temperature -> rates per depth: :meth:`begin` then takes the calibrated temperature
+    nearest the generation's. depth(b) is ``depth[b]`` (the drafter's deepest tree at budget b; a
+    chain's is b). Speculation must beat plain decoding by ``margin`` (R(b) >= 1 + margin) to be chosen.
 
     While it chooses 0 it learns nothing of the drafter, so after ``probe_every`` plain rounds in a row it
     drafts at the smallest positive budget instead (a probe; ``probe_every = 0``: never); a probe after
     which speculation still does not pay doubles the wait before the next (up to ``max_probe_every``),
-    and a round that speculates by choice resets it. ``remember`` in [0, 1]: the share of the acceptance
-    counts a new generation (:meth:`reset`) keeps from the earlier ones on the same policy object (0:
-    each generation starts from the prior alone); earlier generations are past too, so the loop stays
-    lossless. Its choice
-    depends on the verified rounds only (counts, not times: the same seed gives the same output),
-    so the loop stays lossless (:class:`BudgetPolicy`).
+    and a round that speculates by choice resets it. ``explore`` > 0 bounds what probing costs: a probe
+    is predicted to lose (v + c) - E[tokens] plain steps at the smallest budget, and the policy waits at
+    least that loss / ``explore`` plain rounds before it, so that probes cost about ``explore`` of the
+    time while speculation does not pay (0: ``probe_every`` alone sets the wait). ``remember`` in [0, 1]:
+    the share of the acceptance counts a new generation (:meth:`reset`) keeps from the earlier ones on the
+    same policy object (0: each generation starts from the prior alone); earlier generations are past
+    too, so the loop stays lossless. Its choice depends on the verified rounds only (counts, not times:
+    the same seed gives the same output), so the loop stays lossless (:class:`BudgetPolicy`).
     """
 
     def __init__(
@@ -197,11 +208,12 @@ class DoNoHarm(BudgetPolicy):
         budgets: dict[int, tuple[float, float, int]],
         *,
         prior: float = 2.0,
-        prior_rate: float | Sequence[float] = 0.5,
+        prior_rate: float | Sequence[float] | Mapping[float, Sequence[float]] = 0.5,
         margin: float = 0.02,
         probe_every: int = 16,
         max_probe_every: int = 256,
         remember: float = 0.0,
+        explore: float = 0.0,
     ) -> None:
         """``budgets``: b -> (v(b + 1), c(b), depth(b)) for each positive budget b tried (b = 0, a plain
         step, is (1, 0, 0) and is always there)."""
@@ -228,20 +240,40 @@ class DoNoHarm(BudgetPolicy):
         self.probe_every = check_int("probe_every", probe_every, low=0)
         self.max_probe_every = check_int("max_probe_every", max_probe_every, low=max(self.probe_every, 1))
         self.remember = check_float("remember", remember, low=0.0, high=1.0)
+        self.explore = check_float("explore", explore, low=0.0, high=1.0)
         depth = max(d for _, _, d in self.costs.values())
-        if isinstance(prior_rate, Sequence) or hasattr(prior_rate, "__len__"):  # one rate per depth
-            if len(prior_rate) != depth:
-                raise ValueError(
-                    f"prior_rate must hold one rate per depth 1..{depth} (the deepest budget's); "
-                    f"got {len(prior_rate)}"
-                )
-            self.prior_rates = [
-                check_float(f"prior_rate[{d}]", r, low=0.0, high=1.0) for d, r in enumerate(prior_rate)
-            ]
+
+        def per_depth(rates: float | Sequence[float], name: str) -> list[float]:
+            if isinstance(rates, Sequence) or hasattr(rates, "__len__"):  # one rate per depth
+                if len(rates) != depth:
+                    raise ValueError(
+                        f"{name} must hold one rate per depth 1..{depth} (the deepest budget's); "
+                        f"got {len(rates)}"
+                    )
+                return [check_float(f"{name}[{d}]", r, low=0.0, high=1.0) for d, r in enumerate(rates)]
+            return [check_float(name, rates, low=0.0, high=1.0)] * depth
+
+        if isinstance(prior_rate, Mapping):  # per temperature
+            if not prior_rate:
+                raise ValueError("prior_rate as a mapping must hold at least one temperature -> rates")
+            self.priors = {
+                check_float("a prior_rate temperature", t, low=0.0): per_depth(r, f"prior_rate[{t!r}]")
+                for t, r in prior_rate.items()
+            }
         else:
-            self.prior_rates = [check_float("prior_rate", prior_rate, low=0.0, high=1.0)] * depth
+            self.priors = {0.0: per_depth(prior_rate, "prior_rate")}
+        self.prior_rates = self.priors[min(self.priors)]
         self.tried: list[float] = [0.0] * depth  # rounds whose tree reached depth d + 1 (had a node there)
         self.passed: list[float] = [0.0] * depth  # of those, rounds whose accepted path reached depth d + 1
+        self.reset()
+
+    def begin(self, temperature: float) -> None:
+        """A generation at ``temperature``: the prior of the calibrated temperature nearest it (the lower
+        on a tie), then :meth:`reset`."""
+        from specdec.theory.checks import check_float
+
+        t = check_float("temperature", temperature, low=0.0)
+        self.prior_rates = self.priors[min(self.priors, key=lambda k: (abs(k - t), k))]
         self.reset()
 
     def reset(self) -> None:
@@ -251,6 +283,7 @@ class DoNoHarm(BudgetPolicy):
         self.wait = self.probe_every  # plain rounds in a row before the next probe
         self.probing = False
         self._choice: int | None = None  # the best budget for the current counts, once computed
+        self._explore_wait = 0  # plain rounds a probe's predicted loss asks for (``explore``)
 
     def rates(self) -> list[float]:
         """a_d for d = 1 .. the deepest budget's depth (the smoothed online estimates)."""
@@ -276,8 +309,15 @@ class DoNoHarm(BudgetPolicy):
             r = self.predicted()
             best = max((b for b in r if b > 0), key=lambda b: (r[b], -b))
             self._choice = best if r[best] >= 1.0 + self.margin else 0
+            self._explore_wait = 0
+            if self.explore > 0 and self._choice == 0:  # a probe's predicted loss, in plain steps
+                smallest = min(b for b in r if b > 0)
+                v, c, _ = self.costs[smallest]
+                loss = (v + c) * (1.0 - r[smallest])
+                self._explore_wait = math.ceil(loss / self.explore) if loss > 0 else 0
         choice = self._choice
-        self.probing = choice == 0 and self.probe_every > 0 and self.plain_run + 1 >= self.wait
+        wait = max(self.wait, self._explore_wait)
+        self.probing = choice == 0 and self.probe_every > 0 and self.plain_run + 1 >= wait
         if self.probing:
             choice = min(b for b in self.costs if b > 0)
         elif choice:
@@ -306,5 +346,5 @@ class DoNoHarm(BudgetPolicy):
     def describe(self) -> str:
         return (
             f"do no harm over budgets {sorted(self.costs)} (margin {self.margin:g}, "
-            f"probe every {self.probe_every})"
+            f"probe every {self.probe_every}" + (f", explore {self.explore:g})" if self.explore else ")")
         )
