@@ -133,6 +133,7 @@ def test_do_no_harm_takes_the_prior_of_the_nearest_calibrated_temperature():
 
 def test_do_no_harm_bounds_what_probes_cost_with_explore():
     """A probe predicted to lose L plain steps waits at least L / explore plain rounds."""
+
     def probes(policy: DoNoHarm) -> list[int]:
         out = []
         for i in range(200):
