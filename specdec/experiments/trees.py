@@ -103,8 +103,10 @@ SELF_CONFIGS: dict[str, tuple[int, ...]] = {
 #: among each round (0, a plain step, always among them), its costs and prior acceptance per depth
 #: calibrated on development prompts on the running machine before the run
 #: (:func:`specdec.measure.draftcost.calibrate_policy`, stored in the record). The policy runs in the
-#: tree loop, so prompt lookup (a chain drafter) is not among them; suffix decoding stands for copying.
+#: tree loop: a chain drafter (prompt lookup) runs there as a tree of one branch
+#: (:class:`specdec.drafting.modeltree.ChainTree`).
 SELF_POLICIES: dict[str, tuple[int, ...]] = {
+    "lookup": (4, 8),
     "suffix": (4, 8),
     "mlp:mlp-self": (4, 8),
     "eagle:eagle-ttt": (2, 4),
@@ -112,7 +114,7 @@ SELF_POLICIES: dict[str, tuple[int, ...]] = {
     "hybrid:eagle-ttt,topk=4,depth=5": (4, 8),
 }
 QUICK_SELF: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (4,), "suffix": (8,)}
-QUICK_SELF_POLICIES: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (2, 4)}
+QUICK_SELF_POLICIES: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (2, 4), "lookup": (4,)}
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,7 @@ def build(
     budgets, calibrated on ``dev_prompts`` development prompts unless ``calibration`` (spec -> a
     :func:`~specdec.measure.draftcost.calibrate_policy` result, e.g. from a partial record) has it.
     Returns engines, configs, tokenizer, eos_token_id, what each draft ran in and the calibration."""
+    from specdec.drafting.modeltree import ChainTree
     from specdec.drafting.registry import build_drafter, parse_spec
     from specdec.engine.builder import EngineSpec, open_engine, open_model
     from specdec.engine.cores import torch_threads_for
@@ -226,16 +229,22 @@ def build(
     for text in configs:
         out += spec_configs(name, {text: drafters[text]}, list(configs[text]))
     calibration = dict(calibration or {})
+    as_tree = {  # the policy runs in the tree loop: a chain drafter as a tree of one branch
+        text: drafters[text]
+        if callable(getattr(drafters[text], "propose_tree", None))
+        else ChainTree(drafters[text])
+        for text in policies
+    }
     if policies:
         tok = loaded.tokenizer
         dev = [chat_prompt_ids(tok, t[:1500]) for t in dev_texts(dev_prompts)]
         with torch_threads_for(target):
             for text, budgets in policies.items():
                 if text not in calibration:
-                    calibration[text] = calibrate_policy(target, drafters[text], dev, tuple(budgets))
+                    calibration[text] = calibrate_policy(target, as_tree[text], dev, tuple(budgets))
     for text in policies:
         policy = no_harm_policy(calibration[text])
-        out.append(Config(f"{name}/{text}/noharm", name, f"{name}/{text}+noharm", text, drafters[text],
+        out.append(Config(f"{name}/{text}/noharm", name, f"{name}/{text}+noharm", text, as_tree[text],
                           policy, policy.describe()))  # fmt: skip
     engines = [Engine(name, target, threads, {"engine": "lean", "mode": target.mode, "threads": threads})]
     if threads > 1:  # the same engine at one thread, plain only: a candidate for the fastest plain decoder
