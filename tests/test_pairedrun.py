@@ -4,10 +4,12 @@ and, once, on a tiny model (greedy speculative decoding equals plain decoding)."
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
-from specdec.measure.pairedrun import finish_cell, paired_block, timing_row
+from specdec.measure.pairedrun import finish_cell, paired_block, timing_row, tokens_digest
 from specdec.theory.tokens import common_prefix_len, first_divergence
 
 
@@ -97,6 +99,9 @@ def test_finish_cell_and_timing_row():
     assert by["a"]["tokens"] == [1, 2, 4] and "tokens" not in by["plain"]
     assert all(r["task"] == "t" and r["same_as_rep0"] and not any(k.startswith("_") for k in r) for r in slim)
     assert timing_row(FakeStats(), 2.0)["decode_s"] == 1.5
+    # each run's digest: equal tokens, equal digests; the digest is the sha256 of "1,2,4"
+    assert by["a"]["tokens_sha256"] == tokens_digest([1, 2, 4]) != by["plain"]["tokens_sha256"]
+    assert tokens_digest(np.array([1, 2, 4])) == hashlib.sha256(b"1,2,4").hexdigest()[:16]
 
 
 def test_token_comparisons():

@@ -33,7 +33,7 @@ import numpy as np
 from specdec.measure.core import time_once
 from specdec.theory.tokens import first_divergence
 
-__all__ = ["finish_cell", "fresh_timer", "paired_block", "timed_generation", "timing_row"]
+__all__ = ["finish_cell", "fresh_timer", "paired_block", "timed_generation", "timing_row", "tokens_digest"]
 
 
 def timed_generation(
@@ -200,14 +200,22 @@ def paired_block(
     return rows
 
 
+def tokens_digest(tokens: Sequence[int]) -> str:
+    """The first 16 hex digits of the sha256 of the token ids written in decimal, comma-separated: equal
+    generations have equal digests, so a reader re-checks greedy equality between any two runs."""
+    import hashlib
+
+    return hashlib.sha256(",".join(str(int(t)) for t in tokens).encode()).hexdigest()[:16]
+
+
 def finish_cell(
     rows: list[dict[str, Any]],
     base: dict[str, Any],
     keep_tokens: Callable[[dict[str, Any]], bool] = lambda r: False,
 ) -> list[dict[str, Any]]:
-    """Slim a cell's runs for the record: every repetition keeps its times and whether its tokens
-    equal repetition 0's; repetition 0 keeps its Stats summary and its first divergence from plain,
-    and its tokens where ``keep_tokens(run)`` says so."""
+    """Slim a cell's runs for the record: every repetition keeps its times, whether its tokens
+    equal repetition 0's and their digest (:func:`tokens_digest`); repetition 0 keeps its Stats
+    summary and its first divergence from plain, and its tokens where ``keep_tokens(run)`` says so."""
     key = ("drafter", "gamma", "lenience")
     first = {tuple(r[k] for k in key): r for r in rows if r["rep"] == 0}
     plain = next(r for r in rows if r["drafter"] == "plain" and r["rep"] == 0)["_tokens"]
@@ -216,6 +224,7 @@ def finish_cell(
         ref = first[tuple(r[k] for k in key)]
         slim = {k: v for k, v in r.items() if not k.startswith("_")} | base
         slim["same_as_rep0"] = r["_tokens"] == ref["_tokens"]
+        slim["tokens_sha256"] = tokens_digest(r["_tokens"])  # greedy equality re-checkable from the record
         if r["rep"] == 0:
             slim["stats"] = {k: v for k, v in r["_stats"].summary().items() if not k.endswith("_s")}
             slim["first_divergence_from_plain"] = first_divergence(r["_tokens"], plain)
