@@ -22,3 +22,17 @@ def test_book_builds_strictly(tmp_path: Path):
     # Glued values reach the rendered page (a glue key that is missing renders nothing).
     text = (html / "notebooks" / "losslessness.html").read_text()
     assert "pasted-text" in text or "pasted-inline" in text
+
+
+def test_no_prose_line_starts_a_blockquote_by_accident():
+    """A wrapped line that begins with ">=" or "<=" renders as a blockquote (">") or raw HTML ("<"); only
+    lines of a deliberate quote ("> " and text) may begin with ">"."""
+    bad = []
+    for page in sorted((ROOT / "notebooks" / "src").glob("*.md")) + sorted(ROOT.glob("*.md")):
+        fence = False
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if line.startswith("```"):
+                fence = not fence
+            elif not fence and (line.startswith((">=", "<=", ">>")) or line[:2] in {">0", ">1"}):
+                bad.append(f"{page.name}:{n}: {line[:60]}")
+    assert not bad, bad
