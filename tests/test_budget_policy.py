@@ -151,6 +151,48 @@ def test_do_no_harm_bounds_what_probes_cost_with_explore():
         DoNoHarm({2: (1.2, 0.1, 2)}, explore=2.0)
 
 
+def test_a_probe_pays_for_the_positions_the_drafter_must_catch_up_on():
+    """Each position the drafter has not been told costs ``catch_up`` at the next probe: a catch-up of
+    ``explore`` or more per position is never covered, so such a drafter is never probed; a cheaper one
+    is probed later than a drafter that costs nothing to catch up, the prompt's positions counted."""
+
+    def first_probe(catch_up: float, prompt: int) -> int | None:
+        policy = DoNoHarm({2: (1.5, 0.2, 2)}, prior=4, prior_rate=0.1, probe_every=4, explore=0.01,
+                          catch_up=catch_up)  # fmt: skip
+        policy.begin(1.0, prompt)
+        for i in range(400):
+            b = policy.next()
+            if b:
+                return i
+            policy.update(0, 0, 0)
+        return None
+
+    loss = (1.5 + 0.2) - (1 + 0.1 + 0.01)
+    assert first_probe(0.0, 100) == int(np.ceil(loss / 0.01)) - 1
+    assert first_probe(0.01, 100) is None and first_probe(0.05, 0) is None
+    # (n + 1) * 0.01 >= 0.59 + 0.005 * (99 + n): 0.005 n >= 1.075, n = 215
+    assert first_probe(0.005, 100) == 215
+
+
+def test_do_no_harm_predicts_from_the_measured_tokens_per_round():
+    """With measured tokens per round, E[tokens | b] starts there (empty proposals included) and moves in
+    proportion to the online acceptance."""
+    policy = DoNoHarm({4: (1.2, 0.1, 4)}, prior=4, prior_rate=0.5, tokens={0.0: {4: 1.3}, 1.0: {4: 1.1}})
+    policy.begin(0.0)
+    assert policy.predicted()[4] == pytest.approx(1.3 / 1.3)  # not (1 + 0.9375) / 1.3
+    policy.begin(1.0)
+    assert policy.predicted()[4] == pytest.approx(1.1 / 1.3)
+    for _ in range(8):  # every drafted node accepted: the acceptance's gain rises, and E with it
+        policy.update(4, 4, 4)
+    rates = policy.rates()
+    g = sum(np.prod(rates[: d + 1]) for d in range(4))
+    assert policy.predicted()[4] == pytest.approx((1 + 0.1 * g / 0.9375) / 1.3)
+    with pytest.raises(ValueError, match=r"tokens\[0\.0\] must give every budget \[4\]"):
+        DoNoHarm({4: (1.2, 0.1, 4)}, tokens={0.0: {2: 1.3}})
+    with pytest.raises(ValueError, match="catch_up must be a finite number"):
+        DoNoHarm({4: (1.2, 0.1, 4)}, catch_up=-1.0)
+
+
 def test_policies_refuse_bad_arguments():
     with pytest.raises(ValueError, match="budget must be an integer >= 0"):
         FixedBudget(-1)

@@ -169,7 +169,7 @@ def speculative_tree(
         :class:`specdec.theory.policies.BudgetPolicy` choosing each round's from the rounds already
         verified (0: a plain step that calls no drafter, the step :func:`autoregressive` takes; e.g.
         :class:`~specdec.theory.policies.DoNoHarm`), told the temperature at the start
-        (``policy.begin(temperature)``); ``Stats.gamma`` is then its ``max_budget``. A drafter
+        (``policy.begin(temperature, prompt_tokens)``); ``Stats.gamma`` is then its ``max_budget``. A drafter
         conditioned on the target's features is told the positions of plain rounds at the next round
         that drafts, in one ``extend`` call (under a policy other than a fixed budget, the prompt's
         positions too: a drafter never used costs nothing).
@@ -183,7 +183,7 @@ def speculative_tree(
     if not isinstance(budget, BudgetPolicy):
         check_int("budget", budget, low=0)
     policy = as_budget_policy(budget)
-    policy.begin(temperature)
+    policy.begin(temperature, len(prompt))
     if not callable(getattr(drafter, "propose_tree", None)):
         raise ValueError(f"drafter must propose trees (a propose_tree method); got {type(drafter).__name__}")
     v_draft = getattr(drafter, "vocab_size", None)

@@ -136,15 +136,19 @@ def calibrate(
     the loop included (the whole generation's time less prefill and drafting, per round): Theorem 3.8's
     denominator with every cost of a round in it, so that a round the policy predicts to pay does.
     Medians over prompts; depth(b) is the deepest tree the drafter proposed at b (at least 1)."""
-    return _calibration(target, drafter, prompts, budgets, new_tokens=new_tokens, temperature=temperature)[0]
+    out = _calibration(target, drafter, prompts, budgets, new_tokens=new_tokens, temperature=temperature)
+    return out[0]
 
 
 def _calibration(
     target: Any, drafter: Any, prompts: list[list[int]], budgets: tuple[int, ...], *, new_tokens: int,
     temperature: float,
-) -> tuple[dict[int, tuple[float, float, int]], list[float]]:  # fmt: skip
-    """:func:`calibrate`'s costs, and the deepest budget's rounds per depth: (examined, accepted) counts
-    pooled over prompts (accepted / examined is the a_d of :class:`~specdec.theory.policies.DoNoHarm`)."""
+) -> tuple[dict[int, tuple[float, float, int]], list[list[int]], dict[int, float], float]:  # fmt: skip
+    """:func:`calibrate`'s costs; the deepest budget's rounds per depth: (examined, accepted) counts
+    pooled over prompts (accepted / examined is the a_d of :class:`~specdec.theory.policies.DoNoHarm`);
+    the new tokens per round at each budget (mean over prompts, every round counted); and the catch-up
+    per position: the tree loop's prefill beyond plain decoding's (where a fixed budget tells the drafter
+    the prompt), per prompt position, in plain steps (median over prompts and budgets)."""
     import time
 
     import numpy as np
@@ -157,6 +161,8 @@ def _calibration(
     for b in budgets:
         check_int("a budget", b, low=1)
     samples: dict[int, list[tuple[float, float, int]]] = {b: [] for b in budgets}
+    per_round: dict[int, list[float]] = {b: [] for b in budgets}  # new tokens per round
+    catch_up: list[float] = []  # the drafter's prefill share per prompt position told, in plain steps
     examined: list[int] = []
     accepted: list[int] = []
     for prompt in prompts:
@@ -172,6 +178,9 @@ def _calibration(
             round_s = (time.perf_counter() - t0 - st.prefill_s) / st.rounds
             draft_s = st.draft_s / st.rounds
             samples[b].append(((round_s - draft_s) / step, draft_s / step, max(1, policy.deepest)))
+            per_round[b].append(st.new_tokens / st.rounds)
+            # a fixed budget tells the drafter the prompt's positions in the prefill (start, extend)
+            catch_up.append(max(0.0, st.prefill_s - plain.prefill_s) / max(len(prompt) - 1, 1) / step)
             if b == max(budgets):
                 grow = max(0, len(st.examined_at) - len(examined))
                 examined, accepted = examined + [0] * grow, accepted + [0] * grow
@@ -186,7 +195,9 @@ def _calibration(
         )
         for b, rows in samples.items()
     }
-    return costs, [[e, a] for e, a in zip(examined, accepted, strict=True)]
+    counts = [[e, a] for e, a in zip(examined, accepted, strict=True)]
+    tokens = {b: float(np.mean(rows)) for b, rows in per_round.items()}
+    return costs, counts, tokens, float(np.median(catch_up))
 
 
 def _rates(counts: dict[str, list[list[int]]], depth: int) -> dict[str, list[float]]:
@@ -239,15 +250,19 @@ def calibrate_policy(
     return {
         "budgets": costs,
         "prior_rates": rates,
+        "tokens_per_round": {t: {str(b): e for b, e in r[2].items()} for t, r in runs.items()},
+        "catch_up": float(np.median([r[3] for r in runs.values()])),
         "prompts": len(prompts),
         "new_tokens": new_tokens,
         "per_temperature": {
-            t: {"budgets": {str(b): list(c) for b, c in r[0].items()}, "counts": r[1]}
+            t: {"budgets": {str(b): list(c) for b, c in r[0].items()}, "counts": r[1], "catch_up": r[3]}
             for t, r in runs.items()
         },  # fmt: skip
         "rule": "v, c: medians over prompts, then over temperatures; rates per temperature: accepted / "
         "examined per depth at the largest budget, pooled over prompts (a depth a temperature never "
-        "examined: pooled over temperatures, else the depth above's)",
+        "examined: pooled over temperatures, else the depth above's); tokens per round per temperature "
+        "and budget: mean over prompts; catch_up: per prompt position, the median over prompts and "
+        "budgets, then over temperatures",
     }
 
 
@@ -257,14 +272,21 @@ def no_harm_policy(
     """The :class:`~specdec.theory.policies.DoNoHarm` of a :func:`calibrate_policy` result: its costs
     per budget, its prior acceptance per depth (per temperature) at ``prior`` pseudo-rounds; every
     generation starts from that prior (``remember`` 0), so a generation's budgets depend on its own past
-    only; probes spend about ``explore`` of the time while speculation does not pay. A calibration of
-    an earlier format (one list of rates for every temperature) is read as it is."""
+    only; probes spend about ``explore`` of the time while speculation does not pay, the drafter's
+    catch-up included; E[tokens | b] is the measured tokens per round where the calibration has them. A
+    calibration of an earlier format (one list of rates for every temperature, no tokens per round, no
+    catch-up) is read as it is."""
     from specdec.theory.policies import DoNoHarm
 
     budgets = {int(b): (float(v), float(c), int(d)) for b, (v, c, d) in calibration["budgets"].items()}
     rates = calibration["prior_rates"]
     rates = {float(t): list(r) for t, r in rates.items()} if isinstance(rates, dict) else list(rates)
-    return DoNoHarm(budgets, prior=prior, prior_rate=rates, probe_every=probe_every, explore=explore)
+    per_t = calibration.get("tokens_per_round") or {}
+    tokens = {float(t): {int(b): float(e) for b, e in per.items()} for t, per in per_t.items()} or None
+    return DoNoHarm(
+        budgets, prior=prior, prior_rate=rates, probe_every=probe_every, explore=explore,
+        catch_up=float(calibration.get("catch_up", 0.0)), tokens=tokens,
+    )  # fmt: skip
 
 
 def _with_children(counters: dict[str, float]) -> dict[str, float]:

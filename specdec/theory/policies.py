@@ -27,7 +27,6 @@ threshold``), depends on the draft's samples within the round, so it lives in th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 from specdec.theory.checks import check_int
@@ -132,8 +131,9 @@ class BudgetPolicy:
 
     max_budget: int
 
-    def begin(self, temperature: float) -> None:
-        """Start a generation at ``temperature`` (the loop's; a policy may keep priors per temperature)."""
+    def begin(self, temperature: float, prompt_tokens: int = 0) -> None:
+        """Start a generation at ``temperature`` from a prompt of ``prompt_tokens`` tokens (the loop's; a
+        policy may keep priors per temperature, or price telling the drafter the prompt)."""
         self.reset()
 
     def reset(self) -> None:  # noqa: B027 (optional hook)
@@ -194,13 +194,16 @@ class DoNoHarm(BudgetPolicy):
     drafts at the smallest positive budget instead (a probe; ``probe_every = 0``: never); a probe after
     which speculation still does not pay doubles the wait before the next (up to ``max_probe_every``),
     and a round that speculates by choice resets it. ``explore`` > 0 bounds what probing costs: a probe
-    is predicted to lose (v + c) - E[tokens] plain steps at the smallest budget, and the policy waits at
-    least that loss / ``explore`` plain rounds before it, so that probes cost about ``explore`` of the
-    time while speculation does not pay (0: ``probe_every`` alone sets the wait). ``remember`` in [0, 1]:
-    the share of the acceptance counts a new generation (:meth:`reset`) keeps from the earlier ones on the
-    same policy object (0: each generation starts from the prior alone); earlier generations are past
-    too, so the loop stays lossless. Its choice depends on the verified rounds only (counts, not times:
-    the same seed gives the same output), so the loop stays lossless (:class:`BudgetPolicy`).
+    is predicted to lose (v + c) - E[tokens] plain steps at the smallest budget, plus ``catch_up`` for
+    each committed position the drafter has not been told (the prompt's too, before its first draft), and
+    it waits until ``explore`` times the plain rounds since the last draft covers that loss, so probes
+    cost about ``explore`` of the time while speculation does not pay; a drafter whose catch-up per
+    position costs ``explore`` or more is then never probed (0: ``probe_every`` alone sets the wait).
+    ``remember`` in [0, 1]: the share of the acceptance counts a new generation (:meth:`reset`) keeps
+    from the earlier ones on the same policy object (0: each generation starts from the prior alone);
+    earlier generations are past too, so the loop stays lossless. Its choice depends on the verified
+    rounds only (counts, not times: the same seed gives the same output), so the loop stays lossless
+    (:class:`BudgetPolicy`).
     """
 
     def __init__(
@@ -214,9 +217,15 @@ class DoNoHarm(BudgetPolicy):
         max_probe_every: int = 256,
         remember: float = 0.0,
         explore: float = 0.0,
+        catch_up: float = 0.0,
+        tokens: Mapping[float, Mapping[int, float]] | None = None,
     ) -> None:
         """``budgets``: b -> (v(b + 1), c(b), depth(b)) for each positive budget b tried (b = 0, a plain
-        step, is (1, 0, 0) and is always there)."""
+        step, is (1, 0, 0) and is always there). ``catch_up``: what telling the drafter one position it
+        has not seen costs, in plain steps (a probe after a run of plain rounds pays it for each).
+        ``tokens``: temperature -> b -> the tokens per round measured at budget b (every round, those
+        whose drafter proposed nothing too); when given, E[tokens | b] is that, scaled by how the online
+        acceptance moved from the prior (the drafter's empty proposals stay as measured)."""
         from specdec.theory.checks import check_float
 
         if not isinstance(budgets, dict) or not budgets:
@@ -241,6 +250,15 @@ class DoNoHarm(BudgetPolicy):
         self.max_probe_every = check_int("max_probe_every", max_probe_every, low=max(self.probe_every, 1))
         self.remember = check_float("remember", remember, low=0.0, high=1.0)
         self.explore = check_float("explore", explore, low=0.0, high=1.0)
+        self.catch_up = check_float("catch_up", catch_up, low=0.0)
+        self.measured: dict[float, dict[int, float]] = {}
+        for t, per_b in (tokens or {}).items():
+            if set(per_b) != set(self.costs) - {0}:
+                raise ValueError(f"tokens[{t!r}] must give every budget {sorted(set(self.costs) - {0})}")
+            self.measured[check_float("a tokens temperature", t, low=0.0)] = {
+                int(b): check_float(f"tokens[{t!r}][{b}]", e, low=1.0) for b, e in per_b.items()
+            }
+        self.tokens_now: dict[int, float] | None = None
         depth = max(d for _, _, d in self.costs.values())
 
         def per_depth(rates: float | Sequence[float], name: str) -> list[float]:
@@ -267,14 +285,19 @@ class DoNoHarm(BudgetPolicy):
         self.passed: list[float] = [0.0] * depth  # of those, rounds whose accepted path reached depth d + 1
         self.reset()
 
-    def begin(self, temperature: float) -> None:
-        """A generation at ``temperature``: the prior of the calibrated temperature nearest it (the lower
-        on a tie), then :meth:`reset`."""
+    def begin(self, temperature: float, prompt_tokens: int = 0) -> None:
+        """A generation at ``temperature``: the prior (and measured tokens per round) of the calibrated
+        temperature nearest it (the lower on a tie), then :meth:`reset`; the prompt's positions but the
+        first are not yet told to the drafter (the loop tells them when a round first drafts)."""
         from specdec.theory.checks import check_float
 
         t = check_float("temperature", temperature, low=0.0)
+        check_int("prompt_tokens", prompt_tokens, low=0)
         self.prior_rates = self.priors[min(self.priors, key=lambda k: (abs(k - t), k))]
+        if self.measured:
+            self.tokens_now = self.measured[min(self.measured, key=lambda k: (abs(k - t), k))]
         self.reset()
+        self.untold = max(prompt_tokens - 1, 0)
 
     def reset(self) -> None:
         self.tried = [self.remember * t for t in self.tried]
@@ -283,7 +306,9 @@ class DoNoHarm(BudgetPolicy):
         self.wait = self.probe_every  # plain rounds in a row before the next probe
         self.probing = False
         self._choice: int | None = None  # the best budget for the current counts, once computed
-        self._explore_wait = 0  # plain rounds a probe's predicted loss asks for (``explore``)
+        self._loss = 0.0  # a probe's predicted loss before catching up, in plain steps (``explore``)
+        self._asked = 0  # the budget the last next() gave
+        self.untold = 0  # committed positions the drafter has not been told (it catches up when asked)
 
     def rates(self) -> list[float]:
         """a_d for d = 1 .. the deepest budget's depth (the smoothed online estimates)."""
@@ -295,12 +320,20 @@ class DoNoHarm(BudgetPolicy):
     def predicted(self) -> dict[int, float]:
         """R(b) for every budget, from the rounds so far."""
         rates = self.rates()
+
+        def gain(rs: list[float], d: int) -> float:  # expected accepted drafts: sum of a_1 ... a_k
+            total, reach = 0.0, 1.0
+            for a in rs[:d]:
+                reach *= a
+                total += reach
+            return total
+
         out = {}
         for b, (v, c, d) in self.costs.items():
-            expected, reach = 1.0, 1.0
-            for a in rates[:d]:
-                reach *= a
-                expected += reach
+            expected = 1.0 + gain(rates, d)
+            if self.tokens_now is not None and b > 0:  # measured per round, moved as acceptance moved
+                base = gain(self.prior_rates, d)
+                expected = 1.0 + (self.tokens_now[b] - 1.0) * (gain(rates, d) / base if base > 0 else 1.0)
             out[b] = expected / (v + c)
         return out
 
@@ -309,19 +342,19 @@ class DoNoHarm(BudgetPolicy):
             r = self.predicted()
             best = max((b for b in r if b > 0), key=lambda b: (r[b], -b))
             self._choice = best if r[best] >= 1.0 + self.margin else 0
-            self._explore_wait = 0
-            if self.explore > 0 and self._choice == 0:  # a probe's predicted loss, in plain steps
-                smallest = min(b for b in r if b > 0)
-                v, c, _ = self.costs[smallest]
-                loss = (v + c) * (1.0 - r[smallest])
-                self._explore_wait = math.ceil(loss / self.explore) if loss > 0 else 0
+            smallest = min(b for b in r if b > 0)
+            v, c, _ = self.costs[smallest]
+            self._loss = (v + c) * (1.0 - r[smallest])  # a probe's predicted loss, in plain steps
         choice = self._choice
-        wait = max(self.wait, self._explore_wait)
-        self.probing = choice == 0 and self.probe_every > 0 and self.plain_run + 1 >= wait
+        self.probing = choice == 0 and self.probe_every > 0 and self.plain_run + 1 >= self.wait
+        if self.probing and self.explore > 0:  # the share of the plain rounds since the last draft
+            # covers the probe's loss, its catch-up on the untold positions included
+            self.probing = (self.plain_run + 1) * self.explore >= self._loss + self.catch_up * self.untold
         if self.probing:
             choice = min(b for b in self.costs if b > 0)
         elif choice:
             self.wait = self.probe_every
+        self._asked = choice
         return choice
 
     def update(self, nodes: int, depth: int, accepted: int) -> None:
@@ -329,6 +362,8 @@ class DoNoHarm(BudgetPolicy):
         check_int("depth", depth, low=0, high=nodes)
         check_int("accepted", accepted, low=0, high=depth)
         probed, self.probing = self.probing, False
+        asked, self._asked = self._asked, 0
+        self.untold = accepted + 1 if asked else self.untold + 1  # a drafter asked has caught up
         if nodes == 0:
             self.plain_run += 1
             return
@@ -346,5 +381,7 @@ class DoNoHarm(BudgetPolicy):
     def describe(self) -> str:
         return (
             f"do no harm over budgets {sorted(self.costs)} (margin {self.margin:g}, "
-            f"probe every {self.probe_every}" + (f", explore {self.explore:g})" if self.explore else ")")
+            f"probe every {self.probe_every}"
+            + (f", explore {self.explore:g}, catch-up {self.catch_up:.3g}" if self.explore else "")
+            + (", tokens per round as measured)" if self.measured else ")")
         )
