@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,6 @@ def test_no_prose_line_starts_a_blockquote_by_accident():
         for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
             if line.startswith("```"):
                 fence = not fence
-            elif not fence and (line.startswith((">=", "<=", ">>")) or line[:2] in {">0", ">1"}):
+            elif not fence and re.match(r"[<>][=>\d]", line):
                 bad.append(f"{page.name}:{n}: {line[:60]}")
     assert not bad, bad

@@ -174,6 +174,40 @@ def test_a_probe_pays_for_the_positions_the_drafter_must_catch_up_on():
     assert first_probe(0.005, 100) == 215
 
 
+def test_an_empty_probe_waits_again_and_the_loop_says_what_the_drafter_was_not_told(pair):
+    """A probe whose drafter proposes nothing is still a probe: the wait starts again (doubled), it does
+    not probe every round after it. The loop tells ``begin`` how many prompt positions the drafter was
+    not told at the prefill (a conditioned drafter under a policy: all but the first; otherwise none)."""
+    policy = DoNoHarm({2: (1.2, 0.9, 2)}, probe_every=4, max_probe_every=32)  # R(2) = 1.75 / 2.1
+    probes = []
+    for i in range(60):
+        b = policy.next()
+        if b:
+            probes.append(i)
+        policy.update(0, 0, 0)  # every probe proposes nothing
+    assert probes[:3] == [3, 11, 27]  # waits of 4, 8, 16 plain rounds
+
+    target, draft = pair
+    seen = []
+
+    class Told(BudgetPolicy):  # a policy other than a fixed budget, that records what begin is told
+        max_budget = 2
+
+        def begin(self, temperature, prompt_tokens=0):
+            seen.append(prompt_tokens)
+
+        def next(self):
+            return 0
+
+    prompt = [3, 4, 5, 6, 7, 8]
+    speculative_tree(target, draft, prompt, budget=Told(), max_new_tokens=3)
+    conditioned = build_drafter("lookup-tree")
+    conditioned.conditioned = True
+    conditioned.extend = lambda features, ids: None
+    speculative_tree(target, conditioned, prompt, budget=Told(), max_new_tokens=3)
+    assert seen == [1, len(prompt)]
+
+
 def test_do_no_harm_predicts_from_the_measured_tokens_per_round():
     """With measured tokens per round, E[tokens | b] starts there (empty proposals included) and moves in
     proportion to the online acceptance."""

@@ -183,7 +183,12 @@ def speculative_tree(
     if not isinstance(budget, BudgetPolicy):
         check_int("budget", budget, low=0)
     policy = as_budget_policy(budget)
-    policy.begin(temperature, len(prompt))
+    conditioned = bool(getattr(drafter, "conditioned", False))
+    # the positions the drafter is not told at the prefill: a conditioned drafter under a policy other
+    # than a fixed budget hears of the prompt when a round first drafts; every other drafter takes it in
+    # start()
+    deferred = len(prompt) - 1 if conditioned and not isinstance(policy, FixedBudget) else 0
+    policy.begin(temperature, deferred + 1)
     if not callable(getattr(drafter, "propose_tree", None)):
         raise ValueError(f"drafter must propose trees (a propose_tree method); got {type(drafter).__name__}")
     v_draft = getattr(drafter, "vocab_size", None)
@@ -192,7 +197,6 @@ def speculative_tree(
             f"the drafter's vocabulary size ({v_draft}) differs from the target's ({lm.vocab_size})"
         )
     check_draft_context(drafter, len(prompt), max_new_tokens)
-    conditioned = bool(getattr(drafter, "conditioned", False))
     if conditioned:  # the drafter reads the target's features: the session must report them
         if not hasattr(lm, "record_features") or getattr(getattr(lm, "model", None), "mode", None) == "q4_1":
             raise ValueError(
@@ -290,8 +294,9 @@ def autoregressive(
 ) -> Generation:
     """Plain decoding: one target call per token, sampled from warp(logits) with one uniform.
 
-    The baseline of every speedup. It draws exactly the uniforms that :func:`speculative`
-    draws when the drafter proposes nothing, so the two agree token for token then. Greedy
+    The baseline of every speedup. Sampling (temperature > 0), it draws exactly the uniforms that
+    :func:`speculative` draws when the drafter proposes nothing, so the two agree token for token
+    then. Greedy
     (temperature 0) it takes the argmax of the logits, as the tree loop's greedy verification does,
     without building warp's one-hot row or drawing (records before commit 1e110b3's successor built the
     row and drew a uniform per token: the same tokens, ~0.35 ms a token slower on a 2-core Xeon).

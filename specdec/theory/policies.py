@@ -124,7 +124,8 @@ class BudgetPolicy:
     ``next()`` gives the next round's node budget, 0 to ``max_budget`` (0: a plain step, no draft);
     ``update(nodes, depth, accepted)`` reports the round (the tree's nodes and depth, the accepted path's
     length);
-    ``begin(temperature)`` starts a generation at that sampling temperature (by default: ``reset()``,
+    ``begin(temperature, prompt_tokens)`` starts a generation at that sampling temperature from a prompt
+    whose positions but the first the drafter has not yet been told (by default: ``reset()``,
     which forgets the previous generation's rounds). A policy sees only rounds already verified, so the
     budget of a round is fixed before its verification draws anything: the loop stays lossless
     (Appendix A.1 round by round; :mod:`specdec.theory.treeverify` for trees), whatever the policy."""
@@ -132,8 +133,9 @@ class BudgetPolicy:
     max_budget: int
 
     def begin(self, temperature: float, prompt_tokens: int = 0) -> None:
-        """Start a generation at ``temperature`` from a prompt of ``prompt_tokens`` tokens (the loop's; a
-        policy may keep priors per temperature, or price telling the drafter the prompt)."""
+        """Start a generation at ``temperature``; ``prompt_tokens`` - 1 prompt positions are not yet told
+        to the drafter (the loop gives 1, i.e. none, where the drafter takes the prompt at the prefill;
+        a policy may keep priors per temperature, or price the catch-up)."""
         self.reset()
 
     def reset(self) -> None:  # noqa: B027 (optional hook)
@@ -331,9 +333,9 @@ class DoNoHarm(BudgetPolicy):
         out = {}
         for b, (v, c, d) in self.costs.items():
             expected = 1.0 + gain(rates, d)
-            if self.tokens_now is not None and b > 0:  # measured per round, moved as acceptance moved
-                base = gain(self.prior_rates, d)
-                expected = 1.0 + (self.tokens_now[b] - 1.0) * (gain(rates, d) / base if base > 0 else 1.0)
+            base = gain(self.prior_rates, d)
+            if self.tokens_now is not None and b > 0 and base > 0:  # measured, moved as acceptance moved
+                expected = min(1.0 + (self.tokens_now[b] - 1.0) * gain(rates, d) / base, 1.0 + d)
             out[b] = expected / (v + c)
         return out
 
@@ -364,8 +366,12 @@ class DoNoHarm(BudgetPolicy):
         probed, self.probing = self.probing, False
         asked, self._asked = self._asked, 0
         self.untold = accepted + 1 if asked else self.untold + 1  # a drafter asked has caught up
-        if nodes == 0:
-            self.plain_run += 1
+        if nodes == 0:  # nothing drafted: a plain step, or a drafter that proposed nothing
+            if probed:  # an empty probe: wait again (longer) before the next
+                self.plain_run = 0
+                self.wait = min(2 * self.wait, self.max_probe_every)
+            else:
+                self.plain_run += 1
             return
         self.plain_run = 0
         self._choice = None
