@@ -154,3 +154,26 @@ def test_the_self_goal_rules_decide_at_their_bounds_exactly():
     assert [g["met"] for g in missed] == [False] * len(missed)
     rescued = ct.goals_self(_self_record(2.2, 0.6, 0.97, 1.0001, 1.5, 1.1))  # an interval reaching above 1
     assert all(g["met"] for g in rescued if g["goal"] == 2)
+
+
+def test_the_greedy_handicap_is_the_plain_step_beyond_a_never_drafting_policy_round():
+    """condtables.greedy_handicap: ms per token of the plain decoder's sampling step against the tree
+    loop's, from a do-no-harm configuration that never drafted greedily; none such: ValueError."""
+    from specdec.analysis import condtables as ct
+
+    def run(config, verify_s, decode_s, drafted):
+        return {"config": config, "temperature": 0.0, "verify_s": verify_s, "decode_s": decode_s,
+                "new_tokens": 10, "stats": {"drafted": drafted}}  # fmt: skip
+
+    configs = [{"id": "p/plain", "plain": True, "threads": 2}, {"id": "p/a/noharm", "plain": False},
+               {"id": "p/b/noharm", "plain": False}]  # fmt: skip
+    rec = {"settings": {"threads": 2}, "configs": configs,
+           "runs": [run("p/plain", 0.006, 0.06, [0] * 10), run("p/a/noharm", 0.003, 0.05, [0, 2, 0]),
+                    run("p/b/noharm", 0.002, 0.057, [0] * 10)]}  # fmt: skip
+    hc = ct.greedy_handicap(rec)
+    assert hc["never_drafted"] == ["p/b/noharm"]
+    assert hc["plain_verify_ms"] == pytest.approx(0.6) and hc["tree_verify_ms"] == pytest.approx(0.2)
+    assert hc["share"] == pytest.approx(0.4 / 6.0)
+    rec["runs"][2]["stats"]["drafted"] = [1]
+    with pytest.raises(ValueError, match="no do-no-harm configuration"):
+        ct.greedy_handicap(rec)

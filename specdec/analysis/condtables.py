@@ -23,7 +23,7 @@ from typing import Any
 
 from specdec.analysis.treetables import family_rows, short
 
-__all__ = ["CONDITIONED", "NETWORK", "c_rows", "goals", "goals_self", "greedy_equal"]
+__all__ = ["CONDITIONED", "NETWORK", "c_rows", "goals", "goals_self", "greedy_equal", "greedy_handicap"]
 
 #: The target-conditioned families of issue 30, by their short names (their registry specs).
 CONDITIONED = (
@@ -152,4 +152,37 @@ def goals_self(record: Mapping[str, Any], network: Sequence[str] = NETWORK) -> l
     eq = greedy_equal(record)
     out.append({"goal": 4, "runs": eq["runs"], "equal": eq["equal"], "differ": eq["differ"],
                 "met": eq["runs"] > 0 and not eq["differ"]})  # fmt: skip
+    return out
+
+
+def greedy_handicap(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What the greedy plain decoder of a ``self`` record spent beyond the tree loop's greedy plain round
+    (records before commit 0c1a774: warp's one-hot row and a draw per token, where the tree loop takes an
+    argmax): ms per token of each (every repetition's ``verify_s`` over its new tokens, temperature 0),
+    the plain decoder's whole ms per token, the difference as a share of it, and the do-no-harm
+    configurations that never drafted greedily (repetition 0's rounds), whose ratio over plain shows it.
+    The tree loop's figure is the first such configuration's; ValueError when there is none."""
+    threads = record["settings"]["threads"]
+    plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
+
+    def greedy(cid: str) -> list[Mapping[str, Any]]:
+        return [r for r in record["runs"] if r["config"] == cid and r["temperature"] == 0.0]
+
+    never = [
+        c["id"] for c in record["configs"] if c["id"].endswith("/noharm")
+        and all(d == 0 for r in greedy(c["id"]) if "stats" in r for d in r["stats"]["drafted"])
+    ]  # fmt: skip
+    if not never:
+        raise ValueError("no do-no-harm configuration of the record stayed plain greedily")
+
+    def per_token(runs: list[Mapping[str, Any]], key: str) -> float:
+        return 1e3 * sum(r[key] for r in runs) / sum(r["new_tokens"] for r in runs)
+
+    plain_runs, tree_runs = greedy(plain), greedy(never[0])
+    out = {
+        "plain_config": plain, "never_drafted": never,
+        "plain_verify_ms": per_token(plain_runs, "verify_s"),
+        "tree_verify_ms": per_token(tree_runs, "verify_s"), "plain_ms": per_token(plain_runs, "decode_s"),
+    }  # fmt: skip
+    out["share"] = (out["plain_verify_ms"] - out["tree_verify_ms"]) / out["plain_ms"]
     return out
