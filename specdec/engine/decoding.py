@@ -298,8 +298,8 @@ def autoregressive(
     :func:`speculative` draws when the drafter proposes nothing, so the two agree token for token
     then. Greedy
     (temperature 0) it takes the argmax of the logits, as the tree loop's greedy verification does,
-    without building warp's one-hot row or drawing (records before commit 1e110b3's successor built the
-    row and drew a uniform per token: the same tokens, ~0.35 ms a token slower on a 2-core Xeon).
+    without building warp's one-hot row or drawing (records made before commit 0c1a774 built the row
+    and drew a uniform per token: the same tokens, ~0.35 ms a token slower on a 2-core Xeon).
     """
     lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     rng = np.random.default_rng(seed)

@@ -28,6 +28,7 @@ threshold``), depends on the draft's samples within the round, so it lives in th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from specdec.theory.checks import check_int
 
@@ -295,9 +296,13 @@ class DoNoHarm(BudgetPolicy):
 
         t = check_float("temperature", temperature, low=0.0)
         check_int("prompt_tokens", prompt_tokens, low=0)
-        self.prior_rates = self.priors[min(self.priors, key=lambda k: (abs(k - t), k))]
+
+        def nearest(keys: Mapping[float, Any]) -> float:  # the lower on a tie
+            return min(keys, key=lambda k: (abs(k - t), k))
+
+        self.prior_rates = self.priors[nearest(self.priors)]
         if self.measured:
-            self.tokens_now = self.measured[min(self.measured, key=lambda k: (abs(k - t), k))]
+            self.tokens_now = self.measured[nearest(self.measured)]
         self.reset()
         self.untold = max(prompt_tokens - 1, 0)
 
