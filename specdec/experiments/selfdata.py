@@ -53,6 +53,7 @@ __all__ = [
     "Stopped",
     "evaluation_sets",
     "generate",
+    "heldout_disjointness",
     "prepare",
     "seed_of",
     "temperature_of",
@@ -141,6 +142,44 @@ def evaluation_sets(workloads: str | Path = WORKLOADS) -> dict[str, list[str]]:
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         out[path.relative_to(workloads).as_posix()] = [r["prompt"] for r in rows]
     out["experiments/hfbench.py:PROMPTS"] = list(HF_PROMPTS.values())
+    return out
+
+
+def heldout_disjointness(
+    name: str, workloads: str | Path = WORKLOADS, data: str | Path = DATA, *, write: bool = False
+) -> dict[str, Any]:
+    """How a new held-out prompt set (``workloads/heldout/<name>``) meets every prompt set that came
+    before it, checked before the file is committed: the self-generated training prompts (``data``'s
+    prompt file), the distillation templates (:func:`specdec.train.workloads.training_prompts`, 20,000 at
+    seed 0) and every other evaluation set (:func:`evaluation_sets`), each by
+    :func:`specdec.train.selfprompts.overlap_report` (word 8-grams). ``disjoint``: no report has a
+    violation. ``write``: also saved beside the file as ``<stem>.disjointness.json``."""
+    from specdec.train.selfprompts import overlap_report
+    from specdec.train.workloads import training_prompts
+
+    path = Path(workloads) / "heldout" / name
+    new = [
+        json.loads(line)["prompt"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+    key = path.stem
+    train = {
+        "self-generated training prompts": [
+            r["prompt"] for r in selfshards.read_prompts(Path(data) / PROMPTS)
+        ],
+        "distillation templates (20,000 at seed 0)": [p.prompt for p in training_prompts(20000, seed=0)],
+    }
+    others = {k: v for k, v in evaluation_sets(workloads).items() if k != f"heldout/{name}"}
+    reports = {k: overlap_report(v, {key: new}) for k, v in {**train, **others}.items()}
+    out = {
+        "file": f"heldout/{name}",
+        "sha256": file_sha256(path),
+        "prompts": len(new),
+        "command": f"heldout_disjointness({name!r}, write=True)  # specdec.experiments.selfdata",
+        "reports": reports,
+        "disjoint": all(r["disjoint"] for r in reports.values()),
+    }
+    if write:
+        write_record(path.with_name(path.stem + ".disjointness.json"), out, indent=1, sort_keys=False)
     return out
 
 
