@@ -57,10 +57,9 @@ Engine (torch + transformers, the ``models`` extra):
 
 Drafting (tree drafters and the drafter registry; may import theory and engine):
 
-* :mod:`specdec.drafting.tree`       -- the tree-drafter protocol (``TreeProposal``, ``TreeDrafter``).
 * :mod:`specdec.drafting.lookuptree` -- prompt lookup merging every earlier match into a count trie.
 * :mod:`specdec.drafting.suffix`     -- suffix decoding (arXiv:2411.04975; arctic-inference's semantics).
-* :mod:`specdec.drafting.modeltree`  -- a model drafter's chain with side leaves; any chain as a tree.
+* :mod:`specdec.drafting.modeltree`  -- a model drafter's chain with side leaves.
 * :mod:`specdec.drafting.conditioned` -- drafters on the target's features: Medusa, MLP speculator, EAGLE(-2).
 * :mod:`specdec.drafting.hybrid`     -- suffix decoding where confident, a network drafter elsewhere.
 * :mod:`specdec.drafting.registry`   -- THE drafter registry: one spec string -> one drafter; every

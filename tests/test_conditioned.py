@@ -14,9 +14,9 @@ import torch
 
 from specdec.drafting import conditioned
 from specdec.drafting.registry import DraftContext, build_drafter
-from specdec.drafting.tree import TreeProposal
 from specdec.engine import native
 from specdec.engine.decoding import autoregressive, speculative_tree
+from specdec.engine.drafters import TreeProposal
 from specdec.engine.lean import LeanLlama
 from specdec.engine.lm import open_lm
 from specdec.theory.chisquare import chi_square_pvalue

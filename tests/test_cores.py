@@ -188,13 +188,13 @@ def test_the_command_line_decodes_with_torch_on_one_thread(tmp_path, capsys, see
     from specdec.engine import decoding
 
     inside: list[int] = []
-    warp = decoding.warp  # every decoding loop warps its logits: read torch's count there
+    prefill = decoding._prefill  # every decoding loop prefills its prompt: read torch's count there
 
     def recording(*args, **kwargs):
         inside.append(torch.get_num_threads())
-        return warp(*args, **kwargs)
+        return prefill(*args, **kwargs)
 
-    monkeypatch.setattr(decoding, "warp", recording)
+    monkeypatch.setattr(decoding, "_prefill", recording)
 
     from tiny_models import VOCAB
 

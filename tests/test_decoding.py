@@ -19,6 +19,7 @@ import torch
 from tiny_models import VOCAB, next_token_logits, perturbed_copy, tiny_llama
 
 import specdec.theory.sampling
+import specdec.theory.treeverify
 from specdec.engine.decoding import autoregressive, speculative
 from specdec.engine.drafters import (
     BigramDrafter,
@@ -170,10 +171,11 @@ def chi_square_pvalue(counts, law, min_expected=5.0):
     return chi_square_pvalue_record(counts, law, min_expected)["pvalue"]
 
 
-def first_two_counts(target, drafter, prefix, gamma, n=N_SAMPLES, **kw):
+def first_two_counts(target, drafter, prefix, gamma, n=N_SAMPLES, new_tokens=None, **kw):
     counts = np.zeros((VOCAB, VOCAB))
+    new_tokens = gamma + 1 if new_tokens is None else new_tokens
     for seed in range(n):
-        gen = speculative(target, drafter, prefix, gamma=gamma, max_new_tokens=gamma + 1, seed=seed, **kw)
+        gen = speculative(target, drafter, prefix, gamma=gamma, max_new_tokens=new_tokens, seed=seed, **kw)
         counts[gen.tokens[0], gen.tokens[1]] += 1
     return counts
 
@@ -223,7 +225,9 @@ def test_sampling_has_the_target_law(small_target, case):
 
 def test_sampling_check_rejects_resampling_from_p(small_target, monkeypatch):
     """A broken verify that resamples a rejected position from p, not norm(max(0, p - q))."""
-    monkeypatch.setattr(specdec.theory.sampling, "residual", lambda p, q, lenience=1.0, token=None: p)
+    broken = lambda p, q, lenience=1.0, token=None: p  # noqa: E731
+    monkeypatch.setattr(specdec.theory.sampling, "residual", broken)
+    monkeypatch.setattr(specdec.theory.treeverify, "residual", broken)  # the one loop verifies through it
     drafter, prefix, gamma, kw = sampling_case("model-gamma1", small_target)
     counts = first_two_counts(small_target, drafter, prefix, gamma, **kw)
     assert chi_square_pvalue(counts, exact_two_token_law(small_target, prefix, **kw)) < P_MIN
@@ -248,8 +252,12 @@ class ReseedEachRound(Drafter):
 
 
 def test_sampling_check_rejects_reseeding_every_round(small_target):
+    """Three new tokens, so that a round after a rejection drafts again (a round with no token left to
+    draft does not call the drafter, so with two the reseeding would never happen)."""
     drafter, prefix, gamma, kw = sampling_case("model-gamma1", small_target)
-    counts = first_two_counts(small_target, ReseedEachRound(drafter), prefix, gamma, **kw)
+    counts = first_two_counts(
+        small_target, ReseedEachRound(drafter), prefix, gamma, new_tokens=gamma + 2, **kw
+    )
     assert chi_square_pvalue(counts, exact_two_token_law(small_target, prefix, **kw)) < P_MIN
 
 

@@ -24,7 +24,8 @@ from test_tree_forward import path_of, random_parents
 
 from specdec.engine import native
 from specdec.engine.lean import LeanLlama
-from specdec.engine.leannative import TOPK_MAX, Q8Linear, native_forward, topk, tree_layout
+from specdec.engine.leannative import TOPK_MAX, Q8Linear, native_forward, topk
+from specdec.theory.trees import tree_layout
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

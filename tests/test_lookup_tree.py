@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from specdec.drafting.lookuptree import LookupTreeDrafter
-from specdec.drafting.tree import TreeProposal
-from specdec.engine.drafters import PromptLookupDrafter
+from specdec.engine.drafters import PromptLookupDrafter, TreeProposal
 from specdec.theory.trees import DraftTree, chain_tree
 
 

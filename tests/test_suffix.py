@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specdec.drafting.suffix import SuffixDecodingDrafter, SuffixTree
-from specdec.drafting.tree import TreeDrafter, TreeProposal
+from specdec.engine.drafters import TreeDrafter, TreeProposal
 from specdec.theory.trees import DraftTree
 
 RNG = np.random.default_rng

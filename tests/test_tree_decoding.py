@@ -13,12 +13,12 @@ import torch
 
 from specdec.drafting import modeltree
 from specdec.drafting.lookuptree import LookupTreeDrafter
-from specdec.drafting.modeltree import ChainTree, ModelTreeDrafter
+from specdec.drafting.modeltree import ModelTreeDrafter
 from specdec.drafting.registry import KINDS, DraftContext, build_drafter, parse_spec
 from specdec.drafting.suffix import SuffixDecodingDrafter
 from specdec.engine import native
 from specdec.engine.decoding import autoregressive, speculative, speculative_tree
-from specdec.engine.drafters import EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
+from specdec.engine.drafters import ChainTree, EarlyExitDrafter, ModelDrafter, PromptLookupDrafter
 from specdec.engine.lean import LeanLlama
 from specdec.engine.lm import open_lm
 from specdec.theory.chisquare import chi_square_pvalue

@@ -4,7 +4,7 @@ The models and their training are :mod:`specdec.train.condnets` / :mod:`specdec.
 here they draft, in int8 rows on the lean engine's kernels (:class:`specdec.engine.leannative.Q8Linear`
 for the heads and stages, the q4q8 forward fed with embedding rows for EAGLE's layer).
 
-Protocol (beyond :class:`~specdec.drafting.tree.TreeDrafter`): ``conditioned = True`` asks the tree
+Protocol (beyond :class:`~specdec.engine.drafters.TreeDrafter`): ``conditioned = True`` asks the tree
 loop (:func:`specdec.engine.decoding.speculative_tree`) to record the target's features and to call
 :meth:`ConditionedDrafter.extend` with the pairs ``(f_j, x_{j+1})`` of every newly committed position:
 after the prefill (positions 0 .. n-2 of the prompt) and after every round (the root and the accepted
@@ -41,10 +41,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec.drafting.tree import TreeDrafter, TreeProposal, check_budget
-from specdec.engine.drafters import WarpFn
+from specdec.engine.drafters import TreeDrafter, TreeProposal, WarpFn, check_budget
 from specdec.theory.checks import check_int
-from specdec.theory.trees import DraftTree
+from specdec.theory.trees import DraftTree, tree_layout
 
 __all__ = ["ConditionedDrafter", "EagleDrafter", "MedusaDrafter", "SpeculatorDrafter", "StaticTreeDrafter"]
 
@@ -263,7 +262,7 @@ class EagleDrafter(ConditionedDrafter):
 
         ids = torch.tensor(list(tokens), dtype=torch.long)
         feats = torch.empty(len(tokens), self.layer.hidden)
-        tree = None if region is None else leannative.tree_layout(region, len(region))
+        tree = None if region is None else tree_layout(region, len(region))
         # the kept-vocabulary logits as the C head gives them (LeanLlama.forward would widen them)
         small = leannative.native_forward(
             self.layer, ids, start, self.cache, keep, tree, embeds, feats, prefix

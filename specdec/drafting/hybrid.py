@@ -21,8 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specdec.drafting.tree import TreeDrafter, TreeProposal, check_budget
-from specdec.engine.drafters import WarpFn
+from specdec.engine.drafters import TreeDrafter, TreeProposal, WarpFn, check_budget
 from specdec.theory.checks import check_float
 
 __all__ = ["HybridDrafter"]

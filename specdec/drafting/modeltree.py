@@ -8,8 +8,8 @@
   the target's token is among the draft's runners-up (a rejection at depth d then still yields
   d + 1 accepted drafts instead of d). This is the cheapest tree a sequential drafter can grow;
   Medusa's and EAGLE's static/dynamic trees expand runners-up further.
-* :class:`ChainTree` -- any chain drafter as a tree drafter (the tree is its chain), so that the
-  tree loop can be checked against the chain loop and budgets compared on equal terms.
+
+(Any chain drafter reaches the tree loop through :class:`specdec.engine.drafters.ChainTree`.)
 
 Losslessness: the chain token at a level is sampled from q (its row is q), and the side leaves
 are a deterministic function of the context (the draft's top tokens), so each has a point mass as
@@ -25,13 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec.drafting.tree import TreeDrafter, TreeProposal
-from specdec.engine.drafters import Drafter, WarpFn
+from specdec.engine.drafters import TreeDrafter, TreeProposal, WarpFn
 from specdec.theory.checks import check_int
 from specdec.theory.sampling import sample
-from specdec.theory.trees import DraftTree, chain_tree
+from specdec.theory.trees import DraftTree
 
-__all__ = ["ChainTree", "ModelTreeDrafter"]
+__all__ = ["ModelTreeDrafter"]
 
 
 class ModelTreeDrafter(TreeDrafter):
@@ -90,26 +89,3 @@ def _point_mass(like: torch.Tensor, token: int) -> torch.Tensor:
     row = torch.zeros_like(like)
     row[token] = 1.0
     return row
-
-
-class ChainTree(TreeDrafter):
-    """A chain drafter's proposal as a tree (each draft the child of the one before)."""
-
-    def __init__(self, drafter: Drafter) -> None:
-        if not callable(getattr(drafter, "propose", None)):
-            raise ValueError(f"drafter must be a chain drafter (a propose method); got {drafter!r}")
-        self.drafter = drafter
-        self.vocab_size = getattr(drafter, "vocab_size", None)
-        self.context = getattr(drafter, "context", None)
-
-    def start(self, prompt_ids: Sequence[int]) -> None:
-        self.drafter.start(prompt_ids)
-
-    def propose_tree(
-        self, prefix_ids: Sequence[int], budget: int, warp_fn: WarpFn, rng: np.random.Generator
-    ) -> TreeProposal:
-        budget = check_int("budget", budget, low=0)
-        if budget == 0:
-            return TreeProposal(DraftTree([], []))
-        proposal = self.drafter.propose(prefix_ids, budget, warp_fn, rng)
-        return TreeProposal(chain_tree(proposal.tokens), proposal.q, proposal.calls)

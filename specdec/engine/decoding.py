@@ -1,12 +1,16 @@
-"""The two decoding loops: plain autoregressive sampling and speculative decoding.
+"""The decoding loops: plain autoregressive sampling and speculative decoding, chain or tree.
 
-:func:`speculative` is Algorithm 1 of Leviathan et al. (2023) run to the end of a generation:
-each round a drafter proposes k <= gamma tokens, one target forward call scores the last
-committed token and the k drafts (k + 1 rows of p), :func:`specdec.theory.sampling.verify` keeps a
-prefix of the drafts and draws the round's own token, and the target's KV cache is cropped
-back. Losslessness (Appendix A.1) holds for every drafter: the output has the target's law.
-Greedy decoding (temperature 0) is the same loop with one-hot rows, i.e. exact matching;
-with lenience l < 1 it uses the paper's argmax rule instead (Appendix A.5, not lossless).
+There is one speculative loop, :func:`_decode` (issue 41, item 3): a chain is a tree of one branch.
+:func:`speculative` is Algorithm 1 of Leviathan et al. (2023) run to the end of a generation: its
+chain drafter reaches the loop through :class:`specdec.engine.drafters.ChainTree` and its draft-length
+policy through :class:`specdec.theory.policies.ChainPolicy`; :func:`speculative_tree` hands the loop a
+tree drafter and a node budget. Each round a drafter proposes a tree (a chain: k <= gamma tokens),
+one target forward call scores the last committed token and every node, verification keeps a path
+and draws the round's own token (:func:`specdec.theory.treeverify.verify_tree`, which on a chain is
+:func:`specdec.theory.sampling.verify` uniform for uniform), and the target's KV cache is cut back to
+the committed tokens. Losslessness (Appendix A.1) holds for every drafter: the output has the
+target's law. Greedy decoding (temperature 0) is exact matching on the rows' argmax; with lenience
+l < 1 a chain uses the paper's argmax rule instead (Appendix A.5, not lossless).
 
 Conventions, copied from transformers' assisted generation and gpt-fast:
 
@@ -32,12 +36,19 @@ import numpy as np
 import torch
 
 from specdec.engine.cores import engine_owns_cores
-from specdec.engine.drafters import Drafter, Proposal
+from specdec.engine.drafters import ChainTree, Drafter, Proposal
 from specdec.engine.lm import CachedLM, open_lm
 from specdec.engine.stats import Stats
 from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int, is_int
-from specdec.theory.policies import BudgetPolicy, DraftPolicy, FixedBudget, as_budget_policy, as_policy
-from specdec.theory.sampling import sample, verify, verify_argmax, warp
+from specdec.theory.policies import (
+    BudgetPolicy,
+    ChainPolicy,
+    DraftPolicy,
+    FixedBudget,
+    as_budget_policy,
+    as_policy,
+)
+from specdec.theory.sampling import sample, verify_argmax, warp
 
 __all__ = ["Generation", "autoregressive", "speculative", "speculative_tree"]
 
@@ -65,9 +76,11 @@ def speculative(
     seed: int = 0,
     eos_token_id: int | None = None,
 ) -> Generation:
-    """Speculative decoding of ``target`` with ``drafter``; each loop is one round.
+    """Speculative decoding of ``target`` with a chain ``drafter``; each loop is one round.
 
-    A round is the paper's SpeculativeDecodingStep (Algorithm 1):
+    The chain drafter runs in the one loop (:func:`_decode`) as a tree of one branch
+    (:class:`~specdec.engine.drafters.ChainTree`); a round is the paper's SpeculativeDecodingStep
+    (Algorithm 1):
 
     1. the drafter guesses k <= gamma tokens x_1..x_k, sampled from q_1..q_k;
     2. one target call over [last committed token, x_1..x_k] gives p_1..p_{k+1};
@@ -97,39 +110,11 @@ def speculative(
     dynamic = isinstance(gamma, DraftPolicy)
     _check_speculative(lm, drafter, gamma.max_gamma if dynamic else gamma, lenience)
     check_draft_context(drafter, len(prompt), max_new_tokens)
-    policy = as_policy(gamma if dynamic else int(gamma))
-    policy.reset()
-    rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
-    warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
-    argmax_lenient = temperature == 0 and lenience < 1.0
+    policy = ChainPolicy(as_policy(gamma if dynamic else int(gamma)))
     # a round drafts at most max_new_tokens - 1 tokens: the histograms need no more positions
-    stats = Stats(gamma=policy.max_gamma, max_drafts=min(policy.max_gamma, max(max_new_tokens - 1, 1)))
-    tokens = list(prompt)
-    with stats.timer("prefill_s", lm.device):
-        _prefill(lm, prompt)
-        drafter.start(prompt)
-    while (budget := max_new_tokens - (len(tokens) - len(prompt))) > 0:
-        with stats.timer("draft_s", lm.device):  # a round emits k + 1 tokens at most
-            limit = min(_next_length(policy), budget - 1)
-            proposal = cut_at_eos(drafter.propose(tokens, limit, warp_fn, rng), limit, eos_token_id)
-        draft, q = proposal.tokens, proposal.q
-        with stats.timer("target_s", lm.device):  # one call scores k + 1 positions
-            logits = lm.forward([tokens[-1], *draft])
-        with stats.timer("verify_s", lm.device):
-            p = warp_fn(logits)
-            q = None if q is None else q.to(p.device)
-            if argmax_lenient:  # A.5, argmax case: p(x) >= l max p, on the temperature-1 rows
-                n_accepted, next_token = verify_argmax(torch.softmax(logits.float(), -1), draft, lenience)
-            else:
-                n_accepted, next_token = verify(p, q, draft, rng, lenience)
-        stats.record_round(p, q, len(draft), n_accepted, proposal.calls, lenience)
-        policy.update(len(draft), n_accepted)
-        new = [*draft[:n_accepted], next_token]  # T = A + 1 tokens
-        tokens += new
-        lm.crop(len(tokens) - 1)  # the cache must not hold the round's own token yet
-        if eos_token_id in new:
-            break
-    return finish_generation(tokens[len(prompt) :], stats, eos_token_id)
+    stats = Stats(gamma=policy.max_budget, max_drafts=min(policy.max_budget, max(max_new_tokens - 1, 1)))
+    sampling = Sampling(temperature, top_k, top_p, seed, eos_token_id, lenience)
+    return _decode(lm, prompt, ChainTree(drafter), policy, stats, sampling, max_new_tokens, _context(target))
 
 
 @engine_owns_cores
@@ -150,7 +135,7 @@ def speculative_tree(
 
         Each round: the drafter proposes a :class:`~specdec.theory.trees.DraftTree` of at most
         ``budget`` nodes (``drafter.propose_tree(prefix, budget, warp_fn, rng)``, a
-        :class:`specdec.drafting.tree.TreeProposal`); one target call over ``[last committed token,
+        :class:`specdec.engine.drafters.TreeProposal`); one target call over ``[last committed token,
         *nodes]`` with tree attention (each node sees the committed prefix and its own ancestors:
         ``Session.forward_tree``) gives p at the root and at every node;
         :func:`specdec.theory.treeverify.verify_tree` walks down the tree (SpecInfer's multi-candidate
@@ -174,21 +159,10 @@ def speculative_tree(
         that drafts, in one ``extend`` call (under a policy other than a fixed budget, the prompt's
         positions too: a drafter never used costs nothing).
     """
-    from specdec.theory.trees import DraftTree
-    from specdec.theory.treeverify import verify_tree, verify_tree_greedy
-
-    EMPTY_TREE = DraftTree((), ())
-
     lm, prompt = start_generation(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id)
     if not isinstance(budget, BudgetPolicy):
         check_int("budget", budget, low=0)
     policy = as_budget_policy(budget)
-    conditioned = bool(getattr(drafter, "conditioned", False))
-    # the positions the drafter is not told at the prefill: a conditioned drafter under a policy other
-    # than a fixed budget hears of the prompt when a round first drafts; every other drafter takes it in
-    # start()
-    deferred = len(prompt) - 1 if conditioned and not isinstance(policy, FixedBudget) else 0
-    policy.begin(temperature, deferred + 1)
     if not callable(getattr(drafter, "propose_tree", None)):
         raise ValueError(f"drafter must propose trees (a propose_tree method); got {type(drafter).__name__}")
     v_draft = getattr(drafter, "vocab_size", None)
@@ -197,18 +171,71 @@ def speculative_tree(
             f"the drafter's vocabulary size ({v_draft}) differs from the target's ({lm.vocab_size})"
         )
     check_draft_context(drafter, len(prompt), max_new_tokens)
-    if conditioned:  # the drafter reads the target's features: the session must report them
+    if getattr(
+        drafter, "conditioned", False
+    ):  # the drafter reads the target's features: the session must report them
         if not hasattr(lm, "record_features") or getattr(getattr(lm, "model", None), "mode", None) == "q4_1":
             raise ValueError(
                 f"drafter {type(drafter).__name__} is conditioned on the target's features; the target must "
                 "report them (a LeanLlama in mode 'q4q8' or a torch mode); got " + type(target).__name__
             )
-        lm.record_features = True
-    rng = np.random.default_rng(seed)  # the call's only source of randomness; never reseeded
-    warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
-    context = getattr(getattr(target, "config", None), "max_position_embeddings", None)
-    context = int(context) if is_int(context) else None
     stats = Stats(gamma=policy.max_budget)  # a tree's nodes are not bounded by the tokens left
+    sampling = Sampling(temperature, top_k, top_p, seed, eos_token_id)
+    return _decode(lm, prompt, drafter, policy, stats, sampling, max_new_tokens, _context(target))
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How one decoding call draws: the warp of p and q, the seed of its one generator, the EOS, and
+    the lenience l of Appendix A.5 (1: lossless; below 1 only for chains, checked by the entry)."""
+
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    seed: int
+    eos_token_id: int | None
+    lenience: float = 1.0
+
+
+def _decode(
+    lm: CachedLM,
+    prompt: list[int],
+    drafter: Any,
+    policy: BudgetPolicy,
+    stats: Stats,
+    sampling: Sampling,
+    max_new_tokens: int,
+    context: int | None,
+) -> Generation:
+    """THE speculative loop (issue 41, item 3): one round per target call, a chain a tree of one branch.
+
+    Each round the policy gives a node budget (0: a plain step, the drafter not called); the drafter
+    proposes a tree (:class:`~specdec.engine.drafters.ChainTree` for a chain drafter, whose budget is
+    capped at the tokens left, so that it draws no draft that would be cut); nodes below an EOS or
+    deeper than the tokens left are cut; one target call scores the root and every node (a chain,
+    the empty tree included, through the chain call ``forward`` and ``crop``; a tree with branches
+    through ``forward_tree`` and ``keep_path``); verification walks the tree (exact matching at
+    temperature 0 on the argmax ids; :func:`~specdec.theory.treeverify.verify_tree` otherwise, which on
+    a chain is Algorithm 1 uniform for uniform; the argmax rule of A.5 for a chain with l < 1 at
+    temperature 0); Stats counts the round, with beta = sum min(p, q) at the examined positions of a
+    chain whose q rows are known.
+    """
+    from specdec.theory.trees import DraftTree
+    from specdec.theory.treeverify import verify_tree, verify_tree_greedy
+
+    empty_tree = DraftTree((), ())
+    temperature, eos_token_id, lenience = sampling.temperature, sampling.eos_token_id, sampling.lenience
+    chain_drafter = bool(getattr(drafter, "chain", False))
+    conditioned = bool(getattr(drafter, "conditioned", False))
+    # the positions the drafter is not told at the prefill: a conditioned drafter under a policy other
+    # than a fixed budget hears of the prompt when a round first drafts; every other drafter takes it in
+    # start()
+    deferred = len(prompt) - 1 if conditioned and not isinstance(policy, FixedBudget) else 0
+    policy.begin(temperature, deferred + 1)
+    if conditioned:  # the entry checked that the session reports the target's features
+        lm.record_features = True
+    rng = np.random.default_rng(sampling.seed)  # the call's only source of randomness; never reseeded
+    warp_fn = partial(warp, temperature=temperature, top_k=sampling.top_k, top_p=sampling.top_p)
     tokens = list(prompt)
     pending: list[tuple[np.ndarray, list[int]]] = []  # conditioned: committed pairs not yet told
     with stats.timer("prefill_s", lm.device):
@@ -222,6 +249,8 @@ def speculative_tree(
     while (left := max_new_tokens - (len(tokens) - len(prompt))) > 0:
         with stats.timer("draft_s", lm.device):
             limit = _next_budget(policy) if left > 1 else 0
+            if chain_drafter:  # a chain's depth is its budget: no draft that the tokens left would cut
+                limit = min(limit, left - 1)
             if context is not None:  # a tree call holds 1 + N slots after the cached tokens
                 limit = min(limit, context - len(tokens))
             if limit:
@@ -233,7 +262,7 @@ def speculative_tree(
                 proposal = drafter.propose_tree(tokens, limit, warp_fn, rng)
                 tree, q, calls = proposal.tree, proposal.q, proposal.calls
             else:  # a plain step: the drafter is not called (it catches up on the prefix when next asked)
-                tree, q, calls = EMPTY_TREE, None, 0
+                tree, q, calls = empty_tree, None, 0
             if not isinstance(tree, DraftTree) or len(tree) > limit:
                 raise ValueError(
                     f"the drafter must propose a DraftTree of at most {limit} nodes; got {tree!r}"
@@ -246,29 +275,49 @@ def speculative_tree(
                 kept = tree.kept(keep)
                 tree = tree.cut(keep)
                 q = None if q is None else q[kept]
+        chain = tree.is_chain
         with stats.timer("target_s", lm.device):  # one call scores the root and every node
-            if len(tree):
+            if chain:  # a chain (the empty tree included): the chain call; a lean tree node equals it
+                logits = lm.forward([tokens[-1], *tree.tokens])
+            else:
                 logits = lm.forward_tree([tokens[-1], *tree.tokens], tree.call_parents())
-            else:  # no draft: a plain step's chain call (a lean engine's tree node equals it bit for bit)
-                logits = lm.forward([tokens[-1]])
         with stats.timer("verify_s", lm.device):
-            if temperature == 0:  # exact matching: what verify_tree gives on one-hot rows, without them
-                path, next_token = verify_tree_greedy(logits.argmax(-1), tree)
+            p = None
+            if temperature == 0 and lenience < 1.0:  # A.5, argmax case (chains): p(x) >= l max p at T = 1
+                n_accepted, next_token = verify_argmax(
+                    torch.softmax(logits.float(), -1), tree.tokens, lenience
+                )
+                path, ids = list(range(n_accepted)), logits.argmax(-1)
+            elif temperature == 0 and not len(tree):  # a plain step: the argmax, as autoregressive takes it
+                path, next_token = [], int(logits[0].argmax())
+            elif temperature == 0:  # exact matching: what verify_tree gives on one-hot rows, without them
+                ids = logits.argmax(-1)
+                path, next_token = verify_tree_greedy(ids, tree)
             elif not len(tree):  # what verify_tree does for a tree of no nodes: one draw from p at the root
                 path, next_token = [], sample(warp_fn(logits)[0], rng)
             else:
                 p = warp_fn(logits)
-                path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng)
-        stats.record_tree_round(len(tree), tree.depth, len(path), calls)
+                q = None if q is None else q.to(p.device)
+                path, next_token = verify_tree(p, q, tree, rng, lenience)
+            beta = None
+            examined = min(len(path) + 1, tree.depth)
+            if chain and q is not None and examined:  # beta = sum_x min(q, p / l) at the examined positions
+                if p is None:  # one-hot p at the argmax a: beta = q(a)
+                    beta = q[torch.arange(examined), ids[:examined].to(q.device)]
+                else:
+                    beta = torch.minimum(q[:examined], p[:examined] / lenience).sum(-1)
+        stats.record_tree_round(len(tree), tree.depth, len(path), calls, beta)
         policy.update(len(tree), tree.depth, len(path))  # depths counted as Stats counts them
         new = [*(tree.tokens[i] for i in path), next_token]
         start = len(tokens) - 1  # the cache held the committed tokens minus the last (the root)
         rows = [0, *(i + 1 for i in path)]
         if conditioned:  # the root's and the accepted nodes' features, each with the token after it
-            feats = lm.features[rows]
-        if len(tree):  # (a plain step's chain call left the cache as it should be: the root at start)
-            lm.keep_path(start, rows)
+            feats = lm.features[: len(rows)] if chain else lm.features[rows]  # a chain's rows: 0 .. A
         tokens += new
+        if chain and len(tree):  # the cache must not hold the round's own token yet
+            lm.crop(len(tokens) - 1)
+        elif not chain:
+            lm.keep_path(start, rows)  # (a plain step's call left the cache as it should be)
         if conditioned and eos_token_id not in new and len(tokens) - len(prompt) < max_new_tokens:
             pending.append((feats, new))  # told before the next round that drafts
         if eos_token_id in new:
@@ -335,11 +384,10 @@ def _next_budget(policy: BudgetPolicy) -> int:
     return int(n)
 
 
-def _next_length(policy: DraftPolicy) -> int:
-    n = policy.next()
-    if not is_int(n) or not 1 <= n <= policy.max_gamma:
-        raise ValueError(f"{policy.describe()} asked for {n!r} drafts; it must give 1..{policy.max_gamma}")
-    return int(n)
+def _context(target: torch.nn.Module) -> int | None:
+    """The target's context window (``config.max_position_embeddings``), or None where it has none."""
+    context = getattr(getattr(target, "config", None), "max_position_embeddings", None)
+    return int(context) if is_int(context) else None
 
 
 def _prefill(lm: CachedLM, prompt: list[int]) -> None:

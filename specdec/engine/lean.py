@@ -75,12 +75,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from specdec.engine import leannative
 from specdec.engine.lm import Session
 from specdec.theory.checks import check_int
+from specdec.theory.trees import tree_layout
 
 __all__ = [
     "GROUP_SIZE",
@@ -614,7 +616,7 @@ class LeanLlama:
         Returns (len(ids), V), or the last ``keep`` rows.
 
         ``parents`` (one integer per token, ``parents[r]`` in ``[-1, r - 1]``, -1 for a child of the
-        cached prefix) makes the call a tree (:func:`specdec.engine.leannative.tree_layout`): token r
+        cached prefix) makes the call a tree (:func:`specdec.theory.trees.tree_layout`): token r
         is written at slot ``start + r``, placed at position ``start + depth(r)``, and attends to the
         prefix and its ancestors with the shapes of the chain forward over its path, so its logits
         equal that chain's bit for bit in ``"q4_1"``, ``"q4q8"``, ``"bfloat16"`` and ``"int4"`` (a tree
@@ -626,7 +628,7 @@ class LeanLlama:
         residual after the layers and before the final norm (whatever ``keep``). Both need mode
         ``"q4q8"`` or a torch mode (:func:`specdec.engine.leannative.check_extras`).
         """
-        tree = None if parents is None else leannative.tree_layout(parents, int(ids.shape[0]))
+        tree = None if parents is None else tree_layout(parents, int(ids.shape[0]))
         embeds = leannative.check_extras(self, ids, embeds, features)
         if self.mode in NATIVE_MODES:
             out = leannative.native_forward(self, ids, start, cache, keep, tree, embeds, features)
@@ -637,10 +639,10 @@ class LeanLlama:
         if tree is None:
             cos, sin = cos_all[start:end, None, :], sin_all[start:end, None, :]
         else:
-            positions = tree.positions(start)
+            positions = torch.tensor(tree.positions(start), dtype=torch.long)
             cos, sin = cos_all[positions, None, :], sin_all[positions, None, :]
         kv, hd = self.kv_heads, self.head_dim
-        slots = None if tree is None else [tree.keys(start, i) for i in range(k)]
+        slots = None if tree is None else [torch.tensor(tree.keys(start, i)) for i in range(k)]
         x = self.embed[ids] if embeds is None else embeds.to(self.dtype).clone()  # new: adds in place
         for layer, entry in enumerate(self.layers):
             h = self._rms(x, entry["norm_attn"])
@@ -709,9 +711,11 @@ class LeanSession(Session):
 
     def _run(self, ids: torch.Tensor, start: int, keep: Any, parents: Any, embeds: Any) -> torch.Tensor:
         embeds = None if embeds is None else torch.as_tensor(embeds)
-        out = torch.empty(len(ids), self.model.hidden) if self.record_features else None
+        # numpy's buffer under a torch view: the features reach the loop without a conversion per call
+        feats = np.empty((len(ids), self.model.hidden), np.float32) if self.record_features else None
+        out = None if feats is None else torch.from_numpy(feats)
         logits = self.model.forward(ids, start, self.cache, keep, parents, embeds=embeds, features=out)
-        self.features = None if out is None else out.numpy()
+        self.features = feats
         return logits
 
     def reset(self) -> None:
@@ -752,7 +756,7 @@ class LeanSession(Session):
         :meth:`LeanLlama.forward`). The nodes take slots ``len(ids) ..`` and ``ids`` becomes the prefix
         and every node: follow with :meth:`keep_path` (or :meth:`crop`). ``embeds``: as :meth:`forward`."""
         n = self._check_forward(new_ids, None)
-        tree = leannative.tree_layout(parents, n)  # refuse bad parents before the cache grows
+        tree = tree_layout(parents, n)  # refuse bad parents before the cache grows
         start = len(self.ids)
         self._reserve(start + n)
         ids = torch.tensor([int(t) for t in new_ids], dtype=torch.long)

@@ -1,11 +1,11 @@
-"""The glue of :class:`specdec.engine.lean.LeanLlama` around its C forwards, and the layout of tree calls.
+"""The glue of :class:`specdec.engine.lean.LeanLlama` around its C forwards.
 
-* :func:`tree_layout` -- a verify call over a draft tree (``parents`` within the call, as
-  :meth:`specdec.theory.trees.DraftTree.call_parents` gives them): checked, with each node's depth
-  and the cache slots of its path. Node ``r`` of a call at ``start`` is written at slot ``start + r``,
-  placed at position ``start + depth(r)``, and attends to slots ``0 .. start-1`` followed by its
-  path's slots (root-down, itself last): the keys, in the same order, that the chain forward over its
-  path sees at slots ``start .. start + depth``, so that an exact engine gives it the chain's logits.
+A tree call's layout is :func:`specdec.theory.trees.tree_layout`'s (``parents`` within the call, as
+:meth:`specdec.theory.trees.DraftTree.call_parents` gives them): node ``r`` of a call at ``start`` is
+written at slot ``start + r``, placed at position ``start + depth(r)``, and attends to slots
+``0 .. start-1`` followed by its path's slots (root-down, itself last): the keys, in the same order,
+that the chain forward over its path sees at slots ``start .. start + depth``, so that an exact engine
+gives it the chain's logits.
 * :func:`native_structure`, :func:`q8_forward`, :func:`native_forward` -- the C forwards' model
   descriptions and calls (:mod:`specdec.engine.native`), moved out of ``lean.py``.
 * :func:`check_extras` -- :meth:`specdec.engine.lean.LeanLlama.forward`'s ``embeds`` (rows used in
@@ -18,63 +18,22 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from specdec.theory.checks import check_int
-from specdec.theory.trees import check_parents
+from specdec.theory.trees import TreeLayout
 
 __all__ = [
     "Q8Linear",
-    "TreeLayout",
     "check_extras",
     "native_forward",
     "native_structure",
     "q8_description",
     "q8_forward",
-    "tree_layout",
 ]
-
-
-@dataclass(frozen=True)
-class TreeLayout:
-    """A checked tree call: ``parents`` (ints in [-1, r - 1]), ``depths`` (0 for a child of the cached
-    prefix) and ``paths`` (each node's call indices, root-down, itself last)."""
-
-    parents: tuple[int, ...]
-    depths: tuple[int, ...]
-    paths: tuple[tuple[int, ...], ...]
-
-    def positions(self, start: int) -> torch.Tensor:
-        """The rotary positions of the nodes in a call at ``start``."""
-        return torch.tensor([start + d for d in self.depths], dtype=torch.long)
-
-    def keys(self, start: int, node: int) -> torch.Tensor:
-        """The cache slots node ``node`` attends to, in order: the prefix, then its path."""
-        return torch.cat([torch.arange(start), torch.tensor([start + i for i in self.paths[node]])])
-
-
-def tree_layout(parents: Any, k: int, name: str = "parents") -> TreeLayout:
-    """``parents`` of a call over ``k`` nodes, checked (ValueError naming ``name``, the node and the valid
-    range: one integer per node, ``parents[r]`` in ``[-1, r - 1]``), with depths and paths."""
-    if isinstance(parents, torch.Tensor):
-        if parents.is_floating_point() or parents.is_complex() or parents.dtype == torch.bool:
-            raise ValueError(f"{name} must hold integers; got a tensor of {parents.dtype}")
-        parents = parents.tolist()
-    if isinstance(parents, (str, bytes)) or not hasattr(parents, "__len__"):
-        raise ValueError(f"{name} must be a sequence of integers (one per node); got {parents!r}")
-    if len(parents) != k:
-        raise ValueError(f"{name} must have one entry per node of the call ({k}); got {len(parents)}")
-    checked = check_parents(list(parents), name)
-    depths: list[int] = []
-    paths: list[tuple[int, ...]] = []
-    for r, parent in enumerate(checked):
-        depths.append(0 if parent < 0 else depths[parent] + 1)
-        paths.append((r,) if parent < 0 else (*paths[parent], r))
-    return TreeLayout(tuple(checked), tuple(depths), tuple(paths))
 
 
 def native_structure(model: Any) -> Any:

@@ -230,7 +230,7 @@ class CachedLM(Session):
         """:meth:`Session.forward_tree` through a 4D additive attention mask (each node sees the prefix,
         its ancestors and itself) and position ids (prefix length + depth). Close to the chain over each
         path (about 1e-5 in float32), not bit for bit: the model's kernels see other shapes."""
-        from specdec.engine.leannative import tree_layout
+        from specdec.theory.trees import tree_layout
 
         n = self._check_forward(new_ids, None)
         tree = tree_layout(parents, n)
@@ -241,7 +241,7 @@ class CachedLM(Session):
             visible[r, [start + i for i in path]] = True
         mask = torch.zeros(visible.shape, dtype=self.dtype).masked_fill(~visible, torch.finfo(self.dtype).min)
         input_ids = torch.tensor([[int(t) for t in new_ids]], dtype=torch.long, device=self.device)
-        position_ids = tree.positions(start)[None].to(self.device)
+        position_ids = torch.tensor(tree.positions(start))[None].to(self.device)
         out = self.model(
             input_ids=input_ids,
             position_ids=position_ids,

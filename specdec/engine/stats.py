@@ -117,27 +117,20 @@ class Stats:
         if not 0 <= accepted <= drafted <= self.max_drafts:
             got = (accepted, drafted, self.max_drafts)
             raise ValueError(f"need 0 <= accepted <= drafted <= max_drafts (gamma or less); got {got}")
-        self.drafted.append(drafted)
-        self.accepted.append(accepted)
-        self.target_calls += 1
-        self.draft_calls += draft_calls
         examined = min(accepted + 1, drafted)
-        if examined > len(self.examined_at):  # only without max_drafts: grown to the work
-            grow = [0] * (examined - len(self.examined_at))
-            self.examined_at += grow
-            self.accepted_at += grow
-        for i in range(examined):
-            self.examined_at[i] += 1
-            self.accepted_at[i] += i < accepted
+        beta = None
         if q is not None and examined > 0:
             beta = torch.minimum(q[:examined], p[:examined] / lenience).sum(-1)
-            self.beta_sum += float(beta.double().sum())
-            self.beta_count += examined
+        self.record_tree_round(drafted, drafted, accepted, draft_calls, beta)
 
-    def record_tree_round(self, nodes: int, depth: int, accepted: int, draft_calls: int) -> None:
-        """Add one round of tree decoding: a tree of ``nodes`` drafts and ``depth`` levels, of which
-        a path of ``accepted`` nodes was kept. Depth d + 1 of the tree counts as position d:
-        ``examined_at[d]`` (rounds that tried a node at that depth) and ``accepted_at[d]``."""
+    def record_tree_round(
+        self, nodes: int, depth: int, accepted: int, draft_calls: int, beta: torch.Tensor | None = None
+    ) -> None:
+        """Add one round: a tree of ``nodes`` drafts and ``depth`` levels (a chain: depth = nodes), of
+        which a path of ``accepted`` nodes was kept. Depth d + 1 of the tree counts as position d:
+        ``examined_at[d]`` (rounds that tried a node at that depth) and ``accepted_at[d]``. ``beta``:
+        beta = sum_x min(p, q) at each examined position of a chain that had q rows (one value each),
+        or None. Every round of every loop is counted here (:meth:`record_round` is a chain's)."""
         if not 0 <= accepted <= depth <= nodes <= self.max_drafts:
             got = (accepted, depth, nodes, self.max_drafts)
             raise ValueError(f"need 0 <= accepted <= depth <= nodes <= max_drafts (the budget); got {got}")
@@ -153,6 +146,13 @@ class Stats:
         for i in range(examined):
             self.examined_at[i] += 1
             self.accepted_at[i] += i < accepted
+        if beta is not None and len(beta):
+            if len(beta) != examined:
+                raise ValueError(
+                    f"beta must hold one value per examined position ({examined}); got {len(beta)}"
+                )
+            self.beta_sum += float(beta.double().sum())
+            self.beta_count += examined
 
     def timer(self, name: str, device: torch.device) -> AbstractContextManager[None]:
         """Add the wall time of the ``with`` block to the field ``name`` (CUDA synchronised)."""

@@ -104,7 +104,7 @@ SELF_CONFIGS: dict[str, tuple[int, ...]] = {
 #: calibrated on development prompts on the running machine before the run
 #: (:func:`specdec.measure.draftcost.calibrate_policy`, stored in the record). The policy runs in the
 #: tree loop: a chain drafter (prompt lookup) runs there as a tree of one branch
-#: (:class:`specdec.drafting.modeltree.ChainTree`).
+#: (:class:`specdec.engine.drafters.ChainTree`).
 SELF_POLICIES: dict[str, tuple[int, ...]] = {
     "lookup": (4, 8),
     "suffix": (4, 8),
@@ -208,10 +208,10 @@ def build(
     budgets, calibrated on ``dev_prompts`` development prompts unless ``calibration`` (spec -> a
     :func:`~specdec.measure.draftcost.calibrate_policy` result, e.g. from a partial record) has it.
     Returns engines, configs, tokenizer, eos_token_id, what each draft ran in and the calibration."""
-    from specdec.drafting.modeltree import ChainTree
     from specdec.drafting.registry import build_drafter, parse_spec
     from specdec.engine.builder import EngineSpec, open_engine, open_model
     from specdec.engine.cores import torch_threads_for
+    from specdec.engine.drafters import ChainTree
     from specdec.measure.draftcost import calibrate_policy, dev_texts, no_harm_policy
     from specdec.measure.modes import draft_context
     from specdec.train.workloads import chat_prompt_ids

@@ -39,7 +39,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 def is_int(value: object) -> bool:
     """True for an integer (Python's or numpy's), False for anything else, bool included."""
-    return not isinstance(value, bool) and isinstance(value, numbers.Integral)
+    return type(value) is int or (not isinstance(value, bool) and isinstance(value, numbers.Integral))
 
 
 def _is_real(value: object) -> bool:

@@ -30,10 +30,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_int, is_int
 
 __all__ = [
     "BudgetPolicy",
+    "ChainPolicy",
     "DoNoHarm",
     "DraftPolicy",
     "FixedBudget",
@@ -165,10 +166,42 @@ class FixedBudget(BudgetPolicy):
         return f"fixed budget = {self.max_budget}"
 
 
-def as_budget_policy(budget: int | BudgetPolicy) -> BudgetPolicy:
-    """An integer budget as :class:`FixedBudget`; a policy as it is."""
+class ChainPolicy(BudgetPolicy):
+    """A draft-length policy (:class:`DraftPolicy`) as the loop's budget policy: a chain's budget is its
+    length, 1 to ``max_gamma`` (a chain loop always drafts; the loop itself gives 0 when no token is
+    left to draft). ``begin`` resets it; ``update`` tells it the round's drafts and accepted ones."""
+
+    def __init__(self, policy: DraftPolicy) -> None:
+        if not isinstance(policy, DraftPolicy):
+            raise ValueError(f"policy must be a DraftPolicy; got {type(policy).__name__}")
+        self.policy = policy
+        self.max_budget = check_int("max_gamma", policy.max_gamma, low=1)
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def next(self) -> int:
+        n = self.policy.next()
+        if not is_int(n) or not 1 <= n <= self.max_budget:
+            raise ValueError(
+                f"{self.policy.describe()} asked for {n!r} drafts; it must give 1..{self.max_budget}"
+            )
+        return int(n)
+
+    def update(self, nodes: int, depth: int, accepted: int) -> None:
+        self.policy.update(nodes, accepted)
+
+    def describe(self) -> str:
+        return self.policy.describe()
+
+
+def as_budget_policy(budget: int | BudgetPolicy | DraftPolicy) -> BudgetPolicy:
+    """An integer budget as :class:`FixedBudget`, a draft-length policy as :class:`ChainPolicy`; a budget
+    policy as it is."""
     if isinstance(budget, BudgetPolicy):
         return budget
+    if isinstance(budget, DraftPolicy):
+        return ChainPolicy(budget)
     return FixedBudget(budget)
 
 

@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.theory.checks import check_array, check_int
+from specdec.theory.checks import check_array, check_float, check_int
 from specdec.theory.sampling import residual, sample
 from specdec.theory.trees import DraftTree
 
@@ -125,7 +125,7 @@ def _children(tree: DraftTree) -> dict[int, list[int]]:
 
 
 def verify_tree(
-    p: Array, q: Array | None, tree: DraftTree, rng: np.random.Generator
+    p: Array, q: Array | None, tree: DraftTree, rng: np.random.Generator, lenience: float = 1.0
 ) -> tuple[list[int], int]:
     """Verify a draft tree with the multi-candidate rule; lossless (see the module docstring).
 
@@ -139,6 +139,10 @@ def verify_tree(
         ``None``: deterministic drafts, each a point mass.
     tree : the :class:`~specdec.theory.trees.DraftTree` of the N drafts.
     rng : a numpy ``Generator``: one uniform per examined child, one for the next token.
+    lenience : l in (0, 1] (Appendix A.5; 1, the default, is lossless): child ``i`` is accepted iff
+        ``u l q_i(x) < r(x)`` and a rejection leaves ``norm(max(r - l q_i, 0))``. On a chain this is
+        :func:`specdec.theory.sampling.verify` uniform for uniform (l < 1 is defined for chains only:
+        :func:`specdec.engine.decoding.speculative`).
 
     Returns
     -------
@@ -149,17 +153,18 @@ def verify_tree(
     tree = _check_inputs(p, q, tree, sums=False)
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+    check_float("lenience", lenience, low=0.0, high=1.0, open_low=True)
     kids = _children(tree)
     node, r, path = -1, p[0], []
     while True:
         for i in kids[node]:
             x = tree.tokens[i]
             q_x = 1.0 if q is None else _to_float(q[i, x])
-            if rng.random() * q_x < _to_float(r[x]):
+            if rng.random() * lenience * q_x < _to_float(r[x]):
                 path.append(i)
                 node, r = i, p[i + 1]
                 break
-            r = residual(r, None if q is None else q[i], token=x)
+            r = residual(r, None if q is None else q[i], lenience, token=x)
         else:
             return path, sample(r, rng)
 

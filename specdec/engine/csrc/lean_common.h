@@ -109,4 +109,29 @@ static inline double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* The one layout of a tree call in C (Python's is specdec.theory.trees.tree_layout, over the same
+ * parents): n nodes with parents[i] in [-1, i - 1] (checked by the caller), the call's rows being
+ * the last k of them (the first n - k written by earlier calls). *depth: every node's depth (0 for a
+ * child of the cached prefix, n entries); *off and *path: row r attends to the depth[n - k + r] + 1
+ * slots path[off[r]] ..., prefix + each node of its path, root-down, itself last. Returns 0, or -1
+ * when memory runs out (nothing allocated then); the caller frees the three arrays. */
+static int tree_paths(const int32_t *parents, int n, int k, int prefix, int32_t **depth_out, int32_t **off_out,
+                      int32_t **path_out) {
+    const int before = n - k;
+    int32_t *depth = malloc(sizeof(int32_t) * (size_t)n), *off = malloc(sizeof(int32_t) * (size_t)k);
+    size_t total = 0;
+    for (int i = 0; depth && i < n; i++) depth[i] = parents[i] < 0 ? 0 : depth[parents[i]] + 1;
+    for (int r = 0; depth && off && r < k; r++) off[r] = (int32_t)total, total += (size_t)depth[before + r] + 1;
+    int32_t *path = depth && off ? malloc(sizeof(int32_t) * total) : NULL;
+    if (!path) {
+        free(depth), free(off);
+        return -1;
+    }
+    for (int r = 0; r < k; r++)
+        for (int node = before + r, i = depth[before + r]; node >= 0; node = parents[node], i--)
+            path[off[r] + i] = prefix + node;
+    *depth_out = depth, *off_out = off, *path_out = path;
+    return 0;
+}
+
 #endif /* SPECDEC_LEAN_COMMON_H */

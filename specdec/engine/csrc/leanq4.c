@@ -206,21 +206,7 @@ static int forward(const model_t *m, const int64_t *ids, const int32_t *parents,
             if (parents[r] < -1 || parents[r] >= r) return -2;
     /* a tree's rows: depth[r] and the slots of r's path, root-down, at path + off[r] */
     int32_t *depth = NULL, *off = NULL, *path = NULL;
-    if (parents) {
-        depth = malloc(sizeof(int32_t) * (size_t)k), off = malloc(sizeof(int32_t) * (size_t)k);
-        size_t total = 0;
-        for (int r = 0; depth && off && r < k; r++) {
-            depth[r] = parents[r] < 0 ? 0 : depth[parents[r]] + 1;
-            off[r] = (int32_t)total, total += (size_t)depth[r] + 1;
-        }
-        path = depth && off ? malloc(sizeof(int32_t) * total) : NULL;
-        if (!path) {
-            free(depth), free(off);
-            return -1;
-        }
-        for (int r = 0; r < k; r++)
-            for (int node = r, i = depth[r]; node >= 0; node = parents[node], i--) path[off[r] + i] = start + node;
-    }
+    if (parents && tree_paths(parents, k, k, start, &depth, &off, &path) != 0) return -1;
     const int H = m->hidden, hd = m->head_dim, nh = m->heads, kv = m->kv_heads, I = m->inter;
     const int qkv_n = (nh + 2 * kv) * hd, group = nh / kv, AD = nh * hd; /* AD may differ from H */
     const size_t need = (size_t)k * (2 * H + qkv_n + AD + 3 * I) + (size_t)(start + k) + 16;

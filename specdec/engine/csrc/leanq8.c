@@ -615,18 +615,7 @@ static int32_t forward_checked(handle_t *h, const int64_t *ids, const float *emb
     tree_t tree = {NULL, NULL, NULL, prefix};
     int32_t *depth = NULL, *off = NULL, *path = NULL;
     if (parents) { /* each node's depth; each row's path's slots, root-down */
-        depth = malloc(sizeof(int32_t) * (size_t)n), off = malloc(sizeof(int32_t) * (size_t)k);
-        size_t total = 0;
-        for (int i = 0; depth && i < n; i++) depth[i] = parents[i] < 0 ? 0 : depth[parents[i]] + 1;
-        for (int r = 0; depth && off && r < k; r++) off[r] = (int32_t)total, total += (size_t)depth[before + r] + 1;
-        path = depth && off ? malloc(sizeof(int32_t) * total) : NULL;
-        if (!path) {
-            free(depth), free(off);
-            return ERR_MEMORY;
-        }
-        for (int r = 0; r < k; r++)
-            for (int node = before + r, i = depth[before + r]; node >= 0; node = parents[node], i--)
-                path[off[r] + i] = prefix + node;
+        if (tree_paths(parents, n, k, prefix, &depth, &off, &path) != 0) return ERR_MEMORY;
         tree = (tree_t){depth + before, off, path, prefix};
     }
     pthread_mutex_lock(&h->call_mu);
