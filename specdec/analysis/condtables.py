@@ -23,7 +23,16 @@ from typing import Any
 
 from specdec.analysis.treetables import family_rows, short
 
-__all__ = ["CONDITIONED", "NETWORK", "c_rows", "goals", "goals_self", "greedy_equal", "greedy_handicap"]
+__all__ = [
+    "CONDITIONED",
+    "HANDICAP_RECORD",
+    "NETWORK",
+    "c_rows",
+    "goals",
+    "goals_self",
+    "greedy_equal",
+    "greedy_handicap",
+]
 
 #: The target-conditioned families of issue 30, by their short names (their registry specs).
 CONDITIONED = (
@@ -153,6 +162,12 @@ def goals_self(record: Mapping[str, Any], network: Sequence[str] = NETWORK) -> l
     out.append({"goal": 4, "runs": eq["runs"], "equal": eq["equal"], "differ": eq["differ"],
                 "met": eq["runs"] > 0 and not eq["differ"]})  # fmt: skip
     return out
+
+
+#: The last ``self`` record whose greedy plain decoder built warp's one-hot row and drew from it (commit
+#: 1e110b3, before 0c1a774's argmax), relative to results/: the one record that measures that handicap
+#: (:func:`greedy_handicap`); superseded as the chapter's record, kept in ``history/`` for this.
+HANDICAP_RECORD = "bench/history/self-intel-r-xeon-r-processor-2t-1e110b3.json"
 
 
 def greedy_handicap(record: Mapping[str, Any]) -> dict[str, Any]:
