@@ -8,8 +8,8 @@ Layers, lowest first (issue #19; docs: /work/shared/notes/architecture.md's sket
                   intervals, the argument checker, token comparisons (numpy only: no torch).
 * ``engine``   -- sessions and KV caches, the lean / C / llama.cpp engines, model loading,
                   drafters, the decoding loops, batched decoding, a call's Stats, tiny models.
-* ``drafting`` -- tree drafters (the tree-drafter protocol, prompt lookup as a trie, suffix
-                  decoding); they import the theory and the engine's drafters, never the reverse.
+* ``drafting`` -- tree drafters (prompt lookup as a trie, suffix decoding, ...; their protocol is
+                  engine.drafters'); they import the theory and the engine, never the reverse.
 * ``train``    -- distillation data and the draft family (shards, distill, draftnets, workloads).
 * ``measure``  -- the timer and the T(k) loop, the paired-run driver, the one runner, roofline,
                   modes, alpha by teacher forcing, the engine benchmark, the GPU record's pieces.

@@ -81,7 +81,7 @@ def old_chain_loop(
             n_accepted, next_token = verify_argmax(torch.softmax(logits.float(), -1), draft, lenience)
         else:
             n_accepted, next_token = verify_fn(p, q, draft, rng, lenience)
-        stats.record_round(p, q, len(draft), n_accepted, proposal.calls, lenience)
+        old_record_round(stats, p, q, len(draft), n_accepted, proposal.calls, lenience)
         policy.update(len(draft), n_accepted)
         new = [*draft[:n_accepted], next_token]
         tokens += new
@@ -89,6 +89,26 @@ def old_chain_loop(
         if eos_token_id in new:
             break
     return finish_generation(tokens[len(prompt) :], stats, eos_token_id)
+
+
+def old_record_round(s: Stats, p, q, drafted: int, accepted: int, draft_calls: int, lenience: float) -> None:
+    """Stats.record_round of commit d160475, frozen (the new one goes through record_tree_round)."""
+    s.drafted.append(drafted)
+    s.accepted.append(accepted)
+    s.target_calls += 1
+    s.draft_calls += draft_calls
+    examined = min(accepted + 1, drafted)
+    if examined > len(s.examined_at):
+        grow = [0] * (examined - len(s.examined_at))
+        s.examined_at += grow
+        s.accepted_at += grow
+    for i in range(examined):
+        s.examined_at[i] += 1
+        s.accepted_at[i] += i < accepted
+    if q is not None and examined > 0:
+        beta = torch.minimum(q[:examined], p[:examined] / lenience).sum(-1)
+        s.beta_sum += float(beta.double().sum())
+        s.beta_count += examined
 
 
 def counts(gen: Generation) -> dict:
@@ -154,20 +174,37 @@ def test_the_comparison_can_fail(target, drafters):
     assert differ
 
 
-def test_a_chain_drafter_through_the_tree_entry_is_the_chain_loop(target, drafters):
-    """ChainTree is the one adapter: the tree entry with a chain drafter at budget gamma gives the chain
-    loop's tokens at every temperature (and the same counts but the positions' histogram size)."""
+def test_a_chain_drafter_through_the_tree_entry_is_the_old_chain_loop(target, drafters):
+    """ChainTree is the one adapter: the tree entry with a chain drafter at budget gamma gives the frozen
+    chain loop's tokens and counts (beyond the positions' histogram, sized by the budget there)."""
     for temperature in (0.0, 1.0):
         for seed, prompt in enumerate(PROMPTS):
             kw = dict(max_new_tokens=20, temperature=temperature, seed=seed)
-            chain = speculative(target, drafters["model"](), prompt, gamma=4, **kw)
+            old = old_chain_loop(target, drafters["model"](), prompt, gamma=4, **kw)
             tree = speculative_tree(target, ChainTree(drafters["model"]()), prompt, budget=4, **kw)
-            assert tree.tokens == chain.tokens
-            assert tree.stats.accepted == chain.stats.accepted
-            assert tree.stats.alpha_tv == pytest.approx(chain.stats.alpha_tv, nan_ok=True)
+            assert tree.tokens == old.tokens
+            for field in ("drafted", "accepted", "draft_calls", "beta_count"):
+                assert getattr(tree.stats, field) == getattr(old.stats, field), field
+            assert tree.stats.beta_sum == pytest.approx(old.stats.beta_sum, rel=1e-12)
 
 
-def test_a_chain_tree_reports_beta_and_a_branching_tree_does_not():
+def test_beta_is_counted_for_a_chain_drafter_only(target):
+    """Through the loop: a chain drafter's rounds count beta at every examined position; a tree drafter's
+    count none, whether its trees branch (branch 2) or happen to be chains (branch 1)."""
+    from specdec.drafting.modeltree import ModelTreeDrafter
+
+    draft = perturbed_copy(target, 0.2, 5)
+    for temperature in (0.0, 1.0):
+        chain = speculative(target, ModelDrafter(draft), PROMPTS[1], gamma=3, max_new_tokens=16,
+                            temperature=temperature)  # fmt: skip
+        assert chain.stats.beta_count == chain.stats.examined > 0
+        for branch in (1, 2):
+            tree = speculative_tree(target, ModelTreeDrafter(ModelDrafter(draft), branch=branch), PROMPTS[1],
+                                    budget=4, max_new_tokens=16, temperature=temperature)  # fmt: skip
+            assert tree.stats.beta_count == 0 and tree.stats.examined > 0
+
+
+def test_stats_take_beta_per_examined_position_and_trees_know_chains():
     """beta (alpha_tv) is counted on chains only, where Corollary 3.6's position is defined."""
     s = Stats(gamma=4)
     s.record_tree_round(3, 3, 1, 3, torch.tensor([0.5, 0.25]))

@@ -217,8 +217,18 @@ def _decode(
     through ``forward_tree`` and ``keep_path``); verification walks the tree (exact matching at
     temperature 0 on the argmax ids; :func:`~specdec.theory.treeverify.verify_tree` otherwise, which on
     a chain is Algorithm 1 uniform for uniform; the argmax rule of A.5 for a chain with l < 1 at
-    temperature 0); Stats counts the round, with beta = sum min(p, q) at the examined positions of a
-    chain whose q rows are known.
+    temperature 0); Stats counts the round, with beta = sum_x min(q, p / l) at the examined positions
+    when the drafter is a chain drafter with q rows (a tree drafter's rounds count none, whatever their
+    shape: beta is defined per position of a chain).
+
+    The call's generator: the drafter draws its samples, then verification its uniforms (none at
+    temperature 0: exact matching on the argmax), then the round's token; a drafter is not called in a
+    round with no token left to draft (budget 0), nor is the policy asked. (The chain loop before this
+    one called ``propose(prefix, 0)`` in such a round and drew verify's uniforms on one-hot rows at
+    temperature 0: tokens and counts of every drafter of the package are the same, since each returns
+    early at gamma 0 and draws nothing greedy; a drafter that draws from ``rng`` in those two places
+    would see other numbers.) A chain-shaped tree is scored by the chain call, bit for bit a lean
+    engine's tree call; on a Hugging Face or float32 lean target a tree call was close to it, not equal.
     """
     from specdec.theory.trees import DraftTree
     from specdec.theory.treeverify import verify_tree, verify_tree_greedy
@@ -282,7 +292,7 @@ def _decode(
             else:
                 logits = lm.forward_tree([tokens[-1], *tree.tokens], tree.call_parents())
         with stats.timer("verify_s", lm.device):
-            p = None
+            p = ids = None
             if temperature == 0 and lenience < 1.0:  # A.5, argmax case (chains): p(x) >= l max p at T = 1
                 n_accepted, next_token = verify_argmax(
                     torch.softmax(logits.float(), -1), tree.tokens, lenience
@@ -299,13 +309,14 @@ def _decode(
                 p = warp_fn(logits)
                 q = None if q is None else q.to(p.device)
                 path, next_token = verify_tree(p, q, tree, rng, lenience)
-            beta = None
-            examined = min(len(path) + 1, tree.depth)
-            if chain and q is not None and examined:  # beta = sum_x min(q, p / l) at the examined positions
-                if p is None:  # one-hot p at the argmax a: beta = q(a)
-                    beta = q[torch.arange(examined), ids[:examined].to(q.device)]
-                else:
-                    beta = torch.minimum(q[:examined], p[:examined] / lenience).sum(-1)
+        beta = None  # a chain drafter's beta = sum_x min(q, p / l) at the examined positions (untimed)
+        examined = min(len(path) + 1, tree.depth)
+        if chain_drafter and q is not None and examined:
+            if p is None:  # one-hot p at the argmax a (greedy, or A.5's argmax rule): beta = q(a)
+                a = logits.argmax(-1) if ids is None else ids
+                beta = q[torch.arange(examined, device=q.device), a[:examined].to(q.device)]
+            else:
+                beta = torch.minimum(q[:examined], p[:examined] / lenience).sum(-1)
         stats.record_tree_round(len(tree), tree.depth, len(path), calls, beta)
         policy.update(len(tree), tree.depth, len(path))  # depths counted as Stats counts them
         new = [*(tree.tokens[i] for i in path), next_token]

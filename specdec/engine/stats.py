@@ -129,8 +129,9 @@ class Stats:
         """Add one round: a tree of ``nodes`` drafts and ``depth`` levels (a chain: depth = nodes), of
         which a path of ``accepted`` nodes was kept. Depth d + 1 of the tree counts as position d:
         ``examined_at[d]`` (rounds that tried a node at that depth) and ``accepted_at[d]``. ``beta``:
-        beta = sum_x min(p, q) at each examined position of a chain that had q rows (one value each),
-        or None. Every round of every loop is counted here (:meth:`record_round` is a chain's)."""
+        beta = sum_x min(q, p / l) (l the lenience; Corollary 3.6 at l = 1) at each examined position of a
+        chain drafter's round that had q rows (one value each), or None. Every round of every loop is
+        counted here (:meth:`record_round` is a chain's)."""
         if not 0 <= accepted <= depth <= nodes <= self.max_drafts:
             got = (accepted, depth, nodes, self.max_drafts)
             raise ValueError(f"need 0 <= accepted <= depth <= nodes <= max_drafts (the budget); got {got}")

@@ -195,13 +195,11 @@ class ChainPolicy(BudgetPolicy):
         return self.policy.describe()
 
 
-def as_budget_policy(budget: int | BudgetPolicy | DraftPolicy) -> BudgetPolicy:
-    """An integer budget as :class:`FixedBudget`, a draft-length policy as :class:`ChainPolicy`; a budget
-    policy as it is."""
+def as_budget_policy(budget: int | BudgetPolicy) -> BudgetPolicy:
+    """An integer budget as :class:`FixedBudget`; a budget policy as it is (a draft-length policy reaches
+    the loop as :class:`ChainPolicy`, through :func:`specdec.engine.decoding.speculative`)."""
     if isinstance(budget, BudgetPolicy):
         return budget
-    if isinstance(budget, DraftPolicy):
-        return ChainPolicy(budget)
     return FixedBudget(budget)
 
 
