@@ -26,6 +26,7 @@ from tiny_models import VOCAB, next_token_logits, perturbed_copy, tiny_llama
 
 import specdec.engine.batched
 import specdec.theory.sampling
+import specdec.theory.treeverify
 from specdec.analysis.batchcost import (
     block_plan,
     gain_intervals,
@@ -211,7 +212,9 @@ def test_each_row_has_the_target_law(small_target, loose_draft, cut):
 
 def test_check_rejects_a_residual_replaced_by_p(small_target, loose_draft, monkeypatch):
     """A broken verify that resamples a rejected position from p, not norm(max(0, p - q))."""
-    monkeypatch.setattr(specdec.theory.sampling, "residual", lambda p, q, lenience=1.0, token=None: p)
+    broken = lambda p, q, lenience=1.0, token=None: p  # noqa: E731
+    monkeypatch.setattr(specdec.theory.sampling, "residual", broken)
+    monkeypatch.setattr(specdec.theory.treeverify, "residual", broken)  # the name the verifier calls
     counts, _ = first_two_counts(small_target, loose_draft, "ragged")
     assert min(row_pvalues(small_target, counts)) < P_MIN
 

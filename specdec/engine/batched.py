@@ -39,7 +39,8 @@ dominate a step at these context lengths, never see them). The common cut is kep
 Losslessness
 ------------
 ``cut="ragged"``: each row runs Algorithm 1 exactly as :func:`specdec.engine.decoding.speculative`
-does (drafts sampled from q, :func:`specdec.theory.sampling.verify` per row with its own uniforms, the
+does (drafts sampled from q, each row's chain verified by :func:`specdec.theory.treeverify.verify_tree`,
+the one loop's verifier, which on a chain is Algorithm 1 uniform for uniform, with its own uniforms, the
 residual norm(max(0, p - q)) after a rejection, the bonus token after a full accept). The rows
 share forward calls, and a masked slot contributes exp(-inf) = 0 to attention, so a row's p and
 q rows are those of its own sequence (up to floating-point rounding of differently shaped
@@ -89,7 +90,9 @@ from specdec.engine.drafters import BigramDrafter, PromptLookupDrafter, Proposal
 from specdec.engine.lm import cache_argument, common_prefix_len, vocab_size
 from specdec.engine.stats import Stats, add_elapsed
 from specdec.theory.checks import check_int, check_optional_int, is_int
-from specdec.theory.sampling import sample, verify, warp
+from specdec.theory.sampling import sample, warp
+from specdec.theory.trees import chain_tree
+from specdec.theory.treeverify import verify_tree
 
 __all__ = ["CUTS", "BatchGeneration", "BatchedLM", "batched_autoregressive", "batched_speculative"]
 
@@ -412,7 +415,8 @@ def batched_speculative(
             for j, prop in enumerate(proposals):
                 p = p_all[j, w - len(prop.tokens) - 1 :]
                 q = None if prop.q is None else prop.q.to(p.device)
-                outcomes.append((p, q, *verify(p, q, prop.tokens, rng)))
+                path, own = verify_tree(p, q, chain_tree(prop.tokens), rng)  # the one loop's verifier
+                outcomes.append((p, q, len(path), own))
             m = min(n for _, _, n, _ in outcomes)
         kept = []
         for j, (i, prop, (p, q, n, own)) in enumerate(zip(active, proposals, outcomes, strict=True)):
