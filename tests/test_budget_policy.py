@@ -17,6 +17,7 @@ import torch
 
 from specdec.drafting.modeltree import ModelTreeDrafter
 from specdec.drafting.registry import build_drafter
+from specdec.engine import decoding
 from specdec.engine.decoding import autoregressive, speculative_tree
 from specdec.engine.drafters import ModelDrafter
 from specdec.engine.lean import LeanLlama
@@ -344,5 +345,5 @@ def test_sampling_under_a_policy_has_the_target_law_and_undoing_a_rejection_brea
             token = sample(p[0], rng)
         return path, token
 
-    monkeypatch.setattr(treeverify, "verify_tree", undo_rejections)
+    monkeypatch.setattr(decoding, "verify_tree", undo_rejections)  # the name the loop calls
     assert chi_square_pvalue(_counts(target, draft, Alternate), law)["pvalue"] < 1e-3

@@ -42,7 +42,7 @@ def small():
 
 def _side_leaf_hits(target, drafter, prompt, budget) -> int:
     """Rounds of a greedy tree decode whose accepted path used a non-first child."""
-    from specdec.theory import treeverify
+    from specdec.engine import decoding as treeverify  # the name the loop calls
 
     hits = []
     original = treeverify.verify_tree_greedy  # temperature 0: the loop verifies by exact matching

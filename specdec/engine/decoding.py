@@ -49,6 +49,8 @@ from specdec.theory.policies import (
     as_policy,
 )
 from specdec.theory.sampling import sample, verify_argmax, warp
+from specdec.theory.trees import DraftTree
+from specdec.theory.treeverify import verify_tree, verify_tree_greedy
 
 __all__ = ["Generation", "autoregressive", "speculative", "speculative_tree"]
 
@@ -230,9 +232,6 @@ def _decode(
     would see other numbers.) A chain-shaped tree is scored by the chain call, bit for bit a lean
     engine's tree call; on a Hugging Face or float32 lean target a tree call was close to it, not equal.
     """
-    from specdec.theory.trees import DraftTree
-    from specdec.theory.treeverify import verify_tree, verify_tree_greedy
-
     empty_tree = DraftTree((), ())
     temperature, eos_token_id, lenience = sampling.temperature, sampling.eos_token_id, sampling.lenience
     chain_drafter = bool(getattr(drafter, "chain", False))
@@ -277,14 +276,7 @@ def _decode(
                 raise ValueError(
                     f"the drafter must propose a DraftTree of at most {limit} nodes; got {tree!r}"
                 )
-            keep = [
-                tree.depths[i] <= left - 1 and (par < 0 or tree.tokens[par] != eos_token_id)
-                for i, par in enumerate(tree.parents)
-            ]
-            if len(tree) and not all(keep):  # below an EOS, or deeper than the tokens left: cut
-                kept = tree.kept(keep)
-                tree = tree.cut(keep)
-                q = None if q is None else q[kept]
+            tree, q = _cut(tree, q, left - 1, eos_token_id)
         chain = tree.is_chain
         with stats.timer("target_s", lm.device):  # one call scores the root and every node
             if chain:  # a chain (the empty tree included): the chain call; a lean tree node equals it
@@ -292,31 +284,11 @@ def _decode(
             else:
                 logits = lm.forward_tree([tokens[-1], *tree.tokens], tree.call_parents())
         with stats.timer("verify_s", lm.device):
-            p = ids = None
-            if temperature == 0 and lenience < 1.0:  # A.5, argmax case (chains): p(x) >= l max p at T = 1
-                n_accepted, next_token = verify_argmax(
-                    torch.softmax(logits.float(), -1), tree.tokens, lenience
-                )
-                path, ids = list(range(n_accepted)), logits.argmax(-1)
-            elif temperature == 0 and not len(tree):  # a plain step: the argmax, as autoregressive takes it
-                path, next_token = [], int(logits[0].argmax())
-            elif temperature == 0:  # exact matching: what verify_tree gives on one-hot rows, without them
-                ids = logits.argmax(-1)
-                path, next_token = verify_tree_greedy(ids, tree)
-            elif not len(tree):  # what verify_tree does for a tree of no nodes: one draw from p at the root
-                path, next_token = [], sample(warp_fn(logits)[0], rng)
-            else:
-                p = warp_fn(logits)
-                q = None if q is None else q.to(p.device)
-                path, next_token = verify_tree(p, q, tree, rng, lenience)
-        beta = None  # a chain drafter's beta = sum_x min(q, p / l) at the examined positions (untimed)
+            path, next_token, p = _verify(logits, tree, q, sampling, warp_fn, rng)
         examined = min(len(path) + 1, tree.depth)
-        if chain_drafter and q is not None and examined:
-            if p is None:  # one-hot p at the argmax a (greedy, or A.5's argmax rule): beta = q(a)
-                a = logits.argmax(-1) if ids is None else ids
-                beta = q[torch.arange(examined, device=q.device), a[:examined].to(q.device)]
-            else:
-                beta = torch.minimum(q[:examined], p[:examined] / lenience).sum(-1)
+        beta = (
+            _beta(logits, p, q, examined, lenience) if chain_drafter and q is not None and examined else None
+        )
         stats.record_tree_round(len(tree), tree.depth, len(path), calls, beta)
         policy.update(len(tree), tree.depth, len(path))  # depths counted as Stats counts them
         new = [*(tree.tokens[i] for i in path), next_token]
@@ -338,6 +310,54 @@ def _decode(
     if callable(finish):
         finish(out.tokens)
     return out
+
+
+def _cut(
+    tree: DraftTree, q: torch.Tensor | None, depth: int, eos_token_id: int | None
+) -> tuple[DraftTree, Any]:
+    """The tree without the nodes deeper than ``depth`` (the tokens left but one) or below an EOS, and
+    their rows of q."""
+    keep = [
+        tree.depths[i] <= depth and (par < 0 or tree.tokens[par] != eos_token_id)
+        for i, par in enumerate(tree.parents)
+    ]
+    if not len(tree) or all(keep):
+        return tree, q
+    kept = tree.kept(keep)
+    return tree.cut(keep), None if q is None else q[kept]
+
+
+def _verify(
+    logits: torch.Tensor, tree: DraftTree, q: torch.Tensor | None, sampling: Sampling, warp_fn: Any, rng: Any
+) -> tuple[list[int], int, torch.Tensor | None]:
+    """A round's verification: the accepted path, the round's own token, and p's rows where they were
+    built (None greedy: exact matching on the argmax, no uniforms)."""
+    temperature, lenience = sampling.temperature, sampling.lenience
+    if temperature == 0 and lenience < 1.0:  # A.5, argmax case (chains): p(x) >= l max p at T = 1
+        n_accepted, next_token = verify_argmax(torch.softmax(logits.float(), -1), tree.tokens, lenience)
+        return list(range(n_accepted)), next_token, None
+    if temperature == 0 and not len(tree):  # a plain step: the argmax, as autoregressive takes it
+        return [], int(logits[0].argmax()), None
+    if temperature == 0:  # exact matching: what verify_tree gives on one-hot rows, without them
+        path, next_token = verify_tree_greedy(logits.argmax(-1), tree)
+        return path, next_token, None
+    if not len(tree):  # what verify_tree does for a tree of no nodes: one draw from p at the root
+        return [], sample(warp_fn(logits)[0], rng), None
+    p = warp_fn(logits)
+    path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng, lenience)
+    return path, next_token, p
+
+
+def _beta(
+    logits: torch.Tensor, p: torch.Tensor | None, q: torch.Tensor, examined: int, lenience: float
+) -> Any:
+    """beta = sum_x min(q, p / l) at a chain's first ``examined`` positions; with p one-hot at the argmax
+    a (greedy, or A.5's argmax rule; ``p`` None) that is q(a)."""
+    if p is None:
+        a = logits[:examined].argmax(-1).to(q.device)
+        return q[torch.arange(examined, device=q.device), a]
+    q = q.to(p.device)
+    return torch.minimum(q[:examined], p[:examined] / lenience).sum(-1)
 
 
 @engine_owns_cores
