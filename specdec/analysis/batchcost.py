@@ -40,7 +40,7 @@ import numpy as np
 from specdec.measure.core import summarize_times, sync_hook, time_forwards
 from specdec.measure.pairedrun import paired_block
 from specdec.theory.checks import check_float, check_int, check_ints
-from specdec.theory.intervals import geomean, ratio_ci
+from specdec.theory.intervals import geomean, paired_speedup, ratio_ci
 from specdec.theory.speedup import best_gamma_on_curve, walltime_speedup_measured
 
 __all__ = [
@@ -449,10 +449,7 @@ def summarize_decoding(units: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for name in names:
             runs = [u["runs"][name] for u in us]
             spec = np.array([r["decode_s"] for r in runs])
-            if len(us) >= 2:
-                speedup = list(ratio_ci(plain, spec))
-            else:
-                speedup = [float(plain[0] / spec[0]), None, None]
+            speedup = list(paired_speedup(plain, spec))  # the book's one estimator (one unit: no interval)
             examined = sum(sum(r["examined"]) for r in runs)
             row[name] = {
                 "speedup": speedup,

@@ -8,7 +8,6 @@ raw timings (numpy only).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +17,6 @@ from specdec.engine.stats import cost_coefficient
 from specdec.theory.intervals import bootstrap_ci, paired_speedup, verdict
 
 __all__ = [
-    "finite_or_none",
     "summarize_costs",
     "summarize_runs",
 ]
@@ -116,8 +114,3 @@ def summarize_costs(costs: dict[str, Any]) -> dict[str, Any]:
             if "1" in curve and timer in target and target[timer].get("1")
         }
     return out
-
-
-def finite_or_none(x: float | None) -> float | None:
-    """None for a missing or non-finite number (JSON has no NaN)."""
-    return None if x is None or not math.isfinite(x) else float(x)
