@@ -36,3 +36,24 @@ def test_compare_takes_each_prompts_median_and_covers_a_varying_ratio():
     x, lo, hi = out["draft_speedup"]
     assert x == pytest.approx(math.sqrt(2.0))
     assert 1.0 <= lo < x < hi <= 2.0
+
+
+def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rounds_cost():
+    """On a tiny model: every budget's (v, c, depth), the priors and tokens per round per temperature, the
+    catch-up, and a budget-0 round of the tree loop in plain steps per temperature (a diagnostic: what the
+    policy's R(0) = 1 assumes; positive and finite, no threshold on a time); no_harm_policy builds on it."""
+    from tiny_models import perturbed_copy, tiny_llama
+
+    from specdec.drafting.modeltree import ModelTreeDrafter
+    from specdec.engine.drafters import ModelDrafter
+    from specdec.engine.lean import LeanLlama
+    from specdec.measure.draftcost import calibrate_policy, no_harm_policy
+
+    one = tiny_llama(0, layers=1)
+    target = LeanLlama(one, "float32")
+    drafter = ModelTreeDrafter(ModelDrafter(LeanLlama(perturbed_copy(one, 0.3, 7), "float32")), branch=2)
+    cal = calibrate_policy(target, drafter, [[3, 14, 15, 92, 65], [7, 8, 9]], (2, 4), new_tokens=8)
+    assert set(cal["budgets"]) == {"2", "4"} and set(cal["plain_round"]) == {"0", "1"}
+    assert all(math.isfinite(v) and v > 0 for v in cal["plain_round"].values())
+    assert set(cal["tokens_per_round"]) == {"0", "1"} and cal["catch_up"] >= 0
+    assert no_harm_policy(cal).max_budget == 4

@@ -143,12 +143,15 @@ def calibrate(
 def _calibration(
     target: Any, drafter: Any, prompts: list[list[int]], budgets: tuple[int, ...], *, new_tokens: int,
     temperature: float,
-) -> tuple[dict[int, tuple[float, float, int]], list[list[int]], dict[int, float], float]:  # fmt: skip
+) -> tuple[dict[int, tuple[float, float, int]], list[list[int]], dict[int, float], float, float]:  # fmt: skip
     """:func:`calibrate`'s costs; the deepest budget's rounds per depth: (examined, accepted) counts
     pooled over prompts (accepted / examined is the a_d of :class:`~specdec.theory.policies.DoNoHarm`);
-    the new tokens per round at each budget (mean over prompts, every round counted); and the catch-up
+    the new tokens per round at each budget (mean over prompts, every round counted); the catch-up
     per position: the tree loop's prefill beyond plain decoding's (where a fixed budget tells the drafter
-    the prompt), per prompt position, in plain steps (median over prompts and budgets)."""
+    the prompt), per prompt position, in plain steps (median over prompts and budgets); and what a plain
+    round of the tree loop with this drafter (budget 0: the drafter never called, its bookkeeping kept)
+    costs in plain steps (median over prompts): the policy's R(0) = 1 assumes 1, and a loop that costs
+    more than its step shows here before it shows in a record."""
     import time
 
     import numpy as np
@@ -165,10 +168,16 @@ def _calibration(
     catch_up: list[float] = []  # the drafter's prefill share per prompt position told, in plain steps
     examined: list[int] = []
     accepted: list[int] = []
+    plain_round: list[float] = []  # a budget-0 round of the tree loop over plain decoding's step
     for prompt in prompts:
         t0 = time.perf_counter()
         plain = autoregressive(target, prompt, max_new_tokens=new_tokens, temperature=temperature).stats
         step = (time.perf_counter() - t0 - plain.prefill_s) / plain.rounds
+        t0 = time.perf_counter()
+        zero = speculative_tree(
+            target, drafter, prompt, budget=0, max_new_tokens=new_tokens, temperature=temperature
+        ).stats
+        plain_round.append((time.perf_counter() - t0 - zero.prefill_s) / zero.rounds / step)
         for b in budgets:
             policy = _deepest(b)
             t0 = time.perf_counter()
@@ -197,7 +206,7 @@ def _calibration(
     }
     counts = [[e, a] for e, a in zip(examined, accepted, strict=True)]
     tokens = {b: float(np.mean(rows)) for b, rows in per_round.items()}
-    return costs, counts, tokens, float(np.median(catch_up))
+    return costs, counts, tokens, float(np.median(catch_up)), float(np.median(plain_round))
 
 
 def _rates(counts: dict[str, list[list[int]]], depth: int) -> dict[str, list[float]]:
@@ -252,6 +261,7 @@ def calibrate_policy(
         "prior_rates": rates,
         "tokens_per_round": {t: {str(b): e for b, e in r[2].items()} for t, r in runs.items()},
         "catch_up": float(np.median([r[3] for r in runs.values()])),
+        "plain_round": {t: r[4] for t, r in runs.items()},
         "prompts": len(prompts),
         "new_tokens": new_tokens,
         "per_temperature": {
@@ -262,7 +272,8 @@ def calibrate_policy(
         "examined per depth at the largest budget, pooled over prompts (a depth a temperature never "
         "examined: pooled over temperatures, else the depth above's); tokens per round per temperature "
         "and budget: mean over prompts; catch_up: per prompt position, the median over prompts and "
-        "budgets, then over temperatures",
+        "budgets, then over temperatures; plain_round per temperature: a budget-0 round of the tree "
+        "loop over plain decoding's step, median over prompts",
     }
 
 
