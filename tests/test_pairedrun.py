@@ -178,3 +178,30 @@ def test_a_q4q8_target_decodes_with_torch_on_one_thread(monkeypatch):
     from specdec.engine.llamacpp import LlamaCppModel
 
     assert LlamaCppModel.runs_outside_torch is True
+
+
+def test_the_one_timer_quiets_the_heap_first(monkeypatch):
+    """time_once freezes the heap alive before the call (so a full collection in the call walks only what
+    the call made) and, every GC_EVERY calls, collects it untimed: the frozen count is the heap's, and
+    a cycle made before a timed call is collected by the GC_EVERY-th call at the latest."""
+    import gc
+    import weakref
+
+    from specdec.measure import core
+
+    monkeypatch.setattr(core, "_timed_calls", 0)  # the count since this test began
+
+    class Node:
+        pass
+
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # a garbage cycle once the names go
+    alive = weakref.ref(a)
+    del a, b
+    core.time_once(lambda: None)
+    assert gc.get_freeze_count() > 0
+    assert alive() is not None  # frozen: no collection reaches it between the calls
+    for _ in range(core.GC_EVERY):
+        core.time_once(lambda: None)
+    assert alive() is None
+    gc.unfreeze()

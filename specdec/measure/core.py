@@ -26,6 +26,7 @@ Speed thresholds belong in benchmarks, never in tests: these functions only meas
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import math
 import os
 import platform
@@ -54,6 +55,7 @@ __all__ = [
     "environment",
     "forward_times",
     "open_timing_session",
+    "quiet_heap",
     "summarize_times",
     "sync_hook",
     "time_calls",
@@ -127,12 +129,35 @@ def sync_hook(sync: bool | None = None, *, device: Any = None) -> Callable[[], N
     return torch.cuda.synchronize
 
 
+#: :func:`time_once` collects the heap (untimed) every this many timed calls; see :func:`quiet_heap`.
+GC_EVERY = 64
+_timed_calls = 0
+
+
+def quiet_heap() -> None:
+    """Before a timed call: move the objects alive now out of the cyclic collector's reach
+    (:func:`gc.freeze`), so that a full collection during the call walks only what the call itself
+    made. Without it a full collection may land in any timed call and walk every object of the process:
+    a Python suffix tree of a few hundred generations is ~10^5-10^6 objects, a pause of 0.05-0.2 s (the
+    issue-42 self record has suffix decoding's rare probes at ~80-170 ms each in such runs), whichever
+    configuration happens to allocate then. Every :data:`GC_EVERY` calls the frozen heap is unfrozen and
+    collected (untimed), so that garbage cycles do not pile up."""
+    global _timed_calls
+    _timed_calls += 1
+    if _timed_calls % GC_EVERY == 0:
+        gc.unfreeze()
+        gc.collect()
+    gc.freeze()
+
+
 def time_once(fn: Callable[[], object], synchronize: Callable[[], None] | None = None) -> float:
     """The one timer: the wall-clock seconds (:func:`time.perf_counter`) of one call ``fn()``,
     between two calls of ``synchronize`` when given (so the time covers the GPU kernels ``fn``
-    launched). Every measured time the book compares (a forward, a generation, a kernel) goes
-    through here; the engine's own phase clocks (:class:`specdec.engine.stats.Stats`, below this layer)
-    and the budgets and progress lines of long runs read :func:`time.perf_counter` directly."""
+    launched), the heap made quiet first (:func:`quiet_heap`). Every measured time the book compares
+    (a forward, a generation, a kernel) goes through here; the engine's own phase clocks
+    (:class:`specdec.engine.stats.Stats`, below this layer) and the budgets and progress lines of long
+    runs read :func:`time.perf_counter` directly."""
+    quiet_heap()
     if synchronize is not None:
         synchronize()
     start = time.perf_counter()
