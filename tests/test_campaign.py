@@ -60,7 +60,7 @@ def run(setup, out, **kw):
 
 def strip_times(record):
     """The record without anything measured in seconds (what a resumed run must equal)."""
-    timed = ("decode_s", "prefill_s", "draft_s", "target_s", "verify_s")
+    timed = ("decode_s", "prefill_s", "draft_s", "target_s", "verify_s", "gc_s")
     runs = [{k: v for k, v in r.items() if k not in timed} for r in record["runs"]]
     skip = ("runs", "crossfit", "cell_seconds", "cell_load", "sessions")
     return {k: v for k, v in record.items() if k not in skip} | {"runs": runs}

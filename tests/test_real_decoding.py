@@ -277,7 +277,7 @@ def test_a_killed_run_resumes_to_the_whole_runs_record(rd, tmp_path, monkeypatch
     monkeypatch.setattr(realbench, "paired_cell", real_cell)
     resumed = record(tmp_path / "resumed")
     assert len(resumed["commands"]) == 2 and not list((tmp_path / "resumed").glob("*.partial.json"))
-    timing = ("decode_s", "prefill_s", "draft_s", "target_s", "verify_s")
+    timing = ("decode_s", "prefill_s", "draft_s", "target_s", "verify_s", "gc_s")
 
     def untimed(runs):
         return [{k: v for k, v in r.items() if k not in timing} for r in runs]

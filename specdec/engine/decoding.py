@@ -284,11 +284,9 @@ def _decode(
             else:
                 logits = lm.forward_tree([tokens[-1], *tree.tokens], tree.call_parents())
         with stats.timer("verify_s", lm.device):
-            path, next_token, p = _verify(logits, tree, q, sampling, warp_fn, rng)
+            path, next_token, p, ids = _verify(logits, tree, q, sampling, warp_fn, rng)
         examined = min(len(path) + 1, tree.depth)
-        beta = (
-            _beta(logits, p, q, examined, lenience) if chain_drafter and q is not None and examined else None
-        )
+        beta = _beta(ids, p, q, examined, lenience) if chain_drafter and q is not None and examined else None
         stats.record_tree_round(len(tree), tree.depth, len(path), calls, beta)
         policy.update(len(tree), tree.depth, len(path))  # depths counted as Stats counts them
         new = [*(tree.tokens[i] for i in path), next_token]
@@ -329,32 +327,34 @@ def _cut(
 
 def _verify(
     logits: torch.Tensor, tree: DraftTree, q: torch.Tensor | None, sampling: Sampling, warp_fn: Any, rng: Any
-) -> tuple[list[int], int, torch.Tensor | None]:
-    """A round's verification: the accepted path, the round's own token, and p's rows where they were
-    built (None greedy: exact matching on the argmax, no uniforms)."""
+) -> tuple[list[int], int, torch.Tensor | None, torch.Tensor | None]:
+    """A round's verification: the accepted path, the round's own token, p's rows where they were
+    built (None greedy: exact matching on the argmax, no uniforms) and the rows' argmax where it was
+    taken for a tree (greedy)."""
     temperature, lenience = sampling.temperature, sampling.lenience
     if temperature == 0 and lenience < 1.0:  # A.5, argmax case (chains): p(x) >= l max p at T = 1
         n_accepted, next_token = verify_argmax(torch.softmax(logits.float(), -1), tree.tokens, lenience)
-        return list(range(n_accepted)), next_token, None
+        return list(range(n_accepted)), next_token, None, logits.argmax(-1)
     if temperature == 0 and not len(tree):  # a plain step: the argmax, as autoregressive takes it
-        return [], int(logits[0].argmax()), None
+        return [], int(logits[0].argmax()), None, None
     if temperature == 0:  # exact matching: what verify_tree gives on one-hot rows, without them
-        path, next_token = verify_tree_greedy(logits.argmax(-1), tree)
-        return path, next_token, None
+        ids = logits.argmax(-1)
+        path, next_token = verify_tree_greedy(ids, tree)
+        return path, next_token, None, ids
     if not len(tree):  # what verify_tree does for a tree of no nodes: one draw from p at the root
-        return [], sample(warp_fn(logits)[0], rng), None
+        return [], sample(warp_fn(logits)[0], rng), None, None
     p = warp_fn(logits)
     path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng, lenience)
-    return path, next_token, p
+    return path, next_token, p, None
 
 
 def _beta(
-    logits: torch.Tensor, p: torch.Tensor | None, q: torch.Tensor, examined: int, lenience: float
-) -> Any:
+    ids: torch.Tensor | None, p: torch.Tensor | None, q: torch.Tensor, examined: int, lenience: float
+) -> torch.Tensor:
     """beta = sum_x min(q, p / l) at a chain's first ``examined`` positions; with p one-hot at the argmax
-    a (greedy, or A.5's argmax rule; ``p`` None) that is q(a)."""
-    if p is None:
-        a = logits[:examined].argmax(-1).to(q.device)
+    a (greedy, or A.5's argmax rule; ``p`` None, ``ids`` the argmax verification took) that is q(a)."""
+    if p is None:  # greedy: the argmax ids verification took
+        a = ids[:examined].to(q.device)
         return q[torch.arange(examined, device=q.device), a]
     q = q.to(p.device)
     return torch.minimum(q[:examined], p[:examined] / lenience).sum(-1)

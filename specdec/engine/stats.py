@@ -86,6 +86,9 @@ class Stats:
     draft_s: float = 0.0  #: time in drafter.propose
     target_s: float = 0.0  #: time in target forward calls of the rounds
     verify_s: float = 0.0  #: time in warp + accept/reject + sampling of the round's token
+    #: time Python's cyclic garbage collector ran during the call (within the times above), set by the
+    #: measuring harness (:func:`specdec.measure.pairedrun.timed_generation`); 0 when not measured
+    gc_s: float = 0.0
     max_drafts: int | None = None  #: the most drafts a round can propose (default: gamma)
 
     def __post_init__(self) -> None:

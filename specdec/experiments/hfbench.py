@@ -447,7 +447,7 @@ def summarise_prompt(
                 {
                     k: v
                     for k, v in st.summary().items()
-                    if k not in ("prefill_s", "draft_s", "target_s", "verify_s")
+                    if k not in ("prefill_s", "draft_s", "target_s", "verify_s", "gc_s")
                 }
             )
         if "hf_rounds" in slot:

@@ -54,8 +54,8 @@ __all__ = [
     "engine_verify_curves",
     "environment",
     "forward_times",
+    "gc_seconds",
     "open_timing_session",
-    "quiet_heap",
     "summarize_times",
     "sync_hook",
     "time_calls",
@@ -129,35 +129,37 @@ def sync_hook(sync: bool | None = None, *, device: Any = None) -> Callable[[], N
     return torch.cuda.synchronize
 
 
-#: :func:`time_once` collects the heap (untimed) every this many timed calls; see :func:`quiet_heap`.
-GC_EVERY = 64
-_timed_calls = 0
+_GC = {"s": 0.0, "start": None}
 
 
-def quiet_heap() -> None:
-    """Before a timed call: move the objects alive now out of the cyclic collector's reach
-    (:func:`gc.freeze`), so that a full collection during the call walks only what the call itself
-    made. Without it a full collection may land in any timed call and walk every object of the process:
-    a Python suffix tree of a few hundred generations is ~10^5-10^6 objects, a pause of 0.05-0.2 s (the
-    issue-42 self record has suffix decoding's rare probes at ~80-170 ms each in such runs), whichever
-    configuration happens to allocate then. Every :data:`GC_EVERY` calls the frozen heap is unfrozen and
-    collected (untimed), so that garbage cycles do not pile up."""
-    global _timed_calls
-    _timed_calls += 1
-    if _timed_calls % GC_EVERY == 0:
-        gc.unfreeze()
-        gc.collect()
-    gc.freeze()
+def _gc_clock(phase: str, info: dict) -> None:
+    if phase == "start":
+        _GC["start"] = time.perf_counter()
+    elif _GC["start"] is not None:
+        _GC["s"] += time.perf_counter() - _GC["start"]
+        _GC["start"] = None
+
+
+if not any(getattr(cb, "__name__", "") == "_gc_clock" for cb in gc.callbacks):
+    gc.callbacks.append(_gc_clock)
+
+
+def gc_seconds() -> float:
+    """The seconds Python's cyclic garbage collector has run in this process so far (clocked by a
+    ``gc.callbacks`` hook). The timed generations store its share of each run (``gc_s``): a full
+    collection walks every object of the process and may land in any run, most often in one whose own
+    allocations trigger it (suffix decoding's Python tree: the issue-42 self record has such runs at
+    0.15-0.2 s of drafting). It is part of the measured time, and kept there; ``gc_s`` says how much."""
+    return _GC["s"]
 
 
 def time_once(fn: Callable[[], object], synchronize: Callable[[], None] | None = None) -> float:
     """The one timer: the wall-clock seconds (:func:`time.perf_counter`) of one call ``fn()``,
     between two calls of ``synchronize`` when given (so the time covers the GPU kernels ``fn``
-    launched), the heap made quiet first (:func:`quiet_heap`). Every measured time the book compares
-    (a forward, a generation, a kernel) goes through here; the engine's own phase clocks
-    (:class:`specdec.engine.stats.Stats`, below this layer) and the budgets and progress lines of long
-    runs read :func:`time.perf_counter` directly."""
-    quiet_heap()
+    launched). Every measured time the book compares (a forward, a generation, a kernel) goes through
+    here; the engine's own phase clocks (:class:`specdec.engine.stats.Stats`, below this layer) and the
+    budgets and progress lines of long runs read :func:`time.perf_counter` directly; the garbage
+    collector's share is :func:`gc_seconds`'s."""
     if synchronize is not None:
         synchronize()
     start = time.perf_counter()

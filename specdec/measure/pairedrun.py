@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.measure.core import time_once
+from specdec.measure.core import gc_seconds, time_once
 from specdec.theory.tokens import first_divergence
 
 __all__ = ["finish_cell", "fresh_timer", "paired_block", "timed_generation", "timing_row", "tokens_digest"]
@@ -55,12 +55,14 @@ def timed_generation(
     ``total_s - stats.prefill_s``. With ``exact_length`` (and no EOS) a generation of other
     than ``new_tokens`` tokens is an error (Part IV times fixed-length runs)."""
     made: list[Any] = []  # a q4q8 target's C threads get the cores: the loop puts torch on one thread
+    gc_before = gc_seconds()
     total = time_once(
         lambda: made.append(
             _generate(target, drafter, ids, gamma, temperature, new_tokens, seed, lenience, eos_token_id)
         )
     )
     g = made[0]
+    g.stats.gc_s = gc_seconds() - gc_before  # the cyclic collector's share of the call (in total)
     if exact_length and len(g.tokens) != new_tokens:
         raise RuntimeError(f"a generation made {len(g.tokens)} tokens instead of {new_tokens}")
     return [int(t) for t in g.tokens], g.stats, total
@@ -137,6 +139,7 @@ def timing_row(stats: Any, total_s: float) -> dict[str, Any]:
         "rounds": stats.rounds,
         "target_calls": stats.target_calls,
         "new_tokens": stats.new_tokens,
+        "gc_s": getattr(stats, "gc_s", 0.0),
     }
 
 
