@@ -150,9 +150,13 @@ def _calibration(
     per position: the tree loop's prefill beyond plain decoding's (where a fixed budget tells the drafter
     the prompt), per prompt position, in plain steps (median over prompts and budgets); and what a plain
     round of the tree loop with this drafter (budget 0: the drafter never called, its bookkeeping kept)
-    costs in plain steps (median over prompts): the policy's R(0) = 1 assumes 1, and a loop that costs
-    more than its step shows here before it shows in a record."""
+    costs in plain steps (median over prompts; after one untimed warm-up of both, the two runs of a
+    prompt in alternating order): the policy's R(0) = 1 assumes 1, and a loop that costs more than its
+    step shows here before it shows in a record. A diagnostic with its limits: a fixed budget 0 skips
+    the policy's own choice each round, a call's fixed costs are spread over its ``new_tokens`` rounds,
+    and a few short generations resolve a few percent at best."""
     import time
+    from functools import partial
 
     import numpy as np
 
@@ -169,15 +173,24 @@ def _calibration(
     examined: list[int] = []
     accepted: list[int] = []
     plain_round: list[float] = []  # a budget-0 round of the tree loop over plain decoding's step
-    for prompt in prompts:
+
+    def timed(run: Any) -> tuple[float, Any]:  # a run's time per round (its prefill left out), its Stats
         t0 = time.perf_counter()
-        plain = autoregressive(target, prompt, max_new_tokens=new_tokens, temperature=temperature).stats
-        step = (time.perf_counter() - t0 - plain.prefill_s) / plain.rounds
-        t0 = time.perf_counter()
-        zero = speculative_tree(
-            target, drafter, prompt, budget=0, max_new_tokens=new_tokens, temperature=temperature
-        ).stats
-        plain_round.append((time.perf_counter() - t0 - zero.prefill_s) / zero.rounds / step)
+        st = run().stats
+        return (time.perf_counter() - t0 - st.prefill_s) / st.rounds, st
+
+    for i, prompt in enumerate(prompts):
+        kw = {"max_new_tokens": new_tokens, "temperature": temperature}
+        plain_run = partial(autoregressive, target, prompt, **kw)
+        zero_run = partial(speculative_tree, target, drafter, prompt, budget=0, **kw)
+        if i == 0:  # warm-up, untimed
+            plain_run(), zero_run()
+        # plain decoding's step, and a budget-0 round of the tree loop in that unit, in alternating order
+        if i % 2 == 0:
+            (step, plain), (zero, _) = timed(plain_run), timed(zero_run)
+        else:
+            (zero, _), (step, plain) = timed(zero_run), timed(plain_run)
+        plain_round.append(zero / step)
         for b in budgets:
             policy = _deepest(b)
             t0 = time.perf_counter()
