@@ -173,9 +173,8 @@ def speculative_tree(
             f"the drafter's vocabulary size ({v_draft}) differs from the target's ({lm.vocab_size})"
         )
     check_draft_context(drafter, len(prompt), max_new_tokens)
-    if getattr(
-        drafter, "conditioned", False
-    ):  # the drafter reads the target's features: the session must report them
+    # a drafter conditioned on the target's features: the session must report them
+    if getattr(drafter, "conditioned", False):
         if not hasattr(lm, "record_features") or getattr(getattr(lm, "model", None), "mode", None) == "q4_1":
             raise ValueError(
                 f"drafter {type(drafter).__name__} is conditioned on the target's features; the target must "
