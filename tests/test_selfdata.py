@@ -173,16 +173,14 @@ def test_resume_continues_without_duplicates_and_the_hashes_match(tmp_path):
 
 def test_the_command_parses_its_deadline_and_refuses_bad_arguments(root, capsys):
     import datetime as dt
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("self_data", root / "benchmarks" / "self_data.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from specdec.cli.app import main
+
     now = dt.datetime(2026, 1, 1, 23, 0, tzinfo=dt.timezone.utc)
-    assert mod._deadline("23:30", now) == now.timestamp() + 1800
-    assert mod._deadline("01:00", now) == now.timestamp() + 7200  # tomorrow's
+    assert sd._deadline("23:30", now) == now.timestamp() + 1800
+    assert sd._deadline("01:00", now) == now.timestamp() + 7200  # tomorrow's
     for bad in (["--until", "25:00"], ["--minutes", "-1"]):
-        with pytest.raises(SystemExit):
-            mod.parse_args(bad)
-    assert mod.main(["--prompts", "0", "--out", "/nonexistent"]) == 2
-    assert "prompts must be an integer in [1, 1000000]" in capsys.readouterr().err
+        assert main(["run", "self-data", *bad]) == 2
+        assert bad[0] in capsys.readouterr().err
+    assert main(["run", "self-data", "--prompts", "0", "--out", "/nonexistent"]) == 2
+    assert "--prompts must be an integer in [1, 1000000]" in capsys.readouterr().err

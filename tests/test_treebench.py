@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,9 +14,6 @@ from specdec.experiments import trees as tb
 from tests.tiny_models import tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("trees_script", ROOT / "benchmarks" / "trees.py")
-script = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(script)
 
 
 class _Tok:
@@ -108,14 +104,16 @@ def test_the_goal_rules_decide_at_their_bounds_exactly():
     assert not tt.goals_met(tt.goals({}, _analysis(1.5, 1.0, 1.0, 1.2, 1.1)))[1]  # an interval touching 1
 
 
-def test_the_script_refuses_bad_arguments_and_an_incomplete_record(tmp_path, capsys):
+def test_the_command_refuses_bad_arguments_and_an_incomplete_record(tmp_path, capsys):
+    from specdec.cli.app import main
+
     for argv in (["--repeats", "0"], ["--new-tokens", "1"], ["--threads", "0"], ["--budget-s", "-1"]):
-        with pytest.raises(SystemExit):
-            script.parse_args(argv)
+        assert main(["run", "trees", *argv]) == 2
         assert argv[0] in capsys.readouterr().err
     partial = tmp_path / "r.json"
     partial.write_text(json.dumps({"complete": False}), encoding="utf-8")
-    assert script.main(["--reanalyse", str(partial)]) == 2
+    assert main(["run", "trees", "--reanalyse", str(partial)]) == 2
+    assert "is not a complete record" in capsys.readouterr().err
 
 
 def _self_record(tokens_t0, depth1, noharm_est, noharm_high, top_est, top_low, differ=None):

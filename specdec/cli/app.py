@@ -16,6 +16,8 @@ Installed with the package (``[project.scripts]``), also runnable as ``python -m
   :mod:`specdec.cli.measure`).
 * ``specdec bench`` -- the engine benchmark (:data:`specdec.measure.enginebench.ALL_ENGINES`) on this
   machine, quick or ``--full`` (:mod:`specdec.cli.bench`).
+* ``specdec run`` -- the book's run programs (:data:`specdec.experiments.programs.PROGRAMS`), each
+  from its options dataclass (:mod:`specdec.cli.run`).
 
 Every number is computed by the theory, measurement and analysis layers; the command modules only
 parse, check (with :mod:`specdec.theory.checks`) and print. This module builds the parser from the
@@ -33,7 +35,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from specdec.cli import bench, measure, modes
+from specdec.cli import bench, measure, modes, run
 from specdec.cli import plan as plan_command
 from specdec.cli.common import NAMES, USAGE_ERROR, Parser, UsageError, one_line, para
 
@@ -61,7 +63,7 @@ def parser() -> Parser:
     # not required=True: with it, "specdec --bogus" would be told a COMMAND is missing; main() says which
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
-    for command in (plan_command, modes, measure, bench):
+    for command in (plan_command, modes, measure, bench, run):
         command.add_parser(sub, fmt)
     return parser
 

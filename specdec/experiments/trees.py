@@ -9,25 +9,28 @@ plain first or last alternately, resumable after every cell, load recorded per c
 its cross-fit (:mod:`specdec.analysis.crossfit`: a family's budget chosen on one half of the prompts
 and reported on the other; bootstrap intervals over prompts). :func:`tree_summary` adds what a tree
 changes: tokens per target call, per-depth acceptance, nodes per round and the draft cost per round.
-``benchmarks/trees.py`` is the command.
+``specdec run trees`` is the command (:class:`TreesRun`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from specdec.experiments.campaign import Config, Engine, spec_configs
+from specdec.experiments.programs import INCOMPLETE, Program, option
 from specdec.measure.runner import RunSettings
-from specdec.theory.checks import check_int, check_ints
+from specdec.theory.checks import check_float, check_int, check_ints
 
 __all__ = [
+    "TreesRun",
     "TreesSettings",
     "CONDITIONED_CONFIGS",
     "CONFIGS",
@@ -39,6 +42,7 @@ __all__ = [
     "ConfigSet",
     "build",
     "heldout_prompts",
+    "reanalyse",
     "tree_summary",
     "verify_curves",
 ]
@@ -119,7 +123,7 @@ QUICK_SELF_POLICIES: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (2, 4), "l
 
 @dataclass(frozen=True)
 class ConfigSet:
-    """What one ``benchmarks/trees.py --set`` runs: spec -> budgets, and spec -> the budgets of its
+    """What one ``specdec run trees --set`` runs: spec -> budgets, and spec -> the budgets of its
     do-no-harm policy, for the full run and the quick one."""
 
     full: Mapping[str, tuple[int, ...]]
@@ -128,7 +132,7 @@ class ConfigSet:
     quick_policies: Mapping[str, tuple[int, ...]]
 
 
-#: The configuration sets ``benchmarks/trees.py --set`` runs.
+#: The configuration sets ``specdec run trees --set`` runs.
 SETS = {
     "trees": ConfigSet(CONFIGS, QUICK_CONFIGS, {}, {}),
     "conditioned": ConfigSet(CONDITIONED_CONFIGS, QUICK_CONDITIONED, {}, {}),
@@ -138,7 +142,7 @@ SETS = {
 
 @dataclass(frozen=True)
 class TreesSettings(RunSettings):
-    """The trees (or conditioned) measurement's design (``benchmarks/trees.py`` builds it, the machine
+    """The trees (or conditioned) measurement's design (:class:`TreesRun` builds it, the machine
     identity taken before any thread count is pinned): :meth:`to_record` is the record's settings and
     the key a partial record must hold to be resumed (generations stop at EOS)."""
 
@@ -351,3 +355,135 @@ def verify_curves(
         "samples_s": {name: [times[name][k] for k in ks] for name in times},
         "rule": "median over passes; v(N) = T(N) / T(1) of the chain",
     }
+
+
+@dataclass(frozen=True)
+class TreesRun(Program):
+    """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
+
+    On the held-out prompts frozen before the run (``trees-v1.jsonl``; a ``--quick`` smoke run uses
+    development prompts and never touches them), on one clean commit (a full run refuses a dirty
+    working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
+    (issue 30: Medusa, the MLP speculator, EAGLE / EAGLE-2) or ``self`` (issue 42: the drafters
+    trained on the target's own text, the hybrid and the do-no-harm policy). The record is
+    ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
+
+        specdec run trees --quick                      # a smoke run (a minute)
+        specdec run trees --set self --budget-s 3900   # the run; the same command resumes it
+        specdec run trees --reanalyse RECORD           # the analyses of a complete record, anew
+    """
+
+    name: ClassVar[str] = "trees"
+
+    set: str = option("trees", "which configurations", choices=tuple(SETS))
+    quick: bool = option(False, "a smoke run: a few configurations, 16 tokens, 1 repetition")
+    new_tokens: int | None = option(
+        None, "new tokens at most, generations stop at EOS (default 128; 16 quick)"
+    )
+    repeats: int | None = option(None, "repetitions per cell (default 3; 1 quick)")
+    threads: int | None = option(None, "the engine's threads (default: every usable core)")
+    budget_s: float | None = option(None, "stop after the cell that exhausts this many seconds")
+    seed: int = option(0, "the sampling seeds start here (cell i: seed + i)")
+    fresh: bool = option(False, "discard a partial record instead of resuming it", key=False)
+    out: str | None = option(
+        None, "the record's path (default results/bench/<set>-<cpu>-<n>t.json)", key=False
+    )
+    reanalyse: str | None = option(
+        None, "only recompute the intervals and tree summary of this complete record", metavar="RECORD"
+    )
+
+    def check(self) -> None:
+        if self.new_tokens is not None:
+            check_int("new_tokens", self.new_tokens, low=2, high=2048)
+        if self.repeats is not None:
+            check_int("repeats", self.repeats, low=1, high=100)
+        check_int("seed", self.seed, low=0)
+        if self.threads is not None:
+            check_int("threads", self.threads, low=1, high=1024)
+        if self.budget_s is not None:
+            check_float("budget_s", self.budget_s, low=0.0)
+
+    def run(self) -> int:
+        if self.reanalyse:
+            return reanalyse(self.reanalyse)
+        from specdec.engine import native
+        from specdec.engine.models import set_threads
+        from specdec.experiments.campaign import evaluation_cells, partial_path, run_campaign
+        from specdec.measure.benchargs import ROOT
+        from specdec.measure.core import cpu_name, environment
+        from specdec.measure.device import device_slug
+        from specdec.measure.modes import machine_identity
+        from specdec.theory.recordio import read_json, write_record
+
+        env = environment()
+        if env.get("git_dirty") and not self.quick:
+            raise SystemExit(
+                "trees: the working tree is dirty; commit first (a full run is timed on one clean commit)"
+            )
+        new_tokens = self.new_tokens or (16 if self.quick else 128)
+        repeats = self.repeats or (1 if self.quick else 3)
+        threads = self.threads or native.default_threads()
+        machine = machine_identity()  # before any thread count is pinned
+        chosen = SETS[self.set]
+        configs = chosen.quick if self.quick else chosen.full
+        policies = chosen.quick_policies if self.quick else chosen.policies
+        slug = device_slug(cpu_name())[:40]
+        out = Path(self.out) if self.out else (
+            ROOT / "results" / "bench" / f"{self.set}-{slug}-{threads}t{'-quick' if self.quick else ''}.json"
+        )  # fmt: skip
+        calibration = None  # a resumed run keeps its policies' calibration (their choices stay the run's)
+        part = partial_path(out)
+        if part.exists() and not self.fresh:
+            calibration = read_json(part).get("policy_calibration")
+        built = build(threads=threads, configs=configs, policies=policies, calibration=calibration)
+        if self.quick:  # the development prompts: a smoke run never touches the held-out set
+            prompts, sha = evaluation_cells(built["tokenizer"], per_task=2), None
+        else:
+            prompts, sha = heldout_prompts(built["tokenizer"])
+        settings = TreesSettings(
+            quick=self.quick, new_tokens=new_tokens, repeats=repeats, threads=threads, seed=self.seed,
+            configs={k: tuple(v) for k, v in configs.items()}, prompts_file=HELDOUT.name, prompts_sha256=sha,
+            machine=machine, policies={k: tuple(v) for k, v in policies.items()},
+        )  # fmt: skip
+        target = built["engines"][0].model
+        print("[trees] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)
+        curves = verify_curves(target, repeats=3 if self.quick else 15)
+        header = {
+            "kind": self.set,
+            "verify_curves": curves,
+            "command": self.command(),
+            "environment": env,
+            "machine": machine,
+            "drafts": built["drafts"],
+            **({"policy_calibration": built["calibration"]} if built["calibration"] else {}),
+        }
+        record = run_campaign(
+            built["engines"], built["configs"], prompts, out, settings=settings, header=header,
+            new_tokens=new_tokens, repeats=repeats, seed=self.seed, budget_s=self.budget_s,
+            fresh=self.fresh, set_threads=set_threads, eos_token_id=built["eos_token_id"],
+        )  # fmt: skip
+        if not record["complete"]:
+            return INCOMPLETE
+        record["kind"] = self.set
+        record["trees"] = tree_summary(record)
+        write_record(out, record, indent=1, sort_keys=False)
+        return 0
+
+
+def reanalyse(path: str | Path) -> int:
+    """The record's analyses (the simultaneous intervals and the tree summary) recomputed from its
+    stored runs (pure functions of them), with the commit that computed them."""
+    from specdec.analysis.treetables import simultaneous
+    from specdec.measure.core import environment
+    from specdec.theory.recordio import write_record
+
+    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not record.get("complete"):
+        raise ValueError(f"reanalyse: {path} is not a complete record")
+    record["trees"] = tree_summary(record)
+    record["simultaneous"] = simultaneous(record)
+    env = environment()
+    record["analysed_with"] = {"git_commit": env.get("git_commit"), "git_dirty": env.get("git_dirty"),
+                               "timestamp_utc": env.get("timestamp_utc")}  # fmt: skip
+    write_record(path, record, indent=1, sort_keys=False)
+    return 0
