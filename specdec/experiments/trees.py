@@ -42,6 +42,7 @@ __all__ = [
     "ConfigSet",
     "build",
     "heldout_prompts",
+    "policy_configs",
     "reanalyse",
     "tree_summary",
     "verify_curves",
@@ -214,11 +215,7 @@ def build(
     Returns engines, configs, tokenizer, eos_token_id, what each draft ran in and the calibration."""
     from specdec.drafting.registry import build_drafter, parse_spec
     from specdec.engine.builder import EngineSpec, open_engine, open_model
-    from specdec.engine.cores import torch_threads_for
-    from specdec.engine.drafters import ChainTree
-    from specdec.measure.draftcost import calibrate_policy, dev_texts, no_harm_policy
     from specdec.measure.modes import draft_context
-    from specdec.train.workloads import chat_prompt_ids
 
     policies = dict(policies or {})
     specs = {s: parse_spec(s) for s in [*configs, *policies]}  # every spec checked before anything loads
@@ -232,24 +229,10 @@ def build(
     out: list[Config] = []
     for text in configs:
         out += spec_configs(name, {text: drafters[text]}, list(configs[text]))
-    calibration = dict(calibration or {})
-    as_tree = {  # the policy runs in the tree loop: a chain drafter as a tree of one branch
-        text: drafters[text]
-        if callable(getattr(drafters[text], "propose_tree", None))
-        else ChainTree(drafters[text])
-        for text in policies
-    }
-    if policies:
-        tok = loaded.tokenizer
-        dev = [chat_prompt_ids(tok, t[:1500]) for t in dev_texts(dev_prompts)]
-        with torch_threads_for(target):
-            for text, budgets in policies.items():
-                if text not in calibration:
-                    calibration[text] = calibrate_policy(target, as_tree[text], dev, tuple(budgets))
-    for text in policies:
-        policy = no_harm_policy(calibration[text])
-        out.append(Config(f"{name}/{text}/noharm", name, f"{name}/{text}+noharm", text, as_tree[text],
-                          policy, policy.describe()))  # fmt: skip
+    extra, calibration = policy_configs(
+        name, target, loaded.tokenizer, drafters, policies, calibration, dev_prompts=dev_prompts
+    )
+    out += extra
     engines = [Engine(name, target, threads, {"engine": "lean", "mode": target.mode, "threads": threads})]
     if threads > 1:  # the same engine at one thread, plain only: a candidate for the fastest plain decoder
         one = open_model(loaded.model, EngineSpec("lean", mode, 1)).model
@@ -258,7 +241,50 @@ def build(
         )
     return {"engines": engines, "configs": out, "tokenizer": loaded.tokenizer,
             "eos_token_id": loaded.tokenizer.eos_token_id, "drafts": drafts,
-            "calibration": {t: calibration[t] for t in policies}}  # fmt: skip
+            "calibration": calibration}  # fmt: skip
+
+
+def policy_configs(
+    name: str,
+    target: Any,
+    tokenizer: Any,
+    drafters: Mapping[str, Any],
+    policies: Mapping[str, Sequence[int]],
+    calibration: Mapping[str, Any] | None = None,
+    *,
+    dev_prompts: int = 4,
+) -> tuple[list[Config], dict[str, Any]]:
+    """For each spec of ``policies`` (spec -> the budgets it chooses among), the configuration
+    ``<name>/<spec>/noharm``: the drafter ``drafters[spec]`` under
+    :func:`specdec.measure.draftcost.no_harm_policy`, in the tree loop (a chain drafter as a tree of one
+    branch, :class:`specdec.engine.drafters.ChainTree`), calibrated on ``dev_prompts`` development prompts
+    on ``target`` unless ``calibration`` (spec -> a :func:`~specdec.measure.draftcost.calibrate_policy`
+    result, e.g. from a partial record: a resumed run keeps its choices) has it. Returns the
+    configurations and the calibration of every policy."""
+    from specdec.engine.cores import torch_threads_for
+    from specdec.engine.drafters import ChainTree
+    from specdec.measure.draftcost import calibrate_policy, dev_texts, no_harm_policy
+    from specdec.train.workloads import chat_prompt_ids
+
+    calibration = dict(calibration or {})
+    as_tree = {
+        text: drafters[text]
+        if callable(getattr(drafters[text], "propose_tree", None))
+        else ChainTree(drafters[text])
+        for text in policies
+    }
+    missing = [text for text in policies if text not in calibration]
+    if missing:
+        dev = [chat_prompt_ids(tokenizer, t[:1500]) for t in dev_texts(dev_prompts)]
+        with torch_threads_for(target):
+            for text in missing:
+                calibration[text] = calibrate_policy(target, as_tree[text], dev, tuple(policies[text]))
+    out = []
+    for text in policies:
+        policy = no_harm_policy(calibration[text])
+        out.append(Config(f"{name}/{text}/noharm", name, f"{name}/{text}+noharm", text, as_tree[text],
+                          policy, policy.describe()))  # fmt: skip
+    return out, {t: calibration[t] for t in policies}
 
 
 def tree_summary(record: Mapping[str, Any]) -> dict[str, Any]:
