@@ -363,3 +363,28 @@ def test_a_run_stopped_and_resumed_trains_what_an_uninterrupted_run_does(
     straight = (tmp_path / "out" / "straight" / "weights.safetensors").read_bytes()
     assert (tmp_path / "out" / "resumed" / "weights.safetensors").read_bytes() == straight
     assert card["steps"] == 6 and [h["step"] for h in card["heldout_curve"]] == [1, 2, 3, 4, 5]
+
+
+def test_draft_work_counts_each_network_of_a_drafter_once(small):
+    """The arithmetic floor's per-row work (issue 44, item 2), against counts by hand from the shapes."""
+    from specdec.drafting.hybrid import HybridDrafter
+    from specdec.drafting.suffix import SuffixDecodingDrafter
+    from specdec.engine.drafters import ChainTree, PromptLookupDrafter
+    from specdec.measure.draftcost import Q8_BYTES_PER_WEIGHT, draft_work
+    from specdec.measure.verifykernels import model_counts
+
+    target = LeanLlama(small, "q4q8", threads=1)
+    context = _context(small, target)
+    h = small.config.hidden_size
+    medusa = build_drafter("medusa:m", context)
+    head = VOCAB * h  # the kept vocabulary is every token here
+    assert draft_work(medusa)["macs"] == head + 3 * h * h  # the kept head and three heads of h x h
+    assert draft_work(medusa)["weight_bytes"] == pytest.approx((head + 3 * h * h) * Q8_BYTES_PER_WEIGHT)
+    eagle = build_drafter("eagle:e,topk=3,depth=3", context)
+    assert eagle.head is None  # EAGLE's head is its lean layer's own: no second copy
+    layer = model_counts(eagle.layer)["macs"]
+    assert draft_work(eagle)["macs"] == layer + h * 2 * h  # the layer (its head included) and fc
+    # nested drafters are walked, the same network counted once, copying drafters do no arithmetic
+    assert draft_work(HybridDrafter(SuffixDecodingDrafter(), eagle))["macs"] == draft_work(eagle)["macs"]
+    assert draft_work(ChainTree(PromptLookupDrafter()))["macs"] == 0
+    assert draft_work(SuffixDecodingDrafter())["parts"] == []

@@ -69,7 +69,9 @@ class ConditionedDrafter(TreeDrafter):
 
     conditioned = True
 
-    def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1) -> None:
+    def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1, *, head: bool = True) -> None:
+        """``head``: keep the kept-vocabulary head as an int8 matrix (False for a drafter whose own lean
+        model ends in that head, EAGLE's: no second copy that nothing calls)."""
         from specdec.engine.leannative import Q8Linear
 
         frozen = module.frozen
@@ -79,7 +81,7 @@ class ConditionedDrafter(TreeDrafter):
         self.norm_w = frozen.norm.numpy().astype(np.float32)
         self.eps = float(frozen.eps)
         self.embed = frozen.embed.numpy()
-        self.head = Q8Linear(frozen.head)
+        self.head = Q8Linear(frozen.head) if head else None
         self.last: np.ndarray | None = None
 
     def start(self, prompt_ids: Sequence[int]) -> None:
@@ -223,7 +225,7 @@ class EagleDrafter(ConditionedDrafter):
         from specdec.engine.builder import EngineSpec, open_model
         from specdec.engine.leannative import Q8Linear
 
-        super().__init__(module, card, threads)
+        super().__init__(module, card, threads, head=False)  # the layer's lean model ends in the head
         self.topk = check_int("topk", topk, low=1, high=64)
         self.depth = check_int("depth", depth, low=1, high=64)
         self.fc = Q8Linear(module.fc.weight.detach())

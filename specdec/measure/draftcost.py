@@ -313,6 +313,55 @@ def no_harm_policy(
     )  # fmt: skip
 
 
+#: Bytes per weight of a Q8_0 matrix as the C kernels stream it (a block of 32 int8 codes and its
+#: half-precision scale: 34 bytes per 32 weights).
+Q8_BYTES_PER_WEIGHT = 34 / 32
+
+
+def draft_work(drafter: Any, *, max_depth: int = 4) -> dict[str, Any]:
+    """The arithmetic a drafter's networks do per row, from their weights (no timing): every int8 matrix
+    (:class:`specdec.engine.leannative.Q8Linear`) and every lean model (its layers and head:
+    :func:`specdec.measure.verifykernels.model_counts`) reachable from the drafter's attributes, nested
+    drafters included (a hybrid's network, a chain drafter in a tree adapter), each counted once.
+    ``macs``: multiply-adds of one row through all of them; ``weight_bytes``: what one pass over them
+    streams; ``parts``: where each count comes from. A drafter without networks (prompt lookup, suffix
+    decoding) does no such arithmetic: zeros. This prices a drafter at its arithmetic floor (issue 44,
+    item 2): a draft call over r rows costs at least max(weight bytes / bandwidth, r x macs / peak)."""
+    from specdec.engine.lean import LeanLlama
+    from specdec.engine.leannative import Q8Linear
+    from specdec.measure.verifykernels import model_counts
+
+    seen: set[int] = set()
+    parts: list[dict[str, Any]] = []
+
+    def visit(obj: Any, path: str, depth: int) -> None:
+        if id(obj) in seen or depth > max_depth:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, Q8Linear):
+            n, k = obj.out_features, obj.in_features
+            parts.append({"part": path, "kind": "int8 matrix", "macs": n * k,
+                          "weight_bytes": n * k * Q8_BYTES_PER_WEIGHT})  # fmt: skip
+        elif isinstance(obj, LeanLlama):
+            counts = model_counts(obj)
+            parts.append({"part": path, "kind": f"lean model, {obj.num_layers} layer(s) and head",
+                          "macs": counts["macs"], "weight_bytes": counts["weight_bytes"]})  # fmt: skip
+        elif isinstance(obj, (list, tuple)):
+            for i, item in enumerate(obj):
+                visit(item, f"{path}[{i}]", depth + 1)
+        elif type(obj).__module__.startswith("specdec.") and hasattr(obj, "__dict__"):
+            for name, value in vars(obj).items():
+                visit(value, f"{path}.{name}" if path else name, depth + 1)
+
+    visit(drafter, "", 0)
+    return {
+        "macs": int(sum(p["macs"] for p in parts)),
+        "weight_bytes": float(sum(p["weight_bytes"] for p in parts)),
+        "parts": parts,
+        "rule": "one row through every network the drafter holds, each matrix once",
+    }
+
+
 def _with_children(counters: dict[str, float]) -> dict[str, float]:
     """cpu_counters with the finished children's CPU seconds added to this process's own."""
     import resource
