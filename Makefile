@@ -88,16 +88,16 @@ notebooks: setup
 ## The GPU record (issue #12): on a machine with one CUDA GPU, torch and transformers (no venv,
 ## no network, no weights needed), writes results/gpu/<device>.json in a few minutes.
 gpu-record:
-	PYTHONUNBUFFERED=1 PYTHONPATH=. $(PYTHON) benchmarks/gpu_record.py --out results/gpu
+	PYTHONUNBUFFERED=1 PYTHONPATH=. $(PYTHON) -m specdec run gpu-record --out results/gpu
 
-## Real weights on a GPU (issue #23): the plan is in benchmarks/gpu_real.py's docstring. Needs the
-## payload in .gpu-payload/ (python benchmarks/gpu_real.py --prepare, on a CPU with the models extra).
+## Real weights on a GPU (issue #23): the plan is in `specdec run gpu-real --help`. Needs the payload
+## in .gpu-payload/ (specdec run gpu-real --prepare, on a CPU with the models extra).
 ## On the device machine the record and its log go to $$OUT (what comes back), elsewhere to
 ## results/gpu; COMMIT names the tree's commit where git is missing.
 GPU_REAL_OUT = $(if $(OUT),$(OUT),results/gpu)
 gpu-real:
 	mkdir -p $(GPU_REAL_OUT)
-	PYTHONUNBUFFERED=1 PYTHONPATH=. bash -o pipefail -c '$(PYTHON) benchmarks/gpu_real.py --out $(GPU_REAL_OUT) \
+	PYTHONUNBUFFERED=1 PYTHONPATH=. bash -o pipefail -c '$(PYTHON) -m specdec run gpu-real --out $(GPU_REAL_OUT) \
 	  --budget-s 360 $(if $(COMMIT),--commit $(COMMIT)) 2>&1 | tee $(GPU_REAL_OUT)/gpu-real.log'
 
 clean:

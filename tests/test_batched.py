@@ -10,13 +10,13 @@
    first two tokens against the target's exact law, for both cuts; the same test rejects a
    residual replaced by p and a common cut that emits the wrong position's token.
 5. Budgets, EOS per row, statistics; bad input raises ValueError.
-6. benchmarks/batch_surface.py end to end on tiny models, derived numbers recomputed, and resumed.
+6. specdec run batch-surface end to end on tiny models, derived numbers recomputed, and resumed.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import shlex
 import statistics
 
 import numpy as np
@@ -333,23 +333,20 @@ def test_bad_models(target, drafts):
 # -- the benchmark, end to end on tiny models ------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def bench(root):
-    path = root / "benchmarks" / "batch_surface.py"
-    spec = importlib.util.spec_from_file_location("batch_surface", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_batch_surface_benchmark_end_to_end_and_resume(bench, tmp_path, one_thread):
-    """The script's steps on tiny models: every derived number recomputed from the raw times and
+def test_batch_surface_benchmark_end_to_end_and_resume(tmp_path, one_thread):
+    """The program's steps on tiny models: every derived number recomputed from the raw times and
     counts, greedy rows equal to plain decoding's, then a resume that measures only what is missing."""
+    from specdec.cli.app import main
+    from specdec.experiments import batchsurface as bench
+
     out = tmp_path / "record.json"
-    args = ["--quick", "--tiny", "--no-progress", "--modes", "float32", "--out", str(out)]
-    bench.main(args)
+    options = ["--quick", "--tiny", "--no-progress", "--modes", "float32", "--out", str(out)]
+    args = ["run", "batch-surface", *options]
+    assert main(args) == 0
     rec = json.loads(out.read_text())
     assert rec["kind"] == "batch-surface" and rec["status"]["finished"]
+    want = ["--quick", "--tiny", "--modes", "float32", "--out", str(out), "--no-progress"]
+    assert rec["command"] == shlex.join(["specdec", "run", "batch-surface", *want])
     assert rec["status"]["steps_done"] == list(bench.STEPS)
     assert rec["machine"]["name"] and rec["environment"]["device_name"] == rec["machine"]["name"]
     models = ["target-float32", "draft-float32"]
@@ -409,7 +406,7 @@ def test_batch_surface_benchmark_end_to_end_and_resume(bench, tmp_path, one_thre
     rec["surface"]["blocks"], rec["decoding"]["units"] = blocks[:-3], units[:-1]
     rec["status"]["steps_done"] = []
     out.write_text(json.dumps(rec))
-    bench.main(args)
+    assert main(args) == 0
     again = json.loads(out.read_text())
     assert again["surface"]["blocks"][:-3] == blocks[:-3]
     assert [(b["pass"], b["model"], b["b"]) for b in again["surface"]["blocks"]] == [
@@ -418,9 +415,9 @@ def test_batch_surface_benchmark_end_to_end_and_resume(bench, tmp_path, one_thre
     assert again["decoding"]["units"][:-1] == units[:-1]
     assert len(again["decoding"]["units"]) == len(units) and len(again["sessions"]) == 2
     with pytest.raises(SystemExit, match="other settings"):
-        bench.main([*args, "--passes", "3"])
+        main([*args, "--passes", "3"])
     # a step measured again on demand: its data replaced, the reason kept
-    bench.main([*args, "--redo", "decoding", "--redo-reason", "test"])
+    assert main([*args, "--redo", "decoding", "--redo-reason", "test"]) == 0
     redone = json.loads(out.read_text())
     assert redone["status"]["redone"][-1]["step"] == "decoding" and redone["status"]["finished"]
     assert len(redone["decoding"]["units"]) == len(units)

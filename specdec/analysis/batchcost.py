@@ -1,6 +1,6 @@
 """What batch size does to speculative decoding: the cost surface T(b, k) measured, and the gain it predicts.
 
-``benchmarks/batch_surface.py`` runs the two measurements as named steps and saves a record
+``specdec run batch-surface`` runs the two measurements as named steps and saves a record
 after every finished block, so that an interrupted run resumes where it stopped; the book's
 hardware chapter reads the record. Issue #12, item 2.
 

@@ -1,9 +1,9 @@
 """Part V's analysis of hardware records: verify-cost curves, GPU cost surfaces, and what they do to speedups.
 
 Reads the records of ``benchmarks/engine_modes.py`` (CPU engines side by side; the verify
-curves with their intervals), ``benchmarks/gpu_record.py`` (a GPU's T(b, k)) and
+curves with their intervals), ``specdec run gpu-record`` (a GPU's T(b, k)) and
 ``benchmarks/dynamic_gamma.py`` (adaptive draft lengths against fixed ones,
-:func:`adaptive_vs_fixed`) and ``benchmarks/verify_kernels.py`` (the lean q4q8 engine's verify curve
+:func:`adaptive_vs_fixed`) and ``specdec run verify-kernels`` (the lean q4q8 engine's verify curve
 before and after a change of its C kernels, with the floor per k: :func:`kernel_curves`,
 :func:`kernel_floors`, :func:`kernel_goals`); computes nothing by timing. The one model of a speedup used here
 is Theorem 3.8 with the verify pass priced at its measured cost,

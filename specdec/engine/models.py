@@ -18,7 +18,7 @@ which the book does not use, so the package is never imported: only its folder i
   :class:`ValueError` naming the argument and the valid choices.
 
 Attention kernel. :data:`DEFAULT_ATTN` is ``"sdpa"``, the faster of ``"eager"`` and ``"sdpa"``
-here. ``benchmarks/attention_kernels.py`` times one single-token decode step of the target on a
+here. ``specdec run attention-kernels`` times one single-token decode step of the target on a
 KV cache of 128 tokens, both kernels interleaved, threads pinned, median of 200 steps after 20
 warm-up steps. On the book's 2-core AMD EPYC machine, shared with other jobs at the time:
 float32 with 2 threads, eager 66.1 ms and sdpa 63.9 ms (IQRs 405 and 159 ms: the other jobs);

@@ -1,12 +1,13 @@
-"""Batch size on this CPU (issue #12, item 2; ``benchmarks/batch_surface.py``): the steps of the run.
+"""Batch size on this CPU (issue #12, item 2; ``specdec run batch-surface``): the steps of the run.
 
-The script parses the arguments and names the record; this module runs its steps on the record
-(:func:`run_steps`): ``surface`` (:func:`step_surface`: T(b, k) of the targets and T(b, 1) of the
-drafts, :func:`specdec.analysis.batchcost.measure_surface`), ``decoding`` (:func:`step_decoding`:
-batched speculative against batched plain decoding, :func:`specdec.analysis.batchcost.decode_units`)
-and ``analysis`` (:func:`step_analysis`: the predicted gain per batch size at the measured alphas,
-beside the measured speedups). The record is saved after every finished block and unit; a rerun
-with the same settings resumes it (:func:`open_record`, :func:`specdec.measure.runner.open_partial`).
+The program :class:`BatchSurfaceRun` takes the options and names the record; this module runs its
+steps on the record (:func:`run_steps`): ``surface`` (:func:`step_surface`: T(b, k) of the targets
+and T(b, 1) of the drafts, :func:`specdec.analysis.batchcost.measure_surface`), ``decoding``
+(:func:`step_decoding`: batched speculative against batched plain decoding,
+:func:`specdec.analysis.batchcost.decode_units`) and ``analysis`` (:func:`step_analysis`: the
+predicted gain per batch size at the measured alphas, beside the measured speedups). The record is
+saved after every finished block and unit; a rerun with the same settings resumes it
+(:func:`open_record`, :func:`specdec.measure.runner.open_partial`).
 """
 
 from __future__ import annotations
@@ -16,23 +17,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from specdec.analysis import batchcost as bc
+from specdec.experiments.programs import Program, option
 from specdec.measure.core import write_result
 from specdec.measure.runner import RunSettings, not_key, open_partial, run_cells
 from specdec.theory.checks import check_int
 
 __all__ = [
     "FULL",
+    "NOTE",
     "QUICK",
     "STEPS",
     "BatchSurface",
+    "BatchSurfaceRun",
     "choose_decode_mode",
     "describe",
     "load_models",
     "open_record",
     "progress_bar",
+    "record_path",
     "run_steps",
     "save",
     "step_analysis",
@@ -62,11 +67,17 @@ QUICK = {
     "new_tokens": 8,
     "boot": 200,
 }
+#: What the record says of the machine it was measured on.
+NOTE = (
+    "Measured on a machine whose CPU cores other sessions shared at the same time: single timings "
+    "are noisy. Passes interleave every cell, the tables use medians over passes, and the intervals "
+    "(bootstrap over passes for T(b, k), over batches of prompts for decoding) show the noise."
+)
 
 
 @dataclass
 class BatchSurface(RunSettings):
-    """The design of a batch-surface run (``benchmarks/batch_surface.py`` parses its arguments into it).
+    """The design of a batch-surface run (:meth:`BatchSurfaceRun.settings` makes it from the options).
 
     A field left None takes the full run's value, or with ``quick`` the CI-sized one
     (:data:`FULL`, :data:`QUICK`). Checked here, before anything loads. :meth:`to_record` (every field
@@ -447,3 +458,108 @@ def run_steps(s: BatchSurface, record: dict[str, Any], path: Path) -> Path:
     record["status"]["finished"] = all(step in done for step in STEPS)
     save_now()
     return path
+
+
+def record_path(s: BatchSurface, slug: str) -> Path:
+    """``s.out``, or ``results/bench/batch-surface-<cpu>-<threads>t[-quick|-tiny].json``."""
+    from specdec.measure.benchargs import ROOT
+
+    if s.out:
+        return Path(s.out)
+    tag = "-tiny" if s.tiny else ("-quick" if s.quick else "")
+    return ROOT / "results" / "bench" / f"batch-surface-{slug}-{s.threads}t{tag}.json"
+
+
+# --------------------------------------------------------------------------- the program
+@dataclass(frozen=True)
+class BatchSurfaceRun(Program):
+    """Batch size on this CPU (issue #12, item 2): the cost surface T(b, k), its gain, batched decoding.
+
+    On the default target (SmolLM2-135M-Instruct, transformers' eager forward, sdpa attention), one
+    thread by default, as named steps (``--steps``; default all, in this order):
+
+    1. ``surface``   -- T(b, k), one forward over k new tokens for each of b sequences after a
+                        cached context of ``--context`` tokens, for b in ``--batches`` (1..64) and k in
+                        1..8, for the target in each of ``--modes`` (float32, bfloat16), and T(b, 1) of
+                        the draft ``--draft`` in each mode (its cost c(b)); in ``--passes`` interleaved
+                        passes (specdec.analysis.batchcost.measure_surface);
+    2. ``decoding``  -- batched speculative decoding (specdec.engine.batched, gamma ``--gamma``) against
+                        batched plain decoding for b in ``--decode-batches`` (1..16), ``--units``
+                        batches of prompts per b drawn from the book's 36 evaluation prompts,
+                        configurations interleaved: the draft model and prompt lookup (ragged cut),
+                        and prompt lookup with the common cut; greedy, ``--new-tokens`` per row;
+    3. ``analysis``  -- per mode: T(b, k)/T(b, 1) with intervals, the predicted gain per b (best gamma)
+                        at each configuration's measured alpha, with the draft's c(b) and with c = 0,
+                        bootstrap intervals over passes, the batch at which the gain vanishes, and the
+                        prediction at ``--gamma`` beside the measured batched speedup.
+
+    The record (``results/bench/batch-surface-<cpu>-<threads>t.json``; ``-quick`` for ``--quick``) is
+    saved after every finished block and unit; rerunning the same command resumes from it (``--fresh``
+    starts over; other settings are refused). ``--quick`` is a CI-sized run (a small grid, two
+    passes, two units); ``--tiny`` swaps in the test suite's tiny random models (tests only).
+
+        specdec run batch-surface            # the full run, about 20 minutes on 2 cores
+        specdec run batch-surface --quick    # about a minute
+    """
+
+    name: ClassVar[str] = "batch-surface"
+
+    steps: tuple[str, ...] = option(STEPS, f"the steps to run, any of {', '.join(STEPS)}", key=False)
+    quick: bool = option(False, "a CI-sized run (small grid, 2 passes, 2 units)")
+    tiny: bool = option(False, "the test suite's tiny random models (tests)")
+    threads: int = option(1, "threads of the forward calls")
+    modes: tuple[str, ...] = option(("float32", "bfloat16"), "target dtypes of the surface")
+    decode_mode: str = option(
+        "auto", "dtype of the decoding step; auto: the mode with the cheaper T(b, 1)", key=False
+    )
+    draft: str = option("distil-l1", "the distilled draft (specdec/data/drafts)")
+    context: int = option(128, "cached tokens per sequence in the surface")
+    gamma: int = option(3, "drafts per round of the decoding step")
+    batches: tuple[int, ...] | None = option(
+        None, f"surface batch sizes (default {','.join(map(str, FULL['batches']))})"
+    )
+    ks: tuple[int, ...] | None = option(None, "tokens per sequence (default 1..8)")
+    passes: int | None = option(None, f"passes over the surface (default {FULL['passes']})")
+    decode_batches: tuple[int, ...] | None = option(
+        None, f"decoding batch sizes (default {','.join(map(str, FULL['decode_batches']))})"
+    )
+    units: int | None = option(None, f"batches of prompts per decoding batch size (default {FULL['units']})")
+    new_tokens: int | None = option(None, f"new tokens per row (default {FULL['new_tokens']})")
+    boot: int | None = option(
+        None, f"bootstrap draws of the gain intervals (default {FULL['boot']})", key=False
+    )
+    seed: int = option(0, "the seed of the passes' order and the prompt batches")
+    out: str | None = option(None, "the record's path", key=False)
+    fresh: bool = option(False, "start over instead of resuming the record", key=False)
+    redo: str | None = option(
+        None, "a step to measure again in a resumed record (its data dropped)", key=False
+    )
+    redo_reason: str = option("", "why --redo: kept in the record's status", key=False)
+    progress: bool = option(True, "draw progress bars", key=False)
+
+    def check(self) -> None:
+        self.settings()  # the settings check themselves
+
+    def settings(self) -> BatchSurface:
+        """The run's design (the record's ``settings`` and resume key), the grid filled in."""
+        given = self.options()
+        given["no_progress"] = not given.pop("progress")
+        return BatchSurface(**given)
+
+    def run(self) -> int:
+        from specdec.engine.machine import cpu_identity
+        from specdec.engine.models import set_threads
+        from specdec.measure.benchargs import report
+        from specdec.measure.core import environment
+        from specdec.measure.device import device_slug
+
+        s = self.settings()
+        set_threads(s.threads)
+        machine = cpu_identity()
+        env = environment(dtype=",".join(s.modes), device="cpu")
+        path = record_path(s, device_slug(env["device_name"]))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = open_record(s, path, self.command(), env, machine, NOTE)
+        run_steps(s, record, path)
+        report(path)
+        return 0

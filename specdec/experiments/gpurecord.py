@@ -1,6 +1,6 @@
 """The GPU record: the engine's CUDA paths checked, and the cost surface T(b, k) of shape-true targets.
 
-``benchmarks/gpu_record.py`` (``make gpu-record``) parses its command line and calls :func:`run_record`,
+``specdec run gpu-record`` (``make gpu-record``; the program :class:`GpuRecordRun`) calls :func:`run_record`,
 which runs these steps as named sections of one record (:class:`specdec.measure.runner.Recorder`,
 saved after every section, under a global :class:`~specdec.measure.runner.Deadline`) on a
 machine with one CUDA GPU, torch and transformers, and nothing else: no network, no weights, no
@@ -24,9 +24,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from specdec.engine.randomllama import QUICK_SHAPE, SHAPES, random_llama
+from specdec.experiments.programs import Program, option
 from specdec.measure.device import device_info, device_roofline, device_slug, free_memory
 from specdec.measure.devicechecks import first_two_token_test, greedy_equality
 from specdec.measure.runner import Deadline, Recorder, RunSettings
@@ -38,14 +39,14 @@ from specdec.measure.surfaces import (
     engine_forward_times,
     kernel_time_surface,
 )
-from specdec.theory.checks import check_float, check_int
+from specdec.theory.checks import check_choice, check_float, check_int
 
-__all__ = ["GpuRecord", "plan", "run_record"]
+__all__ = ["GpuRecord", "GpuRecordRun", "plan", "run_record"]
 
 
 @dataclass
 class GpuRecord(RunSettings):
-    """The GPU record's design (``benchmarks/gpu_record.py`` parses its arguments into it), checked as
+    """The GPU record's design (:meth:`GpuRecordRun.settings` makes it from the options), checked as
     it is made (a ValueError names the field and its range; an unknown shape among them). The record
     stores :meth:`to_record` with the run's plan (:func:`plan`) as its ``settings``."""
 
@@ -113,11 +114,14 @@ def plan(settings: Any) -> dict[str, Any]:
     }
 
 
-def run_record(settings: GpuRecord, *, log: Callable[[str], None] = print) -> Path:
+def run_record(
+    settings: GpuRecord, *, command: str | None = None, log: Callable[[str], None] = print
+) -> Path:
     """The GPU record's run: every step as a section of ``<out>/<device-slug>[-quick].json``.
 
-    ``settings`` is the run's design (:class:`GpuRecord`), recorded with the plan (:func:`plan`).
-    Returns the record's path.
+    ``settings`` is the run's design (:class:`GpuRecord`), recorded with the plan (:func:`plan`);
+    ``command`` (the program's, :meth:`GpuRecordRun.command`) is recorded when given. Returns the
+    record's path.
     """
     s = settings
     deadline = Deadline(s.budget_s)
@@ -137,6 +141,8 @@ def run_record(settings: GpuRecord, *, log: Callable[[str], None] = print) -> Pa
     rec.data["device"] = info
     rec.data["environment"] = environment(device=s.device, dtype=s.dtype)
     rec.data["engine"] = "eager Hugging Face transformers, sdpa attention, no CUDA graphs, no compile"
+    if command is not None:
+        rec.data["command"] = command
     rec.save()
     log(
         f"gpu_record: {info['name']} | torch {torch.__version__} (CUDA {torch.version.cuda}) | "
@@ -244,3 +250,70 @@ def _shape_section(
             model, context=p["context"], ks=p["engine_ks"], repeats=p["repeats"], warmup=p["warmup"]
         )
     out["memory"] = free_memory(s.device)  # the peak while this shape ran
+
+
+# --------------------------------------------------------------------------- the program
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+@dataclass(frozen=True)
+class GpuRecordRun(Program):
+    """The GPU record (issue #12, item 4): the engine's CUDA paths, and T(b, k) of shape-true targets.
+
+    One command on a machine with one CUDA GPU, torch and transformers (no network, no weights, no
+    install: the repository as the working directory; ``make gpu-record`` is the same):
+
+        PYTHONUNBUFFERED=1 PYTHONPATH=. python3 -m specdec run gpu-record --out results/gpu
+
+    Steps, each saved to ``<out>/<device-slug>.json`` as soon as it ends (a timeout keeps them):
+
+    1. ``greedy``       -- greedy speculative == greedy autoregressive on the GPU, float32, tiny
+                           random Llamas of the test suite, model and prompt-lookup drafters;
+    2. ``chi_square``   -- the joint law of the first two tokens at temperature 1 over N runs
+                           against the exact law (losslessness on the GPU);
+    3. ``roofline``     -- memory bandwidth (a 1 GiB copy), bf16 matmul TFLOP/s, the ridge point;
+    4. ``shape:<name>`` -- per shape (SmolLM2-135M, SmolLM2-1.7B, Llama-2-7B), random weights in
+                           bfloat16 built on the GPU: T(b, k) for b in 1..64 and k in 1..8 (k up to
+                           32 at b = 1) on a cached context, and the engine's own step.
+
+    A global budget (``--budget-s``) is checked between cells; what it cuts is listed as skipped (a
+    one-shot run: the exit status is 0). On a CPU, ``--device cpu --quick`` runs a scaled-down
+    version in seconds (the tests do). Eager transformers, sdpa attention, no CUDA graphs. The steps
+    are :func:`run_record`'s.
+
+        specdec run gpu-record --device cpu --quick --threads 1 --out /tmp/gpu
+    """
+
+    name: ClassVar[str] = "gpu-record"
+
+    out: str = option("results/gpu", "folder of the JSON record", key=False)
+    device: str = option("cuda", "the torch device")
+    dtype: str = option(
+        "bfloat16", "dtype of the shape-true targets", choices=("float32", "bfloat16", "float16")
+    )
+    budget_s: float = option(300.0, "global time budget, checked between cells", key=False)
+    quick: bool = option(False, "a scaled-down run (CPU tests)")
+    shapes: tuple[str, ...] | None = option(None, f"any of {','.join(SHAPES)} (default: all)")
+    context: int = option(128, "cached tokens per sequence")
+    repeats: int = option(20, "timed calls per cell")
+    warmup: int = option(3, "untimed calls before a cell's timed ones")
+    chi2_runs: int = option(3000, "speculative runs of the chi-square test")
+    chi2_cap_s: float = option(45.0, "time cap of the chi-square runs")
+    threads: int | None = option(None, "torch CPU threads (default: torch's)")
+    skip_correctness: bool = option(False, "skip the greedy and chi-square steps")
+
+    def check(self) -> None:
+        for shape in self.shapes or ():
+            check_choice("shapes", shape, SHAPES)
+        self.settings()  # the settings check themselves
+
+    def settings(self) -> GpuRecord:
+        """The run's design, as the record stores it (with its plan)."""
+        given = self.options()
+        given["shapes"] = None if self.shapes is None else list(self.shapes)
+        return GpuRecord(**given)
+
+    def run(self) -> int:
+        run_record(self.settings(), command=self.command(), log=_log)
+        return 0  # one-shot: what the budget cut is listed as skipped in the record

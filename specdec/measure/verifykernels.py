@@ -71,7 +71,9 @@ Log = Callable[[str], None]
 @dataclass
 class VerifyKernels(RunSettings):
     """The run's design (its record's ``settings``): the commit of the ``before`` library, the context,
-    the call sizes, the thread counts, passes and repeats. ``out`` is where the record goes."""
+    the call sizes, the thread counts, passes and repeats. ``out`` is where the record goes. The program
+    ``specdec run verify-kernels`` (:class:`specdec.experiments.verifykernels.VerifyKernelsRun`) makes
+    it from its options."""
 
     before: str = "747fa73"
     context: int = 200

@@ -537,7 +537,7 @@ def _batch_row(
 
 
 def _cpu_batch_surfaces(record: Mapping[str, Any]) -> dict[str, dict[tuple[int, int], float]]:
-    """T(b, k) per target model of a CPU batch-surface record (``benchmarks/batch_surface.py``):
+    """T(b, k) per target model of a CPU batch-surface record (``specdec run batch-surface``):
     ``surface.cells`` maps a model name (``target-float32``, ``draft-bfloat16``, ...) to cells
     with ``b``, ``k`` and ``median_s``; the targets' are returned, keyed by their mode."""
     try:
