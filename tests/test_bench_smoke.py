@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/bench_engine.py's program (specdec.experiments.hfbench) on a tiny random Llama:
+"""Smoke test of ``specdec run hf-bench``'s program (specdec.experiments.hfbench) on a tiny random Llama:
 its core functions run
 end to end for a few tokens and write a valid results file. No timing is asserted, but every
 number the summary derives from the times (ratios, medians, pooled rates, theorem rows) is
@@ -8,7 +8,6 @@ hand-rolled greedy loop's (fp32).
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import statistics
@@ -27,58 +26,65 @@ def bench():
     return hfbench
 
 
-def test_the_script_parses_its_arguments_and_calls_the_package(root):
-    spec = importlib.util.spec_from_file_location("bench_engine", root / "benchmarks" / "bench_engine.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_the_command_checks_its_options_and_calls_the_package(capsys, monkeypatch):
+    from specdec.cli.app import main
+    from specdec.engine import builder
+    from specdec.engine import models as engine_models
     from specdec.experiments import hfbench
 
-    assert module.run_suite is hfbench.run_suite
-    with pytest.raises(SystemExit):
-        module.main(["--repeats", "1", "--prompts", "nope"])
-    # the arguments reach the package: stand-ins for the models and every step record their inputs
+    for argv, option in (
+        (["--repeats", "1", "--prompts", "nope"], "--prompts"),
+        (["--dtype", "float16"], "--dtype"),
+        (["--gammas", "3,10", "--kmax", "8"], "--kmax"),
+        (["--repeats", "0"], "--repeats"),
+    ):
+        assert main(["run", "hf-bench", *argv]) == 2
+        assert option in capsys.readouterr().err
+    # the options reach the package: stand-ins for the models and every step record their inputs
     calls = {}
     loaded = type("Loaded", (), {"model": "M", "tokenizer": "T", "load_s": 0.5})()
-    monkeypatch = pytest.MonkeyPatch()
-    try:
-        monkeypatch.setattr(module, "load_target", lambda dtype, **kw: loaded)
-        monkeypatch.setattr(module, "set_threads", lambda n: n)
-        monkeypatch.setattr(
-            module, "render_prompts", lambda tok, names: calls.setdefault("prompts", {"p": [1, 2]})
-        )
-        monkeypatch.setattr(
-            module, "run_suite", lambda models, prompts, s: calls.setdefault("suite", (models, s))
-        )
-        monkeypatch.setattr(
-            module, "measure_curves", lambda models, prefix, s: calls.setdefault("curves", prefix)
-        )
-        monkeypatch.setattr(module, "summarise", lambda raw, curves, prompts, s: {"float32": {}})
-        monkeypatch.setattr(module, "print_tables", lambda summary, s: None)
-        monkeypatch.setattr(module, "environment", lambda model: {})
-        monkeypatch.setattr(
-            module, "write_result", lambda path, record, env: calls.setdefault("written", (path, record))
-        )
-        module.main(
-            [
-                "--quick",
-                "--dtype",
-                "float32",
-                "--threads",
-                "1",
-                "--curve-prefix",
-                "7",
-                "--out",
-                "/tmp/x-{dtype}.json",
-            ]
-        )
-    finally:
-        monkeypatch.undo()
-    models, s = calls["suite"]
-    assert models == {"float32": "M"}
+    opened = type("Opened", (), {"base": loaded})()
+    monkeypatch.setattr(builder, "open_engine", lambda spec: calls.setdefault("spec", spec) and opened)
+    monkeypatch.setattr(engine_models, "set_threads", lambda n: n)
+    monkeypatch.setattr(
+        hfbench, "render_prompts", lambda tok, names: calls.setdefault("prompts", {"p": [1, 2]})
+    )
+    monkeypatch.setattr(
+        hfbench, "run_suite", lambda models, prompts, s: calls.setdefault("suite", (models, s))
+    )
+    monkeypatch.setattr(
+        hfbench, "measure_curves", lambda models, prefix, s: calls.setdefault("curves", prefix)
+    )
+    monkeypatch.setattr(hfbench, "summarise", lambda raw, curves, prompts, s: {"float32": {}})
+    monkeypatch.setattr(hfbench, "print_tables", lambda summary, s: None)
+    monkeypatch.setattr(hfbench, "environment", lambda model: {})
+    monkeypatch.setattr(
+        hfbench, "write_result", lambda path, record, env: calls.setdefault("written", (path, record))
+    )
+    argv = [
+        "--quick",
+        "--dtype",
+        "float32",
+        "--threads",
+        "1",
+        "--curve-prefix",
+        "7",
+        "--out",
+        "/tmp/x-{dtype}.json",
+    ]
+    assert main(["run", "hf-bench", *argv]) == 0
+    models_, s = calls["suite"]
+    assert models_ == {"float32": "M"}
+    assert (calls["spec"].engine, calls["spec"].mode, calls["spec"].device) == ("hf", "float32", "cpu")
     assert (s.max_new_tokens, s.repeats, s.gammas, s.kmax, s.curve_repeats) == (8, 1, (3,), 4, 1)  # --quick
     assert calls["curves"] == 7 and str(calls["written"][0]) == "/tmp/x-float32.json"
     record = calls["written"][1]
-    assert record["threads"] == 1 and record["command"].endswith("--out '/tmp/x-{dtype}.json'")
+    assert record["threads"] == 1
+    assert record["command"] == (
+        "specdec run hf-bench --quick --dtype float32 --curve-prefix 7 --out '/tmp/x-{dtype}.json'"
+    )
+    # a value given wins over --quick's
+    assert hfbench.HFBenchRun(quick=True, repeats=2).settings().repeats == 2
 
 
 PROMPTS = {
@@ -259,7 +265,7 @@ def test_helpers_and_bad_settings(bench):
 
 
 def test_dynamic_gamma_runs_every_configuration_paired_with_plain(one_thread):
-    """benchmarks/dynamic_gamma.py's program (specdec.measure.dynamicgamma) on tiny random Llamas:
+    """``specdec run dynamic-gamma``'s measurement (specdec.measure.dynamicgamma) on tiny random Llamas:
     one paired block per prompt and pass, fresh policies per run, the summary from the rows."""
     from tiny_models import perturbed_copy
 
@@ -285,31 +291,65 @@ def test_dynamic_gamma_runs_every_configuration_paired_with_plain(one_thread):
         assert lo <= est <= hi and set(s["per_task"]) == {"a", "b"}
 
 
-@pytest.mark.parametrize("script", ["dynamic_gamma", "oracle_gamma", "engine_modes"])
-def test_the_lean_scripts_check_their_counts_in_one_message(root, script, capsys):
-    """The thin scripts share their argument checks (specdec.measure.benchargs): one message form."""
-    spec = importlib.util.spec_from_file_location(script, root / "benchmarks" / f"{script}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+@pytest.mark.parametrize("program", ["dynamic-gamma", "oracle-gamma", "engine-modes"])
+def test_the_lean_programs_check_their_counts_in_one_message(program, capsys):
+    """The programs' checks name the option, in one message form, before anything loads."""
+    from specdec.cli.app import main
+
     for argv, match in ((["--threads", "0"], "--threads"), (["--new-tokens", "-1"], "--new-tokens")):
-        with pytest.raises(SystemExit):
-            module.parse_args(argv)
+        assert main(["run", program, *argv]) == 2
         assert f"{match} must be an integer >= 1; got {argv[1]}" in capsys.readouterr().err
-    if script != "engine_modes":
-        with pytest.raises(SystemExit):
-            module.parse_args(["--draft", "no-such-draft"])
+    if program != "engine-modes":
+        assert main(["run", program, "--draft", "no-such-draft"]) == 2
         assert "no-such-draft" in capsys.readouterr().err
+    else:
+        assert main(["run", program, "--engines", "no-such-engine"]) == 2
+        assert "unknown engines ['no-such-engine']" in capsys.readouterr().err
+        assert main(["run", program, "--ks", "2,4"]) == 2
+        assert "--ks must include 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("script", ["dynamic_gamma", "oracle_gamma"])
-def test_the_lean_scripts_write_their_records_on_tiny_models(root, script, tmp_path, monkeypatch, one_thread):
-    """dynamic_gamma.py and oracle_gamma.py end to end (benchargs.start_lean_run, the package's loops,
-    write_bench_record) with tiny random Llamas in place of the real target and draft."""
+def test_engine_modes_stores_the_settings_the_committed_records_hold(root):
+    """``specdec run engine-modes`` with its defaults stores the settings of the committed one-thread
+    engine record (the engines that ran there given, as resolve_engines would give them)."""
+    from specdec.experiments.enginemodes import EngineModesRun
+
+    committed = sorted((root / "results" / "bench").glob("engine-modes-*-1t.json"))
+    assert committed
+    stored = json.loads(committed[0].read_text(encoding="utf-8"))["settings"]
+    program = EngineModesRun(engines=stored["engines"])
+    assert program.command() == "specdec run engine-modes"
+    assert program.settings(tuple(stored["engine_names"])).record() == stored
+
+
+@pytest.mark.parametrize(
+    ("program", "argv", "match"),
+    [
+        ("q4q8-error", ["--prompts-per-task", "0"], "--prompts-per-task must be an integer >= 1"),
+        ("q4q8-error", ["--threads", "0"], "--threads must be an integer >= 1"),
+        ("verify-cost", ["--prefix", "0"], "--prefix must be an integer >= 1"),
+        ("verify-cost", ["--warmup", "-1"], "--warmup must be an integer >= 0"),
+        ("verify-cost", ["--dtype", "float16"], "--dtype must be one of"),
+    ],
+)
+def test_the_other_programs_refuse_bad_options(program, argv, match, capsys):
+    from specdec.cli.app import main
+
+    assert main(["run", program, *argv]) == 2
+    assert match in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("program", ["dynamic-gamma", "oracle-gamma"])
+def test_the_lean_programs_write_their_records_on_tiny_models(program, tmp_path, monkeypatch, one_thread):
+    """``specdec run dynamic-gamma`` and ``oracle-gamma`` end to end (the lean target and draft loaded
+    through benchargs.load_lean_with_draft, the package's loops, write_bench_record) with tiny random
+    Llamas in place of the real target and draft."""
     from types import SimpleNamespace
 
     from tiny_models import perturbed_copy
 
     import specdec.train.workloads
+    from specdec.cli.app import main
     from specdec.measure import benchargs
 
     target = tiny_llama(0, layers=2)
@@ -324,27 +364,34 @@ def test_the_lean_scripts_write_their_records_on_tiny_models(root, script, tmp_p
         {"task": t, "id": f"{t}{i}", "ids": [5, 6, 7, 8, 5, 6, 7 + i]} for t in ("a", "b") for i in range(2)
     ]
     monkeypatch.setattr(specdec.train.workloads, "evaluation_prompts", lambda tok, n: prompts)
-    spec = importlib.util.spec_from_file_location(script, root / "benchmarks" / f"{script}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    extra = ["--gammas", "1,2", "--confidences", "0.5"] if script == "dynamic_gamma" else ["--max-gamma", "4"]
+    extra = (
+        ["--gammas", "2,1,2", "--confidences", "0.5"] if program == "dynamic-gamma" else ["--max-gamma", "4"]
+    )
     out = tmp_path / "record.json"
-    path = module.main(["--new-tokens", "6", "--repeats", "1", "--out", str(out), *extra])
-    record = json.loads(path.read_text())
-    assert path == out and record["kind"] == script.replace("_", "-") and record["mode"] == "tiny"
-    assert record["command"].startswith(f"python benchmarks/{script}.py --new-tokens 6")
-    assert record["environment"]["dtype"] == "tiny"
-    if script == "dynamic_gamma":
+    assert main(["run", program, "--new-tokens", "6", "--repeats", "1", "--out", str(out), *extra]) == 0
+    record = json.loads(out.read_text())
+    assert record["kind"] == program and record["mode"] == "tiny"
+    assert record["command"].startswith(f"specdec run {program} --new-tokens 6 --out ")
+    assert record["environment"]["dtype"] == "tiny" and "out" not in record["settings"]
+    if program == "dynamic-gamma":
+        assert record["settings"]["gammas"] == [1, 2] and record["settings"]["confidences"] == [0.5]
         assert len(record["rows"]) == len(prompts) * 8 and set(record["summary"]["configs"]) == {
             "lookup g=1", "lookup g=2", "lookup heuristic", "distil-l1 g=1", "distil-l1 g=2",
             "distil-l1 heuristic", "distil-l1 confidence 0.5",
         }  # fmt: skip
     else:
         assert set(record["costs"]) == {"lookup", "distil-l1"} and len(record["rows"]) == len(prompts)
+        assert record["settings"] == {
+            "threads": 1, "mode": "auto", "prompts_per_task": 3, "new_tokens": 6, "draft": "distil-l1",
+            "max_gamma": 4, "c_gamma": 4, "repeats": 1,
+        }  # fmt: skip
+    # oracle-gamma: a curve shorter than the drafts asked for is refused, naming the option
+    if program == "oracle-gamma":
+        assert main(["run", program, "--new-tokens", "6", "--max-gamma", "16", "--out", str(out)]) == 2
 
 
 def test_logit_error_against_the_reference_by_hand(one_thread):
-    """benchmarks/q4q8_error.py's measurement (specdec.measure.logiterror) on a tiny Llama, bfloat16
+    """``specdec run q4q8-error``'s measurement (specdec.measure.logiterror) on a tiny Llama, bfloat16
     against float32: the largest |logit difference| and the argmax agreement recomputed here."""
     from specdec.engine.lean import LeanLlama
     from specdec.measure.logiterror import logit_error

@@ -559,7 +559,7 @@ def test_bench_bad_arguments_are_one_line(capsys, monkeypatch, argv, names):
 
 
 def test_bench_settings_keep_the_record_format(root):
-    """``specdec bench --full`` and benchmarks/engine_modes.py store the settings the committed
+    """``specdec bench --full`` and ``specdec run engine-modes`` store the settings the committed
     engine records hold, with the same defaults."""
     pytest.importorskip("torch")
     from specdec.measure.enginebench import BenchSettings

@@ -331,7 +331,6 @@ def test_no_two_way_tie_between_folders():
 #: to ``experiments``), each with the way it does; the set may only shrink.
 KNOWN_HEAVY_ANALYSIS = {
     "specdec.analysis.batchcost": "times T(b, k) on models (measure_cost_grid): a run program",
-    "specdec.analysis.oracle": "drafts on the target to replay the oracle (draft_runs): a run program",
     "specdec.analysis.realrun": "Stats from specdec.engine.stats, which imports torch at import",
     "specdec.analysis.realtables": "through specdec.analysis.realrun",
     "specdec.analysis.usermeasure": "runs `specdec measure` (owned by the command line's rework)",

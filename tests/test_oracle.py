@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.analysis.oracle import draft_runs, iid_fixed_best, replay, verify_cost_at
+from specdec.analysis.oracle import iid_fixed_best, replay, verify_cost_at
+from specdec.experiments.oraclegamma import draft_runs
 from specdec.theory.speedup import oracle_speedup, speedup_ceiling, walltime_speedup
 
 FLAT = {16: 1.0}  # verifying up to 16 positions costs one step: Theorem 3.8's assumption
@@ -180,13 +181,13 @@ def test_replay_runs_a_draft_length_policy_and_stops_at_the_end():
 
 
 def test_the_record_steps_on_tiny_models_replay_real_decoding(one_thread, monkeypatch):
-    """benchmarks/oracle_gamma.py's steps (record_runs, measure_costs) on tiny random Llamas: the
+    """``specdec run oracle-gamma``'s steps (record_runs, measure_costs) on tiny random Llamas: the
     replay at the calls' gamma gives the rounds real speculative decoding accepted."""
     pytest.importorskip("torch")
     from tiny_models import VOCAB, perturbed_copy, tiny_llama
 
-    from specdec.analysis.oracle import measure_costs, record_runs
     from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
+    from specdec.experiments.oraclegamma import measure_costs, record_runs
 
     target, draft = tiny_llama(0, layers=2), perturbed_copy(tiny_llama(0, layers=2), 0.05, 5)
     makers = {"lookup": PromptLookupDrafter, "draft": lambda: ModelDrafter(draft, target=target)}

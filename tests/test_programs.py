@@ -130,5 +130,11 @@ def test_no_program_keeps_a_hand_written_parser():
         "batch_surface.py",
         "verify_kernels.py",
         "attention_kernels.py",
+        "bench_engine.py",
+        "dynamic_gamma.py",
+        "oracle_gamma.py",
+        "q4q8_error.py",
+        "engine_modes.py",
+        "verify_cost.py",
     ):
         assert not (ROOT / "benchmarks" / name).exists()

@@ -8,9 +8,9 @@ speedup is :func:`specdec.theory.speedup.oracle_speedup`.
 
 This module computes the same bound without the i.i.d. model, from what a drafter really
 proposes along the target's greedy output (temperature 0, so "accepted" is "equal to the
-target's token"). :func:`draft_runs` asks the drafter, at every position of a generation,
-for a draft of up to ``max_gamma`` tokens and records how many of them match the target's
-next tokens (its *run*) and how many it proposed. :func:`replay` then walks the generation
+target's token"). :func:`specdec.experiments.oraclegamma.draft_runs` asks the drafter, at every
+position of a generation, for a draft of up to ``max_gamma`` tokens and records how many of them
+match the target's next tokens (its *run*) and how many it proposed. :func:`replay` then walks the generation
 round by round under a rule -- a fixed gamma, or the oracle -- and adds up the cost of each
 round in target steps: ``drafted * c`` for the draft and ``v(drafted + 1)`` for the verify
 call, with ``v(k) = T(k) / T(1)`` from a measured verify-cost curve. Tokens over cost is the
@@ -23,15 +23,17 @@ tokens do not depend on how many it is asked for, and prompt lookup's continuati
 prefix of the longer one; so a round from position s with gamma accepts ``min(run[s], gamma)``
 drafts, whatever rule chose gamma.
 
-The record (``benchmarks/oracle_gamma.py``) is made by :func:`record_runs` (the target's greedy
-continuation and every drafter's runs along it) and :func:`measure_costs` (each drafter's c from
-speculative calls paired with plain ones, :func:`specdec.measure.pairedrun.paired_block`).
+The record (``specdec run oracle-gamma``, :class:`specdec.experiments.oraclegamma.OracleGammaRun`) is
+made by :func:`specdec.experiments.oraclegamma.record_runs` (the target's greedy continuation and every
+drafter's runs along it, :func:`specdec.experiments.oraclegamma.draft_runs`) and
+:func:`specdec.experiments.oraclegamma.measure_costs` (each drafter's c from speculative calls paired with
+plain ones, :func:`specdec.measure.pairedrun.paired_block`). This module only reads records: it runs no
+model and imports no torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -39,9 +41,6 @@ import numpy as np
 from specdec.theory.checks import check_float, check_int
 
 __all__ = [
-    "draft_runs",
-    "measure_costs",
-    "record_runs",
     "iid_fixed_best",
     "iid_oracle_on_curve",
     "replay",
@@ -49,113 +48,6 @@ __all__ = [
     "summarize_record",
     "verify_cost_at",
 ]
-
-
-def draft_runs(
-    drafter: Any, prompt_ids: Sequence[int], tokens: Sequence[int], max_gamma: int
-) -> tuple[list[int], list[int]]:
-    """Per position s of ``tokens`` (the target's greedy continuation of ``prompt_ids``): the
-    drafter's greedy draft of up to ``max_gamma`` tokens after ``prompt_ids + tokens[:s]``.
-
-    Returns ``runs`` (how many leading draft tokens equal ``tokens[s:]``) and ``lengths`` (how
-    many tokens the drafter proposed; prompt lookup may propose fewer, or none).
-    """
-    import torch
-
-    from specdec.theory.sampling import warp
-
-    max_gamma = check_int("max_gamma", max_gamma, low=1)
-    if len(prompt_ids) < 1:
-        raise ValueError("prompt_ids must hold at least one token")
-    if len(tokens) < 1:
-        raise ValueError("tokens must hold at least one generated token")
-    greedy = partial(warp, temperature=0.0)
-    rng = np.random.default_rng(0)  # unused by greedy drafts; the protocol asks for one
-    ids = [int(t) for t in prompt_ids] + [int(t) for t in tokens]
-    drafter.start(ids[: len(prompt_ids)])
-    runs, lengths = [], []
-    with torch.inference_mode():
-        for s in range(len(tokens)):
-            prefix = ids[: len(prompt_ids) + s]
-            draft = drafter.propose(prefix, max_gamma, greedy, rng).tokens
-            truth = tokens[s : s + len(draft)]
-            run = 0
-            while run < min(len(draft), len(truth)) and int(draft[run]) == int(truth[run]):
-                run += 1
-            runs.append(run)
-            lengths.append(len(draft))
-    return runs, lengths
-
-
-def record_runs(
-    target: Any,
-    makers: Mapping[str, Any],
-    prompts: Sequence[Mapping[str, Any]],
-    *,
-    new_tokens: int,
-    max_gamma: int,
-    progress: bool = True,
-) -> list[dict[str, Any]]:
-    """Per prompt: the target's greedy continuation of ``new_tokens`` tokens and, per drafter (name ->
-    a factory of fresh drafters), its :func:`draft_runs` along it (``runs`` and ``lengths``)."""
-    from tqdm import tqdm
-
-    from specdec.engine.decoding import autoregressive
-
-    rows = []
-    for p in tqdm(prompts, desc="runs", unit="prompt", disable=not progress):
-        tokens = autoregressive(target, p["ids"], max_new_tokens=new_tokens).tokens
-        row = {"prompt": p["id"], "task": p["task"], "new_tokens": len(tokens), "drafters": {}}
-        for name, make in makers.items():
-            runs, lengths = draft_runs(make(), p["ids"], tokens, max_gamma)
-            row["drafters"][name] = {"runs": runs, "lengths": lengths}
-        rows.append(row)
-    return rows
-
-
-def measure_costs(
-    target: Any,
-    makers: Mapping[str, Any],
-    prompts: Sequence[Mapping[str, Any]],
-    *,
-    new_tokens: int,
-    gamma: int,
-    repeats: int,
-    seed: int = 0,
-    progress: bool = True,
-) -> dict[str, dict[str, Any]]:
-    """c per drafter (Definition 3.7): in each of ``repeats`` passes, per prompt and per drafter (in a
-    seeded random order), one :func:`specdec.measure.pairedrun.paired_block` of a plain call and a
-    speculative call at ``gamma`` (plain first with probability 1/2); c is the speculative call's
-    draft time per round over gamma, over the paired plain call's step. Per drafter: the median
-    ``c``, its ``samples`` and the ``accepted`` counts per round of every speculative call."""
-    from tqdm import tqdm
-
-    from specdec.measure.pairedrun import fresh_timer, paired_block
-
-    check_int("repeats", repeats, low=1)
-    rng = np.random.default_rng(seed)
-    names = list(makers)
-    samples: dict[str, list[float]] = {name: [] for name in makers}
-    accepted: dict[str, list[list[int]]] = {name: [] for name in makers}  # per call, per round
-    for _ in tqdm(range(repeats), desc="c", unit="pass", disable=not progress):
-        for p in prompts:
-            for i in rng.permutation(len(names)):
-                name = names[int(i)]
-                cfg = {"drafter": name, "object": makers[name], "gamma": lambda: gamma, "lenience": 1.0}
-                plain, spec = sorted(
-                    paired_block(
-                        target, [cfg], p["ids"], temperature=0.0, new_tokens=new_tokens, seed=0, rep=0,
-                        rng=rng, plain_at="random", exact_length=False, timer=fresh_timer,
-                    ),
-                    key=lambda r: r["drafter"] != "plain",
-                )  # fmt: skip
-                samples[name].append(spec["_stats"].cost_coefficient(plain["_stats"].step_s))
-                accepted[name].append(list(spec["_stats"].accepted))
-    return {
-        name: {"c": float(np.median(v)), "samples": v, "accepted": accepted[name]}
-        for name, v in samples.items()
-    }
 
 
 def verify_cost_at(curve: Mapping[int, float], k: int) -> float:
@@ -295,7 +187,7 @@ def replay_record(
     curve: Mapping[int, float],
     rules: Sequence[int | str],
 ) -> dict[int | str, np.ndarray]:
-    """:func:`replay` of every prompt of an oracle record (``benchmarks/oracle_gamma.py``).
+    """:func:`replay` of every prompt of an oracle record (``specdec run oracle-gamma``).
 
     ``rows`` are the record's rows (one per prompt, with ``drafters[drafter]["runs"]`` and
     ``["lengths"]``); returns, per rule, the speedup of each prompt in row order.

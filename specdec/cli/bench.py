@@ -74,7 +74,8 @@ def print_bench(record: dict[str, Any]) -> None:
         print(f"left out (run with --full): {', '.join(record['skipped'])}")
 
 
-#: The quick (CI-sized) run of `specdec bench`; --full takes BenchSettings' defaults (the script's).
+#: The quick (CI-sized) run of `specdec bench`; --full takes BenchSettings' defaults (`specdec run
+#: engine-modes`'s).
 BENCH_QUICK = {
     "engines": "hf-float32,lean-float32,lean-bfloat16,lean-int4,lean-q4_1,lean-q4q8",
     "prompts_per_task": 1,
@@ -185,7 +186,7 @@ def add_parser(sub: Any, formatter: Any) -> None:
             "interval over prompts. Without --full it runs a quick, CI-sized version (about a "
             f"minute: {len(quick)} engines ({', '.join(quick)}; those this machine cannot run are left "
             "out), three prompts, 16 tokens, the cached mode probe, no roofline or "
-            "profile); --full runs benchmarks/engine_modes.py's defaults (about ten minutes). "
+            "profile); --full runs the defaults of specdec run engine-modes (about ten minutes). "
             "Any option below overrides either. Theorem 3.8 prices a verify call at one step, "
             "T(k)/T(1) = 1; this measures what it costs on each engine."
         )
@@ -250,7 +251,7 @@ def add_parser(sub: Any, formatter: Any) -> None:
         "--from-json",
         default=None,
         metavar="FILE",
-        help="measure nothing: print a record saved by --json, --out or benchmarks/engine_modes.py "
+        help="measure nothing: print a record saved by --json, --out or specdec run engine-modes "
         "(e.g. results/bench/engine-modes-*.json)",
     )
     b.add_argument(

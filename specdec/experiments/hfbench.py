@@ -1,4 +1,4 @@
-"""The engine against transformers' generate on the real target (``benchmarks/bench_engine.py``).
+"""The engine against transformers' generate on the real target (``specdec run hf-bench``).
 
 One run times, on the same prompts and thread count, interleaved within each repetition:
 
@@ -37,21 +37,22 @@ import statistics
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
-from specdec.analysis.realrun import speedup_gap
 from specdec.drafting.registry import DraftContext, build_drafter
-from specdec.engine.stats import cost_coefficient
-from specdec.measure.core import VerifyCost, time_once, verify_cost_curves
+from specdec.experiments.programs import Program, option
+from specdec.measure.core import VerifyCost, environment, time_once, verify_cost_curves, write_result
 from specdec.measure.pairedrun import paired_block, timed_generation, timing_row
 from specdec.measure.runner import RunSettings
-from specdec.theory.checks import check_int, check_ints
+from specdec.theory.checks import check_choice, check_int, check_ints
 from specdec.theory.recordio import jsonable
 from specdec.theory.tokens import first_divergence
 
 __all__ = [
+    "HFBenchRun",
     "NOTE",
     "PROMPTS",
     "HFGenerate",
@@ -507,6 +508,9 @@ def theorem_row(spec: Mapping[str, Any], ar: Mapping[str, Any], curve: VerifyCos
     * ``with_observed_T``: the realised tokens per round (not the i.i.d. E[T]) over the same
       per-round cost: what is left is the engine's own overhead.
     """
+    from specdec.analysis.realrun import speedup_gap  # torch (Stats), only when a run is summarised
+    from specdec.engine.stats import cost_coefficient
+
     st = spec["stats"]
     gamma = int(st.gamma)
     alpha = float(st.alpha_accept_rate) if st.examined else 0.0
@@ -646,3 +650,140 @@ def print_tables(summary: Mapping[str, Mapping[str, Any]], s: Settings, file: An
 def mean_context(prompts: Mapping[str, Sequence[int]], max_new_tokens: int) -> int:
     """The verify curve's default prefix: the mean prompt length plus half the new tokens."""
     return int(round(float(np.mean([len(ids) for ids in prompts.values()])) + max_new_tokens / 2))
+
+
+#: What ``--quick`` changes when the option is not given (a seconds-long smoke run).
+QUICK = {"max_new_tokens": 8, "repeats": 1, "gammas": (3,), "kmax": 4, "curve_repeats": 1}
+#: The dtypes one run may time (transformers' model as loaded).
+DTYPES = ("float32", "bfloat16")
+_DEFAULT = Settings()
+
+
+@dataclass(frozen=True)
+class HFBenchRun(Program):
+    """The engine against transformers' generate on the real target, fp32 and bf16 side by side.
+
+    Times (interleaved, one paired block per repetition, prompt and dtype) our autoregressive loop
+    against ``model.generate`` greedy, our prompt lookup against
+    ``generate(prompt_lookup_num_tokens=gamma)``, and an early-exit drafter; then the verify-cost
+    curve T(k)/T(1) and each measured speedup against Theorem 3.8's prediction
+    (:mod:`specdec.experiments.hfbench`). Results: one JSON per dtype (``--out``, a path template,
+    default ``results/bench/engine-<dtype>-<threads>t.json``) with the environment (versions,
+    device, dtype, threads, commit) and the command line.
+
+        specdec run hf-bench --quick                 # a smoke run, seconds (writes under /tmp)
+        specdec run hf-bench --threads 1             # the full run, fp32 and bf16
+    """
+
+    name: ClassVar[str] = "hf-bench"
+
+    quick: bool = option(False, "a seconds-long smoke run: 8 tokens, 1 repetition, one prompt, /tmp")
+    dtype: tuple[str, ...] = option(DTYPES, f"the dtypes to time, among {', '.join(DTYPES)}")
+    threads: int = option(1, "torch's threads")
+    max_new_tokens: int | None = option(
+        None, f"new tokens at most, generations stop at EOS (default {_DEFAULT.max_new_tokens}; 8 quick)"
+    )
+    repeats: int | None = option(None, f"repetitions (default {_DEFAULT.repeats}; 1 quick)")
+    gammas: tuple[int, ...] | None = option(
+        None, f"prompt-lookup gammas (default {','.join(map(str, _DEFAULT.gammas))}; 3 quick)"
+    )
+    ee_layers: int = option(_DEFAULT.ee_layers, "early-exit drafter: the target's first n layers")
+    ee_gamma: int = option(_DEFAULT.ee_gamma, "early-exit drafter's gamma")
+    kmax: int | None = option(None, f"verify-cost curve: k = 1..kmax (default {_DEFAULT.kmax}; 4 quick)")
+    curve_repeats: int | None = option(
+        None, f"verify-cost curve's repetitions (default {_DEFAULT.curve_repeats}; 1 quick)"
+    )
+    curve_prefix: int | None = option(None, "verify-cost curve's cache length (default: mean prompt + N/2)")
+    prompts: tuple[str, ...] | None = option(
+        None, f"prompts among {', '.join(sorted(PROMPTS))} (default all; open_question quick)"
+    )
+    out: str | None = option(
+        None,
+        "the records' path template with {dtype} and {threads} (default "
+        "results/bench/engine-{dtype}-{threads}t.json; quick /tmp/bench_engine-quick-...)",
+        key=False,
+    )
+    note: str = option(NOTE, "the records' note (default: a note on the shared machine)", key=False)
+
+    def check(self) -> None:
+        if not self.dtype:
+            raise ValueError(f"dtype must name at least one of {', '.join(DTYPES)}")
+        for dtype in self.dtype:
+            check_choice("dtype", dtype, DTYPES)
+        check_int("threads", self.threads, low=1)
+        for name in sorted(set(self.prompts or ())):
+            check_choice("prompts", name, sorted(PROMPTS))
+        if self.curve_prefix is not None:
+            check_int("curve_prefix", self.curve_prefix, low=1)
+        self.settings()  # its own checks, before anything loads
+
+    def settings(self) -> Settings:
+        """The run's design (the records' ``settings``): a value given, else the quick run's, else the
+        full run's."""
+
+        def pick(name: str) -> Any:
+            given = getattr(self, name)
+            if given is not None:
+                return given
+            return QUICK[name] if self.quick else getattr(_DEFAULT, name)
+
+        return Settings(
+            max_new_tokens=pick("max_new_tokens"),
+            repeats=pick("repeats"),
+            gammas=tuple(pick("gammas")),
+            ee_layers=self.ee_layers,
+            ee_gamma=self.ee_gamma,
+            kmax=pick("kmax"),
+            curve_repeats=pick("curve_repeats"),
+            curve_prefix=self.curve_prefix,
+        )
+
+    def run(self) -> int:
+        import time
+        import warnings
+
+        from tqdm import tqdm
+
+        from specdec.engine.builder import EngineSpec, open_engine
+        from specdec.engine.models import set_threads
+        from specdec.measure.benchargs import ROOT
+
+        s = self.settings()
+        names = self.prompts or (("open_question",) if self.quick else None)
+        template = self.out or (
+            "/tmp/bench_engine-quick-{dtype}-{threads}t.json"
+            if self.quick
+            else str(ROOT / "results" / "bench" / "engine-{dtype}-{threads}t.json")
+        )
+        threads = set_threads(self.threads)
+        warnings.filterwarnings("ignore")
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        loaded = {}
+        for dtype in tqdm(self.dtype, desc="load", file=sys.stderr):
+            loaded[dtype] = open_engine(EngineSpec("hf", dtype, self.threads, device="cpu")).base
+        models = {d: lm.model for d, lm in loaded.items()}
+        prompts = render_prompts(next(iter(loaded.values())).tokenizer, names)
+        prefix = s.curve_prefix or mean_context(prompts, s.max_new_tokens)
+        print(
+            f"threads {threads}; prompts {[len(v) for v in prompts.values()]} tokens; curve prefix {prefix}",
+            file=sys.stderr,
+        )
+
+        raw = run_suite(models, prompts, s)
+        print(f"verify-cost curves: k = 1..{s.kmax}, {s.curve_repeats} repetitions ...", file=sys.stderr)
+        start = time.perf_counter()
+        curves = measure_curves(models, prefix, s)
+        print(f"verify-cost curves done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        summary = summarise(raw, curves, prompts, s)
+        print_tables(summary, s)
+        command = self.command()
+        for dtype, record in summary.items():
+            load_s = loaded[dtype].load_s
+            record |= {"command": command, "note": self.note, "threads": threads, "load_s": load_s}
+            env = environment(model=models[dtype])
+            path = Path(template.format(dtype=dtype, threads=self.threads))
+            write_result(path, record, env=env)
+            print(f"wrote {path}", file=sys.stderr)
+        return 0

@@ -55,6 +55,12 @@ PROGRAMS: dict[str, str] = {
     "batch-surface": "specdec.experiments.batchsurface:BatchSurfaceRun",
     "verify-kernels": "specdec.experiments.verifykernels:VerifyKernelsRun",
     "attention-kernels": "specdec.experiments.attentionkernels:AttentionKernelsRun",
+    "hf-bench": "specdec.experiments.hfbench:HFBenchRun",
+    "dynamic-gamma": "specdec.experiments.dynamicgamma:DynamicGammaRun",
+    "oracle-gamma": "specdec.experiments.oraclegamma:OracleGammaRun",
+    "q4q8-error": "specdec.experiments.logiterror:LogitErrorRun",
+    "engine-modes": "specdec.experiments.enginemodes:EngineModesRun",
+    "verify-cost": "specdec.experiments.verifycost:VerifyCostRun",
 }
 
 

@@ -1,5 +1,6 @@
-"""Dynamic draft length (issue #12, item 3; ``benchmarks/dynamic_gamma.py``): adaptive policies
-against every fixed gamma, with intervals.
+"""Dynamic draft length (issue #12, item 3; ``specdec run dynamic-gamma``,
+:class:`specdec.experiments.dynamicgamma.DynamicGammaRun`): adaptive policies against every fixed
+gamma, with intervals.
 
 Greedy decoding of ``new_tokens`` tokens (EOS suppressed, equal lengths) per prompt: plain decoding
 (the baseline of every speedup); prompt lookup with fixed gammas and with transformers' heuristic

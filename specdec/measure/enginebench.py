@@ -4,7 +4,8 @@ Engines: transformers' model as loaded ("hf-float32", "hf-bfloat16": the engine 
 lean one), the lean engine in each mode ("lean-float32", "lean-bfloat16", "lean-int4"), and
 llama.cpp on the same GGUF when ``llama_cpp`` is importable ("llama.cpp"; ``pip install
 llama-cpp-python``). All run through specdec's own loops (``autoregressive``, ``speculative``),
-so only the forward differs. Used by ``specdec bench`` and ``benchmarks/engine_modes.py``.
+so only the forward differs. Used by ``specdec bench`` and ``specdec run engine-modes``
+(:class:`specdec.experiments.enginemodes.EngineModesRun`).
 
 Steps (:func:`run_bench`), all interleaved (a fresh engine order per pass) and repeated:
 
@@ -45,6 +46,7 @@ __all__ = [
     "build_engines",
     "decode",
     "draft_costs",
+    "engine_list",
     "profile",
     "resolve_engines",
     "roofline",
@@ -121,24 +123,31 @@ class BenchSettings:
         return out
 
 
+def engine_list(engines: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The engines asked for: a comma list (or sequence) from :data:`ALL_ENGINES` and :data:`VARIANTS`,
+    or None for :data:`ALL_ENGINES`; an unknown name raises ValueError. Nothing is probed (no torch):
+    :func:`resolve_engines` says which of them this machine runs."""
+    if engines is None:
+        return ALL_ENGINES
+    wanted = tuple(e.strip() for e in engines.split(",")) if isinstance(engines, str) else tuple(engines)
+    unknown = [e for e in wanted if e not in ALL_ENGINES and e not in VARIANTS]
+    if unknown or not wanted:
+        raise ValueError(f"unknown engines {unknown}; choose from {', '.join((*ALL_ENGINES, *VARIANTS))}")
+    return wanted
+
+
 def resolve_engines(
     engines: str | Sequence[str] | None, *, log: Log = _print, strict: bool = True
 ) -> tuple[str, ...]:
     """The engines to run: a comma list (or sequence) from :data:`ALL_ENGINES`, or None for every
-    available one. An unknown name raises ValueError; so does an engine asked for by name that
-    this machine cannot run (llama.cpp not importable, no C compiler for lean-q4_1, torch without
-    the int4 kernels), unless ``strict`` is False (a default list, not the user's): then it is
-    left out and said on ``log``, as with None."""
+    available one. An unknown name raises ValueError (:func:`engine_list`); so does an engine asked
+    for by name that this machine cannot run (llama.cpp not importable, no C compiler for lean-q4_1,
+    torch without the int4 kernels), unless ``strict`` is False (a default list, not the user's): then
+    it is left out and said on ``log``, as with None."""
+    wanted = engine_list(engines)
     from specdec.engine import llamacpp, native
     from specdec.engine.lean import int4_supported
 
-    if engines is None:
-        wanted = ALL_ENGINES
-    else:
-        wanted = tuple(e.strip() for e in engines.split(",")) if isinstance(engines, str) else tuple(engines)
-        unknown = [e for e in wanted if e not in ALL_ENGINES and e not in VARIANTS]
-        if unknown or not wanted:
-            raise ValueError(f"unknown engines {unknown}; choose from {', '.join((*ALL_ENGINES, *VARIANTS))}")
     strict = strict and engines is not None
     # (engines, whether this machine runs them, why not): each checked only when asked for
     needs = (

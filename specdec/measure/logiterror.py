@@ -1,4 +1,4 @@
-"""How far a lean mode's logits are from a reference mode's (``benchmarks/q4q8_error.py``, issue #21).
+"""How far a lean mode's logits are from a reference mode's (``specdec run q4q8-error``, issue #21).
 
 :func:`logit_error` prefills every prompt through each mode and the reference (lean models with
 ``forward`` and ``new_cache``, :class:`specdec.engine.lean.LeanLlama`) and reports, over every
