@@ -1,0 +1,187 @@
+"""Issue 44, item 2: which part of a family's gap is the method's and which this implementation's.
+
+Pure functions of a campaign record that holds what the split needs (campaign v3's: its verify curves,
+the machine's int8 peak and bandwidth measured in the same run, the model's work and bytes per row, and
+each drafter's, :func:`specdec.measure.draftcost.draft_work`), and of the anchors' published acceptance
+(``specdec/data/anchors/spec_bench_3090.csv``). For each speculative configuration and temperature, four
+speedups over plain decoding on the same engine (Theorem 3.8's form: tokens per target call over the
+cost of a round in plain steps, v(nodes + 1) + c):
+
+* ``measured`` -- the run's own: :func:`specdec.theory.intervals.paired_speedup` of time per token
+  against the same engine's plain decoding, prompt by prompt (median over repetitions, geometric mean,
+  bootstrap interval);
+* ``at_measured_costs`` -- the theorem at the measured tokens per call, the measured verify curve at the
+  round's mean nodes + 1, and the measured draft time per round (``c_round``): what the round's parts
+  predict; below it, the gap is the loop's (bookkeeping, policy, Python between calls);
+* ``at_floor`` -- the same tokens per call, priced at the machine's floor: v(k) = max(weight bytes /
+  bandwidth, k x multiply-adds / int8 peak) over its k = 1 (attention and the float epilogue left out:
+  a floor), and c = draft calls x max(drafter bytes / bandwidth, rows per call x drafter multiply-adds /
+  int8 peak) over the plain floor step; between this and ``at_measured_costs``, the gap is the engine's
+  and the drafter's implementation;
+* ``anchor_at_floor`` -- the anchor's published tokens per call at its own published tree size and
+  draft calls, priced at the same floor with this drafter's work per row; between this and
+  ``at_floor``, the gap is the method's acceptance as trained here (the data, the training, the
+  small target), not the implementation's. None where the anchor's table states no tree size.
+
+Nothing here times anything; every number is a function of the record and the anchors' file.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ANCHORS",
+    "anchor_for",
+    "floor_model",
+    "load_anchors",
+    "measured_speedup",
+    "split",
+    "verify_measured",
+]
+
+#: The anchors' published tokens per target call (Spec-Bench, RTX 3090, Vicuna-7B; its README).
+ANCHORS = Path(__file__).resolve().parents[1] / "data" / "anchors" / "spec_bench_3090.csv"
+
+
+def load_anchors(path: str | Path = ANCHORS) -> list[dict[str, Any]]:
+    """The anchors' rows: ``method``, ``families`` (book families it anchors), ``tokens_per_call``,
+    ``speedup``, ``nodes`` and ``draft_calls`` (None where not stated), ``setting``."""
+    rows = []
+    with open(path, encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle):
+            rows.append(
+                {
+                    "method": row["method"],
+                    "families": row["families"].split(";"),
+                    "tokens_per_call": float(row["tokens_per_call"]),
+                    "speedup": float(row["speedup"]),
+                    "nodes": int(row["nodes"]) if row["nodes"] else None,
+                    "draft_calls": int(row["draft_calls"]) if row["draft_calls"] else None,
+                    "setting": row["setting"],
+                }
+            )
+    return rows
+
+
+def family_of(spec: str) -> str:
+    """The anchors' family name of a drafter spec: ``eagle-tree`` (EAGLE with topk > 1), ``eagle-chain``,
+    ``medusa``, ``mlp``, ``draft`` (the distilled draft, chain or tree), ``lookup`` (chain or tree),
+    ``hybrid``, or the spec's own kind (``suffix``, ``early-exit``)."""
+    kind, _, args = spec.partition(":")
+    kind = kind.split(",")[0]
+    if kind == "eagle":
+        options = dict(part.split("=", 1) for part in args.split(",")[1:] if "=" in part)
+        return "eagle-tree" if int(options.get("topk", 1)) > 1 else "eagle-chain"
+    return {"draft-tree": "draft", "lookup-tree": "lookup"}.get(kind, kind)
+
+
+def anchor_for(spec: str, anchors: Sequence[Mapping[str, Any]] | None = None) -> Mapping[str, Any] | None:
+    """The anchor row of a drafter spec's family (None: no published row)."""
+    family = family_of(spec)
+    for row in load_anchors() if anchors is None else anchors:
+        if family in row["families"]:
+            return row
+    return None
+
+
+def floor_model(record: Mapping[str, Any]) -> dict[str, float]:
+    """The floor's parts from the record (seconds): ``weights_s`` (the target's weight bytes at the
+    measured bandwidth), ``row_s`` (one row's multiply-adds at the measured int8 peak), ``plain_s`` (the
+    larger: a plain step's floor) and the two roofs."""
+    counts = record["model_counts"]
+    peak = float(record["peaks"]["int8"]["median_per_s"])
+    bandwidth = float(record["bandwidth"]["bandwidth_gbps"]) * 1e9
+    weights_s = float(counts["weight_bytes"]) / bandwidth
+    row_s = float(counts["macs"]) / peak
+    return {"weights_s": weights_s, "row_s": row_s, "plain_s": max(weights_s, row_s),
+            "int8_per_s": peak, "bytes_per_s": bandwidth}  # fmt: skip
+
+
+def _v_floor(k: float, floor: Mapping[str, float]) -> float:
+    return max(floor["weights_s"], k * floor["row_s"]) / floor["plain_s"]
+
+
+def _c_floor(work: Mapping[str, Any] | None, calls: float, nodes: float, floor: Mapping[str, float]) -> float:
+    if not work or not work.get("macs") or calls <= 0:
+        return 0.0
+    per_call = max(
+        float(work["weight_bytes"]) / floor["bytes_per_s"],
+        nodes / calls * float(work["macs"]) / floor["int8_per_s"],
+    )
+    return calls * per_call / floor["plain_s"]
+
+
+def verify_measured(record: Mapping[str, Any], k: float, shape: str) -> float:
+    """v(k) of the record's verify curve for ``shape`` (``chain`` or ``tree``), linear between its k."""
+    curves = record["verify_curves"]
+    ks = np.asarray(curves["ks"], dtype=float)
+    return float(np.interp(k, ks, np.asarray(curves[f"v_{shape}"], dtype=float)))
+
+
+def measured_speedup(
+    record: Mapping[str, Any], config: str, temperature: float, *, seed: int = 0
+) -> tuple[float, float | None, float | None]:
+    """``config`` over its engine's plain decoding at ``temperature``: time per token paired by prompt
+    (:func:`specdec.theory.intervals.paired_speedup`, repetitions' median, geometric mean over prompts)."""
+    from specdec.theory.intervals import paired_speedup
+
+    engine = config.split("/")[0]
+    times: dict[str, dict[tuple[str, str], list[float]]] = {config: {}, f"{engine}/plain": {}}
+    for run in record["runs"]:
+        if run["config"] in times and run["temperature"] == temperature and run["new_tokens"]:
+            key = (run["task"], run["prompt"])
+            times[run["config"]].setdefault(key, []).append(run["decode_s"] / run["new_tokens"])
+    mine, plain = times[config], times[f"{engine}/plain"]
+    prompts = sorted(set(mine) & set(plain))
+    if not prompts:
+        raise ValueError(f"no runs of {config!r} and its plain decoder at temperature {temperature}")
+    return paired_speedup([plain[p] for p in prompts], [mine[p] for p in prompts], seed=seed)
+
+
+def split(
+    record: Mapping[str, Any], anchors: Sequence[Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Per speculative configuration and temperature of the record's tree summary: the four speedups
+    (module docstring) and the three ratios between them, ``loop`` (measured / at measured costs),
+    ``implementation`` (at measured costs / at floor) and ``method`` (at floor / anchor at floor)."""
+    anchors = load_anchors() if anchors is None else anchors
+    floor = floor_model(record)
+    work_of = record.get("draft_work", {})
+    out = []
+    for row in record["trees"]["rows"]:
+        config, temp = row["config"], float(row["temperature"])
+        spec = config.split("/")[1]
+        tokens = float(row["tokens_per_call"])
+        nodes = float(row["nodes_per_round"])
+        calls = float(row["draft_calls_per_round"])
+        shape = "tree" if "noharm" in config or "tree" in spec or "topk" in spec or spec.startswith(
+            ("suffix", "medusa", "mlp", "hybrid")
+        ) else "chain"  # fmt: skip
+        c_measured = float(row["c_round_median"])
+        work = work_of.get(spec)
+        at_measured = tokens / (verify_measured(record, nodes + 1, shape) + c_measured)
+        at_floor = tokens / (_v_floor(nodes + 1, floor) + _c_floor(work, calls, nodes, floor))
+        anchor = anchor_for(spec, anchors)
+        anchor_at_floor = None
+        if anchor is not None and anchor["nodes"] is not None:
+            a_nodes, a_calls = float(anchor["nodes"]), float(anchor["draft_calls"] or 0)
+            anchor_at_floor = anchor["tokens_per_call"] / (
+                _v_floor(a_nodes + 1, floor) + _c_floor(work, a_calls, a_nodes, floor)
+            )
+        est, low, high = measured_speedup(record, config, temp)
+        out.append({
+            "config": config, "spec": spec, "family": family_of(spec), "temperature": temp,
+            "tokens_per_call": tokens, "nodes": nodes, "draft_calls": calls, "c_measured": c_measured,
+            "measured": {"estimate": est, "low": low, "high": high},
+            "at_measured_costs": at_measured, "at_floor": at_floor,
+            "anchor": None if anchor is None else anchor["method"], "anchor_at_floor": anchor_at_floor,
+            "loop": est / at_measured, "implementation": at_measured / at_floor,
+            "method": None if anchor_at_floor is None else at_floor / anchor_at_floor,
+        })  # fmt: skip
+    return out

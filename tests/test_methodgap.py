@@ -1,0 +1,85 @@
+"""Issue 44, item 2: the method-or-implementation split (specdec.analysis.methodgap) on a record built
+by hand, every number checked against arithmetic done here."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.analysis import methodgap as mg
+
+
+def _record(plain_s: float = 0.010, spec_s: float = 0.005) -> dict:
+    runs = []
+    for p in range(4):
+        for rep in range(3):
+            for config, per_token in (
+                ("e/plain", plain_s * (1 + p / 10)),
+                ("e/eagle:x,topk=4,depth=5/g8", spec_s * (1 + p / 10)),
+            ):
+                runs.append({"config": config, "temperature": 0.0, "task": "t", "prompt": f"p{p}",
+                             "rep": rep, "decode_s": per_token * 100, "new_tokens": 100})  # fmt: skip
+    return {
+        "model_counts": {"weight_bytes": 96e6, "macs": 134e6},
+        "peaks": {"int8": {"median_per_s": 1e12}},
+        "bandwidth": {"bandwidth_gbps": 40.0},
+        "verify_curves": {"ks": [1, 2, 4, 8, 16], "v_chain": [1, 1.1, 1.3, 2.0, 4.0],
+                          "v_tree": [1, 1.1, 1.3, 2.1, 4.2]},
+        "draft_work": {"eagle:x,topk=4,depth=5": {"macs": 9e6, "weight_bytes": 9.5e6}},
+        "trees": {"rows": [{"config": "e/eagle:x,topk=4,depth=5/g8", "temperature": 0.0,
+                            "tokens_per_call": 2.0, "nodes_per_round": 7.0,
+                            "draft_calls_per_round": 5.0, "c_round_median": 0.5}]},
+        "runs": runs,
+    }  # fmt: skip
+
+
+def test_the_floor_and_the_four_speedups_follow_their_arithmetic():
+    rec = _record()
+    floor = mg.floor_model(rec)
+    assert floor["weights_s"] == pytest.approx(96e6 / 40e9)  # 2.4 ms
+    assert floor["row_s"] == pytest.approx(134e6 / 1e12)  # 0.134 ms
+    assert floor["plain_s"] == floor["weights_s"]
+    (row,) = mg.split(rec)
+    assert row["family"] == "eagle-tree" and row["anchor"] == "EAGLE-2"
+    # measured costs: v_tree(8) = 2.1, c = 0.5
+    assert row["at_measured_costs"] == pytest.approx(2.0 / (2.1 + 0.5))
+    # floor: 8 rows ride on the weights (8 x 0.134 < 2.4 ms): v = 1; five calls of 7/5 rows, each
+    # bound by the drafter's 9.5 MB at 40 GB/s (0.2375 ms > 1.4 x 9 us)
+    c = 5 * (9.5e6 / 40e9) / (96e6 / 40e9)
+    assert row["at_floor"] == pytest.approx(2.0 / (1.0 + c))
+    # EAGLE-2's published 4.35 tokens per call at its 60 nodes and 5 calls: 61 rows exceed the weights
+    v61 = 61 * 134e6 / 1e12 / (96e6 / 40e9)
+    c60 = 5 * max(9.5e6 / 40e9, 12 * 9e6 / 1e12) / (96e6 / 40e9)
+    assert row["anchor_at_floor"] == pytest.approx(4.35 / (v61 + c60))
+    assert row["measured"]["estimate"] == pytest.approx(2.0)  # 10 ms over 5 ms per token on every prompt
+    assert row["loop"] == pytest.approx(2.0 / row["at_measured_costs"])
+    assert row["implementation"] == pytest.approx(row["at_measured_costs"] / row["at_floor"])
+    assert row["method"] == pytest.approx(row["at_floor"] / row["anchor_at_floor"])
+
+
+def test_each_family_meets_its_anchor_and_an_unstated_tree_size_computes_nothing():
+    assert mg.family_of("eagle:eagle-ttt") == "eagle-chain"
+    assert mg.family_of("eagle:eagle-ttt,topk=4,depth=5") == "eagle-tree"
+    assert mg.family_of("lookup-tree,min_ngram=2") == "lookup"
+    assert mg.family_of("draft-tree:distil-l1,branch=2") == "draft"
+    assert mg.anchor_for("medusa:medusa-4")["method"] == "Medusa"
+    assert mg.anchor_for("mlp:mlp-self")["method"] == "Hydra"
+    assert mg.anchor_for("suffix") is None and mg.anchor_for("early-exit:8") is None
+    rec = _record()
+    rec["trees"]["rows"][0]["config"] = "e/mlp:x/g8"
+    rec["draft_work"] = {}
+    for run in rec["runs"]:
+        run["config"] = run["config"].replace("eagle:x,topk=4,depth=5", "mlp:x")
+    (row,) = mg.split(rec)
+    assert row["anchor"] == "Hydra" and row["anchor_at_floor"] is None and row["method"] is None
+
+
+def test_the_anchors_file_is_the_published_table():
+    rows = {r["method"]: r for r in mg.load_anchors()}
+    assert rows["EAGLE-2"]["tokens_per_call"] == 4.35 and rows["EAGLE-2"]["nodes"] == 60
+    assert rows["PLD"]["draft_calls"] == 0 and rows["Medusa"]["nodes"] == 63
+    assert all(r["tokens_per_call"] >= 1 for r in rows.values())
+
+
+def test_a_config_without_runs_is_refused():
+    with pytest.raises(ValueError, match="no runs"):
+        mg.measured_speedup(_record(), "e/none/g1", 0.0)
