@@ -103,7 +103,7 @@ def test_an_earlier_library_loads_beside_this_one_and_gives_the_same_logits():
     old, info = vk.library_at(BEFORE)
     assert info["abi"] == 6 and set(info["lacks"]) == set(native._Q8_NEWER)  # every entry of ABI 7 and 8
     model = LeanLlama(wide_model(), "q4q8", threads=2)
-    views = vk._views(model, vk.forwards_of(model, {"before": old, "after": None}), 2)
+    views = vk.library_views(model, vk.forwards_of(model, {"before": old, "after": None}), 2)
     prompt = list(range(3, 40))
     assert views["before"].q8_forward().lib is old and views["after"].q8_forward() is model.q8_forward()
     assert vk.equal_logits(views, prompt, [1, 2, 5, 9, 17])["bit_equal"]

@@ -56,8 +56,11 @@ __all__ = [
     "VerifyKernels",
     "call_shape",
     "floor_table",
+    "forwards_of",
     "library_at",
+    "library_views",
     "measure_peaks",
+    "model_counts",
     "run_record",
     "tree_parents",
 ]
@@ -184,9 +187,10 @@ def forwards_of(model: Any, libs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _views(model: Any, forwards: Mapping[str, Any], threads: int) -> dict[str, Any]:
-    """A view of ``model`` per library (sharing its weights and that library's repacked forward) at
-    ``threads`` threads."""
+def library_views(model: Any, forwards: Mapping[str, Any], threads: int) -> dict[str, Any]:
+    """A view of ``model`` per library (sharing its weights and that library's repacked forward, from
+    :func:`forwards_of`) at ``threads`` threads: a model that decodes like ``model`` with another
+    library's kernels (campaign v3's row of v2's engine)."""
     from specdec.engine.lean import LeanLlama
 
     out = {}
@@ -571,7 +575,7 @@ def run_record(
     forwards = forwards_of(model, {"before": old, "after": None})
     cells: list[tuple[str, Callable[[], Any]]] = []
     for threads in settings.threads:
-        views = _views(model, forwards, threads)
+        views = library_views(model, forwards, threads)
         cells += [
             (f"equal-{threads}t", lambda v=views: equal_logits(v, prompt, settings.ks)),
             (
@@ -602,7 +606,7 @@ def run_record(
             ),
         ]
     if native.amx() is not None:
-        views = _views(model, {"after": forwards["after"]}, max(settings.threads))
+        views = library_views(model, {"after": forwards["after"]}, max(settings.threads))
 
         def amx_off_on() -> dict[str, Any]:
             with _amx_default():
