@@ -346,7 +346,7 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
 
 
 def test_budget_stops_cleanly_and_prompts_are_checked(payload_dir, tmp_path, capsys):
-    from specdec.experiments.gpureal import GpuRealRun
+    from specdec.experiments.gpurealrun import GpuRealRun
 
     common = {"device": "cpu", "quick": True, "payload": str(payload_dir), "out": str(tmp_path)}
     assert GpuRealRun(**common, budget_s=0).run() == 0  # one-shot: a budget cut is still a record

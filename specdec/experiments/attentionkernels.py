@@ -43,14 +43,16 @@ class AttentionKernelsRun(Program):
         check_int("warmup", self.warmup, low=0)
 
     def run(self) -> int:
-        from specdec.engine.models import load_target, set_threads
+        from specdec.engine.builder import EngineSpec, open_engine
+        from specdec.engine.models import set_threads
         from specdec.measure.core import forward_times, write_result
 
+        models = {}
+        for attn in ("eager", "sdpa"):  # the builder's transformers engine, one per attention kernel
+            model = open_engine(EngineSpec("hf", self.dtype, self.threads, device="cpu")).base.model
+            model.set_attn_implementation(attn)
+            models[attn] = model
         threads = set_threads(self.threads)
-        models = {
-            attn: load_target(self.dtype, device="cpu", attn_implementation=attn, quiet=True).model
-            for attn in ("eager", "sdpa")
-        }
         times = forward_times(models, self.prefix, (1,), repeats=self.repeats, warmup=self.warmup)
         print(f"threads={threads['threads']} dtype={self.dtype} prefix={self.prefix} repeats={self.repeats}")
         print(f"{'kernel':>8} {'median ms':>10} {'IQR ms':>8}")
