@@ -88,9 +88,10 @@ Measurement:
 * :mod:`specdec.measure.runner`   -- the one runner: a program's settings as its resume key (``RunSettings``),
   cells with their seconds and load, saved after every cell and resumed; a one-shot run's sections
   (``Recorder``) within a ``Deadline``.
-* :mod:`specdec.measure.benchargs` -- what the benchmark scripts share: common arguments, checks, paths.
-* :mod:`specdec.measure.dynamicgamma` -- adaptive draft lengths against fixed ones (``dynamic_gamma.py``).
-* :mod:`specdec.measure.logiterror` -- a lean mode's logits against float32's (``q4q8_error.py``).
+* :mod:`specdec.measure.benchargs` -- what the run programs share: the repository root, the default record
+  path, the target and a distilled draft loaded, the record written.
+* :mod:`specdec.measure.dynamicgamma` -- the adaptive-draft-length measurement (``dynamic-gamma``'s).
+* :mod:`specdec.measure.logiterror` -- a lean mode's logits against float32's (``q4q8-error``'s).
 * :mod:`specdec.measure.roofline`  -- the running machine's roofline, measured (bandwidth, matmul GFLOP/s,
   ridge).
 * :mod:`specdec.measure.profile`   -- where one forward's time goes (torch profiler buckets, C phase clocks).
@@ -98,7 +99,7 @@ Measurement:
 * :mod:`specdec.measure.acceptance` -- the paper's alpha on target-generated text, by teacher forcing.
 * :mod:`specdec.measure.enginebench` -- the engine benchmark: every engine side by side (``specdec bench``).
 * :mod:`specdec.measure.verifykernels` -- the q4q8 engine's verify curve and its floor, an earlier commit's
-  C kernels against this checkout's in one run (``verify_kernels.py``).
+  C kernels against this checkout's in one run (``verify-kernels``'s).
 * :mod:`specdec.measure.draftcost` -- a drafter's c inside the decoding loop, two checkouts alternated;
   the per-budget costs :class:`~specdec.theory.policies.DoNoHarm` needs (``calibrate``).
 * :mod:`specdec.measure.device`  -- the accelerator's identity, its memory, its measured roofline.
@@ -114,7 +115,9 @@ Analysis (Part IV and V's readers):
 * :mod:`specdec.analysis.realtables` -- Part IV's tables from a real-decoding run's state.
 * :mod:`specdec.analysis.hardware`  -- Part V: verify curves, GPU cost surfaces, adaptive gamma records.
 * :mod:`specdec.analysis.batchcost` -- the cost surface T(b, k) and what it predicts for batched speculation.
-* :mod:`specdec.analysis.oracle`    -- Section 3.5's oracle draft length, replayed on real drafts.
+* :mod:`specdec.analysis.oracle`    -- Section 3.5's oracle draft length, read from a record of real drafts.
+* :mod:`specdec.analysis.methodgap` -- issue 44's split of a family's gap: the loop's, the implementation's
+  (measured costs against the machine's floor) and the method's (acceptance against the anchors').
 * :mod:`specdec.analysis.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).
 * :mod:`specdec.analysis.crossfit`  -- the campaign's analysis: gamma chosen by cross-fitting, speedups over
   the same engine's plain and the fastest plain decoder, with intervals (numpy only).
@@ -128,20 +131,39 @@ Analysis (Part IV and V's readers):
 * :mod:`specdec.analysis.records`   -- the one way chapters read records: the newest of a kind, and
   where each came from (provenance).
 
-Run programs (:mod:`specdec.experiments`; ``benchmarks/*.py`` are thin commands around them):
+Run programs (:mod:`specdec.experiments`: each program one options dataclass whose ``run()`` makes its
+record, run as ``specdec run NAME``; ``specdec run --list`` names them):
 
-* :mod:`specdec.experiments.campaign`  -- the campaign: every plain decoder and speculative configuration
-  on the same prompts, interleaved, resumable (``benchmarks/campaign.py``).
-* :mod:`specdec.experiments.campaign2` -- the second campaign's design, engines, families and analyses.
-* :mod:`specdec.experiments.realdecoding` -- Part IV's real decoding (``benchmarks/real_decoding.py``).
-* :mod:`specdec.experiments.hfbench`   -- our engine against transformers' assisted generation (bench_engine).
-* :mod:`specdec.experiments.batchsurface` -- the batch-size benchmark's steps (``batch_surface.py``).
-* :mod:`specdec.experiments.trees` -- issue 29's trees measurement: held-out prompts, chain and tree
-  configurations through the registry, v(N) of chain and tree calls, the tree summary.
-* :mod:`specdec.experiments.gpurecord` -- the GPU record's run: the CUDA paths checked, the cost surfaces.
-* :mod:`specdec.experiments.gpureal`  -- the real-weights GPU run, section by section (timers, decoding).
-* :mod:`specdec.experiments.selfdata` -- issue 42's data: the target's own text, resumable, hashed
-  (``benchmarks/self_data.py``).
+* :mod:`specdec.experiments.programs` -- THE program table and the base class: options declared once
+  (help, choices, checks), the command line generated from them, the command a record keeps.
+* :mod:`specdec.experiments.campaign`  -- the first campaign (``campaign``): every plain decoder and
+  speculative configuration on the same prompts, interleaved, resumable; the runner campaigns share.
+* :mod:`specdec.experiments.campaign2` -- issue 31's second campaign (``campaign2``): its design as a
+  settings dataclass, every plain decoder and drafter family built, its analyses (three estimators, end
+  to end, simultaneous intervals).
+* :mod:`specdec.experiments.campaign3` -- issue 44's third campaign (``campaign3``): v2's design with the
+  self-trained drafters, the do-no-harm policies, v2's engine as a row and what the
+  method-or-implementation split needs (peaks, bandwidth, the drafters' work).
+* :mod:`specdec.experiments.realdecoding` -- Part IV's real decoding (``real-decoding``).
+* :mod:`specdec.experiments.hfbench`   -- our engine against transformers' assisted generation (``hf-bench``).
+* :mod:`specdec.experiments.batchsurface` -- the CPU's T(b, k) and the batched decoder (``batch-surface``).
+* :mod:`specdec.experiments.trees` -- issues 29, 30 and 42 (``trees``): held-out prompts, chain and tree
+  configurations through the registry, the do-no-harm policies, v(N) of chain and tree calls.
+* :mod:`specdec.experiments.gpurecord` -- the GPU record's run (``gpu-record``): the CUDA paths checked,
+  the cost surfaces.
+* :mod:`specdec.experiments.gpureal`  -- the real-weights GPU run, section by section (timers, decoding);
+  its program (``gpu-real``) is :mod:`specdec.experiments.gpurealrun`.
+* :mod:`specdec.experiments.selfdata` -- issue 42's data (``self-data``): the target's own text,
+  resumable, hashed.
+* :mod:`specdec.experiments.dynamicgamma` -- adaptive draft lengths against fixed ones (``dynamic-gamma``).
+* :mod:`specdec.experiments.oraclegamma` -- Section 3.5's oracle on real drafts (``oracle-gamma``).
+* :mod:`specdec.experiments.logiterror` -- a lean mode's logits against float32's (``q4q8-error``).
+* :mod:`specdec.experiments.enginemodes` -- every engine and mode side by side (``engine-modes``).
+* :mod:`specdec.experiments.verifycost` -- the verify cost T(k) / T(1) of transformers (``verify-cost``).
+* :mod:`specdec.experiments.verifykernels` -- the q4q8 verify curve, before and after a change of the C
+  kernels, against its floor (``verify-kernels``).
+* :mod:`specdec.experiments.attentionkernels` -- transformers' eager against SDPA attention
+  (``attention-kernels``).
 
 The paper and the book:
 
@@ -154,18 +176,12 @@ The paper and the book:
 * :mod:`specdec.paper.book`      -- what the notebooks share: portable values and
   :func:`~specdec.paper.book.keep`.
 
-Run programs (the measurements whose records the book reads; ``benchmarks/*.py`` are their commands):
-
-* :mod:`specdec.experiments.campaign2` -- issue 31's second campaign: its design as a settings
-  dataclass (the record's settings and resume key), every plain decoder and every drafter family
-  built, and its analyses (three estimators, end to end, simultaneous intervals).
-
 Interface (the command line, ``specdec``, also ``python -m specdec``: :mod:`specdec.__main__`):
 
 * :mod:`specdec.cli.app`     -- the parser, assembled from each command's part, and ``main``.
 * :mod:`specdec.cli.common`  -- what the commands share: the one-line usage error, the paper's names.
-* :mod:`specdec.cli.plan`, :mod:`specdec.cli.modes`, :mod:`specdec.cli.measure`, :mod:`specdec.cli.bench`
-  -- one module per command.
+* :mod:`specdec.cli.plan`, :mod:`specdec.cli.modes`, :mod:`specdec.cli.measure`, :mod:`specdec.cli.bench`,
+  :mod:`specdec.cli.run` -- one module per command.
 
 The engine's names are importable from the package root too, but lazily, so that
 ``import specdec`` stays free of torch for readers who only want the theory. The root is therefore the
