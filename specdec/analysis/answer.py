@@ -1,6 +1,6 @@
 """Part VI's reading of the campaign record: "faster than what?", from one interleaved run.
 
-The campaign (:mod:`specdec.experiments.campaign`, ``benchmarks/campaign.py``) times every plain
+The campaign (:mod:`specdec.experiments.campaign`, ``specdec run campaign``) times every plain
 decoder and every speculative configuration on the same prompts; its cross-fit analysis
 (:mod:`specdec.analysis.crossfit`) chooses gamma (and, for the headline, the method and engine
 too) on one half of the prompts and reports on the other. These functions only read that stored

@@ -1,13 +1,13 @@
 """The reader of the conditioned-drafters record (issue 30): goals, losslessness and where the time goes.
 
-Pure functions of a complete ``conditioned`` record (``benchmarks/trees.py --set conditioned``), whose
+Pure functions of a complete ``conditioned`` record (``specdec run trees --set conditioned``), whose
 cross-fit analysis, tree summary and verify curves have the trees record's form, so
 :mod:`specdec.analysis.treetables`' readers apply to it too. Torch-free.
 
 Goal rules (issue 30), fixed here before the record was read: "at least X times the fastest plain
 decoder" is met when a family's cross-fitted estimate (tasks pooled) is >= X *and* the lower end of its
 simultaneous interval (Bonferroni over every family verdict of the record, ``record["simultaneous"]``,
-from ``benchmarks/trees.py --reanalyse``) is above 1, since a goal met by any of several families is a
+from ``specdec run trees --reanalyse``) is above 1, since a goal met by any of several families is a
 choice made after seeing them; "c <= 0.10" is judged on c per draft call (the paper's c: a draft
 step's time over a plain target step's, measured inside the decoding loop: ``c_round`` over the draft
 calls per round, EAGLE's call that catches its cache up with the accepted tokens counted), for each
@@ -103,7 +103,7 @@ def goals(record: Mapping[str, Any], families: Sequence[str] = CONDITIONED) -> l
 
 
 def goals_self(record: Mapping[str, Any], network: Sequence[str] = NETWORK) -> list[dict[str, Any]]:
-    """Issue 42's goals on a complete ``self`` record (``benchmarks/trees.py --set self``), rules fixed
+    """Issue 42's goals on a complete ``self`` record (``specdec run trees --set self``), rules fixed
     before the record was read:
 
     1. the best network drafter (of ``network``; each configuration, i.e. spec and budget, judged on

@@ -1,8 +1,8 @@
 """Part V's analysis of hardware records: verify-cost curves, GPU cost surfaces, and what they do to speedups.
 
-Reads the records of ``benchmarks/engine_modes.py`` (CPU engines side by side; the verify
+Reads the records of ``specdec run engine-modes`` (CPU engines side by side; the verify
 curves with their intervals), ``specdec run gpu-record`` (a GPU's T(b, k)) and
-``benchmarks/dynamic_gamma.py`` (adaptive draft lengths against fixed ones,
+``specdec run dynamic-gamma`` (adaptive draft lengths against fixed ones,
 :func:`adaptive_vs_fixed`) and ``specdec run verify-kernels`` (the lean q4q8 engine's verify curve
 before and after a change of its C kernels, with the floor per k: :func:`kernel_curves`,
 :func:`kernel_floors`, :func:`kernel_goals`); computes nothing by timing. The one model of a speedup used here

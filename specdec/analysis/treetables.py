@@ -1,9 +1,9 @@
 """The trees chapter's reader of the trees record (issue 29): tables, goals and where the time goes.
 
-Everything here is a pure function of a complete ``trees`` record (``benchmarks/trees.py``): its
+Everything here is a pure function of a complete ``trees`` record (``specdec run trees``): its
 cross-fit analysis (:mod:`specdec.analysis.crossfit`, per-comparison 95 % intervals), its simultaneous
 analysis (:func:`simultaneous`: the same bootstrap at a Bonferroni level over every family-vs-fastest-plain
-verdict of the record, stored by ``benchmarks/trees.py --reanalyse``), its tree summary
+verdict of the record, stored by ``specdec run trees --reanalyse``), its tree summary
 (:func:`specdec.experiments.trees.tree_summary`) and its verify curves. Torch-free.
 
 Goal rules (issue 29), fixed here before the record was read: a goal "at least X times the fastest

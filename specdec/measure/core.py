@@ -550,7 +550,7 @@ def engine_verify_curves(
 
     Returns ``{"context", "ks", "repeats", "engines": {name: [cell per k]}}``, each cell with
     ``k``, ``median_s``, ``ratio_to_k1``, ``ratio_rule``, ``ratio_ci`` and ``samples_s`` (the
-    format of the engine benchmark's records, ``benchmarks/engine_modes.py``). ``log`` gets
+    format of the engine benchmark's records, ``specdec run engine-modes``). ``log`` gets
     one line per engine (None: silent).
     """
     from specdec.engine.cores import torch_threads_for

@@ -6,7 +6,7 @@ back to back so that drift (other jobs, clocks) hits both alike. ``specdec measu
 campaign (:mod:`specdec.experiments.campaign`), the engine against transformers
 (:mod:`specdec.experiments.hfbench`, transformers' ``generate`` through the ``timer`` and ``row`` hooks),
 the adaptive-gamma benchmark (:mod:`specdec.measure.dynamicgamma`) and the oracle's costs
-(:func:`specdec.analysis.oracle.measure_costs`) all time their runs here:
+(:func:`specdec.experiments.oraclegamma.measure_costs`) all time their runs here:
 
 * :func:`timed_generation` -- one plain (``drafter`` None) or speculative generation, timed as
   a whole (the prompt's prefill is in :attr:`specdec.engine.stats.Stats.prefill_s`).

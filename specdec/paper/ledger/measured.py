@@ -118,7 +118,7 @@ RULES: dict[str, tuple[str, str]] = {
     ),
 }
 
-#: The gamma of 一's verdict when no CPU record gives one (benchmarks/engine_modes.py's default).
+#: The gamma of 一's verdict when no CPU record gives one (specdec run engine-modes's default).
 DEFAULT_GAMMA = 4
 BENCH = Path("bench")
 GPU = Path("gpu")
