@@ -167,33 +167,45 @@ def test_calibration_scales_to_an_estimate(setup):
     assert len(lines) == 1 and "estimated: this run" in lines[0]
 
 
-def _script():
-    import importlib.util
-    from pathlib import Path
+def _options(argv):
+    """``specdec run campaign ARGV``'s program, from its generated parser (nothing runs)."""
+    from specdec.experiments import programs
+    from specdec.experiments.campaign import CampaignRun
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "campaign.py"
-    spec = importlib.util.spec_from_file_location("campaign_script", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return programs.build(CampaignRun, vars(programs.parser(CampaignRun).parse_args(argv)))
 
 
-def test_script_arguments_quick_and_refusals(capsys):
+def test_the_command_s_options_quick_and_refusals(capsys):
+    from specdec.cli.app import main
     from specdec.experiments.campaign import FULL, QUICK
 
-    script = _script()
-    full = script.parse_args([])
-    assert (full.prompts, full.new_tokens, full.repeats, full.gamma_list) == (
+    full = _options([]).design()
+    assert (full["prompts"], full["new_tokens"], full["repeats"], full["gammas"]) == (
         FULL["prompts"], FULL["new_tokens"], FULL["repeats"], FULL["gammas"]
     )  # fmt: skip
-    assert full.prompts >= 8  # issue #22: at least 8 prompts per task
-    quick = script.parse_args(["--quick", "--budget-s", "60"])
-    assert (quick.prompts, quick.new_tokens, quick.gamma_list, quick.budget_s) == (
-        QUICK["prompts"], QUICK["new_tokens"], QUICK["gammas"], 60.0
+    assert full["prompts"] >= 8  # issue #22: at least 8 prompts per task
+    quick = _options(["--quick", "--budget-s", "60", "--gammas", "1,2"])
+    assert (quick.design()["prompts"], quick.design()["new_tokens"], quick.design()["gammas"]) == (
+        QUICK["prompts"], QUICK["new_tokens"], QUICK["gammas"]
     )  # fmt: skip
-    for bad in (["--prompts", "1"], ["--gammas", "0,2"], ["--budget-s", "-1"], ["--threads", "0"]):
-        with pytest.raises(SystemExit):
-            script.parse_args(bad)
+    assert quick.budget_s == 60.0 and quick.gammas == (1, 2)  # quick overrides the grid
+    assert quick.command() == "specdec run campaign --quick --gammas 1,2 --budget-s 60.0"
+    assert _options(["--no-adaptive", "--no-hf", "--threads", "1,2"]).command() == (
+        "specdec run campaign --no-adaptive --threads 1,2 --no-hf"
+    )
+    for bad in (
+        ["--prompts", "1"],
+        ["--gammas", "0,2"],
+        ["--gammas", "2,2"],
+        ["--budget-s", "-1"],
+        ["--threads", "0"],
+        ["--n-boot", "10"],
+        ["--reopen", "r.json", "--reopen-temperature", "1"],
+        ["--reopen-why", "loaded"],
+    ):
+        assert main(["run", "campaign", *bad]) == 2
+        assert bad[0] in capsys.readouterr().err
+    assert main(["run", "campaign", "--prompts", "1"]) == 2
     assert "--prompts must be an integer in [2, 12]" in capsys.readouterr().err
 
 
@@ -215,6 +227,9 @@ def test_reanalyse_recomputes_the_stored_analysis_and_refuses_a_partial_record(s
     out.write_text(json.dumps(dict(saved, complete=False)))
     with pytest.raises(ValueError, match="not a complete campaign record"):
         reanalyse(out)
+    from specdec.cli.app import main
+
+    assert main(["run", "campaign", "--reanalyse", str(out)]) == 2  # the command says so in one line
 
 
 def test_every_cell_records_the_load_and_a_reopened_temperature_is_timed_again(setup, tmp_path):
@@ -224,8 +239,12 @@ def test_every_cell_records_the_load_and_a_reopened_temperature_is_timed_again(s
     first = run(setup, out)
     assert set(first["cell_load"]) == set(first["done"])
     assert all("others_busy_cpus" in v or "load_average_1min" in v for v in first["cell_load"].values())
-    part = reopen(out, temperature=0.0, why="test")
-    assert part == partial_path(out) and not out.exists()
+    from specdec.cli.app import main
+
+    reopened = ["--reopen", str(out), "--reopen-temperature", "0", "--reopen-why", "test"]
+    assert main(["run", "campaign", *reopened]) == 0  # reopen() through the command
+    part = partial_path(out)
+    assert part.exists() and not out.exists()
     mid = json.loads(part.read_text())
     assert all(not c.startswith("0|") for c in mid["done"]) and mid["reopened"][0]["why"] == "test"
     assert {r["temperature"] for r in mid["runs"]} == {1.0}

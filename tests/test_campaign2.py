@@ -134,3 +134,26 @@ def test_a_loaded_cell_is_timed_again_and_its_runs_kept_as_discarded(tiny, tmp_p
     assert not any(v["loaded"] for v in rec["cell_load"].values())
     with pytest.raises(ValueError, match="retry_loaded"):
         run(tiny, tmp_path / "s.json", retry_loaded=-1)
+
+
+def test_the_command_s_options_quick_refusals_and_an_incomplete_record(tmp_path, capsys):
+    """``specdec run campaign2`` (:class:`Campaign2Run`): --quick overrides the counts, a bad option is
+    one line naming it, --reanalyse refuses a partial record."""
+    from specdec.cli.app import main
+    from specdec.experiments import programs
+
+    ap = programs.parser(c2.Campaign2Run)
+    quick = programs.build(c2.Campaign2Run, vars(ap.parse_args(["--quick", "--repeats", "3"])))
+    assert quick.counts() == (16, 1) and c2.Campaign2Run(repeats=3).counts() == (128, 3)
+    assert quick.command() == "specdec run campaign2 --quick --repeats 3"
+    assert c2.Campaign2Run(llamacpp=False, hf_dtype="bfloat16").command() == (
+        "specdec run campaign2 --hf-dtype bfloat16 --no-llamacpp"
+    )
+    for bad in (["--repeats", "0"], ["--new-tokens", "1"], ["--threads", "0"], ["--budget-s", "-1"],
+                ["--hf-dtype", "float16"]):  # fmt: skip
+        assert main(["run", "campaign2", *bad]) == 2
+        assert bad[0] in capsys.readouterr().err
+    partial = tmp_path / "r.json"
+    partial.write_text(json.dumps({"complete": False}), encoding="utf-8")
+    assert main(["run", "campaign2", "--reanalyse", str(partial)]) == 2
+    assert "is not a complete record" in capsys.readouterr().err

@@ -492,28 +492,33 @@ def test_bench_help_counts_the_engines_it_runs(capsys):
 
 @pytest.fixture(scope="module")
 def rd():
-    import importlib.util
-
+    """``specdec run real-decoding``'s program (:class:`specdec.experiments.realdecoding.RealDecodingRun`):
+    ``rd(argv)`` is the program of those options, from its generated parser (nothing runs)."""
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("real_decoding", ROOT / "benchmarks" / "real_decoding.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from specdec.experiments import programs
+    from specdec.experiments.realdecoding import RealDecodingRun
+
+    parser = programs.parser(RealDecodingRun)
+    return lambda argv: programs.build(RealDecodingRun, vars(parser.parse_args(argv)))
 
 
-def test_real_decoding_quick_lets_explicit_values_win_and_says_so(rd, capsys):
-    args = rd.parse_args(["--no-trained", "--quick", "--prompts", "5", "--new-tokens", "40"])
-    assert (args.prompts, args.new_tokens, args.verify_repeats) == (5, 40, rd.QUICK["verify_repeats"])
-    err = capsys.readouterr().err
-    assert "--quick with --prompts 5: the value given wins (quick would use 3)" in err
-    assert "--new-tokens 40" in err
-    full = rd.parse_args(["--no-trained"])
+def test_real_decoding_quick_lets_explicit_values_win_and_says_so(rd):
+    from specdec.experiments.realdecoding import QUICK
+
+    said = []
+    args = rd(["--no-trained", "--quick", "--prompts", "5", "--new-tokens", "40"]).settings(say=said.append)
+    assert (args.prompts, args.new_tokens, args.verify_repeats) == (5, 40, QUICK["verify_repeats"])
+    assert "--quick with --prompts 5: the value given wins (quick would use 3)" in said
+    assert any("--new-tokens 40" in line for line in said) and len(said) == 2
+    full = rd(["--no-trained"]).settings(say=said.append)
     assert (full.prompts, full.new_tokens, full.sweep, full.verify_repeats) == (8, 48, "1,2,4,6,8", 15)
+    assert full.lenience == "1,0.5,0.3,0.1" and len(said) == 2  # as the records store it; nothing said
 
 
-def test_real_decoding_help_names_resuming_and_every_option(rd, capsys):
-    with pytest.raises(SystemExit):
-        rd.parse_args(["--help"])
+def test_real_decoding_help_names_resuming_and_every_option(capsys):
+    from specdec.cli.app import main
+
+    assert main(["run", "real-decoding", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "resumes" in out and "--fresh discards it" in out
     for option in ("--out", "--threads", "--seed"):
@@ -522,7 +527,7 @@ def test_real_decoding_help_names_resuming_and_every_option(rd, capsys):
 
 
 def test_a_damaged_partial_state_is_one_line_naming_the_file(rd, tmp_path):
-    args = rd.parse_args(["--no-trained", "--quick", "--out", str(tmp_path)])
+    args = rd(["--no-trained", "--quick", "--out", str(tmp_path)]).settings()
     path = tmp_path / "auto-1t-quick.partial.json"
     path.write_text('{"settings_key": {"quick": tr')  # killed mid-write by another tool
     from specdec.measure.runner import open_partial
@@ -538,10 +543,10 @@ def test_the_stored_quick_record_command_is_accepted(rd):
     record = json.loads((ROOT / "results" / "real" / "cpu-bfloat16-1t-quick.json").read_text())
     argv = record["command"].split()[2:]
     assert argv == ["--quick", "--dtype", "bfloat16"]
-    args = rd.parse_args(["--no-trained", *argv])
+    args = rd(["--no-trained", *argv]).settings()
     assert args.mode == "hf-bfloat16" and args.quick
-    with pytest.raises(SystemExit):
-        rd.parse_args(["--no-trained", "--dtype", "bfloat16", "--mode", "int4"])
+    with pytest.raises(ValueError, match="^--dtype .* and mode exclude each other"):
+        rd(["--no-trained", "--dtype", "bfloat16", "--mode", "int4"])
 
 
 def test_plan_refuses_a_gamma_beyond_its_documented_maximum(capsys):

@@ -125,6 +125,9 @@ def test_no_program_keeps_a_hand_written_parser():
     for name in (
         "trees.py",
         "self_data.py",
+        "campaign.py",
+        "campaign2.py",
+        "real_decoding.py",
         "gpu_real.py",
         "gpu_record.py",
         "batch_surface.py",

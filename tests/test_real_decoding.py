@@ -1,32 +1,33 @@
-"""Part IV's summaries (:mod:`specdec.analysis.realtables`, which benchmarks/real_decoding.py calls) on
+"""Part IV's summaries (:mod:`specdec.analysis.realtables`, which ``specdec run real-decoding`` calls) on
 synthetic runs: every derived number recomputed by hand (medians over repetitions, the speedup's
 geometric mean, c, alpha over drafted and all positions, Theorem 3.8), the estimate; and the
-script's own parts: the drafter-name parser and resumption's settings check."""
+program's own parts: the drafter-name parser, its options and resumption's settings check."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import shlex
 import statistics
-import sys
 
 import numpy as np
 import pytest
 
 from specdec.analysis import realtables
+from specdec.cli.app import main
+from specdec.experiments import programs
+from specdec.experiments.realdecoding import RealDecodingRun
 from specdec.theory.intervals import ratio_ci
 from specdec.theory.speedup import walltime_speedup
 
 
-@pytest.fixture(scope="module")
-def rd(root):
-    pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("real_decoding", root / "benchmarks" / "real_decoding.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["real_decoding"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("real_decoding", None)
+def options(argv):
+    """``specdec run real-decoding ARGV``'s program, from its generated parser (nothing runs)."""
+    return programs.build(RealDecodingRun, vars(programs.parser(RealDecodingRun).parse_args(argv)))
+
+
+def settings(argv):
+    """The run's settings (:class:`specdec.experiments.realdecoding.RealDecoding`) of those options."""
+    return options(argv).settings()
 
 
 GAMMA = 2
@@ -95,7 +96,7 @@ def synthetic_runs():
     return rows, tf
 
 
-def test_table_row_by_hand(rd):
+def test_table_row_by_hand():
     rows, tf = synthetic_runs()
     curve = {1: 1.0, 2: 1.2, 3: 1.5}
     row = realtables.table_row(rows, tf, "d", GAMMA, curve)
@@ -147,7 +148,7 @@ def test_drafter_names():
             drafter_names(bad, trained)
 
 
-def test_resume_refuses_other_settings(rd, tmp_path):
+def test_resume_refuses_other_settings(tmp_path):
     """The settings dataclass's to_record() is the resume key: the same command resumes, another
     setting (repeats; verify_repeats, which the hand-kept key list had left out) is refused, --fresh
     discards, a damaged file is refused."""
@@ -156,7 +157,7 @@ def test_resume_refuses_other_settings(rd, tmp_path):
     def resume(settings):
         return open_partial(settings.partial_path(), settings, fresh=settings.fresh, key="settings_key")
 
-    args = rd.parse_args(["--no-trained", "--quick", "--out", str(tmp_path)])
+    args = settings(["--no-trained", "--quick", "--out", str(tmp_path)])
     path = tmp_path / "auto-1t-quick.partial.json"
     assert args.partial_path() == path
     assert resume(args) is None  # nothing to resume
@@ -164,10 +165,10 @@ def test_resume_refuses_other_settings(rd, tmp_path):
     path.write_text(json.dumps({"settings_key": args.to_record(), "done": ["x"]}))
     assert resume(args)["done"] == ["x"]
     for flag, value, name in (("--repeats", "4", "repeats"), ("--verify-repeats", "9", "verify_repeats")):
-        other = rd.parse_args(["--no-trained", "--quick", flag, value, "--out", str(tmp_path)])
+        other = settings(["--no-trained", "--quick", flag, value, "--out", str(tmp_path)])
         with pytest.raises(SystemExit, match=f"other settings \\({name}\\)"):
             resume(other)
-    fresh = rd.parse_args(["--no-trained", "--quick", "--fresh", "--out", str(tmp_path)])
+    fresh = settings(["--no-trained", "--quick", "--fresh", "--out", str(tmp_path)])
     assert resume(fresh) is None
     for damaged in ("[1]", '{"settings_key": '):
         path.write_text(damaged)
@@ -175,7 +176,7 @@ def test_resume_refuses_other_settings(rd, tmp_path):
             resume(args)
 
 
-def test_bad_arguments(rd, capsys):
+def test_bad_arguments(capsys):
     for argv, match in (
         (["--repeats", "0"], "--repeats must be"),
         (["--lenience", "0.5"], "must include 1"),
@@ -184,12 +185,11 @@ def test_bad_arguments(rd, capsys):
         (["--timed", "trigram"], "unknown drafter"),
         (["--mode", "fp8"], "--mode must be"),
     ):
-        with pytest.raises(SystemExit):
-            rd.parse_args(["--no-trained", *argv])
+        assert main(["run", "real-decoding", "--no-trained", *argv]) == 2
         assert match in capsys.readouterr().err
 
 
-def test_estimate_scales_this_runs_costs(rd):
+def test_estimate_scales_this_runs_costs():
     rows, _ = synthetic_runs()
     state = {"runs": rows, "sweep_drafters": [], "elapsed_s": 100.0, "setup_s": 30.0, "done": ["a", "b"]}
     full = {"prompts": 8, "new_tokens": 20, "repeats": 3, "timed": ["d"], "sweep": [1, 2], "lenience": [1.0]}
@@ -203,9 +203,9 @@ def test_estimate_scales_this_runs_costs(rd):
     assert est["total_min"] == pytest.approx(est["main_min"] + est["extra_min"] + est["other_min"])
 
 
-def test_a_killed_run_resumes_to_the_whole_runs_record(rd, tmp_path, monkeypatch, one_thread):
-    """benchmarks/real_decoding.py's program on a tiny random Llama: a run killed after two cells,
-    then resumed by the same command, stores the runs, generations and alphas of an unbroken run."""
+def test_a_killed_run_resumes_to_the_whole_runs_record(tmp_path, monkeypatch, one_thread):
+    """``specdec run real-decoding`` on a tiny random Llama: a run killed after two cells, then resumed
+    by the same command, stores the runs, generations and alphas of an unbroken run."""
     from types import SimpleNamespace
 
     from tiny_models import VOCAB, tiny_llama
@@ -256,7 +256,7 @@ def test_a_killed_run_resumes_to_the_whole_runs_record(rd, tmp_path, monkeypatch
     monkeypatch.setattr(realbench, "set_threads", lambda n: {"threads": n})
 
     def record(folder):
-        rd.main([*argv, "--out", str(folder)])
+        assert main(["run", "real-decoding", *argv, "--out", str(folder)]) == 0
         (path,) = folder.glob("cpu-float32-1t-quick.json")
         return json.loads(path.read_text())
 
@@ -270,13 +270,15 @@ def test_a_killed_run_resumes_to_the_whole_runs_record(rd, tmp_path, monkeypatch
         return real_cell(*a, **kw)
 
     monkeypatch.setattr(realbench, "paired_cell", dies_at_the_third)
-    with pytest.raises(KeyboardInterrupt):
-        record(tmp_path / "resumed")
+    assert main(["run", "real-decoding", *argv, "--out", str(tmp_path / "resumed")]) == 130  # killed
     state = json.loads((tmp_path / "resumed" / "hf-float32-1t-quick.partial.json").read_text())
     assert len(state["done"]) == 2 and len(state["generations"]) == 2  # the third cell died unsaved
     monkeypatch.setattr(realbench, "paired_cell", real_cell)
     resumed = record(tmp_path / "resumed")
     assert len(resumed["commands"]) == 2 and not list((tmp_path / "resumed").glob("*.partial.json"))
+    command = resumed["command"]
+    assert command.startswith("specdec run real-decoding --quick --prompts 2 --new-tokens 6")
+    assert options(shlex.split(command)[3:]) == options([*argv, "--out", str(tmp_path / "resumed")])
     timing = ("decode_s", "prefill_s", "draft_s", "target_s", "verify_s", "gc_s")
 
     def untimed(runs):

@@ -134,13 +134,12 @@ def test_require_drafts_names_what_is_missing(tmp_path):
 
 
 @pytest.fixture
-def real_decoding(root, monkeypatch):
-    """benchmarks/real_decoding.py as a module, its program's target loader replaced by a tripwire."""
+def real_decoding(monkeypatch):
+    """``specdec run real-decoding ARGS`` (its exit status), its program's target loader replaced by a
+    tripwire."""
     pytest.importorskip("torch")
     pytest.importorskip("tqdm")
-    spec = importlib.util.spec_from_file_location("real_decoding", root / "benchmarks" / "real_decoding.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from specdec.cli.app import main
 
     def tripwire(*args, **kwargs):
         raise AssertionError("the target was loaded before the drafts were checked")
@@ -149,26 +148,22 @@ def real_decoding(root, monkeypatch):
 
     monkeypatch.setattr(realbench, "load_engine", tripwire)
     monkeypatch.setattr(realbench, "set_threads", lambda n: {"threads": n})  # leave torch's count alone
-    return module
+    return lambda argv: main(["run", "real-decoding", *argv])
 
 
 def test_real_decoding_refuses_a_missing_draft_before_loading(real_decoding, monkeypatch, tmp_path, capsys):
     import specdec.train.draftnets
 
-    with pytest.raises(SystemExit) as info:
-        real_decoding.main(["--drafts", "distil-l1,distil-l9", "--out", str(tmp_path)])
-    assert info.value.code == 2
+    assert real_decoding(["--drafts", "distil-l1,distil-l9", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no draft named 'distil-l9'" in err and "'distil-l1', 'distil-l2', 'distil-l4'" in err
-    with pytest.raises(SystemExit):
-        real_decoding.main(["--drafts", "distil-l1", "--no-trained", "--out", str(tmp_path)])
+    assert real_decoding(["--drafts", "distil-l1", "--no-trained", "--out", str(tmp_path)]) == 2
     assert "exclude each other" in capsys.readouterr().err
     with pytest.raises(AssertionError, match="the target was loaded"):
-        real_decoding.main(["--out", str(tmp_path)])  # the package's drafts pass, then the target loads
+        real_decoding(["--out", str(tmp_path)])  # the package's drafts pass, then the target loads
     # an install without the drafts: the default run stops, it does not run without them
     monkeypatch.setattr(specdec.train.draftnets, "DRAFT_DIR", tmp_path / "drafts")
-    with pytest.raises(SystemExit):
-        real_decoding.main(["--out", str(tmp_path)])
+    assert real_decoding(["--out", str(tmp_path)]) == 2
     assert "no saved drafts under" in capsys.readouterr().err
     with pytest.raises(AssertionError, match="the target was loaded"):
-        real_decoding.main(["--no-trained", "--out", str(tmp_path)])
+        real_decoding(["--no-trained", "--out", str(tmp_path)])

@@ -21,7 +21,7 @@ cost c is :func:`specdec.engine.stats.cost_coefficient`):
 * :func:`unit_bootstrap` -- the percentile bootstrap of :mod:`specdec.theory.intervals` (same
   resamples) for any statistic of resampled units (prompts), e.g. a measured/expected ratio
   whose alpha and c are re-estimated on each resample.
-* :func:`load_records` lists the result files of ``benchmarks/real_decoding.py``.
+* :func:`load_records` lists the result files of ``specdec run real-decoding``.
 * :func:`slower_accurate_pairs` finds the paper's counterexample in a record's table: two
   drafters of one task and temperature where the one with the higher alpha is the slower on
   the wall clock (with intervals: the two speedup intervals separate); :func:`same_family`,
@@ -70,7 +70,7 @@ __all__ = [
     "widest_win",
 ]
 
-#: The format of the records that ``benchmarks/real_decoding.py`` writes now (repeated,
+#: The format of the records that ``specdec run real-decoding`` writes now (repeated,
 #: interleaved timings with bootstrap intervals). Older records have no ``"format"`` field.
 RECORD_FORMAT = 2
 
@@ -325,7 +325,7 @@ def speedup_gap(
 
 
 def load_records(folder: str | Path, record_format: int | None = None) -> list[dict[str, Any]]:
-    """Every ``*.json`` result record of ``benchmarks/real_decoding.py`` in ``folder``, by file name.
+    """Every ``*.json`` result record of ``specdec run real-decoding`` in ``folder``, by file name.
 
     A record is recognised by its ``"kind": "real-decoding"`` field (generation files, partial
     runs and others are skipped); each gets its file name under ``"file"``. With

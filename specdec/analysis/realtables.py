@@ -1,4 +1,4 @@
-"""Part IV's tables from the state of a real-decoding run (``benchmarks/real_decoding.py``).
+"""Part IV's tables from the state of a real-decoding run (``specdec run real-decoding``).
 
 The benchmark times plain and speculative decoding of real prompts (:mod:`specdec.measure.pairedrun`)
 and teacher-forces every drafter on the plain generations; these functions turn its saved

@@ -1,7 +1,8 @@
 """The campaign runner (issue #22): every plain decoder and speculative configuration on the same prompts.
 
-``benchmarks/campaign.py`` builds the engines and drafters and calls :func:`run_campaign`; the
-analysis is :func:`specdec.analysis.crossfit.analyse` (gamma chosen by cross-fitting).
+``specdec run campaign`` (:class:`CampaignRun`) builds the engines and drafters and calls
+:func:`run_campaign`; the analysis is :func:`specdec.analysis.crossfit.analyse` (gamma chosen by
+cross-fitting).
 
 * **Engines** (:class:`Engine`): plain decoders, each a model with its thread count and what it is
   (engine, mode, threads, format). **Configurations** (:class:`Config`): an engine's plain
@@ -29,11 +30,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from specdec.analysis.crossfit import analyse, fold_of
+from specdec.experiments.programs import INCOMPLETE, Program, option
 from specdec.measure.pairedrun import finish_cell, paired_block
 from specdec.measure.runner import RunSettings, as_stored, open_partial, run_cells
 from specdec.theory.checks import check_float, check_int, check_ints
@@ -41,6 +43,7 @@ from specdec.theory.recordio import jsonable, write_record
 
 __all__ = [
     "RECORD_FORMAT",
+    "CampaignRun",
     "CampaignSettings",
     "Config",
     "Engine",
@@ -60,7 +63,7 @@ TEMPERATURES = (0.0, 1.0)
 
 @dataclass(frozen=True)
 class CampaignSettings(RunSettings):
-    """The first campaign's design (``benchmarks/campaign.py`` builds it from its arguments, the machine
+    """The first campaign's design (:class:`CampaignRun` builds it from its options, the machine
     identity taken before any thread count is pinned): :meth:`to_record` is the record's settings and
     the key a partial campaign must hold to be resumed."""
 
@@ -599,3 +602,167 @@ def build_real(
         log(f"[campaign] {line}")
     return {"engines": engines, "configs": configs, "tokenizer": loaded.tokenizer, "left_out": left_out,
             "probes": probes}  # fmt: skip
+
+
+# -- the program: ``specdec run campaign`` -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CampaignRun(Program):
+    """The first campaign (issue 22): speculative decoding against the fastest plain decoder, gamma blind.
+
+    On one machine, in one interleaved run, the same held-out prompts (--prompts per task, the three
+    tasks, temperatures 0 and 1) through every plain decoder (the lean engine in its chosen mode at 1
+    thread and at every usable core, llama.cpp when installed, transformers float32) and every
+    speculative configuration on the lean engines (prompt lookup, each distilled draft, early exit,
+    the heuristic policy on lookup and the drafts, each at every gamma of --gammas; lookup on
+    llama.cpp). The runner is :func:`run_campaign`, the analysis :mod:`specdec.analysis.crossfit`
+    (gamma and the fastest plain decoder chosen on one half of the prompts and reported on the other,
+    then swapped; bootstrap intervals over prompts; verdicts from intervals only).
+
+    The record ``results/campaign/<cpu>-<threads>t[-quick].json`` holds the command, settings, the
+    machine identity, the git commit and dirty flag, every engine's engine/mode/threads, every run's
+    raw timings and token counts, the calibration and the estimate, and the cross-fit result. It is
+    written to ``.partial.json`` after every finished cell; rerunning the same command resumes it
+    (--fresh discards it); --budget-s stops after the cell that exhausts the budget.
+
+        specdec run campaign --quick              # a smoke run (minutes); prints the full run's estimate
+        specdec run campaign --budget-s 9000      # the full run, stopped cleanly after 150 minutes
+        specdec run campaign --budget-s 9000      # the same command again resumes it
+        specdec run campaign --reanalyse results/campaign/<record>.json   # the analysis, anew
+        specdec run campaign --reopen RECORD --reopen-temperature 1 --reopen-why "loaded machine"
+    """
+
+    name: ClassVar[str] = "campaign"
+
+    quick: bool = option(False, f"a smoke run: {QUICK} (overrides those options)")
+    prompts: int = option(FULL["prompts"], "held-out prompts per task (>= 2: two halves)")
+    new_tokens: int = option(FULL["new_tokens"], "new tokens of every generation")
+    repeats: int = option(FULL["repeats"], "repetitions per cell")
+    gammas: tuple[int, ...] = option(FULL["gammas"], "the gamma grid")
+    early_exit: tuple[int, ...] = option(FULL["early_exit"], "early-exit layers")
+    drafts: tuple[str, ...] | None = option(None, "distilled drafts (default: every saved one)")
+    adaptive: bool = option(True, "the heuristic policy on lookup and the drafts")
+    mode: str = option("auto", "the lean mode (auto: the probe's choice)")
+    threads: tuple[int, ...] | None = option(None, "thread counts of the engines (default: 1 and all cores)")
+    llamacpp_gguf: str | None = option(
+        None, "GGUF for llama.cpp (default: Q4_0 requantized from the shipped Q4_1, its best CPU format)"
+    )
+    llamacpp: bool = option(True, "llama.cpp among the plain decoders")
+    hf: bool = option(True, "transformers float32 among the plain decoders")
+    budget_s: float | None = option(None, "stop after the cell that exhausts this budget", key=False)
+    seed: int = option(0, "the sampling seeds start here (cell i: seed + i)")
+    n_boot: int = option(2000, "bootstrap resamples")
+    fresh: bool = option(False, "discard a partial record instead of resuming it", key=False)
+    estimate: bool = option(True, "the calibration and the estimate of the run's duration first", key=False)
+    out: str | None = option(None, "the record's path (default: results/campaign/<cpu>-<n>t.json)", key=False)
+    reanalyse: str | None = option(
+        None,
+        "recompute a complete record's cross-fit analysis from its stored runs and rewrite it",
+        metavar="RECORD",
+        key=False,
+    )
+    reopen: str | None = option(
+        None,
+        "discard a complete record's cells at --reopen-temperature (saying --reopen-why) so that its own "
+        "command times them again",
+        metavar="RECORD",
+        key=False,
+    )
+    reopen_temperature: float | None = option(
+        None, "the temperature whose cells --reopen discards", key=False
+    )
+    reopen_why: str | None = option(
+        None, "why --reopen times those cells again (kept in the record)", key=False
+    )
+
+    def design(self) -> dict[str, Any]:
+        """The run's prompts, new_tokens, repeats, gammas and early_exit: the options', or with --quick
+        :data:`QUICK`'s (quick overrides them)."""
+        given = {key: getattr(self, key) for key in QUICK}
+        return {
+            k: tuple(v) if isinstance(v, tuple) else v for k, v in (QUICK if self.quick else given).items()
+        }
+
+    def check(self) -> None:
+        from specdec.train.workloads import evaluation_count
+
+        d = self.design()
+        check_int(
+            "prompts", d["prompts"], low=2, high=evaluation_count(), note="two halves; what a task holds"
+        )
+        check_int("new_tokens", d["new_tokens"], low=2)
+        check_int("repeats", d["repeats"], low=1)
+        check_int("n_boot", self.n_boot, low=100)
+        check_int("seed", self.seed, low=0)
+        check_ints("gammas", d["gammas"], low=1, distinct=True)
+        check_ints("early_exit", d["early_exit"], low=1)
+        if self.threads is not None:
+            check_ints("threads", self.threads, low=1)
+        if self.budget_s is not None:
+            check_float("budget_s", self.budget_s, low=0.0)
+        given = [self.reopen_temperature is not None, self.reopen_why is not None]
+        if self.reopen is None and any(given):
+            raise ValueError("reopen_temperature and reopen_why go with reopen (the record to reopen)")
+        if self.reopen is not None and not all(given):
+            raise ValueError(
+                "reopen needs reopen_temperature and reopen_why (the cells to time again, and why)"
+            )
+
+    def run(self) -> int:
+        if self.reopen:
+            part = reopen(self.reopen, temperature=float(self.reopen_temperature), why=str(self.reopen_why))
+            _print(f"[campaign] reopened {self.reopen}: rerun its command to time the cells again ({part})")
+            return 0
+        if self.reanalyse:
+            reanalyse(self.reanalyse)
+            _print(f"[campaign] reanalysed {self.reanalyse}")
+            return 0
+        from specdec.engine.models import set_threads
+        from specdec.measure.benchargs import ROOT
+        from specdec.measure.core import cpu_name, environment
+        from specdec.measure.device import device_slug
+        from specdec.measure.modes import machine_identity
+
+        d = self.design()
+        drafts = None if self.drafts is None else ",".join(self.drafts)
+        threads = None if self.threads is None else ",".join(map(str, self.threads))
+        machine = machine_identity()  # before any thread count is pinned
+        built = build_real(
+            mode=self.mode, thread_counts=self.threads, gammas=d["gammas"],
+            drafts=None if self.drafts is None else list(self.drafts), early_exit=d["early_exit"],
+            adaptive=self.adaptive, llamacpp_gguf=self.llamacpp_gguf, llamacpp=self.llamacpp, hf=self.hf,
+        )  # fmt: skip
+        engines, configs = built["engines"], built["configs"]
+        prompts = evaluation_cells(built["tokenizer"], d["prompts"])
+        most = max(e.threads for e in engines)
+        slug = device_slug(cpu_name())[:40]
+        out = Path(self.out) if self.out else (
+            ROOT / "results" / "campaign" / f"{slug}-{most}t{'-quick' if self.quick else ''}.json"
+        )  # fmt: skip
+        estimate = None
+        if self.estimate:
+            estimate = estimate_run(
+                engines, configs, prompts, repeats=d["repeats"], new_tokens=d["new_tokens"],
+                gammas=d["gammas"], set_threads=set_threads,
+            )  # fmt: skip
+        settings = CampaignSettings(
+            quick=self.quick, prompts=d["prompts"], new_tokens=d["new_tokens"], repeats=d["repeats"],
+            gammas=d["gammas"], early_exit=d["early_exit"], drafts=drafts, adaptive=self.adaptive,
+            mode=self.mode, threads=threads, llamacpp_gguf=self.llamacpp_gguf, llamacpp=self.llamacpp,
+            hf=self.hf, seed=self.seed, machine=machine,
+        )  # fmt: skip
+        header = {
+            "command": self.command(),
+            "environment": environment(),
+            "machine": machine,
+            "left_out": built["left_out"],
+            "probes": built["probes"],
+            "estimate": estimate,
+        }
+        record = run_campaign(
+            engines, configs, prompts, out, settings=settings, header=header, new_tokens=d["new_tokens"],
+            repeats=d["repeats"], seed=self.seed, budget_s=self.budget_s, fresh=self.fresh,
+            n_boot=self.n_boot, set_threads=set_threads,
+        )  # fmt: skip
+        return 0 if record["complete"] else INCOMPLETE

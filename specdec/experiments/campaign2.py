@@ -29,20 +29,24 @@ resume key: a partial record made with other settings, another commit or another
 The analysis (:func:`analyse`): the cross-fit (:func:`specdec.analysis.crossfit.analyse`) under each
 estimator of a prompt's repetitions (median, mean, the fastest repetition) and with the prefill
 included, and Bonferroni-simultaneous intervals over the family-vs-fastest-plain verdicts.
-``benchmarks/campaign2.py`` is the command.
+``specdec run campaign2`` is the command (:class:`Campaign2Run`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from specdec.experiments.campaign import Config, Engine, spec_configs
+from specdec.experiments.programs import INCOMPLETE, Program, option
 from specdec.measure.runner import RunSettings
-from specdec.theory.checks import check_int
+from specdec.theory.checks import check_float, check_int
 
 __all__ = [
     "ADAPTIVE",
@@ -51,9 +55,11 @@ __all__ = [
     "QUICK_ADAPTIVE",
     "QUICK_CONFIGS",
     "Campaign2",
+    "Campaign2Run",
     "analyse",
     "build",
     "fastest_hf_dtype",
+    "finish",
 ]
 
 PROMPTS = Path(__file__).resolve().parents[1] / "data" / "workloads" / "heldout" / "campaign-v2.jsonl"
@@ -246,3 +252,153 @@ def analyse(
     )
     out["simultaneous"] = simultaneous(record, n_boot=simultaneous_boot)
     return out
+
+
+def finish(record: dict[str, Any], out: Path) -> None:
+    """The analyses of a complete record, with the commit that computed them, written to ``out``."""
+    from specdec.experiments.trees import tree_summary
+    from specdec.measure.core import environment
+    from specdec.theory.recordio import write_record
+
+    record["analyses"] = analyse(record)
+    record["trees"] = tree_summary(record)
+    env = environment()
+    record["analysed_with"] = {k: env.get(k) for k in ("git_commit", "git_dirty", "timestamp_utc")}
+    write_record(out, record, indent=1, sort_keys=False)
+
+
+# -- the program: ``specdec run campaign2`` ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Campaign2Run(Program):
+    """The second campaign (issue 31): every plain decoder at its best and every drafter family.
+
+    On the 48 prompts frozen before the run (``campaign-v2.jsonl``; --quick uses development prompts).
+    The design, the engines, the families and the analysis are :mod:`specdec.experiments.campaign2`;
+    the runner (interleaved paired blocks, resumable after every cell, load per cell, a loaded cell
+    timed again) is :func:`specdec.experiments.campaign.run_campaign`. A full run refuses a dirty
+    working tree and resumes only on the commit and machine it started on. The record
+    ``results/campaign/v2-<cpu>-<threads>t.json`` holds the command, the settings, every session's
+    environment, every run's raw timings and repetition-0 Stats, every cell's load, the discarded
+    timings, transformers' dtype probe, the verify curve v(N) of the lean engine, and the analyses.
+
+        specdec run campaign2 --quick             # a smoke run (minutes) on development prompts
+        specdec run campaign2 --budget-s 6000     # the run; the same command again resumes it
+        specdec run campaign2 --reanalyse results/campaign/v2-<cpu>-<n>t.json
+    """
+
+    name: ClassVar[str] = "campaign2"
+
+    quick: bool = option(False, "a smoke run: development prompts, 3 families, 16 tokens, 1 repetition")
+    repeats: int = option(5, "repetitions per cell, 1..100 (quick: 1)")
+    new_tokens: int = option(128, "new tokens at most, 2..2048, EOS stops earlier (quick: 16)")
+    threads: int | None = option(None, "the engines' threads, 1..1024 (default: every core)")
+    hf_dtype: str = option(
+        "auto",
+        "transformers' dtype (auto: the faster here, timed at the start)",
+        choices=("auto", "float32", "bfloat16"),
+    )
+    llamacpp: bool = option(True, "llama.cpp among the plain decoders")
+    budget_s: float | None = option(None, "stop after the cell that exhausts this budget", key=False)
+    fresh: bool = option(False, "discard a partial record instead of resuming it", key=False)
+    out: str | None = option(
+        None, "the record's path (default: results/campaign/v2-<cpu>-<n>t.json)", key=False
+    )
+    reanalyse: str | None = option(
+        None, "recompute a complete record's analyses", metavar="RECORD", key=False
+    )
+
+    def counts(self) -> tuple[int, int]:
+        """``(new_tokens, repeats)`` of the run: the options', or 16 and 1 with --quick (which overrides
+        them)."""
+        return (16, 1) if self.quick else (self.new_tokens, self.repeats)
+
+    def check(self) -> None:
+        new_tokens, repeats = self.counts()
+        check_int("repeats", repeats, low=1, high=100)
+        check_int("new_tokens", new_tokens, low=2, high=2048)
+        if self.threads is not None:
+            check_int("threads", self.threads, low=1, high=1024)
+        if self.budget_s is not None:
+            check_float("budget_s", self.budget_s, low=0.0)
+
+    def run(self) -> int:
+        if self.reanalyse:
+            path = Path(self.reanalyse)
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if not record.get("complete"):
+                print(f"campaign2: {path} is not a complete record", file=sys.stderr)
+                return 2
+            finish(record, path)
+            return 0
+        from specdec.engine import native
+        from specdec.engine.models import set_threads
+        from specdec.experiments.campaign import evaluation_cells, partial_path, run_campaign
+        from specdec.experiments.trees import heldout_prompts, verify_curves
+        from specdec.measure.benchargs import ROOT
+        from specdec.measure.core import cpu_name, environment
+        from specdec.measure.device import device_slug
+        from specdec.measure.modes import machine_identity
+
+        env = environment()
+        if env.get("git_dirty") and not self.quick:
+            print("campaign2: the working tree is dirty; commit first (every cell timed on one clean commit)",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        new_tokens, repeats = self.counts()
+        threads = self.threads or native.default_threads()
+        machine = machine_identity()  # before any thread count is pinned
+        slug = device_slug(cpu_name())[:40]
+        out = Path(self.out) if self.out else (
+            ROOT / "results" / "campaign" / f"v2-{slug}-{threads}t{'-quick' if self.quick else ''}.json"
+        )  # fmt: skip
+        probe = None
+        hf_dtype = self.hf_dtype
+        part = partial_path(out)
+        if hf_dtype == "auto" and part.exists() and not self.fresh:  # a resumed run keeps its first choice
+            hf_dtype = json.loads(part.read_text(encoding="utf-8"))["settings"]["hf_dtype"]
+        elif hf_dtype == "auto":
+            print(
+                "[campaign2] timing transformers in float32 and bfloat16 (its faster dtype here)",
+                file=sys.stderr,
+            )
+            hf_dtype, probe = fastest_hf_dtype(threads)
+        settings = Campaign2(
+            threads=threads, machine=machine, git_commit=env.get("git_commit"), hf_dtype=hf_dtype,
+            prompts_sha256=None, quick=self.quick, new_tokens=new_tokens, repeats=repeats,
+            llamacpp=self.llamacpp,
+            **({"configs": dict(QUICK_CONFIGS), "adaptive": dict(QUICK_ADAPTIVE)} if self.quick else {}),
+        )  # fmt: skip
+        built = build(settings, log=lambda line: print(line, file=sys.stderr))
+        if self.quick:  # development prompts: a smoke run never touches the frozen set
+            prompts, sha = evaluation_cells(built["tokenizer"], per_task=2), None
+        else:
+            prompts, sha = heldout_prompts(built["tokenizer"], PROMPTS)
+
+        settings = dataclasses.replace(settings, prompts_sha256=sha)
+        target = built["engines"][0].model
+        set_threads(threads)
+        print("[campaign2] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)
+        curves = verify_curves(target, repeats=3 if self.quick else 15)
+        header = {
+            "kind": "campaign-v2",
+            "command": self.command(),
+            "environment": env,
+            "machine": machine,
+            "hf_dtype_probe": probe,
+            "verify_curves": curves,
+            "drafts": built["drafts"],
+            "left_out": built["left_out"],
+        }
+        record = run_campaign(
+            built["engines"], built["configs"], prompts, out, settings=settings.to_record(), header=header,
+            new_tokens=settings.new_tokens, repeats=settings.repeats, seed=settings.seed,
+            budget_s=self.budget_s, fresh=self.fresh, set_threads=set_threads,
+            eos_token_id=built["eos_token_id"], retry_loaded=settings.retry_loaded,
+        )  # fmt: skip
+        if not record["complete"]:
+            return INCOMPLETE
+        record["kind"] = "campaign-v2"
+        finish(record, out)
+        return 0

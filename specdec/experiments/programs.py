@@ -50,6 +50,9 @@ INCOMPLETE = 3
 PROGRAMS: dict[str, str] = {
     "trees": "specdec.experiments.trees:TreesRun",
     "self-data": "specdec.experiments.selfdata:SelfDataRun",
+    "campaign": "specdec.experiments.campaign:CampaignRun",
+    "campaign2": "specdec.experiments.campaign2:Campaign2Run",
+    "real-decoding": "specdec.experiments.realdecoding:RealDecodingRun",
     "gpu-real": "specdec.experiments.gpureal:GpuRealRun",
     "gpu-record": "specdec.experiments.gpurecord:GpuRecordRun",
     "batch-surface": "specdec.experiments.batchsurface:BatchSurfaceRun",
