@@ -134,8 +134,9 @@ Analysis (Part IV and V's readers):
 Run programs (:mod:`specdec.experiments`: each program one options dataclass whose ``run()`` makes its
 record, run as ``specdec run NAME``; ``specdec run --list`` names them):
 
-* :mod:`specdec.experiments.programs` -- THE program table and the base class: options declared once
-  (help, choices, checks), the command line generated from them, the command a record keeps.
+* :mod:`specdec.experiments.options` -- a program's options: the base class, fields declared once (help,
+  choices, checks), the command line generated from them, the command a record keeps.
+* :mod:`specdec.experiments.programs` -- THE program table (``specdec run NAME`` -> its module).
 * :mod:`specdec.experiments.campaign`  -- the first campaign (``campaign``): every plain decoder and
   speculative configuration on the same prompts, interleaved, resumable; the runner campaigns share.
 * :mod:`specdec.experiments.campaign2` -- issue 31's second campaign (``campaign2``): its design as a
@@ -144,7 +145,8 @@ record, run as ``specdec run NAME``; ``specdec run --list`` names them):
 * :mod:`specdec.experiments.campaign3` -- issue 44's third campaign (``campaign3``): v2's design with the
   self-trained drafters, the do-no-harm policies, v2's engine as a row and what the
   method-or-implementation split needs (peaks, bandwidth, the drafters' work).
-* :mod:`specdec.experiments.realdecoding` -- Part IV's real decoding (``real-decoding``).
+* :mod:`specdec.experiments.realdecoding` -- Part IV's real decoding, its measurement; its program
+  (``real-decoding``) is :mod:`specdec.experiments.realdecodingrun`.
 * :mod:`specdec.experiments.hfbench`   -- our engine against transformers' assisted generation (``hf-bench``).
 * :mod:`specdec.experiments.batchsurface` -- the CPU's T(b, k) and the batched decoder (``batch-surface``).
 * :mod:`specdec.experiments.trees` -- issues 29, 30 and 42 (``trees``): held-out prompts, chain and tree

@@ -169,10 +169,10 @@ def test_calibration_scales_to_an_estimate(setup):
 
 def _options(argv):
     """``specdec run campaign ARGV``'s program, from its generated parser (nothing runs)."""
-    from specdec.experiments import programs
+    from specdec.experiments import options
     from specdec.experiments.campaign import CampaignRun
 
-    return programs.build(CampaignRun, vars(programs.parser(CampaignRun).parse_args(argv)))
+    return options.build(CampaignRun, vars(options.parser(CampaignRun).parse_args(argv)))
 
 
 def test_the_command_s_options_quick_and_refusals(capsys):

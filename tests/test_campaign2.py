@@ -140,10 +140,10 @@ def test_the_command_s_options_quick_refusals_and_an_incomplete_record(tmp_path,
     """``specdec run campaign2`` (:class:`Campaign2Run`): --quick overrides the counts, a bad option is
     one line naming it, --reanalyse refuses a partial record."""
     from specdec.cli.app import main
-    from specdec.experiments import programs
+    from specdec.experiments import options
 
-    ap = programs.parser(c2.Campaign2Run)
-    quick = programs.build(c2.Campaign2Run, vars(ap.parse_args(["--quick", "--repeats", "3"])))
+    ap = options.parser(c2.Campaign2Run)
+    quick = options.build(c2.Campaign2Run, vars(ap.parse_args(["--quick", "--repeats", "3"])))
     assert quick.counts() == (16, 1) and c2.Campaign2Run(repeats=3).counts() == (128, 3)
     assert quick.command() == "specdec run campaign2 --quick --repeats 3"
     assert c2.Campaign2Run(llamacpp=False, hf_dtype="bfloat16").command() == (

@@ -492,18 +492,18 @@ def test_bench_help_counts_the_engines_it_runs(capsys):
 
 @pytest.fixture(scope="module")
 def rd():
-    """``specdec run real-decoding``'s program (:class:`specdec.experiments.realdecoding.RealDecodingRun`):
+    """``specdec run real-decoding``'s program (:class:`specdec.experiments.realdecodingrun.RealDecodingRun`):
     ``rd(argv)`` is the program of those options, from its generated parser (nothing runs)."""
     pytest.importorskip("torch")
-    from specdec.experiments import programs
-    from specdec.experiments.realdecoding import RealDecodingRun
+    from specdec.experiments import options
+    from specdec.experiments.realdecodingrun import RealDecodingRun
 
-    parser = programs.parser(RealDecodingRun)
-    return lambda argv: programs.build(RealDecodingRun, vars(parser.parse_args(argv)))
+    parser = options.parser(RealDecodingRun)
+    return lambda argv: options.build(RealDecodingRun, vars(parser.parse_args(argv)))
 
 
 def test_real_decoding_quick_lets_explicit_values_win_and_says_so(rd):
-    from specdec.experiments.realdecoding import QUICK
+    from specdec.experiments.realdecodingrun import QUICK
 
     said = []
     args = rd(["--no-trained", "--quick", "--prompts", "5", "--new-tokens", "40"]).settings(say=said.append)

@@ -15,8 +15,8 @@ from typing import ClassVar
 import pytest
 
 from specdec.cli.app import main
-from specdec.experiments import programs
-from specdec.experiments.programs import Program, option
+from specdec.experiments import options, programs
+from specdec.experiments.options import Program, option
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,12 +29,12 @@ def test_every_program_is_a_documented_dataclass_whose_command_rebuilds_it(name)
     assert summary and len(summary[0]) <= 100, f"{name}: a one-line summary first"
     for f in dataclasses.fields(cls):
         assert f.metadata.get("help"), f"{name}.{f.name} has no help"
-    ap = programs.parser(cls)
+    ap = options.parser(cls)
     assert ap.format_help()  # every field's type is one the generated parser knows
-    default = programs.build(cls, vars(ap.parse_args([])))
+    default = options.build(cls, vars(ap.parse_args([])))
     assert default.command() == f"specdec run {name}"
     # the command a record keeps parses back to the same options
-    again = programs.build(cls, vars(ap.parse_args(shlex.split(default.command())[3:])))
+    again = options.build(cls, vars(ap.parse_args(shlex.split(default.command())[3:])))
     assert again == default
 
 
@@ -63,13 +63,13 @@ class _Toy(Program):
 
 
 def test_the_generated_parser_round_trips_every_kind_of_field():
-    ap = programs.parser(_Toy)
+    ap = options.parser(_Toy)
     argv = ["--count", "5", "--ratio", "0.5", "--label", "b", "--ks", "1,4,8", "--loud", "--no-quiet"]
-    toy = programs.build(_Toy, vars(ap.parse_args(argv)))
+    toy = options.build(_Toy, vars(ap.parse_args(argv)))
     assert toy == _Toy(count=5, ratio=0.5, label="b", ks=(1, 4, 8), loud=True, quiet=False)
     assert shlex.split(toy.command())[3:] == argv
-    assert programs.build(_Toy, vars(ap.parse_args(shlex.split(toy.command())[3:]))) == toy
-    assert programs.build(_Toy, vars(ap.parse_args([]))) == _Toy()
+    assert options.build(_Toy, vars(ap.parse_args(shlex.split(toy.command())[3:]))) == toy
+    assert options.build(_Toy, vars(ap.parse_args([]))) == _Toy()
     assert toy.run() == 5
 
 
@@ -77,9 +77,9 @@ def test_a_refused_value_names_its_option_the_same_from_python_and_the_command_l
     with pytest.raises(ValueError, match=r"^count must be an integer >= 1; got 0"):
         _Toy(count=0)
     with pytest.raises(ValueError, match=r"^--count must be an integer >= 1; got 0"):
-        programs.build(_Toy, {"count": 0})
+        options.build(_Toy, {"count": 0})
     with pytest.raises(ValueError, match=r"^--label must be one of a, b; got 'c'"):
-        programs.build(_Toy, {"label": "c"})
+        options.build(_Toy, {"label": "c"})
     with pytest.raises(ValueError, match="option needs its help"):
         option(1)
     with pytest.raises(ValueError, match="immutable"):
@@ -119,7 +119,7 @@ def test_no_program_keeps_a_hand_written_parser():
     users = [
         p.name
         for p in (ROOT / "specdec" / "experiments").glob("*.py")
-        if p.name != "programs.py" and "argparse" in p.read_text(encoding="utf-8")
+        if p.name != "options.py" and "argparse" in p.read_text(encoding="utf-8")
     ]
     assert users == []
     for name in (

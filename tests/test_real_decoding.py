@@ -14,15 +14,17 @@ import pytest
 
 from specdec.analysis import realtables
 from specdec.cli.app import main
-from specdec.experiments import programs
-from specdec.experiments.realdecoding import RealDecodingRun
+from specdec.experiments import options as program_options
+from specdec.experiments.realdecodingrun import RealDecodingRun
 from specdec.theory.intervals import ratio_ci
 from specdec.theory.speedup import walltime_speedup
 
 
 def options(argv):
     """``specdec run real-decoding ARGV``'s program, from its generated parser (nothing runs)."""
-    return programs.build(RealDecodingRun, vars(programs.parser(RealDecodingRun).parse_args(argv)))
+    return program_options.build(
+        RealDecodingRun, vars(program_options.parser(RealDecodingRun).parse_args(argv))
+    )
 
 
 def settings(argv):

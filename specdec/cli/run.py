@@ -1,4 +1,5 @@
-"""``specdec run``: the book's run programs (:mod:`specdec.experiments.programs`), each from its options.
+"""``specdec run``: the book's run programs (:mod:`specdec.experiments.programs`), each from its options
+(:mod:`specdec.experiments.options`).
 
 ``specdec run --list`` names them; ``specdec run NAME --help`` gives a program's options, generated
 from its dataclass; ``specdec run NAME [--field value ...]`` checks them (before anything loads) and
@@ -39,7 +40,7 @@ def add_parser(sub: Any, formatter: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdec.experiments import programs
+    from specdec.experiments import options, programs
 
     if args.list:
         if args.program:
@@ -56,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
         cls = programs.load(args.program)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    ap = programs.parser(cls, parser_class=Parser)
+    ap = options.parser(cls, parser_class=Parser)
     try:  # argparse's own errors and --help end in SystemExit, already reported
         given = vars(ap.parse_args([*args.options, *(["--help"] if args.help else [])]))
         try:
-            program = programs.build(cls, given)
+            program = options.build(cls, given)
         except ValueError as exc:  # the program's checks, before anything loads
             ap.error(str(exc))
     except SystemExit as exc:

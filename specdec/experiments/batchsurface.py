@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specdec.analysis import batchcost as bc
-from specdec.experiments.programs import Program, option
+from specdec.experiments.options import Program, option
 from specdec.measure.core import write_result
 from specdec.measure.runner import RunSettings, not_key, open_partial, run_cells
 from specdec.theory.checks import check_int

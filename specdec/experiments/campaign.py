@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from specdec.analysis.crossfit import analyse, fold_of
-from specdec.experiments.programs import INCOMPLETE, Program, option
+from specdec.experiments.options import INCOMPLETE, Program, option
 from specdec.measure.pairedrun import finish_cell, paired_block
 from specdec.measure.runner import RunSettings, as_stored, open_partial, run_cells
 from specdec.theory.checks import check_float, check_int, check_ints

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specdec.experiments.campaign import Config, Engine, spec_configs
-from specdec.experiments.programs import INCOMPLETE, Program, option
+from specdec.experiments.options import INCOMPLETE, Program, option
 from specdec.measure.runner import RunSettings
 from specdec.theory.checks import check_float, check_int
 
@@ -167,7 +167,8 @@ def fastest_hf_dtype(threads: int, *, tokens: int = 24, rounds: int = 3) -> tupl
 def build(settings: Campaign2, *, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The plain decoders and every configuration of ``settings`` (drafters by the registry, on the lean
     engine at ``settings.threads``). Returns engines, configs, tokenizer, eos_token_id, drafts (what
-    each draft ran in) and left_out (what could not run, said)."""
+    each draft ran in), left_out (what could not run, said) and context (what the drafters were built
+    from: more drafters on the same engine, e.g. campaign v3's policies)."""
     from specdec.drafting.registry import build_drafter, parse_spec
     from specdec.engine import llamacpp as lc
     from specdec.engine.builder import EngineSpec, open_engine, open_model
@@ -228,6 +229,7 @@ def build(settings: Campaign2, *, log: Callable[[str], None] = print) -> dict[st
         "eos_token_id": loaded.tokenizer.eos_token_id,
         "drafts": drafts,
         "left_out": left_out,
+        "context": context,
     }
 
 

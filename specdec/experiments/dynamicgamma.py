@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from specdec.experiments.programs import Program, option
+from specdec.experiments.options import Program, option
 from specdec.theory.checks import check_float, check_int, check_ints
 
 __all__ = ["DynamicGammaRun", "check_draft", "start_lean"]

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from specdec.experiments.programs import Program, option
+from specdec.experiments.options import Program, option
 from specdec.measure.enginebench import ALL_ENGINES, BenchSettings, engine_list
 
 __all__ = ["EngineModesRun"]

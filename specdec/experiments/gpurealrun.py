@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from specdec.experiments.gpureal import TASKS, GpuReal, check_settings, run_real
-from specdec.experiments.programs import Program, option
+from specdec.experiments.options import Program, option
 from specdec.theory.checks import check_float
 
 __all__ = ["QUICK", "GpuRealRun"]

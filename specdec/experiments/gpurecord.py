@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specdec.engine.randomllama import QUICK_SHAPE, SHAPES, random_llama
-from specdec.experiments.programs import Program, option
+from specdec.experiments.options import Program, option
 from specdec.measure.device import device_info, device_roofline, device_slug, free_memory
 from specdec.measure.devicechecks import first_two_token_test, greedy_equality
 from specdec.measure.runner import Deadline, Recorder, RunSettings

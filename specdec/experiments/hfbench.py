@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from specdec.drafting.registry import DraftContext, build_drafter
-from specdec.experiments.programs import Program, option
+from specdec.experiments.options import Program, option
 from specdec.measure.core import VerifyCost, environment, time_once, verify_cost_curves, write_result
 from specdec.measure.pairedrun import paired_block, timed_generation, timing_row
 from specdec.measure.runner import RunSettings

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from specdec.experiments.dynamicgamma import check_draft, start_lean
-from specdec.experiments.programs import Program, option
+from specdec.experiments.options import Program, option
 from specdec.theory.checks import check_int
 
 __all__ = ["OracleGammaRun", "draft_runs", "drafters", "measure_costs", "record_runs", "verify_curve_probe"]

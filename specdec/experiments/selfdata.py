@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from specdec.experiments.programs import INCOMPLETE, Program, option
+from specdec.experiments.options import INCOMPLETE, Program, option
 from specdec.measure.runner import RunSettings, not_key, open_partial, run_cells
 from specdec.theory.checks import check_choice, check_float, check_int, check_seed
 from specdec.theory.recordio import write_record

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from specdec.experiments.campaign import Config, Engine, spec_configs
-from specdec.experiments.programs import INCOMPLETE, Program, option
+from specdec.experiments.options import INCOMPLETE, Program, option
 from specdec.measure.runner import RunSettings
 from specdec.theory.checks import check_float, check_int, check_ints
 

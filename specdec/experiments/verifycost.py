@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from specdec.engine.builder import HF_DTYPES
-from specdec.experiments.programs import Program, option
+from specdec.experiments.options import Program, option
 from specdec.theory.checks import check_int
 
 __all__ = ["VerifyCostRun"]
