@@ -1,110 +1,35 @@
-"""What the scripts in ``benchmarks/`` share: their common arguments, checks, loading and paths.
+"""What the run programs (:mod:`specdec.experiments`) share: the repository root, record paths, loading.
 
-A benchmark script is its arguments and its paths; the measurement is in the package. The parts
-every script repeated live here once:
+Their options and checks are their own dataclasses (:mod:`specdec.experiments.options`); what several
+programs repeated lives here once:
 
-* :func:`add_lean_args` -- ``--threads``, ``--mode``, ``--prompts-per-task``, ``--new-tokens``,
-  ``--draft`` and ``--out`` of the scripts that time the lean target (dynamic and oracle gamma);
-* :func:`check_counts` -- integer arguments that must be >= a bound, checked by
-  :func:`specdec.theory.checks.check_int` (one message: "--repeats must be an integer >= 1; got 0");
-* :func:`check_draft` -- a named distilled draft must be saved
-  (:func:`specdec.train.draftnets.require_drafts`);
-* :func:`command_line`, :func:`bench_path` and :func:`report` -- the command a record keeps, the
-  default record path ``results/bench/<kind>-<cpu>-<threads>t.json``, the closing line;
+* :data:`ROOT` -- the repository (the default records live under ``results/``);
+* :func:`bench_path` and :func:`report` -- the default record path
+  ``results/bench/<kind>-<cpu>-<threads>t.json`` and the closing line;
 * :func:`load_lean_with_draft` -- the default target in the lean mode of this machine
-  (:func:`specdec.measure.modes.lean_model`), the base model and a distilled draft;
-  :func:`start_lean_run` -- that, the evaluation prompts and the environment for a script's run;
-  :func:`write_bench_record` -- the record written to its path, and the closing line.
+  (:func:`specdec.measure.modes.open_target`), the base model and a distilled draft, and
+  :class:`LeanRun`, what a lean-target program's run starts with;
+* :func:`write_bench_record` -- the record written to its path, and the closing line.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.theory.checks import check_int
-
 __all__ = [
     "ROOT",
-    "add_lean_args",
+    "LeanRun",
     "bench_path",
-    "build_settings",
-    "check_counts",
-    "check_draft",
-    "command_line",
     "load_lean_with_draft",
     "report",
-    "start_lean_run",
     "write_bench_record",
 ]
 
 #: The repository root (the default records live under ``results/``).
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def add_lean_args(ap: argparse.ArgumentParser, *, prompts_per_task: int = 3, new_tokens: int = 64) -> None:
-    """``--threads``, ``--mode``, ``--prompts-per-task``, ``--new-tokens``, ``--draft`` and ``--out``."""
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--mode", default="auto", help="lean mode, or auto (measured on this machine)")
-    ap.add_argument("--prompts-per-task", type=int, default=prompts_per_task)
-    ap.add_argument("--new-tokens", type=int, default=new_tokens)
-    ap.add_argument("--draft", default="distil-l1")
-    ap.add_argument("--out", default=None)
-
-
-def check_counts(
-    ap: argparse.ArgumentParser, args: argparse.Namespace, names: Sequence[str], low: int = 1
-) -> None:
-    """Each of ``names`` (attribute names of ``args``) an integer >= ``low``, else the parser's error
-    naming the option: "--new-tokens must be an integer >= 1; got 0"."""
-    for name in names:
-        try:
-            check_int("--" + name.replace("_", "-"), getattr(args, name), low=low)
-        except ValueError as exc:
-            ap.error(str(exc))
-
-
-def build_settings(cls: Any, given: Mapping[str, Any], error: Callable[[str], Any]) -> Any:
-    """A run program's settings dataclass (:class:`specdec.measure.runner.RunSettings`) from a script's
-    parsed ``given`` values; the dataclass checks them, and its ValueError becomes ``error`` (the
-    parser's: one line, exit status 2) with the fields it names written as their options (``new_tokens``
-    -> ``--new-tokens``)."""
-    import dataclasses
-    import re
-
-    try:
-        return cls(**given)
-    except ValueError as exc:
-        names = {f.name for f in dataclasses.fields(cls) if f.init}
-        head, _, rest = str(exc).partition(" ")
-        head = f"--{head.replace('_', '-')}" if head.rstrip(":") in names else head
-        # the other fields the message names, as their options (those with an underscore: a plain word
-        # such as 'drafts' may be prose)
-        rest = re.sub(
-            r"\b[a-z]+(?:_[a-z0-9]+)+\b",
-            lambda m: f"--{m[0].replace('_', '-')}" if m[0] in names else m[0],
-            rest,
-        )
-        return error(f"{head} {rest}")
-
-
-def check_draft(ap: argparse.ArgumentParser, name: str) -> None:
-    """The parser's error unless the distilled draft ``name`` is saved (before anything loads)."""
-    from specdec.train.draftnets import require_drafts
-
-    try:
-        require_drafts([name])
-    except (ValueError, FileNotFoundError) as exc:
-        ap.error(str(exc))
-
-
-def command_line(script: str, argv: Sequence[str] | None) -> str:
-    """The command a record keeps: ``python benchmarks/<script> <arguments>``."""
-    return f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None else argv)
 
 
 def bench_path(out: str | None, kind: str, device_name: str, threads: int) -> Path:
@@ -146,21 +71,6 @@ class LeanRun:
     draft_model: Any
     prompts: list[dict[str, Any]]
     env: dict[str, Any]
-
-
-def start_lean_run(args: argparse.Namespace, script: str, argv: Sequence[str] | None) -> LeanRun:
-    """Load the lean target in ``args.mode`` at ``args.threads`` (torch pinned to them too) and the
-    draft ``args.draft`` (:func:`load_lean_with_draft`), say so in one line, and take
-    ``args.prompts_per_task`` evaluation prompts per task; with the command line and the environment."""
-    from specdec.measure.core import environment
-    from specdec.train.workloads import evaluation_prompts
-
-    command = command_line(script, argv)
-    target, probe, base, draft_model = load_lean_with_draft(args.mode, args.draft, args.threads)
-    print(f"target: lean {target.mode}; draft {args.draft}; threads {args.threads}", flush=True)
-    prompts = evaluation_prompts(base.tokenizer, args.prompts_per_task)
-    env = environment(dtype=target.mode, device="cpu")
-    return LeanRun(command, target, probe, base, draft_model, prompts, env)
 
 
 def write_bench_record(
