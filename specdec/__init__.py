@@ -157,6 +157,8 @@ record, run as ``specdec run NAME``; ``specdec run --list`` names them):
   its program (``gpu-real``) is :mod:`specdec.experiments.gpurealrun`.
 * :mod:`specdec.experiments.selfdata` -- issue 42's data (``self-data``): the target's own text,
   resumable, hashed.
+* :mod:`specdec.experiments.draftcost` -- the drafters' cost in the loop, two checkouts alternated
+  (``draft-cost``).
 * :mod:`specdec.experiments.dynamicgamma` -- adaptive draft lengths against fixed ones (``dynamic-gamma``).
 * :mod:`specdec.experiments.oraclegamma` -- Section 3.5's oracle on real drafts (``oracle-gamma``).
 * :mod:`specdec.experiments.logiterror` -- a lean mode's logits against float32's (``q4q8-error``).

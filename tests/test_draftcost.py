@@ -57,3 +57,21 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
     assert all(math.isfinite(v) and v > 0 for v in cal["plain_round"].values())
     assert set(cal["tokens_per_round"]) == {"0", "1"} and cal["catch_up"] >= 0
     assert no_harm_policy(cal).max_budget == 4
+
+
+def test_the_draft_cost_program_checks_its_options_and_its_worker_its_form(capsys):
+    """``specdec run draft-cost`` refuses a missing side or a bad count before anything runs; the worker
+    (the measurement module run as a file) takes exactly the form the program writes."""
+    import pytest
+
+    from specdec.cli.app import main
+    from specdec.measure.draftcost import side_main
+
+    assert main(["run", "draft-cost", "--out", "x.json"]) == 2
+    assert "--before is needed unless --summarize is given" in capsys.readouterr().err
+    assert main(["run", "draft-cost", "--before", "/tmp", "--out", "x.json", "--drafter-threads", "0"]) == 2
+    assert "--drafter-threads must be an integer" in capsys.readouterr().err
+    bad = (["--side", "--threads", "1"], ["--threads", "1", "--prompts", "1", "--drafter-threads", "1", "x"])
+    for argv in bad:
+        with pytest.raises(ValueError, match="the draft-cost worker takes"):
+            side_main(argv)

@@ -21,6 +21,7 @@ PROGRAMS: dict[str, str] = {
     "campaign": "specdec.experiments.campaign",
     "campaign2": "specdec.experiments.campaign2",
     "campaign3": "specdec.experiments.campaign3",
+    "draft-cost": "specdec.experiments.draftcost",
     "dynamic-gamma": "specdec.experiments.dynamicgamma",
     "engine-modes": "specdec.experiments.enginemodes",
     "gpu-real": "specdec.experiments.gpurealrun",

@@ -9,15 +9,15 @@ its sampling per token). Per configuration: ``c_round`` (draft time per round), 
 call: a level of a tree, a stage, a draft model step) and ``calls_per_round``.
 
 To compare the code of two commits (the drafters' C calls before and after a change), :func:`measure`
-runs in a process of each checkout (``PYTHONPATH`` = that checkout, this file run as a script: it uses
-only the package's public calls, which both have), the processes alternating (:func:`main`), and
+runs in a process of each checkout (``PYTHONPATH`` = that checkout, this file run as a script,
+:func:`side_main`: it uses only the package's public calls, which both have), the processes alternating
+(``specdec run draft-cost``, :class:`specdec.experiments.draftcost.DraftCostRun`), and
 :func:`compare` pairs them per configuration by prompt and repetition: after / before with a bootstrap
 interval over the pairs (:func:`specdec.engine.stats.paired_speedup`'s rule on time per round).
 """
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import sys
@@ -155,7 +155,6 @@ def _calibration(
     step shows here before it shows in a record. A diagnostic with its limits: a fixed budget 0 skips
     the policy's own choice each round, a call's fixed costs are spread over its ``new_tokens`` rounds,
     and a few short generations resolve a few percent at best."""
-    import time
     from functools import partial
 
     import numpy as np
@@ -362,7 +361,7 @@ def draft_work(drafter: Any, *, max_depth: int = 4) -> dict[str, Any]:
     }
 
 
-def _with_children(counters: dict[str, float]) -> dict[str, float]:
+def with_children(counters: dict[str, float]) -> dict[str, float]:
     """cpu_counters with the finished children's CPU seconds added to this process's own."""
     import resource
 
@@ -370,7 +369,7 @@ def _with_children(counters: dict[str, float]) -> dict[str, float]:
     return {**counters, "own_s": counters["own_s"] + child.ru_utime + child.ru_stime}
 
 
-def _git_commit(folder: str) -> str:
+def git_commit(folder: str) -> str:
     import subprocess
 
     out = subprocess.run(
@@ -425,98 +424,23 @@ def compare(before: list[dict], after: list[dict], *, seed: int = 0) -> list[dic
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``--side``: run :func:`measure` in this process and print its JSON. Otherwise alternate
-    ``--repeats`` processes of ``--before`` and ``--after`` (checkout folders) and write the record."""
-    import os
-    import subprocess
+def side_main(argv: list[str]) -> int:
+    """The worker of ``specdec run draft-cost`` (:class:`specdec.experiments.draftcost.DraftCostRun`):
+    run as a file of this checkout with ``PYTHONPATH`` = the checkout to measure, it runs :func:`measure`
+    in this process and prints its JSON. ``argv``: ``--side --threads N --prompts N --drafter-threads
+    A,B`` exactly (the program writes them; a worker run by hand gets a ValueError naming the form)."""
+    form = "--side --threads N --prompts N --drafter-threads A[,B...]"
+    from specdec.theory.checks import check_int
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--side", action="store_true", help="measure in this process (internal)")
-    ap.add_argument("--before", help="the earlier checkout's folder")
-    ap.add_argument("--after", default=str(Path(__file__).resolve().parents[2]), help="the later checkout")
-    ap.add_argument("--repeats", type=int, default=3, help="processes of each side, alternating (>= 1)")
-    ap.add_argument("--threads", type=int, default=2, help="the target's threads (>= 1)")
-    ap.add_argument("--prompts", type=int, default=4, help="development prompts (>= 1)")
-    ap.add_argument("--drafter-threads", default="1", help="comma-separated drafter threads, e.g. 1,2")
-    ap.add_argument("--out", help="the record's path (JSON)")
-    ap.add_argument("--summarize", metavar="RECORD", help="recompute a record's summary from its samples")
-    args = ap.parse_args(argv)
-    from specdec.theory.recordio import write_record
-
-    if args.summarize:
-        path = Path(args.summarize)
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("kind") != "engine-draft-cost":
-            ap.error(f"--summarize: {path} is not an engine-draft-cost record")
-        record["summary"] = compare(record["samples"]["before"], record["samples"]["after"])
-        write_record(path, record, indent=1)
-        return 0
-    for name in ("repeats", "threads", "prompts"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name} must be >= 1; got {getattr(args, name)}")
-    dts = tuple(int(x) for x in args.drafter_threads.split(","))
-    if args.side:
-        sys.stdout.write(json.dumps(measure(threads=args.threads, prompts=args.prompts, drafter_threads=dts)))
-        return 0
-    if not args.before or not args.out:
-        ap.error("--before and --out are needed (or --side)")
-    from specdec.measure.runner import cpu_counters, load_during
-
-    sides: dict[str, list[dict]] = {"before": [], "after": []}
-    loads = []
-    for rep in range(args.repeats):
-        for name in ("before", "after") if rep % 2 == 0 else ("after", "before"):
-            folder = getattr(args, name)
-            env = dict(os.environ, PYTHONPATH=folder)
-            # run as a file, not a module of either checkout (the earlier one may lack it), from the
-            # checkout's folder (sys.path[0]), never from this file's folder (measure/profile.py would
-            # shadow the standard library's profile)
-            run = f"import runpy, sys; sys.argv[0] = {__file__!r}; "
-            run += "runpy.run_path(sys.argv[0], run_name='__main__')"
-            cmd = [sys.executable, "-c", run, "--side", "--threads", str(args.threads), "--prompts",
-                   str(args.prompts), "--drafter-threads", args.drafter_threads]  # fmt: skip
-            c0, t0 = _with_children(cpu_counters()), time.perf_counter()
-            done = subprocess.run(cmd, env=env, cwd=folder, capture_output=True, text=True, check=False)
-            if done.returncode:
-                raise RuntimeError(f"the {name} side failed:\n{done.stderr[-3000:]}")
-            c1 = _with_children(cpu_counters())
-            # the child's CPU time counts as this process's (_with_children): others_busy_cpus is the rest
-            loads.append(
-                {"side": name, "rep": rep, **load_during(c0, c1, time.perf_counter() - t0, args.threads)}
-            )
-            result = json.loads(done.stdout)
-            if Path(result["specdec"]).parent.resolve() != Path(folder).resolve():
-                raise RuntimeError(f"the {name} side imported {result['specdec']}, not {folder}'s package")
-            sides[name] += [{**r, "rep": rep} for r in result["rows"]]
-            print(f"[draftcost] {name} rep {rep} done", file=sys.stderr)
-    from specdec.measure.core import environment
-    from specdec.measure.modes import machine_identity
-
-    record = {
-        "kind": "engine-draft-cost",
-        "environment": {**environment(dtype="q4q8", device="cpu"), "threads": args.threads},
-        "machine": {**machine_identity(), "threads": args.threads},
-        "before": {"folder": args.before, "commit": _git_commit(args.before)},
-        "after": {"folder": args.after, "commit": _git_commit(args.after)},
-        "settings": {
-            "threads": args.threads,
-            "prompts": args.prompts,
-            "repeats": args.repeats,
-            "drafter_threads": list(dts),
-            "configs": [list(c) for c in CONFIGS],
-            "new_tokens": 48,
-            "prompt_tokens": 160,
-            "prompt_rule": dev_prompts.__doc__,
-        },  # fmt: skip
-        "command": "python -m specdec.measure.draftcost " + " ".join(argv or sys.argv[1:]),
-        "loads": loads,
-        "samples": sides,
-        "summary": compare(sides["before"], sides["after"]),
-    }
-    write_record(args.out, record, indent=1)
+    names = argv[1:6:2] if len(argv) == 7 else []
+    if argv[:1] != ["--side"] or names != ["--threads", "--prompts", "--drafter-threads"]:
+        raise ValueError(f"the draft-cost worker takes {form}; got {' '.join(argv)!r}")
+    threads = check_int("--threads", int(argv[2]), low=1)
+    prompts = check_int("--prompts", int(argv[4]), low=1)
+    dts = tuple(check_int("--drafter-threads", int(x), low=1) for x in argv[6].split(","))
+    sys.stdout.write(json.dumps(measure(threads=threads, prompts=prompts, drafter_threads=dts)))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(side_main(sys.argv[1:]))

@@ -1,0 +1,144 @@
+"""``specdec run draft-cost``: what the drafters cost inside the decoding loop, two checkouts alternated.
+
+The measurement is :mod:`specdec.measure.draftcost` (:func:`~specdec.measure.draftcost.measure`, the
+samples of one process, and :func:`~specdec.measure.draftcost.compare`, after over before per
+configuration); this program runs a worker process per side and repetition (that module's file, run with
+``PYTHONPATH`` = the side's checkout, so an earlier checkout is measured with its own package), the sides
+alternating, and writes the record (kind ``engine-draft-cost``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from specdec.experiments.options import Program, option
+from specdec.theory.checks import check_int
+
+__all__ = ["DraftCostRun"]
+
+#: The repository of this checkout (the default ``after`` side).
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class DraftCostRun(Program):
+    """The drafters' cost in the decoding loop (c per round and per call), before and after a change.
+
+        specdec run draft-cost --before /tmp/before --out results/bench/engine-draft-cost-<cpu>-2t.json
+        specdec run draft-cost --summarize RECORD     # the summary recomputed from the record's samples
+
+    ``--before`` is a checkout of the earlier commit (``git worktree add /tmp/before COMMIT``); the
+    worker processes of the two sides alternate (``--repeats`` each), every configuration of
+    :data:`specdec.measure.draftcost.CONFIGS` decoded greedily from ``--prompts`` development prompts.
+    """
+
+    name: ClassVar[str] = "draft-cost"
+
+    before: str | None = option(None, "the earlier checkout's folder (needed unless --summarize)")
+    after: str = option(str(ROOT), "the later checkout's folder (default: this checkout)")
+    repeats: int = option(3, "worker processes of each side, alternating")
+    threads: int = option(2, "the target's threads")
+    prompts: int = option(4, "development prompts")
+    drafter_threads: tuple[int, ...] = option((1,), "the drafters' threads, each measured")
+    out: str | None = option(None, "the record's path (JSON; needed unless --summarize)", key=False)
+    summarize: str | None = option(
+        None, "only recompute this record's summary from its samples", metavar="RECORD", key=False
+    )
+
+    def check(self) -> None:
+        check_int("repeats", self.repeats, low=1, high=100)
+        check_int("threads", self.threads, low=1, high=1024)
+        check_int("prompts", self.prompts, low=1, high=1000)
+        if not self.drafter_threads:
+            raise ValueError("drafter_threads must name at least one thread count")
+        for n in self.drafter_threads:
+            check_int("drafter_threads", n, low=1, high=1024)
+
+    def run(self) -> int:
+        from specdec.measure import draftcost as dc
+        from specdec.theory.recordio import read_json, write_record
+
+        if self.summarize:
+            record = read_json(self.summarize)
+            if record.get("kind") != "engine-draft-cost":
+                raise ValueError(f"summarize: {self.summarize} is not an engine-draft-cost record")
+            record["summary"] = dc.compare(record["samples"]["before"], record["samples"]["after"])
+            write_record(self.summarize, record, indent=1)
+            return 0
+        for field in ("before", "out"):  # before any worker starts
+            if not getattr(self, field):
+                raise ValueError(f"--{field} is needed unless --summarize is given")
+        sides, loads = self._alternate(dc.__file__)
+        write_record(self.out, self._record(sides, loads), indent=1)
+        return 0
+
+    def _alternate(self, worker: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+        """Every worker process, the sides alternating by repetition: their samples and each one's load."""
+        from specdec.measure.draftcost import with_children
+        from specdec.measure.runner import cpu_counters, load_during
+
+        sides: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+        loads = []
+        threads = ",".join(map(str, self.drafter_threads))
+        for rep in range(self.repeats):
+            for side in ("before", "after") if rep % 2 == 0 else ("after", "before"):
+                folder = str(getattr(self, side))
+                # run as a file, not a module of either checkout (the earlier one may lack it), from the
+                # checkout's folder (sys.path[0]), never from the file's folder (measure/profile.py would
+                # shadow the standard library's profile)
+                code = f"import runpy, sys; sys.argv[0] = {worker!r}; "
+                code += "runpy.run_path(sys.argv[0], run_name='__main__')"
+                cmd = [sys.executable, "-c", code, "--side", "--threads", str(self.threads),
+                       "--prompts", str(self.prompts), "--drafter-threads", threads]  # fmt: skip
+                c0, t0 = with_children(cpu_counters()), time.perf_counter()
+                env = dict(os.environ, PYTHONPATH=folder)
+                done = subprocess.run(cmd, env=env, cwd=folder, capture_output=True, text=True, check=False)
+                if done.returncode:
+                    raise RuntimeError(f"the {side} side failed:\n{done.stderr[-3000:]}")
+                c1 = with_children(cpu_counters())
+                # the child's CPU time counts as this process's (with_children): others_busy_cpus is the rest
+                loads.append(
+                    {"side": side, "rep": rep, **load_during(c0, c1, time.perf_counter() - t0, self.threads)}
+                )
+                result = json.loads(done.stdout)
+                if Path(result["specdec"]).parent.resolve() != Path(folder).resolve():
+                    raise RuntimeError(
+                        f"the {side} side imported {result['specdec']}, not {folder}'s package"
+                    )
+                sides[side] += [{**r, "rep": rep} for r in result["rows"]]
+                print(f"[draft-cost] {side} rep {rep} done", file=sys.stderr)
+        return sides, loads
+
+    def _record(self, sides: dict[str, list[dict[str, Any]]], loads: list[dict[str, Any]]) -> dict[str, Any]:
+        from specdec.measure import draftcost as dc
+        from specdec.measure.core import environment
+        from specdec.measure.modes import machine_identity
+
+        return {
+            "kind": "engine-draft-cost",
+            "environment": {**environment(dtype="q4q8", device="cpu"), "threads": self.threads},
+            "machine": {**machine_identity(), "threads": self.threads},
+            "before": {"folder": self.before, "commit": dc.git_commit(str(self.before))},
+            "after": {"folder": self.after, "commit": dc.git_commit(self.after)},
+            "settings": {
+                "threads": self.threads,
+                "prompts": self.prompts,
+                "repeats": self.repeats,
+                "drafter_threads": list(self.drafter_threads),
+                "configs": [list(c) for c in dc.CONFIGS],
+                "new_tokens": 48,
+                "prompt_tokens": 160,
+                "prompt_rule": dc.dev_prompts.__doc__,
+            },
+            "command": self.command(),
+            "loads": loads,
+            "samples": sides,
+            "summary": dc.compare(sides["before"], sides["after"]),
+        }
