@@ -69,12 +69,10 @@ Training data and drafts:
 
 * :mod:`specdec.train.workloads` -- the evaluation prompts (three tasks) and the distillation prompts.
 * :mod:`specdec.train.shards`    -- the distillation data's shard format (its one writer and reader).
-* :mod:`specdec.train.distill`   -- target samples with top-32 soft labels (``python -m
-  specdec.train.distill``).
+* :mod:`specdec.train.distill`   -- target samples with top-32 soft labels (``distill-data``'s).
 * :mod:`specdec.train.draftnets` -- the distilled draft family: build, train, save (int8), load.
 * :mod:`specdec.train.condnets`  -- the drafters conditioned on the target: models, int8 storage, loading.
-* :mod:`specdec.train.condtrain` -- their features and resumable training (``python -m
-  specdec.train.condtrain``).
+* :mod:`specdec.train.condtrain` -- their features and resumable training (``cond-train``'s).
 * :mod:`specdec.train.selftext`  -- real offline text (stdlib, pydoc topics, man pages, /usr/share/doc,
   Vim's help) cut into pieces for issue 42's prompts.
 * :mod:`specdec.train.selfprompts` -- those pieces templated into five tasks; the disjointness check.
@@ -168,6 +166,7 @@ record, run as ``specdec run NAME``; ``specdec run --list`` names them):
   kernels, against its floor (``verify-kernels``).
 * :mod:`specdec.experiments.attentionkernels` -- transformers' eager against SDPA attention
   (``attention-kernels``).
+* :mod:`specdec.experiments.training` -- training's programs (``distill-*``, ``*-features``, ``cond-train``).
 
 The paper and the book:
 

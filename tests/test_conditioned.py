@@ -388,3 +388,47 @@ def test_draft_work_counts_each_network_of_a_drafter_once(small):
     assert draft_work(HybridDrafter(SuffixDecodingDrafter(), eagle))["macs"] == draft_work(eagle)["macs"]
     assert draft_work(ChainTree(PromptLookupDrafter()))["macs"] == 0
     assert draft_work(SuffixDecodingDrafter())["parts"] == []
+
+
+def test_the_training_programs_make_features_and_a_drafter_whose_card_keeps_its_command(
+    small, tmp_path, monkeypatch, capsys
+):
+    """``specdec run cond-features`` writes the features a shard lacks (a rerun writes none), ``cond-train``
+    trains from them, resumably under data/cond-train/<name>, and its card keeps the program's command;
+    ``self-features`` hands its options to :func:`specdec.train.condtrain.self_features`."""
+    import json
+    import shlex
+
+    from specdec.cli.app import main
+    from specdec.experiments import training
+    from specdec.train import condnets, condtrain
+
+    assert training.FAMILIES == condnets.FAMILIES  # the program's copy (its module imports no torch)
+    loaded = type("Loaded", (), {"model": small, "tokenizer": None})()
+    monkeypatch.setattr(training, "_target", lambda dtype, threads: loaded)
+    monkeypatch.chdir(tmp_path)  # the checkpoints go under data/cond-train/
+    _tiny_gen_data(tmp_path / "data", small)
+    feats = tmp_path / "data" / "feat-00000.npy"
+    feats.unlink()
+    assert main(["run", "cond-features", "--data", str(tmp_path / "data"), "--threads", "1"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"written": 1}
+    shard = np.load(tmp_path / "data" / "shard-00000.npz")
+    assert np.load(feats).shape == (len(shard["ids"]), small.config.hidden_size)
+    assert main(["run", "cond-features", "--data", str(tmp_path / "data"), "--threads", "1"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"written": 0}
+
+    argv = ["cond-train", "--family", "mlp-speculator", "--draft-name", "mlp-t",
+            "--data", str(tmp_path / "data"), "--steps", "2", "--depth", "3", "--kept", str(VOCAB),
+            "--batch", "64", "--threads", "1", "--out-root", str(tmp_path / "out")]  # fmt: skip
+    assert main(["run", *argv]) == 0
+    card = json.loads((tmp_path / "out" / "mlp-t" / "card.json").read_text())
+    assert card["command"] == shlex.join(["specdec", "run", *argv]) and card["steps"] == 2
+    assert (tmp_path / "data" / "cond-train" / "mlp-t" / "ckpt.pt").exists()
+
+    asked = []
+    monkeypatch.setattr(condtrain, "self_features", lambda *a, **k: asked.append((a[1:], k)) or 3)
+    assert main(["run", "self-features", "--self-data", "sd", "--out", "o", "--shards", "2"]) == 0
+    assert asked == [(("sd", "o"), {"threads": 2, "shards": 2})]
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"written": 3}
+    assert main(["run", "cond-train", "--family", "medusa", "--ttt", "2"]) == 2
+    assert "--ttt (the training-time test's steps) is EAGLE's" in capsys.readouterr().err

@@ -7,7 +7,9 @@ decoding.
    draft's structure is exact (all layers + full vocabulary = the target).
 3. A vocabulary-trimmed draft (q = 0 outside the kept ids) in speculative decoding: greedy
    output equals autoregressive output, and sampling keeps the target's law (chi-square).
-4. Bad input raises ValueError.
+4. Bad input raises ValueError; ``specdec run distill-data`` / ``distill-train`` refuse it before loading.
+5. The two programs run the data and the training: the data resumes (exit status 3 when ``--minutes``
+   stopped it short), the card keeps the program's command.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tiny_models import VOCAB, next_token_logits, tiny_llama
 from specdec.engine.decoding import autoregressive, speculative
 from specdec.engine.drafters import ModelDrafter
 from specdec.train import draftnets
-from specdec.train.distill import generate_data, load_shards, main
+from specdec.train.distill import generate_data, load_shards
 from specdec.train.draftnets import (
     TrimmedHead,
     build_draft,
@@ -259,8 +261,66 @@ def test_errors(target, data, tmp_path):
         TrimmedHead(torch.zeros(VOCAB, 4), torch.tensor([1, 1]), VOCAB)
     with pytest.raises(ValueError, match="tokens must be an integer >= 1"):
         generate_data(target, None, tmp_path, tokens=0, prompt_ids=PROMPTS)
-    with pytest.raises(SystemExit):
-        main(["gen-data"])  # --tokens and --out are required
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["distill-data", "--tokens", "0"], "--tokens must be an integer >= 1; got 0"),
+        (["distill-data", "--dtype", "float16"], "--dtype must be one of float32, bfloat16"),
+        (["distill-data", "--minutes", "0"], "--minutes must be a finite number > 0.0"),
+        (["distill-train", "--steps", "5", "--minutes", "1"], "--steps must not be given with minutes"),
+        (["distill-train", "--data", ""], "--data must name one or more folders"),
+        (["distill-train", "--draft-name", "../x"], "--draft-name must be a plain folder name"),
+    ],
+)
+def test_the_programs_refuse_bad_options_before_loading(argv, message, capsys):
+    from specdec.cli.app import main
+
+    assert main(["run", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+# -- 5. the programs ----------------------------------------------------------------------------------
+
+
+def test_specdec_run_makes_the_data_resumably_and_a_draft_whose_card_keeps_its_command(
+    target, tmp_path, monkeypatch, capsys
+):
+    import itertools
+    import shlex
+
+    from specdec.cli.app import main
+    from specdec.experiments import training
+    from specdec.train import distill
+
+    loaded = type("Loaded", (), {"model": target, "tokenizer": None})()
+    opened = []
+    monkeypatch.setattr(training, "_target", lambda *spec: opened.append(spec) or loaded)
+    real = distill.generate_data  # the tiny target has no tokenizer: token-id prompts
+
+    def generate(*args, **kwargs):
+        return real(*args, **kwargs, prompt_ids=PROMPTS, progress=False)
+
+    monkeypatch.setattr(distill, "generate_data", generate)
+    clock = itertools.count(0, 30)  # 30 s a look: one batch fits in --minutes 1
+    monkeypatch.setattr(distill.time, "perf_counter", lambda: float(next(clock)))
+    folder = tmp_path / "data"
+    data = ["run", "distill-data", "--tokens", "400", "--out", str(folder), "--batch-size", "8",
+            "--max-new-tokens", "20", "--minutes", "1", "--threads", "1"]  # fmt: skip
+    made = []
+    while (status := main(data)) == 3:  # the budget stopped it short: the same command resumes
+        made.append(json.loads(capsys.readouterr().out))
+        assert made[-1]["shards"] == len(made) and 0 < made[-1]["tokens"] < 400
+    assert status == 0 and len(made) >= 2
+    assert json.loads(capsys.readouterr().out)["tokens"] >= 400
+    assert set(opened) == {("float32", 1)}
+    train = ["distill-train", "--data", str(folder), "--layers", "2", "--draft-name", "tiny1", "--steps", "3",
+             "--vocab", "60", "--batch-tokens", "128", "--out-root", str(tmp_path / "d")]  # fmt: skip
+    assert main(["run", *train]) == 0
+    card = json.loads((tmp_path / "d" / "tiny1" / "card.json").read_text())
+    assert card["command"] == shlex.join(["specdec", "run", *train]) and card["steps"] == 3
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["name"] == "tiny1"
 
 
 def test_specdec_measure_runs_a_distilled_draft_in_the_lean_engine_of_a_lean_target(

@@ -115,13 +115,20 @@ def test_listing_and_checking_the_programs_imports_no_torch():
 
 def test_no_program_keeps_a_hand_written_parser():
     """The run programs' options come only from their dataclasses: no argparse under experiments/ but
-    the generator, and benchmarks/ holds no program."""
+    the generator, none under train/ (no parser, no ``__main__``: its commands are experiments.training's
+    programs), and benchmarks/ holds no program."""
     users = [
         p.name
         for p in (ROOT / "specdec" / "experiments").glob("*.py")
         if p.name != "options.py" and "argparse" in p.read_text(encoding="utf-8")
     ]
     assert users == []
+    trainers = [
+        p.name
+        for p in (ROOT / "specdec" / "train").glob("*.py")
+        if any(word in p.read_text(encoding="utf-8") for word in ("argparse", '__name__ == "__main__"'))
+    ]
+    assert trainers == [], "training keeps a command line: make it a program in experiments/training.py"
     for name in (
         "trees.py",
         "self_data.py",

@@ -1,13 +1,17 @@
 """Training the target-conditioned drafters (:mod:`specdec.train.condnets`) here, on the target's samples.
 
-Two resumable steps, each a command::
+Two resumable steps, each a program (:mod:`specdec.experiments.training`)::
 
     # 1. the target's features at every position of every gen-data sequence (one file per shard)
-    python -m specdec.train.condtrain features --data data/cond-s10 data/cond-s11
+    specdec run cond-features --data data/cond-s10,data/cond-s11
+    #    (or issue 42's self-generated data converted: specdec run self-features --out data/self-cond)
     # 2. one drafter (checkpoints every minute under data/cond-train/<name>; rerun to resume)
-    python -m specdec.train.condtrain train --family medusa --name medusa-4 --data ... --steps N
+    specdec run cond-train --family medusa --draft-name medusa-4 --data ... --steps N
 
-Data: the shards of ``python -m specdec.train.distill gen-data`` (the target's own samples at
+A card made before these programs keeps its ``python -m specdec.train.condtrain train --name X --data A B``
+command: the same run is ``specdec run cond-train --draft-name X --data A,B`` with its other options.
+
+Data: the shards of ``specdec run distill-data`` (the target's own samples at
 temperature 1 with its top-32 log-probabilities, :mod:`specdec.train.shards`). Features come from
 the lean engine in mode ``"q4q8"``, the engine the drafters decode with, and are stored as float16
 ``feat-NNNNN.npy`` beside each shard.
@@ -25,11 +29,7 @@ drafter's rank-r token is the target's top token at depth d, teacher-forced.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import random
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +40,6 @@ import torch
 import torch.nn.functional as F
 
 from specdec.theory.checks import check_int
-from specdec.theory.recordio import jsonable
 from specdec.train.condnets import FAMILIES, build_conditioned, rms_norm, save_conditioned
 from specdec.train.shards import sequences, shard_paths
 
@@ -49,7 +48,6 @@ __all__ = [
     "data_sources",
     "extract_features",
     "load_data",
-    "main",
     "self_features",
     "train_conditioned",
 ]
@@ -192,9 +190,7 @@ def load_data(folders: list[str], kept_size: int, vocab_size: int, eos: int | No
     for folder in folders:
         for path in shard_paths(folder):
             if not _feature_path(path).exists():
-                raise ValueError(
-                    f"{path} has no features: run `python -m specdec.train.condtrain features` first"
-                )
+                raise ValueError(f"{path} has no features: run `specdec run cond-features` first")
             shard = dict(np.load(path))
             shards_all.append(shard)
             f = np.load(_feature_path(path), mmap_mode="r")
@@ -586,56 +582,3 @@ def train_conditioned(
 
     write_record(root / name / "card.json", card, indent=2, sort_keys=False)
     return card
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specdec.train.condtrain", description=__doc__.split("\n")[0]
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    f = sub.add_parser("features", help="the target's features beside every gen-data shard")
-    f.add_argument("--data", required=True, nargs="+")
-    f.add_argument("--threads", type=int, default=2)
-    sf = sub.add_parser("self-features", help="issue 42's self-data as gen-data shards with features")
-    sf.add_argument("--self-data", default="results/selfdata")
-    sf.add_argument("--out", required=True)
-    sf.add_argument("--shards", type=int, default=None)
-    sf.add_argument("--threads", type=int, default=2)
-    t = sub.add_parser("train", help="train one target-conditioned drafter")
-    t.add_argument("--family", required=True, choices=FAMILIES)
-    t.add_argument("--name", required=True)
-    t.add_argument("--data", required=True, nargs="+")
-    t.add_argument("--steps", type=int, required=True)
-    t.add_argument("--depth", type=int, default=4)
-    t.add_argument("--kept", type=int, default=8192)
-    t.add_argument("--batch", type=int, default=256)
-    t.add_argument("--lr", type=float, default=1e-3)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--ttt", type=int, default=1, help="EAGLE: steps of the training-time test (1: none)")
-    t.add_argument("--out-root", default=None)
-    args = parser.parse_args(argv)
-    from specdec.engine.models import load_target, set_threads
-
-    set_threads(args.threads)
-    target = load_target("float32", quiet=True).model
-    if args.command == "self-features":
-        n = self_features(target, args.self_data, args.out, threads=args.threads, shards=args.shards)
-        print(json.dumps({"written": n}))
-        return 0
-    if args.command == "features":
-        print(json.dumps({"written": extract_features(target, args.data, threads=args.threads)}))
-        return 0
-    random.seed(args.seed)
-    card = train_conditioned(
-        target, args.data, family=args.family, name=args.name, steps=args.steps, depth=args.depth,
-        kept_size=args.kept, batch=args.batch, lr=args.lr, seed=args.seed, ttt=args.ttt,
-        out_root=args.out_root,
-        command="python -m specdec.train.condtrain " + " ".join(argv if argv is not None else sys.argv[1:]),
-    )  # fmt: skip
-    print(json.dumps(jsonable({k: v for k, v in card.items() if k != "history"})))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
-"""Distillation of draft models from the target: data generation and the command line.
+"""Distillation of draft models from the target: the data (``specdec run distill-data``).
 
-Data (``gen-data``). The target samples responses to :func:`specdec.train.workloads.training_prompts`
+Data. The target samples responses to :func:`specdec.train.workloads.training_prompts`
 at temperature 1 (no top-k, no top-p: the samples have the target's own law p) in batches,
 with a plain batched sampling loop (:func:`_sample_batch`; data making, not the measured
 engine). At every response position the target's top-``TOP_K`` log-probabilities are kept as
@@ -8,22 +8,25 @@ soft labels (float16), next to the sampled token. Each batch is one shard ``shar
 in the format of :mod:`specdec.train.shards`, its only writer and reader (``load_shards`` is
 re-exported here).
 
-Training (``train``) and the draft models live in :mod:`specdec.train.draftnets`. The book's drafts
-were made with (each ``specdec/data/drafts/<name>/card.json`` holds the exact command)::
+Training (``specdec run distill-train``) and the draft models live in :mod:`specdec.train.draftnets`;
+the command lines are :mod:`specdec.experiments.training`'s programs. The book's drafts were made with
+(each ``specdec/data/drafts/<name>/card.json`` holds the exact command, in the form of its day:
+``python -m specdec.train.distill train --name X --data A B C`` is now
+``specdec run distill-train --draft-name X --data A,B,C``)::
 
     # three data folders: the first (float32, unsorted) from an earlier session, then two
     # bfloat16 processes side by side, one thread each
-    python -m specdec.train.distill gen-data --tokens 800000 --minutes 22 --out data/distill --seed 0 \
+    specdec run distill-data --tokens 800000 --minutes 22 --out data/distill --seed 0 \
         --batch-size 64 --max-new-tokens 192 --threads 1
-    python -m specdec.train.distill gen-data --tokens 400000 --minutes 36 --out data/distill-s1 --seed 1 \
+    specdec run distill-data --tokens 400000 --minutes 36 --out data/distill-s1 --seed 1 \
         --batch-size 64 --max-new-tokens 192 --dtype bfloat16 --threads 1 --sort-window 8
-    python -m specdec.train.distill gen-data --tokens 400000 --minutes 36 --out data/distill-s2 --seed 2 \
+    specdec run distill-data --tokens 400000 --minutes 36 --out data/distill-s2 --seed 2 \
         --batch-size 64 --max-new-tokens 192 --dtype bfloat16 --threads 1 --sort-window 8
     # the three drafts side by side, one thread each, bfloat16 autocast
-    python -m specdec.train.distill train --data data/distill data/distill-s1 data/distill-s2 \
-        --layers 1 --name distil-l1 --steps 3600 --lr 1e-3 --batch-tokens 1024 --seed 0 \
+    specdec run distill-train --data data/distill,data/distill-s1,data/distill-s2 \
+        --layers 1 --draft-name distil-l1 --steps 3600 --lr 1e-3 --batch-tokens 1024 --seed 0 \
         --threads 1 --autocast --out-root data/drafts-new    # then copy into specdec/data/drafts
-    # ... and --layers 2 --name distil-l2 --steps 2600, --layers 4 --name distil-l4 --steps 2000
+    # ... and --layers 2 --draft-name distil-l2 --steps 2600, --layers 4 --draft-name distil-l4 --steps 2000
 
 Sampling is seeded, but a ``--minutes`` budget makes the amount of data depend on the machine's
 speed; ``meta.json`` in each folder records what was made, and ``--tokens <its tokens>``
@@ -31,12 +34,11 @@ without ``--minutes`` draws the same batches again (the same samples where the a
 rounds alike: bfloat16 sampling on another CPU may pick other tokens after a near-tie).
 
 Use 1 thread on a machine whose cores are shared: with 2 threads on 2 busy cores each
-parallel region waits for a descheduled thread, and gen-data ran about 10x slower.
+parallel region waits for a descheduled thread, and the data run went about 10x slower.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -48,10 +50,10 @@ import numpy as np
 import torch
 
 from specdec.theory.checks import check_int
-from specdec.theory.recordio import jsonable, write_record
+from specdec.theory.recordio import write_record
 from specdec.train.shards import load_shards, response_tokens, shard_paths, write_shard
 
-__all__ = ["TOP_K", "generate_data", "load_shards", "main"]
+__all__ = ["TOP_K", "generate_data", "load_shards"]
 
 #: How many of the target's log-probabilities are kept per response position.
 TOP_K = 32
@@ -242,82 +244,3 @@ def _bar(total: int, initial: int, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, unit="tok", disable=not enabled, mininterval=5, file=sys.stderr)
-
-
-# -- command line ----------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specdec.train.distill", description=__doc__.split("\n")[0]
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("gen-data", help="sample target responses with top-k soft labels")
-    g.add_argument("--tokens", type=int, required=True, help="response tokens to store")
-    g.add_argument("--out", required=True, help="output folder (shards are appended)")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--batch-size", type=int, default=64)
-    g.add_argument("--max-new-tokens", type=int, default=256)
-    g.add_argument("--minutes", type=float, default=None, help="stop starting batches after this")
-    g.add_argument("--dtype", default="float32")
-    g.add_argument("--sort-window", type=int, default=1, help="batches sorted together by prompt length")
-    g.add_argument("--threads", type=int, default=2)
-
-    t = sub.add_parser("train", help="train one draft of the family on gen-data shards")
-    t.add_argument("--data", required=True, nargs="+", help="one or more gen-data folders")
-    t.add_argument("--layers", type=int, required=True, help="trainable decoder layers k")
-    t.add_argument("--name", required=True, help="draft name: specdec/data/drafts/<name>/")
-    when = t.add_mutually_exclusive_group(required=True)
-    when.add_argument("--minutes", type=float, help="time budget (steps from the first 5 steps' pace)")
-    when.add_argument("--steps", type=int, help="optimizer steps (reproduces a card exactly)")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--vocab", type=int, default=16384, help="kept vocabulary size")
-    t.add_argument("--lr", type=float, default=1e-3)
-    t.add_argument("--batch-tokens", type=int, default=1024)
-    t.add_argument("--threads", type=int, default=1)
-    t.add_argument("--autocast", action="store_true", help="train in bfloat16 autocast (CPU)")
-    t.add_argument("--out-root", default=None, help="folder of drafts (default: the package's)")
-    args = parser.parse_args(argv)
-
-    from specdec.engine.models import load_target, set_threads
-
-    set_threads(args.threads)
-    if args.command == "gen-data":
-        loaded = load_target(args.dtype, quiet=True)
-        meta = generate_data(
-            loaded.model,
-            loaded.tokenizer,
-            args.out,
-            tokens=args.tokens,
-            seed=args.seed,
-            batch_size=args.batch_size,
-            max_new_tokens=args.max_new_tokens,
-            minutes=args.minutes,
-            sort_window=args.sort_window,
-        )
-        print(json.dumps(jsonable(meta)))  # the records' NaN rule: NaN -> null
-        return 0
-    from specdec.train.draftnets import train_draft
-
-    loaded = load_target("float32", quiet=True)
-    _, card = train_draft(
-        loaded.model,
-        args.data,
-        layers=args.layers,
-        name=args.name,
-        minutes=args.minutes,
-        steps=args.steps,
-        seed=args.seed,
-        vocab=args.vocab,
-        lr=args.lr,
-        batch_tokens=args.batch_tokens,
-        autocast=args.autocast,
-        out_root=args.out_root,
-        command="python -m specdec.train.distill " + " ".join(argv if argv is not None else sys.argv[1:]),
-    )
-    print(json.dumps(jsonable({k: v for k, v in card.items() if k != "history"})))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,12 +9,12 @@ distillation data (:class:`TrimmedHead`). The draft's logits are -inf outside th
 vocabulary, so q is 0 there; speculative sampling stays lossless (the proof of Appendix A.1
 holds for every q), the target simply never sees those tokens drafted.
 
-Training (:func:`train_draft`) distils the target from ``python -m specdec.train.distill gen-data``
-shards: cross-entropy to the target's top-32 probabilities renormalised over the kept
-vocabulary (a KL up to a constant), plus half the cross-entropy of the sampled token, AdamW,
-warm-up then cosine decay, seeded. After training the weights are rounded to int8 per output
-row (:func:`quantize_int8`) *in the model* and saved as such, so the saved draft is exactly
-the one evaluated; :func:`load_draft` rebuilds it around a target.
+Training (:func:`train_draft`, ``specdec run distill-train``) distils the target from
+``specdec run distill-data`` shards: cross-entropy to the target's top-32 probabilities
+renormalised over the kept vocabulary (a KL up to a constant), plus half the cross-entropy of the
+sampled token, AdamW, warm-up then cosine decay, seeded. After training the weights are rounded
+to int8 per output row (:func:`quantize_int8`) *in the model* and saved as such, so the saved
+draft is exactly the one evaluated; :func:`load_draft` rebuilds it around a target.
 
 Saved under ``specdec/data/drafts/<name>/``: ``weights.safetensors`` (int8 matrices + float32
 row scales, float16 vectors, the kept token ids) and ``card.json`` (what the draft is and how

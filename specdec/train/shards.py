@@ -1,6 +1,6 @@
 """The distillation data's shard format: the one writer and the one reader.
 
-``python -m specdec.train.distill gen-data`` stores the target's samples in batches, one file
+``specdec run distill-data`` (:mod:`specdec.train.distill`) stores the target's samples in batches, one file
 ``shard-NNNNN.npz`` per batch, holding:
 
 * ``ids`` (int32): the prompt + response tokens of every sequence, concatenated;
@@ -97,9 +97,7 @@ def load_shards(folder: str | Path) -> list[dict[str, np.ndarray]]:
     """Every shard of a ``gen-data`` folder, in order, as dicts of arrays."""
     paths = shard_paths(folder)
     if not paths:
-        raise ValueError(
-            f"no {PATTERN} files in {str(folder)!r}: run `python -m specdec.train.distill gen-data`"
-        )
+        raise ValueError(f"no {PATTERN} files in {str(folder)!r}: run `specdec run distill-data`")
     out = []
     for p in paths:
         shard = dict(np.load(p))
