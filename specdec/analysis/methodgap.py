@@ -10,14 +10,17 @@ cost of a round in plain steps, v(nodes + 1) + c):
 * ``measured`` -- the run's own: :func:`specdec.theory.intervals.paired_speedup` of time per token
   against the same engine's plain decoding, prompt by prompt (median over repetitions, geometric mean,
   bootstrap interval);
-* ``at_measured_costs`` -- the theorem at the measured tokens per call, the measured verify curve at the
-  round's mean nodes + 1, and the measured draft time per round (``c_round``): what the round's parts
-  predict; below it, the gap is the loop's (bookkeeping, policy, Python between calls);
+* ``at_measured_costs`` -- the theorem at the measured tokens per call, the measured verify call T(nodes
+  + 1) (the record's verify curve, bare forwards, at the round's mean nodes + 1) and the measured draft
+  time per round (``c_round``), both in plain decoding's loop steps (its time per token on the same
+  engine, prompts and temperature): what the round's parts predict; below it, the gap is the loop's
+  (bookkeeping, policy, Python between calls);
 * ``at_floor`` -- the same tokens per call, priced at the machine's floor: v(k) = max(weight bytes /
   bandwidth, k x multiply-adds / int8 peak) over its k = 1 (attention and the float epilogue left out:
-  a floor), and c = draft calls x max(drafter bytes / bandwidth, rows per call x drafter multiply-adds /
-  int8 peak) over the plain floor step; between this and ``at_measured_costs``, the gap is the engine's
-  and the drafter's implementation;
+  a floor), and c = draft calls x max(drafter bytes / bandwidth, drafter multiply-adds per row / int8
+  peak) over the plain floor step (every call streams the drafter's weights once and computes at least
+  one row: a lower bound, which more rows per call meet while they ride on the weights' stream); between
+  this and ``at_measured_costs``, the gap is the engine's and the drafter's implementation;
 * ``anchor_at_floor`` -- the anchor's published tokens per call at its own published tree size and
   draft calls, priced at the same floor with this drafter's work per row; between this and
   ``at_floor``, the gap is the method's acceptance as trained here (the data, the training, the
@@ -41,6 +44,7 @@ __all__ = [
     "floor_model",
     "load_anchors",
     "measured_speedup",
+    "plain_step",
     "split",
     "verify_measured",
 ]
@@ -107,21 +111,36 @@ def _v_floor(k: float, floor: Mapping[str, float]) -> float:
     return max(floor["weights_s"], k * floor["row_s"]) / floor["plain_s"]
 
 
-def _c_floor(work: Mapping[str, Any] | None, calls: float, nodes: float, floor: Mapping[str, float]) -> float:
+def _c_floor(work: Mapping[str, Any] | None, calls: float, floor: Mapping[str, float]) -> float:
+    """Draft calls x (the drafter's weights streamed once, or one row's multiply-adds, the larger), in
+    plain floor steps: the least a round's drafting can cost."""
     if not work or not work.get("macs") or calls <= 0:
         return 0.0
     per_call = max(
-        float(work["weight_bytes"]) / floor["bytes_per_s"],
-        nodes / calls * float(work["macs"]) / floor["int8_per_s"],
+        float(work["weight_bytes"]) / floor["bytes_per_s"], float(work["macs"]) / floor["int8_per_s"]
     )
     return calls * per_call / floor["plain_s"]
 
 
 def verify_measured(record: Mapping[str, Any], k: float, shape: str) -> float:
-    """v(k) of the record's verify curve for ``shape`` (``chain`` or ``tree``), linear between its k."""
+    """T(k), seconds, of a verify call of k rows from the record's verify curve for ``shape`` (``chain``
+    or ``tree``: bare forwards, median), linear between its k."""
     curves = record["verify_curves"]
     ks = np.asarray(curves["ks"], dtype=float)
-    return float(np.interp(k, ks, np.asarray(curves[f"v_{shape}"], dtype=float)))
+    return float(np.interp(k, ks, np.asarray(curves["median_s"][shape], dtype=float)))
+
+
+def plain_step(record: Mapping[str, Any], engine: str, temperature: float) -> float:
+    """Plain decoding's loop step on ``engine`` at ``temperature``: the median over its runs of decode
+    seconds per token (the unit of the record's c per round)."""
+    steps = [
+        r["decode_s"] / r["new_tokens"]
+        for r in record["runs"]
+        if r["config"] == f"{engine}/plain" and r["temperature"] == temperature and r["new_tokens"]
+    ]
+    if not steps:
+        raise ValueError(f"no plain runs of {engine!r} at temperature {temperature}")
+    return float(np.median(steps))
 
 
 def measured_speedup(
@@ -163,16 +182,17 @@ def split(
         shape = "tree" if "noharm" in config or "tree" in spec or "topk" in spec or spec.startswith(
             ("suffix", "medusa", "mlp", "hybrid")
         ) else "chain"  # fmt: skip
-        c_measured = float(row["c_round_median"])
+        c_measured = float(row["c_round_median"])  # in plain loop steps
+        step = plain_step(record, config.split("/")[0], temp)
         work = work_of.get(spec)
-        at_measured = tokens / (verify_measured(record, nodes + 1, shape) + c_measured)
-        at_floor = tokens / (_v_floor(nodes + 1, floor) + _c_floor(work, calls, nodes, floor))
+        at_measured = tokens / (verify_measured(record, nodes + 1, shape) / step + c_measured)
+        at_floor = tokens / (_v_floor(nodes + 1, floor) + _c_floor(work, calls, floor))
         anchor = anchor_for(spec, anchors)
         anchor_at_floor = None
         if anchor is not None and anchor["nodes"] is not None:
             a_nodes, a_calls = float(anchor["nodes"]), float(anchor["draft_calls"] or 0)
             anchor_at_floor = anchor["tokens_per_call"] / (
-                _v_floor(a_nodes + 1, floor) + _c_floor(work, a_calls, a_nodes, floor)
+                _v_floor(a_nodes + 1, floor) + _c_floor(work, a_calls, floor)
             )
         est, low, high = measured_speedup(record, config, temp)
         out.append({
