@@ -201,6 +201,8 @@ def prompt_figure(record: Mapping[str, Any], *, temperatures: tuple[float, ...] 
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from specdec.theory.intervals import geomean
+
     fig, axes = plt.subplots(1, len(temperatures), figsize=(10, 3.2), sharey=True, dpi=120)
     axes = [axes] if len(temperatures) == 1 else list(axes)
     for ax, temp in zip(axes, temperatures, strict=True):
@@ -210,7 +212,7 @@ def prompt_figure(record: Mapping[str, Any], *, temperatures: tuple[float, ...] 
         for x, i in enumerate(order):
             marker, c = TASK_MARKERS.get(tasks[i], ("o", "#444444"))
             ax.plot(x, ratios[i], marker, ms=5, color=c, label=tasks[i])
-        head = float(np.exp(np.mean(np.log(ratios))))
+        head = float(geomean(ratios))  # the cross-fit's headline (its out-of-fold ratios), not re-estimated
         ax.axhline(1.0, color="black", lw=1.0, ls="--")
         ax.axhline(head, color="#b8860b", lw=1.4, label=f"headline {head:.2f}x")
         ax.set_yscale("log")

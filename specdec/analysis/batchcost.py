@@ -204,7 +204,7 @@ def surface_cells(blocks: Sequence[Mapping[str, Any]], model: str) -> list[dict[
         cell["ratio_to_k1"] = cell["median_s"] / float(np.median(list(one.values()))) if one else None
         if k == 1 or len(common) < 2:
             cell["ratio_ci"] = None if k != 1 else [1.0, 1.0, 1.0]
-        else:
+        else:  # a verify-cost ratio T(b, k)/T(b, 1) of one model, not a speedup: ratio_ci, not paired_speedup
             cell["ratio_ci"] = list(ratio_ci([by_pass[p] for p in common], [one[p] for p in common]))
         cells.append(cell)
     return cells
@@ -282,7 +282,8 @@ def gain_intervals(
     passes = sorted({p for by_pass in t_times.values() for p in by_pass})
     surf = {cell: float(np.median(list(t.values()))) for cell, t in t_times.items()}
     c: float | dict[int, float] = 0.0
-    if d_times is not None:
+    if d_times is not None:  # c in engine.stats.cost_coefficient's bare-forward unit (rounds = gamma = 1),
+        # written out because that module imports torch and analysis/ may not (tests/test_layers.py)
         c = {b: float(np.median(list(d_times[(b, 1)].values()))) / surf[(b, 1)] for b, k in surf if k == 1}
     point = predicted_gains(surf, alpha, c, gammas)
     rows = {b: {**v, "gain": [v["gain"], None, None]} for b, v in point.items()}
@@ -296,6 +297,7 @@ def gain_intervals(
 
         t_boot = {cell: boot(t) for cell, t in t_times.items()}
         for b, v in point.items():
+            # the c above, per draw
             c_b = boot(d_times[(b, 1)]) / t_boot[(b, 1)] if d_times is not None else 0.0
             gains = [
                 walltime_speedup_measured(alpha, g, c_b, t_boot[(b, g + 1)] / t_boot[(b, 1)])

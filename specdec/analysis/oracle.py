@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from specdec.theory.checks import check_float, check_int
+from specdec.theory.intervals import geomean
 
 __all__ = [
     "iid_fixed_best",
@@ -196,10 +197,6 @@ def replay_record(
     return {rule: _speed(_parts(rows, drafter, rule, curve), c) for rule in rules}
 
 
-def _geomean(x: np.ndarray, axis: int | None = None) -> Any:
-    return np.exp(np.log(x).mean(axis=axis))
-
-
 def summarize_record(
     record: Mapping[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95
 ) -> list[dict[str, Any]]:
@@ -225,6 +222,8 @@ def summarize_record(
     """
     from specdec.theory.policies import HeuristicGamma
 
+    # Not paired_speedup: these speedups are replayed (tokens / modelled cost per prompt, no timed runs),
+    # and the intervals re-estimate c and re-choose the best gamma on every resample.
     check_int("n_boot", n_boot, low=1)
     curve = {int(k): float(v) for k, v in record["curve"].items()}
     max_gamma = check_int("max_gamma", record["settings"]["max_gamma"], low=1)
@@ -249,17 +248,17 @@ def summarize_record(
         oracle = _parts(rows, name, "oracle", curve)
         heur = _parts(rows, name, HeuristicGamma(max_gamma=max_gamma), curve)  # replay resets it per prompt
         sf = _speed(fixed, c)
-        best = int(np.argmax(_geomean(sf, axis=1)))
+        best = int(np.argmax(geomean(sf, axis=1)))
         so, sh = _speed(oracle, c), _speed(heur, c)
         gains, heurs = [], []
         for idx in picks:
             cb = float(np.median(by_prompt[idx]))
             fb = _speed(fixed[:, idx], cb)
-            bb = int(np.argmax(_geomean(fb, axis=1)))
-            gains.append(_geomean(_speed(oracle[idx], cb) / fb[bb]))
-            heurs.append(_geomean(_speed(heur[idx], cb) / fb[bb]))
+            bb = int(np.argmax(geomean(fb, axis=1)))
+            gains.append(geomean(_speed(oracle[idx], cb) / fb[bb]))
+            heurs.append(geomean(_speed(heur[idx], cb) / fb[bb]))
         flat_fixed = np.stack([_speed(_parts(rows, name, g, flat), c) for g in gammas])
-        flat_best = int(np.argmax(_geomean(flat_fixed, axis=1)))
+        flat_best = int(np.argmax(geomean(flat_fixed, axis=1)))
         flat_oracle = _speed(_parts(rows, name, "oracle", flat), c)
         runs = np.concatenate([r["drafters"][name]["runs"] for r in rows])
         alpha = float((np.asarray(runs) >= 1).mean())
@@ -269,15 +268,15 @@ def summarize_record(
                 "c": c,
                 "alpha": alpha,
                 "best_gamma": gammas[best],
-                "best_fixed": float(_geomean(sf[best])),
-                "oracle": float(_geomean(so)),
-                "gain": float(_geomean(so / sf[best])),
+                "best_fixed": float(geomean(sf[best])),
+                "oracle": float(geomean(so)),
+                "gain": float(geomean(so / sf[best])),
                 "gain_low": float(np.quantile(gains, tail)),
                 "gain_high": float(np.quantile(gains, 1 - tail)),
-                "heuristic": float(_geomean(sh / sf[best])),
+                "heuristic": float(geomean(sh / sf[best])),
                 "heuristic_low": float(np.quantile(heurs, tail)),
                 "heuristic_high": float(np.quantile(heurs, 1 - tail)),
-                "flat_gain": float(_geomean(flat_oracle / flat_fixed[flat_best])),
+                "flat_gain": float(geomean(flat_oracle / flat_fixed[flat_best])),
                 "iid_gain": iid_oracle_on_curve(alpha, c, curve, max_gamma)
                 / iid_fixed_best(alpha, c, curve, max_gamma)[1],
                 "iid_flat_gain": iid_oracle_on_curve(alpha, c, flat, max_gamma)

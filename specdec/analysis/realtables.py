@@ -121,6 +121,8 @@ class PromptEstimates:
 
     def ratio(self, idx: np.ndarray, with_verify: bool = False) -> float:
         """Measured over expected on the prompts ``idx``."""
+        # paired_speedup's estimate (geometric mean of the per-prompt medians' ratios) on a resample whose
+        # bootstrap re-estimates alpha and c too: its own interval would not cover the expected side
         return float(geomean(self.speedup[idx])) / self.expected(idx, with_verify)
 
 

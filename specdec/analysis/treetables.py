@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 __all__ = [
     "COPY_TASKS",
     "SMOKE_SEEN",
@@ -169,23 +167,28 @@ def goals_met(judged: Sequence[Mapping[str, Any]]) -> dict[int, bool]:
 def seen_unseen(record: Mapping[str, Any], seen: Sequence[str]) -> list[dict[str, Any]]:
     """Per (temperature, configuration): the geometric mean over prompts of its tokens/s over the same
     engine's plain decoding (each a median over repetitions), on the prompts in ``seen`` and on the
-    others, to show whether prompts used before the configurations were fixed behave differently."""
+    others, to show whether prompts used before the configurations were fixed behave differently: the
+    estimate of :func:`specdec.theory.intervals.paired_speedup` on each group's time per token."""
     from specdec.analysis.crossfit import prompt_rates
+    from specdec.theory.intervals import paired_speedup
 
     rates = prompt_rates(record["runs"])
     engine = {c["id"]: c["engine"] for c in record["configs"]}
     plain = {c["engine"]: c["id"] for c in record["configs"] if c["plain"]}
-    groups: dict[tuple[float, str, bool], list[float]] = {}
+    groups: dict[tuple[float, str, bool], list[tuple[float, float]]] = {}
     for (temp, _task, prompt, config), rate in rates.items():
         if config in plain.values():
             continue
         base = rates[(temp, _task, prompt, plain[engine[config]])]
-        groups.setdefault((float(temp), short(config), prompt in seen), []).append(np.log(rate / base))
+        groups.setdefault((float(temp), short(config), prompt in seen), []).append((1.0 / base, 1.0 / rate))
+
+    def speedup(pairs: list[tuple[float, float]]) -> float:
+        return paired_speedup([b for b, _ in pairs], [o for _, o in pairs])[0]
+
     out = []
     for temp, config in sorted({(t, c) for t, c, _ in groups}):
         out.append({
             "temperature": temp, "config": config,
-            "seen": float(np.exp(np.mean(groups[(temp, config, True)]))),
-            "unseen": float(np.exp(np.mean(groups[(temp, config, False)]))),
+            "seen": speedup(groups[(temp, config, True)]), "unseen": speedup(groups[(temp, config, False)]),
         })  # fmt: skip
     return out

@@ -279,6 +279,20 @@ def cost_coefficient(draft_s: float, rounds: int, gamma: int, step_s: float) -> 
     a round this is the time of one draft step over one target step; for prompt lookup (one
     lookup a round) it is that lookup's time spread over the gamma positions, so that
     ``gamma c`` is the drafting time of a round either way. 0 when nothing was drafted.
+
+    The unit is part of the number, so every caller states which of two it measures:
+
+    * **a loop step** (the default reading): ``draft_s`` and ``rounds`` from a speculative call's
+      :class:`Stats` and ``step_s`` a plain decoding's time per step (:attr:`Stats.step_s`, or a
+      plain run's decode time per token), so both sides carry the loop's own work (sampling,
+      bookkeeping); this is the c that Theorem 3.8 prices a round with;
+    * **a bare forward**: ``draft_s`` one timed draft forward of one token and ``step_s`` one timed
+      target forward of one token after the same context, ``rounds = gamma = 1`` (the engines'
+      T_draft(1) / T_target(1), no loop around either): the models' own cost ratio, which a loop
+      step's c exceeds by the loop's work.
+
+    ``gamma = 1`` with a loop's ``draft_s`` and ``rounds`` gives c per round (a round's whole drafting
+    in steps: ``gamma c``, or a tree's draft time per round).
     """
     check_float("draft_s", draft_s, low=0.0, note="a time in seconds")
     check_float("step_s", step_s, low=0.0, open_low=True, note="a measured target step in seconds")

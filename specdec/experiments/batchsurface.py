@@ -368,6 +368,7 @@ def step_analysis(s: BatchSurface, record: dict) -> None:
     a common cut re-drafts and re-examines drafts it accepted but cut, so its own count is biased)."""
     if "surface" not in record or "decoding" not in record:
         raise SystemExit("the analysis step needs the surface and decoding steps in the record")
+    from specdec.engine.stats import cost_coefficient
     from specdec.theory.speedup import expected_tokens, walltime_speedup_measured
 
     blocks, dec = record["surface"]["blocks"], record["decoding"]
@@ -395,7 +396,12 @@ def step_analysis(s: BatchSurface, record: dict) -> None:
     draft_surf = bc.surface(blocks, f"draft-{mode}")
     side = {}
     for name, cfg in dec["configs"].items():
-        c = {b: draft_surf[(b, 1)] / surf[(b, 1)] for b, k in surf if k == 1} if name == draft_cfg else 0.0
+        # c(b) in the bare-forward unit: T_draft(b, 1) / T(b, 1), medians over passes
+        c = (
+            {b: cost_coefficient(draft_surf[(b, 1)], 1, 1, surf[(b, 1)]) for b, k in surf if k == 1}
+            if name == draft_cfg
+            else 0.0
+        )
         rows = {}
         for b in dec["batches"]:
             measured = dec["summary"][str(b)][name]

@@ -420,6 +420,8 @@ def _median(values: Sequence[float]) -> float:
 
 
 def _ratio_block(nums: Sequence[float], dens: Sequence[float]) -> dict[str, Any]:
+    # not paired_speedup (units: prompts): one prompt's repetitions, each ratio within a repetition (HF's runs
+    # beside ours), the median of those ratios: this benchmark's own record format (test_bench_smoke)
     per = [a / b for a, b in zip(nums, dens, strict=True)]
     return {"median": _median(per), "per_repeat": per}
 
@@ -520,7 +522,7 @@ def theorem_row(spec: Mapping[str, Any], ar: Mapping[str, Any], curve: VerifyCos
     for t_spec, t_ar in zip(spec["times"], ar["times"], strict=True):
         t1 = t_ar["target_s"] / t_ar["target_calls"]
         c = cost_coefficient(t_spec["draft_s"], t_spec["rounds"], gamma, t1)
-        measured = _decode_tps(t_spec) / _decode_tps(t_ar)
+        measured = _decode_tps(t_spec) / _decode_tps(t_ar)  # this repetition's, beside its own prediction
         gap = speedup_gap(
             alpha=alpha,
             gamma=gamma,

@@ -292,7 +292,10 @@ def tree_summary(record: Mapping[str, Any]) -> dict[str, Any]:
     (new tokens / target calls), nodes per round, accepted drafts per round, acceptance at each depth
     (accepted_at / examined_at, pooled over prompts), draft calls per round, and the draft time per
     round in plain steps (c per round: draft_s / rounds over the decode_s / new_tokens of the plain
-    run of the same engine, prompt, temperature and repetition; median over prompts and repetitions)."""
+    run of the same engine, prompt, temperature and repetition; median over prompts and repetitions:
+    :func:`specdec.engine.stats.cost_coefficient` with gamma = 1 in its loop-step unit)."""
+    from specdec.engine.stats import cost_coefficient
+
     plain_step: dict[tuple[Any, ...], float] = {}
     for r in record["runs"]:
         if r["drafter"] == "plain":
@@ -304,8 +307,8 @@ def tree_summary(record: Mapping[str, Any]) -> dict[str, Any]:
             continue
         g = groups.setdefault((float(r["temperature"]), r["config"]), {"c": [], "stats": []})
         step = plain_step.get((r["engine"], r["temperature"], r["prompt"], r["rep"]))
-        if step and r["rounds"]:
-            g["c"].append(r["draft_s"] / r["rounds"] / step)
+        if step and r["rounds"]:  # c per round (gamma = 1) in the loop-step unit
+            g["c"].append(cost_coefficient(r["draft_s"], r["rounds"], 1, step))
         if r["rep"] == 0 and "stats" in r:
             g["stats"].append(r["stats"])
     out = []

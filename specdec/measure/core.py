@@ -594,7 +594,8 @@ def engine_verify_curves(
         cells = []
         for k in ks:
             t = np.asarray(times[name][k])
-            # paired by pass (the k-call and the 1-call of one pass ran back to back)
+            # paired by pass (the k-call and the 1-call of one pass ran back to back); a verify-cost ratio
+            # T(k)/T(1) of one engine, not a speedup between decoders, so ratio_ci and not paired_speedup
             est, lo, hi = (
                 ratio_ci(t, one) if len(t) > 1 else (float(np.median(t) / np.median(one)), None, None)
             )

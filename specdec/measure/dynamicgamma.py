@@ -21,7 +21,7 @@ import numpy as np
 
 from specdec.drafting.registry import DraftContext, build_drafter
 from specdec.measure.pairedrun import fresh_timer, paired_block
-from specdec.theory.intervals import geomean, paired_speedup
+from specdec.theory.intervals import paired_speedup
 from specdec.theory.policies import HeuristicGamma
 
 __all__ = ["configurations", "run", "summarize"]
@@ -96,9 +96,10 @@ def run(
 
 
 def summarize(rows: list[dict], configs: list[str]) -> dict:
-    """Per configuration: the speedup over plain decoding (geometric mean over prompts of the median
-    over passes of plain time / its time, with its 95 % bootstrap interval), per task, mean drafts
-    and tokens per round; one printed line each."""
+    """Per configuration: the speedup over plain decoding (:func:`specdec.theory.intervals.paired_speedup`:
+    geometric mean over prompts of the median over passes of plain time / its time, with its 95 %
+    bootstrap interval), per task (its estimate on the task's prompts), mean drafts and tokens per
+    round; one printed line each."""
     prompts = sorted({r["prompt"] for r in rows})
 
     def med(config: str, prompt: str, key: str) -> float:
@@ -114,7 +115,7 @@ def summarize(rows: list[dict], configs: list[str]) -> dict:
             ids = [
                 i for i, p in enumerate(prompts) if any(r["prompt"] == p and r["task"] == task for r in rows)
             ]
-            tasks[task] = float(geomean((plain / t)[ids]))
+            tasks[task] = paired_speedup(plain[ids], t[ids])[0]  # the same estimator on the task's prompts
         out[c] = {
             "speedup": [est, lo, hi],
             "per_task": tasks,

@@ -213,14 +213,17 @@ def draft_costs(
     (:func:`specdec.measure.modes.draft_modes`: the torch modes, and q4q8 on the drafts' own int8
     codes) and of the early-exit drafts of ``target``, against ``target``'s step: T(1) of each,
     interleaved with the target's in one run (:func:`specdec.measure.core.engine_verify_curves`),
-    c = the geometric mean over passes of T_draft(1) / T_target(1), paired by pass, with its 95 %
-    bootstrap interval. Every draft runs at ``threads`` (torch's modes on torch's threads). The C
-    forward's drafts and torch's are timed in two groups, each with the target."""
+    c of a pass = :func:`specdec.engine.stats.cost_coefficient` in its bare-forward unit
+    (T_draft(1) / T_target(1) of the same pass, ``rounds = gamma = 1``: no loop around either), and c =
+    the geometric mean over passes with its 95 % bootstrap interval. Every draft runs at ``threads``
+    (torch's modes on torch's threads). The C forward's drafts and torch's are timed in two groups,
+    each with the target."""
     from specdec.engine.builder import EngineSpec, draft_modes, open_draft
     from specdec.engine.lean import LeanLlama
+    from specdec.engine.stats import cost_coefficient
     from specdec.measure.core import engine_verify_curves
     from specdec.measure.modes import timing_groups
-    from specdec.theory.intervals import ratio_ci
+    from specdec.theory.intervals import bootstrap_ci, geomean
     from specdec.train.draftnets import list_drafts, load_draft
 
     models: dict[str, Any] = {}
@@ -242,7 +245,8 @@ def draft_costs(
         groups[label] = {"target_step_ms": 1e3 * float(np.median(base)), "target_samples_s": base.tolist()}
         for name in group:
             t = np.asarray(curves[name][0]["samples_s"])
-            c, lo, hi = ratio_ci(t, base)
+            per_pass = [cost_coefficient(d, 1, 1, b) for d, b in zip(t, base, strict=True)]  # bare forward
+            c, lo, hi = bootstrap_ci(per_pass, geomean)
             out[name] = {"group": label, "step_ms": 1e3 * float(np.median(t)), "c": c, "c_ci": [lo, hi],
                          "samples_s": t.tolist()}  # fmt: skip
             if log is not None:
@@ -365,8 +369,10 @@ def roofline(threads: int, config: Any) -> dict:
 
 
 def summarize(verify: dict, dec: dict, engines: list[str], *, log: Log = _print) -> dict:
-    """Per engine: plain tokens/s, lookup over plain and T(4)/T(1), each with a 95 % interval."""
-    from specdec.theory.intervals import bootstrap_ci, ratio_ci
+    """Per engine: plain tokens/s, lookup over plain and T(4)/T(1), each with a 95 % interval. The
+    speedups (lookup over plain, an engine's plain decoding over another's) are
+    :func:`specdec.theory.intervals.paired_speedup` of the per-prompt medians' time per token."""
+    from specdec.theory.intervals import bootstrap_ci, paired_speedup
 
     rows = dec["rows"]
     ids = sorted({r["prompt"] for r in rows})
@@ -383,16 +389,16 @@ def summarize(verify: dict, dec: dict, engines: list[str], *, log: Log = _print)
         cells = {c["k"]: c for c in verify["engines"][e]}
         entry = {
             "plain_tok_s": bootstrap_ci(plain[e], np.median),
-            "lookup_over_plain": ratio_ci(lookup, plain[e]),
+            "lookup_over_plain": paired_speedup(1.0 / plain[e], 1.0 / lookup),  # time per token
             "greedy_exact": all(r["greedy_exact"] for r in rows if r["engine"] == e),
             "step_ms": 1e3 * cells[1]["median_s"],
         }
         for k in (4, 8):
-            if k in cells:
+            if k in cells:  # the verify-cost ratio of engine_verify_curves, not a speedup
                 entry[f"T{k}_over_T1"] = [cells[k]["ratio_to_k1"], *cells[k]["ratio_ci"]]
         for ref in ("llama.cpp", "llama.cpp-q4_0", "hf-float32"):
             if ref in plain and ref != e:
-                entry[f"plain_over_{ref}"] = ratio_ci(plain[e], plain[ref])
+                entry[f"plain_over_{ref}"] = paired_speedup(1.0 / plain[ref], 1.0 / plain[e])
         out["engines"][e] = entry
         line = f"  {e:14s} plain {entry['plain_tok_s'][0]:6.1f} tok/s"
         if "plain_over_llama.cpp" in entry:

@@ -242,7 +242,7 @@ def verify_curves(
         cells = []
         for k in ks:
             t = np.asarray(by_k[k])
-            est, lo, hi = ratio_ci(t, one)
+            est, lo, hi = ratio_ci(t, one)  # v(k): a verify-cost ratio of one library, not a speedup
             cells.append(
                 {"k": k, "median_s": float(np.median(t)), "v": est, "v_ci": [lo, hi], "samples_s": t.tolist()}
             )
@@ -257,6 +257,8 @@ def verify_curves(
                 **dict(
                     zip(
                         ("after_over_before", "lo", "hi"),
+                        # one call's time after / before, paired by pass: a kernel's cost ratio at k
+                        # (like v(k)), not a decoding speedup, so ratio_ci and not paired_speedup
                         ratio_ci(times[f"after-{shape}"][k], times[f"before-{shape}"][k]),
                         strict=True,
                     )
@@ -360,7 +362,7 @@ def plain_decode(
     """Greedy decoding of ``tokens`` tokens by each library in turn (a fresh order per repetition):
     seconds per token, and after / before paired by repetition."""
     from specdec.engine.cores import torch_threads_for
-    from specdec.theory.intervals import ratio_ci
+    from specdec.theory.intervals import paired_speedup
 
     rng = np.random.default_rng(seed)
     per_token: dict[str, list[float]] = {lib: [] for lib in views}
@@ -388,7 +390,8 @@ def plain_decode(
         "same_tokens": len({tuple(t) for t in texts.values()}) == 1,
     }
     if "before" in per_token and "after" in per_token:
-        est, lo, hi = ratio_ci(per_token["after"], per_token["before"])
+        # after / before: paired_speedup with "after" as the base (its inverse speedup), repetitions as units
+        est, lo, hi = paired_speedup(per_token["after"], per_token["before"])
         record["after_over_before"] = {
             "ratio": est,
             "ci": [lo, hi],
