@@ -35,8 +35,8 @@ def setup():
     ]
     drafters = {
         "lookup": PromptLookupDrafter(),
-        "draft-tiny": ModelDrafter(draft),
-        "ee-1": EarlyExitDrafter(target, 1),
+        "draft:tiny": ModelDrafter(draft),
+        "early-exit:1": EarlyExitDrafter(target, 1),
     }
     configs = spec_configs("tiny-a", drafters, [1, 2], adaptive=["lookup"])
     rng = np.random.default_rng(0)
@@ -70,11 +70,12 @@ def test_configs_cover_every_drafter_gamma_and_policy(setup):
     _, configs, _ = setup
     ids = [c.id for c in configs]
     assert ids == [
-        "tiny-a/lookup/g1", "tiny-a/lookup/g2", "tiny-a/draft-tiny/g1", "tiny-a/draft-tiny/g2",
-        "tiny-a/ee-1/g1", "tiny-a/ee-1/g2", "tiny-a/lookup+heuristic/s1", "tiny-a/lookup+heuristic/s2",
+        "tiny-a/lookup/g1", "tiny-a/lookup/g2", "tiny-a/draft:tiny/g1", "tiny-a/draft:tiny/g2",
+        "tiny-a/early-exit:1/g1", "tiny-a/early-exit:1/g2", "tiny-a/lookup+heuristic/s1",
+        "tiny-a/lookup+heuristic/s2",
     ]  # fmt: skip
     assert {c.family for c in configs} == {
-        "tiny-a/lookup", "tiny-a/draft-tiny", "tiny-a/ee-1", "tiny-a/lookup+heuristic"
+        "tiny-a/lookup", "tiny-a/draft:tiny", "tiny-a/early-exit:1", "tiny-a/lookup+heuristic"
     }  # fmt: skip
     with pytest.raises(ValueError, match="adaptive drafter"):
         spec_configs("x", {"lookup": None}, [1], adaptive=["draft"])

@@ -345,14 +345,15 @@ def tiny_measure(capsys, folders, *extra: str) -> tuple[int, str, str]:
 def test_measure_json_is_consistent_with_the_theory(capsys, folders, one_thread):
     written = folders["root"] / "out.json"
     code, out, err = tiny_measure(
-        capsys, folders, "--draft", folders["draft"], "--dtype", "float32", "--gamma", "3", "--json",
-        "--out", str(written),
+        capsys, folders, "--draft", f"model:{folders['draft']}", "--dtype", "float32", "--gamma", "3",
+        "--json", "--out", str(written),
     )  # fmt: skip
     assert code == 0, err
     r = json.loads(out)
     assert json.loads(written.read_text(encoding="utf-8")) == r and f"record written to {written}" in err
     assert r["kind"] == "specdec-measure" and r["command"].startswith("specdec measure --target")
     assert r["target"]["engine"] == "lean-float32" and r["draft"]["kind"] == "model"
+    assert r["draft"]["name"] == r["draft"]["spec"] == f"model:{folders['draft']}"  # the registry's spec
     assert "lean float32" in r["draft"]["about"]  # the draft runs in the target's lean mode
     assert r["prompts"] == 2 and r["gamma"] == 3 and r["greedy_exact"] is True
     # both alphas are rates; the perturbed copy drafts at every position and agrees often
@@ -404,7 +405,9 @@ def one_line_error(code: int, out: str, err: str, command: str, *names: str) -> 
 
 
 BAD_MEASURE = [
-    (["--draft", "no-such-draft"], ["unknown draft", "lookup", "distil-l1"]),
+    (["--draft", "no-such-draft"], ["unknown draft", "lookup", "early-exit:8", "draft:distil-l1", "model:"]),
+    (["--draft", "early-exit"], ["--draft", "early-exit needs ':<layers"]),  # before: a quarter of the layers
+    (["--draft", "/tmp"], ["--draft", "is a folder", "the spec model:/tmp"]),  # before: taken as model:/tmp
     (["--draft", "early-exit:x"], ["--draft", "early-exit:x", "integer >= 1"]),
     (["--prompts", "no/such/file.txt"], ["--prompts", "no/such/file.txt"]),
     (["--target", "no/such/folder"], ["--target"]),
@@ -444,7 +447,8 @@ def test_measure_bad_arguments_are_one_line_before_loading(capsys, monkeypatch, 
 
 
 def test_measure_refuses_a_draft_with_another_vocabulary(capsys, folders, one_thread):
-    code, out, err = tiny_measure(capsys, folders, "--draft", folders["other-vocab"], "--dtype", "hf-float32")
+    other = f"model:{folders['other-vocab']}"
+    code, out, err = tiny_measure(capsys, folders, "--draft", other, "--dtype", "hf-float32")
     one_line_error(code, out, err.splitlines()[-1] + "\n", "measure", "vocabulary size (89)", "(97)")
     assert "Traceback" not in err
 
@@ -595,12 +599,18 @@ def test_parse_draft_and_read_prompts(tmp_path):
     from specdec.train.draftnets import list_drafts
 
     assert parse_draft("lookup").text == "lookup" and parse_draft(" bigram ").text == "bigram"
-    assert (parse_draft("early-exit").kind, parse_draft("early-exit").argument) == ("early-exit", None)
     assert parse_draft("early-exit:8").text == "early-exit:8"
-    for name in list_drafts():  # the older names, mapped to registry specs
+    for name in list_drafts():  # the one older name kept (a documented command's), mapped to the spec
         assert parse_draft(name).text == f"draft:{name}"
-    assert parse_draft(str(tmp_path)).text == f"model:{tmp_path}"
-    for bad in ("early-exit:0", "early-exit:-1", "nonsense", str(tmp_path / "missing")):
+    assert parse_draft(f"model:{tmp_path}").text == f"model:{tmp_path}"
+    for bad in (
+        "early-exit",
+        "early-exit:0",
+        "early-exit:-1",
+        "nonsense",
+        str(tmp_path),
+        str(tmp_path / "missing"),
+    ):
         with pytest.raises(ValueError, match="draft"):
             parse_draft(bad)
     text = tmp_path / "p.txt"

@@ -84,13 +84,41 @@ def test_every_registry_spec_is_a_draft_of_measure(capsys, fake_setup, text, kin
 
 
 def test_older_draft_names_map_once_to_registry_specs(tmp_path):
+    """Issue 41, item 2: the command line takes registry specs; of the older spellings only a distilled
+    draft's bare name stays (``specdec measure --draft distil-l1`` made a committed record whose command the
+    command-line chapter shows); a bare folder and ``early-exit`` without layers are refused, naming the
+    spec (before: taken as model:<folder> and early-exit:<a quarter of the layers>)."""
     pytest.importorskip("torch")
     from specdec.analysis.usermeasure import parse_draft
 
     assert parse_draft("distil-l1").text == "draft:distil-l1"
-    assert (parse_draft(str(tmp_path)).kind, parse_draft(str(tmp_path)).argument) == ("model", str(tmp_path))
-    assert (parse_draft("early-exit").kind, parse_draft("early-exit").argument) == ("early-exit", None)
+    assert parse_draft(f"model:{tmp_path}").argument == str(tmp_path)
+    with pytest.raises(ValueError, match=f"a draft model in a folder is the spec model:{tmp_path}"):
+        parse_draft(str(tmp_path))
+    with pytest.raises(ValueError, match="early-exit needs ':<layers"):
+        parse_draft("early-exit")
     assert parse_draft(" bigram ").text == "bigram"
+
+
+def test_an_older_measure_record_is_read_with_the_registry_spec(capsys):
+    """The committed record of ``--draft distil-l1`` names its drafter ``distil-l1`` (kind ``distilled``):
+    ``--from-json``, the reader, prints the registry's spec; the file stays as written."""
+    from specdec.analysis.usermeasure import registry_draft
+
+    (path,) = (ROOT / "results" / "cli").glob("measure-distil-l1-*.json")
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written["draft"]["name"] == "distil-l1" and "spec" not in written["draft"]
+    code, out, err = run(capsys, "measure", "--from-json", str(path))
+    assert code == 0, err
+    assert out.splitlines()[1].startswith("draft    draft:distil-l1: the book's distilled draft distil-l1")
+    read = registry_draft(written)
+    assert read["draft"] | {"about": None} == {
+        **written["draft"], "name": "draft:distil-l1", "spec": "draft:distil-l1", "kind": "draft",
+        "about": None,
+    }  # fmt: skip
+    assert registry_draft(read) == read and json.loads(path.read_text(encoding="utf-8")) == written
+    old_ee = {"draft": {"name": "early-exit", "kind": "early-exit", "layers": 8, "about": "x"}}
+    assert registry_draft(old_ee)["draft"]["name"] == "early-exit:8"
 
 
 BAD_DRAFTS = [

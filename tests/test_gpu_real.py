@@ -241,11 +241,15 @@ def test_payload_refuses_weights_unlike_the_cpu_loaders(payload_dir, tmp_path):
 
 
 def test_engine_matches_transformers(payload_dir, cpu_target, root):
+    from specdec.engine.builder import EngineSpec, open_static_draft, open_weights
     from specdec.engine.drafters import early_exit_model
     from specdec.train.draftnets import load_draft
 
     loaded = gpupayload.load_payload(payload_dir, "cpu", check_float32=False)
-    engine = staticllama.StaticLlama.from_weights(loaded.weights, loaded.config, device="cpu", capacity=128)
+    spec = EngineSpec("static", "float32", 1, device="cpu")
+    opened = open_weights(loaded.weights, loaded.config, spec, capacity=128)
+    engine = opened.model
+    assert isinstance(engine, staticllama.StaticLlama) and opened.name == "static-float32-1t"
     ids = loaded.prompts[-1]["ids"][:24]
     with torch.no_grad():
         ref = cpu_target(torch.tensor([ids])).logits[0]
@@ -257,7 +261,9 @@ def test_engine_matches_transformers(payload_dir, cpu_target, root):
     s.crop(18)  # a verify call after a crop gives the rows of the full forward
     assert torch.allclose(s.forward(ids[18:]), ref[18:], atol=1e-3, rtol=0)
     assert torch.allclose(engine.early_exit(3).session().forward(ids), ref_ee, atol=1e-3, rtol=0)
-    draft = staticllama.distilled_draft(engine, root / "specdec" / "data" / "drafts" / "distil-l1")
+    assert engine.early_exit(3) is engine.early_exit(3) and engine.early_exit(3).name == "early-exit:3"
+    draft = open_static_draft(opened, root / "specdec" / "data" / "drafts" / "distil-l1").model
+    assert draft.name == "draft:distil-l1"
     got_d = draft.session().forward(ids)
     kept = torch.isfinite(ref_d)
     assert torch.equal(torch.isfinite(got_d), kept)
@@ -312,7 +318,7 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
     assert (
         dec["cells_done"] == {"eager": dec["cells_planned"]} and dec["cells_planned"] == 2 * quick["prompts"]
     )
-    methods = ["plain", "lookup", f"ee-{quick['early_exit']}", "draft-distil-l1"]
+    methods = ["plain", "lookup", f"early-exit:{quick['early_exit']}", "draft:distil-l1"]  # registry specs
     assert dec["methods"] == methods and dec["engines"] == ["eager"]
     runs = dec["runs"]
     assert len(runs) == dec["cells_planned"] * len(methods) * quick["repeats"]
@@ -341,8 +347,8 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
     assert costs["summary"] == json.loads(json.dumps(gpusummary.summarize_costs(costs)))
     t = costs["raw"]["target"]["eager"]
     assert costs["summary"]["v"]["eager"]["3"] == pytest.approx(np.median(t["3"]) / np.median(t["1"]))
-    draft_t1 = np.median(costs["raw"]["draft-distil-l1"]["eager"]["1"])
-    assert costs["summary"]["c"]["draft-distil-l1"]["eager"] == pytest.approx(draft_t1 / np.median(t["1"]))
+    draft_t1 = np.median(costs["raw"]["draft:distil-l1"]["eager"]["1"])
+    assert costs["summary"]["c"]["draft:distil-l1"]["eager"] == pytest.approx(draft_t1 / np.median(t["1"]))
 
 
 def test_budget_stops_cleanly_and_prompts_are_checked(payload_dir, tmp_path, capsys):

@@ -627,12 +627,15 @@ def test_no_import_cycle_between_modules():
 
 
 #: Who may make an engine or a drafter (issue #32, items 1-2): a class or loader -> the modules allowed
-#: to call it (besides the module that defines it). The engine builder opens every lean and llama.cpp
-#: engine and loads the default target (training loads it too: the model it distils from and trains on);
-#: the registry constructs every drafter.
+#: to call it (besides the module that defines it). The engine builder opens every lean, llama.cpp and
+#: static-cache engine (the GPU run's StaticLlama and its distilled drafts; issue 41, item 2) and loads
+#: the default target (training loads it too: the model it distils from and trains on); the registry
+#: constructs every drafter.
 ENGINE_MAKERS = {
     "LeanLlama": {"specdec.engine.builder"},
     "LlamaCppModel": {"specdec.engine.builder"},
+    "StaticLlama": {"specdec.engine.builder"},
+    "distilled_draft": {"specdec.engine.builder"},
     "load_target": {"specdec.engine.builder"},  # training too: its programs open the target through it
 }
 DRAFTERS = (
@@ -642,10 +645,13 @@ DRAFTERS = (
 MAKERS = {**ENGINE_MAKERS, **{name: {"specdec.drafting.registry"} for name in DRAFTERS}}
 
 
-def makes(module: str) -> list[tuple[str, int]]:
-    """Each call in ``module`` of a name in :data:`MAKERS` (``X(...)``, ``m.X(...)``, ``X.from_...(...)``)
-    that the module is not allowed, with its line; a module never counts calls of what it defines."""
-    tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
+def makes(module: str, source: str | None = None) -> list[tuple[str, int]]:
+    """Each call in ``module`` of a name in :data:`MAKERS` (``X(...)``, ``m.X(...)``, ``X.from_...(...)``,
+    ``m.X.from_...(...)``) that the module is not allowed, with its line; a module never counts calls of
+    what it defines. ``source``: the code to read (default: the module's file)."""
+    if source is None:
+        source = modules()[module].read_text(encoding="utf-8")
+    tree = ast.parse(source)
     defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef | ast.FunctionDef)}
     out = []
     for node in ast.walk(tree):
@@ -653,8 +659,10 @@ def makes(module: str) -> list[tuple[str, int]]:
             continue
         f = node.func
         name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in MAKERS:
-            name = f.value.id  # a classmethod constructor: UnigramDrafter.from_token_ids(...)
+        if isinstance(f, ast.Attribute):  # a classmethod constructor: X.from_weights(...), m.X.from_...(...)
+            owner = f.value.id if isinstance(f.value, ast.Name) else getattr(f.value, "attr", None)
+            if owner in MAKERS:
+                name = owner
         if name in MAKERS and name not in defined and module not in MAKERS[name]:
             out.append((name, node.lineno))
     return out
@@ -682,3 +690,55 @@ def test_the_maker_check_catches_a_drafter_and_an_engine_made_elsewhere(tmp_path
         ("PromptLookupDrafter", 4),
         ("BigramDrafter", 4),
     ]
+    static = (  # gpureal and the device check made their engine so before issue 41
+        "from specdec.engine import staticllama\n"
+        "from specdec.engine.staticllama import StaticLlama, distilled_draft\n"
+        "def f(w, c, t):\n"
+        "    a = StaticLlama.from_weights(w, c, device='cpu', capacity=64)\n"
+        "    b = staticllama.StaticLlama.from_weights(w, c, device='cpu', capacity=64)\n"
+        "    return a, b, StaticLlama(c, embed=w), distilled_draft(a, t), staticllama.distilled_draft(a, t)\n"
+    )
+    assert sorted(makes("specdec.experiments.fake", static)) == [
+        ("StaticLlama", 4), ("StaticLlama", 5), ("StaticLlama", 6), ("distilled_draft", 6),
+        ("distilled_draft", 6),
+    ]  # fmt: skip
+    assert makes("specdec.engine.builder", static) == []  # the builder may
+
+
+def chapter_code(path: Path) -> str:
+    """The code cells of a chapter's MyST source (``notebooks/src/*.md``), one after another; a cell's
+    options (``:tags: ...``) and IPython's magics and shell lines are left out."""
+    out, inside = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```{code-cell}"):
+            inside = True
+            out.append("")
+        elif inside and line.startswith("```"):
+            inside = False
+        elif inside:
+            out.append("" if line.startswith((":", "%", "!")) else line)
+        else:
+            out.append("")  # keep the line numbers of the source
+    return "\n".join(out)
+
+
+def test_chapters_make_no_engine_or_drafter_outside_the_builder_and_the_registry():
+    """Issue 41, item 2: a chapter opens its engines by the builder and its drafters by the registry, as
+    the package does (before: the real-decoding chapter called load_target, EarlyExitDrafter(target, 8)
+    and PromptLookupDrafter(...))."""
+    found = {
+        p.name: made
+        for p in sorted((ROOT / "notebooks" / "src").glob("*.md"))
+        if (made := makes(f"notebooks.{p.stem}", chapter_code(p)))
+    }
+    assert not found, f"engines or drafters made outside the builder / registry, with the line: {found}"
+
+
+def test_the_chapter_check_reads_the_code_cells(tmp_path):
+    chapter = tmp_path / "c.md"
+    chapter.write_text(
+        "# A chapter\n\nPrompt lookup (`PromptLookupDrafter(max_ngram=3)`) in the text is no call.\n\n"
+        "```{code-cell} ipython3\n:tags: [hide-input]\n%matplotlib inline\n"
+        "d = EarlyExitDrafter(target, 8)\n```\n\n```{code-cell} ipython3\nm = load_target('float32')\n```\n"
+    )
+    assert makes("notebooks.c", chapter_code(chapter)) == [("EarlyExitDrafter", 8), ("load_target", 11)]

@@ -134,20 +134,34 @@ def test_table_row_by_hand():
     assert product * row["factor_acceptance"] * row["factor_overhead"] == pytest.approx(row["measured"])
 
 
-def test_drafter_names():
+def test_drafter_names_are_registry_specs():
+    """Issue 41, item 2: a run names its drafters by the registry's specs (before: ee-28, draft-distil-l1)."""
     from specdec.experiments.realdecoding import drafter_names
 
     trained = ["distil-l1", "distil-l4"]
-    assert drafter_names("lookup,drafts,ee-28", trained) == [
+    assert drafter_names("lookup,drafts,early-exit:28", trained) == [
         "lookup",
-        "draft-distil-l1",
-        "draft-distil-l4",
-        "ee-28",
+        "draft:distil-l1",
+        "draft:distil-l4",
+        "early-exit:28",
     ]
-    assert drafter_names("bigram,bigram,,draft-distil-l4", trained) == ["bigram", "draft-distil-l4"]
-    for bad in ("ee-0", "ee-x", "draft-nope", "trigram"):
-        with pytest.raises(ValueError, match="unknown drafter"):
+    assert drafter_names("bigram,bigram,,draft:distil-l4", trained) == ["bigram", "draft:distil-l4"]
+    assert drafter_names("lookup,max_ngram=2,unigram", trained) == ["lookup,max_ngram=2", "unigram"]
+    for bad, words in (
+        ("early-exit:0", "integer >= 1"),
+        ("early-exit:x", "integer >= 1"),
+        ("draft:nope", "no trained draft 'nope'"),
+        ("trigram", "unknown kind 'trigram'"),
+        ("suffix", "builds the kinds lookup, unigram, bigram, early-exit, draft; not suffix"),
+        ("lookup,depth=2", "option 'depth=2'"),
+        ("ee-28", "the older name of early-exit:28"),  # the records' old names: refused, the spec named
+        ("draft-distil-l1", "the older name of draft:distil-l1"),
+    ):
+        with pytest.raises(
+            ValueError, match="give registry specs: lookup, unigram, bigram, early-exit:N"
+        ) as e:
             drafter_names(bad, trained)
+        assert words in str(e.value), (bad, str(e.value))
 
 
 def test_resume_refuses_other_settings(tmp_path):
@@ -184,7 +198,7 @@ def test_bad_arguments(capsys):
         (["--lenience", "0.5"], "must include 1"),
         (["--lenience", "1,1.5"], "must lie in"),
         (["--new-tokens", "4"], "--new-tokens must be >= gamma"),
-        (["--timed", "trigram"], "unknown drafter"),
+        (["--timed", "trigram"], "unknown kind 'trigram'"),
         (["--mode", "fp8"], "--mode must be"),
     ):
         assert main(["run", "real-decoding", "--no-trained", *argv]) == 2
@@ -250,7 +264,7 @@ def test_a_killed_run_resumes_to_the_whole_runs_record(tmp_path, monkeypatch, on
         "--timed",
         "lookup,bigram",
         "--alpha-only",
-        "ee-1",
+        "early-exit:1",
         "--mode",
         "hf-float32",
     ]

@@ -21,7 +21,10 @@ cost c is :func:`specdec.engine.stats.cost_coefficient`):
 * :func:`unit_bootstrap` -- the percentile bootstrap of :mod:`specdec.theory.intervals` (same
   resamples) for any statistic of resampled units (prompts), e.g. a measured/expected ratio
   whose alpha and c are re-estimated on each resample.
-* :func:`load_records` lists the result files of ``specdec run real-decoding``.
+* :func:`load_records` lists the result files of ``specdec run real-decoding``, every drafter named by
+  the registry's spec (``early-exit:8``, ``draft:distil-l1``): the older records' names (``ee-8``,
+  ``draft-distil-l1``) are mapped once, here (:func:`registry_spec`, :func:`registry_names`), and the
+  committed files are left as they were written.
 * :func:`slower_accurate_pairs` finds the paper's counterexample in a record's table: two
   drafters of one task and temperature where the one with the higher alpha is the slower on
   the wall clock (with intervals: the two speedup intervals separate); :func:`same_family`,
@@ -63,6 +66,8 @@ __all__ = [
     "observed_verify_cost",
     "pool_rounds",
     "position_rates",
+    "registry_names",
+    "registry_spec",
     "same_family",
     "slower_accurate_pairs",
     "speedup_gap",
@@ -76,6 +81,53 @@ RECORD_FORMAT = 2
 
 #: Columns a table row must have for the pair search.
 PAIR_COLUMNS = ("temperature", "task", "drafter", "alpha", "c", "measured")
+
+#: The drafter registry's kinds (:mod:`specdec.drafting.registry`) of the model drafters a real-decoding
+#: record holds, each a family (:func:`drafter_family`).
+MODEL_FAMILIES = ("early-exit", "draft")
+
+#: Where a real-decoding record names drafters (:func:`registry_names`): keys whose value is one name or
+#: a list of names, keys whose mapping is keyed by names, and settings that are comma lists of names.
+_NAME_KEYS = frozenset({"drafter", "drafters", "timed_drafters", "alpha_only_drafters", "timed_names",
+                        "alpha_names"})  # fmt: skip
+_KEYED_BY_NAME = frozenset({"draft_modes", "c_forward"})
+_LIST_SETTINGS = frozenset({"timed", "alpha_only", "sweep_drafters"})
+
+
+def registry_spec(name: str) -> str:
+    """The drafter registry's spec of a drafter name in a real-decoding record: the older names ``ee-N``
+    (early exit) -> ``early-exit:N`` and ``draft-NAME`` (a distilled draft) -> ``draft:NAME``; any other
+    name (``lookup``, ``bigram``, ``unigram``, ``plain``, a spec) as it is."""
+    if name.startswith("ee-") and name[3:].isdigit():
+        return f"early-exit:{name[3:]}"
+    if name.startswith("draft-") and ":" not in name and "," not in name:
+        return f"draft:{name.removeprefix('draft-')}"
+    return name
+
+
+def registry_names(record: Any, key: str | None = None) -> Any:
+    """``record`` (a real-decoding record, or a part of it under ``key``) with every drafter named by its
+    registry spec (:func:`registry_spec`): the values under ``drafter``, ``drafters``, ``timed_drafters``,
+    ``alpha_only_drafters``, ``timed_names`` and ``alpha_names``, the keys of ``draft_modes`` and
+    ``c_forward``, and the settings ``timed``, ``alpha_only`` and ``sweep_drafters`` (comma lists).
+    A new dict; records already named by specs come back equal."""
+    if isinstance(record, Mapping):
+        out = {}
+        for k, v in record.items():
+            if k in _KEYED_BY_NAME and isinstance(v, Mapping):
+                out[k] = {registry_spec(str(n)): registry_names(x) for n, x in v.items()}
+            elif k in _NAME_KEYS and isinstance(v, str):
+                out[k] = registry_spec(v)
+            elif k in _NAME_KEYS and isinstance(v, list) and all(isinstance(n, str) for n in v):
+                out[k] = [registry_spec(n) for n in v]
+            elif k in _LIST_SETTINGS and key == "settings" and isinstance(v, str):
+                out[k] = ",".join(registry_spec(n) for n in v.split(","))
+            else:
+                out[k] = registry_names(v, k)
+        return out
+    if isinstance(record, list):
+        return [registry_names(v, key) for v in record]
+    return record
 
 
 def _counts(s: Stats | Mapping[str, Any]) -> tuple[int, list[int], list[int], int]:
@@ -330,14 +382,15 @@ def load_records(folder: str | Path, record_format: int | None = None) -> list[d
     A record is recognised by its ``"kind": "real-decoding"`` field (generation files, partial
     runs and others are skipped); each gets its file name under ``"file"``. With
     ``record_format`` only records of that format are kept (:data:`RECORD_FORMAT` is the
-    current one; records without the field are format 1).
+    current one; records without the field are format 1). Every drafter is named by its registry
+    spec (:func:`registry_names`: the one place the older records' names are mapped).
     """
     out = []
     for path in sorted(Path(folder).glob("*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(record, dict) and record.get("kind") == "real-decoding":
             if record_format is None or record.get("format", 1) == record_format:
-                out.append({**record, "file": path.name})
+                out.append({**registry_names(record), "file": path.name})
     return out
 
 
@@ -397,11 +450,11 @@ def _rows(table: Any) -> list[dict[str, Any]]:
 
 
 def drafter_family(name: str) -> str | None:
-    """The model family of a drafter name: ``"ee"`` (early exits ``ee-N``), ``"draft"``
-    (distilled drafts ``draft-...``), or ``None`` for drafters that are not models
-    (prompt lookup, n-grams)."""
-    head = name.split("-", 1)[0]
-    return head if head in ("ee", "draft") and "-" in name else None
+    """The model family of a drafter's registry spec: ``"early-exit"`` (``early-exit:N``), ``"draft"``
+    (distilled drafts, ``draft:NAME``), or ``None`` for drafters that are not models (prompt lookup,
+    n-grams): :data:`MODEL_FAMILIES`."""
+    kind = name.partition(":")[0].partition(",")[0]
+    return kind if kind in MODEL_FAMILIES and ":" in name else None
 
 
 def slower_accurate_pairs(table: Any, *, margin: float = 0.05) -> list[dict[str, Any]]:
@@ -492,15 +545,16 @@ def widest_win(pairs: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
 def family_scaling(table: Any, family: str = "draft") -> dict[str, Any] | None:
     """How alpha, c and the speedup change from the smallest to the largest draft of a family.
 
-    Members are ordered by the number after their last ``l`` (``draft-distil-l4`` -> 4) for
-    ``"draft"``, after ``ee-`` for ``"ee"``. Over the (temperature, task) groups that hold
+    Members are ordered by the number after their last ``l`` (``draft:distil-l4`` -> 4) for
+    ``"draft"``, by their layers (``early-exit:8`` -> 8) for ``"early-exit"``. Over the (temperature,
+    task) groups that hold
     both: the median ratios ``c_ratio`` and ``alpha_ratio`` (largest / smallest), the count
     ``slower`` of groups where the largest is slower (by separated intervals when the rows
     carry them, see :func:`slower_accurate_pairs`), and ``groups``. ``None`` when the
     table holds fewer than two members of the family or no group holds both.
     """
-    if family not in ("ee", "draft"):
-        raise ValueError(f"family must be 'ee' or 'draft'; got {family!r}")
+    if family not in MODEL_FAMILIES:
+        raise ValueError(f"family must be one of {MODEL_FAMILIES}; got {family!r}")
     rows = _rows(table)
     members = sorted({r["drafter"] for r in rows if drafter_family(r["drafter"]) == family}, key=_member_size)
     if len(members) < 2:
@@ -524,6 +578,6 @@ def family_scaling(table: Any, family: str = "draft") -> dict[str, Any] | None:
 
 
 def _member_size(name: str) -> tuple[int, str]:
-    tail = name.rsplit("l", 1)[-1] if name.startswith("draft") else name.split("-", 1)[-1]
+    tail = name.rsplit("l", 1)[-1] if name.startswith("draft") else name.partition(":")[2]
     digits = "".join(ch for ch in tail if ch.isdigit())
     return (int(digits) if digits else 0, name)

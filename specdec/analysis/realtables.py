@@ -23,7 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from specdec.analysis.realrun import full_round_counts, pool_rounds, speedup_gap, unit_bootstrap
+from specdec.analysis.realrun import (
+    drafter_family,
+    full_round_counts,
+    pool_rounds,
+    speedup_gap,
+    unit_bootstrap,
+)
 from specdec.engine.stats import cost_coefficient
 from specdec.theory.intervals import geomean, paired_speedup, per_unit_medians, verdict
 from specdec.theory.speedup import optimal_gamma, walltime_speedup, walltime_speedup_measured
@@ -259,7 +265,7 @@ def lenience_rows(
     """Per lenience l: acceptance, speedup with its interval, and how far the output moved from l = 1."""
     rows = [r for r in state["runs"] if r["phase"] == "extra"]
     names = state.get("sweep_drafters") or []
-    model = next((n for n in names if n.startswith(("ee-", "draft-"))), None)
+    model = next((n for n in names if drafter_family(n) is not None), None)
     if model is None or not lenience_values:
         return []
     exact = {
@@ -332,7 +338,7 @@ def estimate_full_minutes(state: dict[str, Any], full: dict[str, Any]) -> dict[s
     n_cells = full["prompts"] * 3 * len(TEMPERATURES)
     main_s = n_cells * full["repeats"] * sum(cost("main", n) for n in ["plain", *full["timed"]])
     names = state.get("sweep_drafters") or []
-    model = [n for n in names if n.startswith(("ee-", "draft-"))]
+    model = [n for n in names if drafter_family(n) is not None]
     extra_block = cost("extra", "plain") + sum(len(full["sweep"]) * cost("extra", n) for n in names)
     if model:
         extra_block += (len(full["lenience"]) - 1) * cost("extra", model[0])

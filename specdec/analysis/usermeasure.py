@@ -33,14 +33,16 @@ __all__ = [
     "parse_draft",
     "prompt_ids",
     "read_prompts",
+    "registry_draft",
     "teacher_forced_alpha",
 ]
 
-#: The command line's older drafter names, each mapped once (:func:`parse_draft`) to the registry's spec
-#: (:mod:`specdec.drafting.registry`): a distilled draft's name -> ``draft:<name>``, a model folder ->
-#: ``model:<folder>``, and ``early-exit`` without a depth -> ``early-exit:<a quarter of the target's
-#: layers>`` (filled in once the target is open).
-OLD_DRAFT_NAMES = ("early-exit", "<a distilled draft's name>", "<a model folder>")
+#: The command line's one older drafter name, mapped once (:func:`parse_draft`) to the registry's spec
+#: (:mod:`specdec.drafting.registry`): a distilled draft's name -> ``draft:<name>``. It stays because a
+#: documented command uses it: ``specdec measure --draft distil-l1`` made the committed record
+#: ``results/cli/measure-distil-l1-*.json``, whose command the command-line chapter shows. The other
+#: older spellings (a bare model folder, ``early-exit`` without its layers) are refused, naming the spec.
+OLD_DRAFT_NAMES = ("<a distilled draft's name>",)
 
 #: The engines :func:`measure_setup` decodes with: the lean engine's modes (CPU), ``"auto"``
 #: (the lean mode :func:`specdec.measure.modes.lean_model` picks by measuring this machine), or the
@@ -65,36 +67,38 @@ def parse_draft(draft: str) -> Any:
     (:class:`specdec.drafting.registry.DrafterSpec`, chain or tree).
 
     ``draft`` is a registry spec (:func:`specdec.drafting.registry.parse_spec`: ``lookup``, ``suffix``,
-    ``lookup-tree``, ``draft:distil-l1``, ``medusa:medusa-4``, ``eagle:eagle-1,topk=4``, ...) or one of
-    the older names (:data:`OLD_DRAFT_NAMES`), mapped here and nowhere else: a distilled draft's name ->
-    ``draft:<name>``, an existing folder -> ``model:<folder>``, ``early-exit`` -> the spec with no
-    argument yet (``argument`` None: :func:`_build_drafter` takes a quarter of the target's layers). A
-    saved drafter the spec names (``draft``, ``draft-tree``, ``medusa``, ``mlp``, ``eagle``) must exist
-    with a card of that family; a ``model:`` folder must exist. Anything else raises ValueError naming
-    the kinds and the older names.
+    ``lookup-tree``, ``early-exit:8``, ``draft:distil-l1``, ``model:<folder>``, ``medusa:medusa-4``,
+    ``eagle:eagle-1,topk=4``, ...) or the older name (:data:`OLD_DRAFT_NAMES`), mapped here and nowhere
+    else: a distilled draft's name -> ``draft:<name>``. A saved drafter the spec names (``draft``,
+    ``draft-tree``, ``medusa``, ``mlp``, ``eagle``) must exist with a card of that family; a ``model:``
+    folder must exist. Anything else (a bare folder, ``early-exit`` without its layers included) raises
+    ValueError naming the valid specs.
     """
-    from specdec.drafting.registry import KINDS, DrafterSpec, parse_spec
+    from specdec.drafting.registry import KINDS, parse_spec
     from specdec.train.draftnets import list_drafts
 
     if not isinstance(draft, str) or not draft.strip():
         raise ValueError(f"draft must name a drafter (a registry spec such as 'lookup'); got {draft!r}")
     text = draft.strip()
     saved = list_drafts()
-    if text == "early-exit":
-        return DrafterSpec("early-exit", None, {}, text)
     kind = text.partition(":")[0].partition(",")[0]
-    if kind not in KINDS:  # not a registry spec: an older name, mapped once
+    if kind not in KINDS:  # not a registry spec: the older name, mapped once
         if text in saved:
             text = f"draft:{text}"
         elif Path(text).expanduser().is_dir():
-            text = f"model:{text}"
+            raise ValueError(
+                f"draft {text!r} is a folder: a draft model in a folder is the spec model:{text}"
+            )
         else:
             if Path(text).exists():
-                raise ValueError(f"draft {text!r} is a file; a model draft is a folder (save_pretrained)")
+                raise ValueError(
+                    f"draft {text!r} is a file; a draft model is a folder (save_pretrained), the spec "
+                    "model:<folder>"
+                )
             raise ValueError(
-                f"unknown draft {text!r}: give a registry spec kind[:argument][,key=value] (kinds: "
-                f"{', '.join(sorted(KINDS))}), a distilled draft's name ({', '.join(saved)}) or a model "
-                "folder (none exists at that path)"
+                f"unknown draft {text!r}: give a drafter registry spec kind[:argument][,key=value] (kinds: "
+                f"{', '.join(sorted(KINDS))}; e.g. lookup, suffix, early-exit:8, draft:distil-l1, "
+                f"model:<folder>) or a distilled draft's name ({', '.join(saved)})"
             )
     try:
         spec = parse_spec(text)
@@ -124,6 +128,27 @@ def _check_saved(spec: Any, saved: Sequence[str]) -> None:
             )
     elif spec.kind == "model" and not Path(str(spec.argument)).expanduser().is_dir():
         raise ValueError(f"draft {spec.text!r}: no such model folder {spec.argument!r}")
+
+
+def registry_draft(record: dict[str, Any]) -> dict[str, Any]:
+    """A ``specdec measure`` record with its drafter named by the registry's spec (``draft.name`` and
+    ``draft.spec``, ``draft.kind`` the spec's kind). The records made before the command took specs name
+    a distilled draft by its name alone (``distil-l1``, kind ``distilled``) and an early exit by its
+    kind and layers: mapped once, here, where the record is read (``specdec measure --from-json``); the
+    file stays as written. A record that names its spec comes back equal."""
+    draft = record.get("draft")
+    if not isinstance(draft, dict) or not isinstance(draft.get("name"), str):
+        return record  # a damaged record: the reader's field check names what is missing
+    spec, kind = draft.get("spec"), draft.get("kind")
+    if not isinstance(spec, str):
+        spec = draft["name"]
+        if kind == "distilled":
+            spec, kind = f"draft:{spec}", "draft"
+        elif kind == "early-exit" and isinstance(draft.get("layers"), int):
+            spec = f"early-exit:{draft['layers']}"
+        elif kind == "model":
+            spec = f"model:{spec}"
+    return {**record, "draft": {**draft, "name": spec, "spec": spec, "kind": kind}}
 
 
 def read_prompts(path: str | Path) -> list[str]:
@@ -573,19 +598,16 @@ def _build_drafter(
     if spec.kind == "lookup":
         about["about"] = "prompt lookup: copies what followed an earlier match of the last 1-3 tokens"
     elif spec.kind.startswith("early-exit"):
-        depth = _depth(engine)
-        n = int(spec.argument) if spec.argument is not None else max(1, math.ceil(depth / 4))
+        depth, n = _depth(engine), int(spec.argument)
         if n > depth:
             raise ValueError(f"draft {spec.kind}:{n} asks for more layers than the target has ({depth})")
-        if spec.argument is None:  # the older name "early-exit": a quarter of the target's layers
-            text = f"early-exit:{n}"
         about.update(layers=n, about=f"the target's own first {n} of {depth} layers, final norm and LM head")
     elif spec.kind == "model":
         from specdec.engine.drafters import check_same_vocab
 
         check_same_vocab(engine, detail.model)
     drafter = build_drafter(text, context)
-    about["spec"] = text
+    about["name"] = about["spec"] = text  # the record names the drafter by its registry spec
     if spec.kind in ("draft", "draft-tree"):
         ran = drafts[spec.argument]
         how = "transformers forward"
@@ -768,7 +790,7 @@ def measure_setup(
         },
         "mode_probe": mode,
         "machine": machine_identity(),  # the identity records.machine_of compares records by
-        "draft": {"name": str(draft), **about},
+        "draft": about,  # name and spec: the registry's spec, whatever older name was typed
         "prompts_source": source,
         "threads": threads,
         "seed": seed,

@@ -156,9 +156,12 @@ def _checked_inputs(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     if args.from_json is not None:
+        from specdec.analysis.usermeasure import registry_draft
+
         record = read_record(args.from_json, "specdec-measure", "measure")
         fields = MEASURE_FIELDS + (PREDICTION_FIELDS if record.get("prediction") is not None else ())
         require_fields(record, fields, args.from_json, "measure")
+        record = registry_draft(record)  # an older record's drafter name as the registry's spec
     else:
         for name in ("gamma", "new_tokens", "repeats", "verify_repeats"):
             low = MIN_NEW_TOKENS if name == "new_tokens" else 1
@@ -228,7 +231,7 @@ def add_parser(sub: Any, formatter: Any) -> None:
         + MEASURE_NUMBERS
         + NAMES,
         epilog="Examples:\n  specdec measure                    # prompt lookup on the book's prompts\n"
-        "  specdec measure --draft distil-l2 --prompts my-prompts.txt\n"
+        "  specdec measure --draft draft:distil-l2 --prompts my-prompts.txt\n"
         "  specdec measure --draft early-exit:8 --gamma 3 --json > me.json\n"
         "  specdec measure --draft suffix --gamma 8    # a tree drafter: 8 nodes a round\n"
         "  specdec measure --from-json me.json  # print a saved measurement again",
@@ -251,7 +254,8 @@ def add_parser(sub: Any, formatter: Any) -> None:
         "distil-l1, distil-l2, distil-l4), model:FOLDER (a draft model with the target's vocabulary "
         "and tokenizer); trees (decoded by the tree loop, --gamma their node budget) lookup-tree, "
         "suffix, draft-tree:NAME, early-exit-tree:N, medusa:medusa-4, mlp:mlp-4, eagle:eagle-1; "
-        "older names: early-exit (a quarter of the target's layers), distil-l1 .. l4, a model folder",
+        "the record names it by its spec (a distilled draft's bare name, distil-l1, is still read "
+        "as draft:distil-l1)",
     )
     e.add_argument(
         "--prompts",

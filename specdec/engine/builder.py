@@ -1,16 +1,21 @@
 """The one engine builder: an :class:`EngineSpec` -> an :class:`OpenedEngine`.
 
-A target (or a draft) is decoded by one of three engines, each named the same way everywhere:
+A target (or a draft) is decoded by one of four engines, each named the same way everywhere:
 
 * ``lean``: :class:`~specdec.engine.lean.LeanLlama` in a weight mode (:data:`specdec.engine.lean.MODES`)
   or ``"auto"``, the mode measured fastest on this machine;
 * ``hf``: the transformers model as loaded, in a dtype (:data:`HF_DTYPES`), on a device;
 * ``llama.cpp``: :class:`~specdec.engine.llamacpp.LlamaCppModel` on a GGUF in a format
   (:data:`LLAMACPP_FORMATS`: the shipped Q4_1 as is, or Q4_0 requantized from it, llama.cpp's best CPU
-  format and not the same weights) driven by a loop (:data:`specdec.engine.llamacpp.LOOPS`).
+  format and not the same weights) driven by a loop (:data:`specdec.engine.llamacpp.LOOPS`);
+* ``static``: :class:`~specdec.engine.staticllama.StaticLlama`, the static-cache forward with CUDA graphs
+  (the real target on a GPU), in a dtype (:data:`STATIC_DTYPES`), on a device, over a KV cache of a fixed
+  capacity, opened from transformers-named weights (:func:`open_weights`; its distilled drafts by
+  :func:`open_static_draft`, its early exits are views of it: ``model.early_exit(n)``).
 
-``threads`` means one thing for all three: the threads the engine's forward computes on (the C pool of
-the lean native modes, torch's intra-op threads for the torch modes and transformers, llama.cpp's
+``threads`` means one thing for all four: the threads the engine's forward computes on (the C pool of
+the lean native modes, torch's intra-op threads for the torch modes, transformers and the static engine,
+llama.cpp's
 ``n_threads``). It is checked once, when the spec is made (1..1024; None: every core this process may
 use), and every engine is opened at it; torch is pinned to it (:func:`specdec.engine.models.set_threads`).
 An engine whose forward runs outside torch (the C pool, llama.cpp) owns the cores while it decodes: every
@@ -20,7 +25,8 @@ decoding loop puts torch on one thread for its call and gives the caller's count
 The ``"auto"`` mode is a measurement, which lives in ``measure`` (above this layer): the caller passes
 a :data:`Chooser` (:func:`specdec.measure.modes.open_target` does), so this module imports nothing above
 ``engine``. Every engine of the package is built here: ``tests/test_layers.py`` fails on a
-``LeanLlama(...)`` or ``LlamaCppModel(...)`` made elsewhere.
+``LeanLlama(...)``, ``LlamaCppModel(...)``, ``StaticLlama(...)`` (``StaticLlama.from_weights``) or
+``distilled_draft(...)`` made elsewhere.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ __all__ = [
     "ENGINES",
     "HF_DTYPES",
     "LLAMACPP_FORMATS",
+    "STATIC_DTYPES",
     "Chooser",
     "EngineSpec",
     "OpenedEngine",
@@ -45,12 +52,16 @@ __all__ = [
     "open_draft",
     "open_engine",
     "open_model",
+    "open_static_draft",
+    "open_weights",
 ]
 
 #: The engines a spec may name.
-ENGINES = ("lean", "hf", "llama.cpp")
+ENGINES = ("lean", "hf", "llama.cpp", "static")
 #: transformers' dtypes a spec may name (``mode`` of an ``hf`` engine).
 HF_DTYPES = ("float32", "bfloat16")
+#: The static-cache engine's dtypes (``mode`` of a ``static`` engine).
+STATIC_DTYPES = ("float32", "bfloat16")
 #: llama.cpp's GGUF formats (``mode`` of a ``llama.cpp`` engine): the shipped Q4_1 file, or Q4_0
 #: requantized from it (:func:`specdec.engine.llamacpp.requantized`).
 LLAMACPP_FORMATS = ("q4_1", "q4_0")
@@ -73,9 +84,11 @@ def _threads(threads: Any) -> int:
 class EngineSpec:
     """Which engine, in which mode, at how many threads: checked when made (ValueError naming the field).
 
-    ``mode``: ``"auto"`` or a lean mode (``lean``), a dtype (``hf``), a GGUF format (``llama.cpp``).
+    ``mode``: ``"auto"`` or a lean mode (``lean``), a dtype (``hf``, ``static``), a GGUF format
+    (``llama.cpp``).
     ``threads``: see the module docstring; stored resolved (None becomes this process's usable cores).
-    ``device``: ``hf`` only (None: CUDA when present, else the CPU); ``loop``: ``llama.cpp`` only;
+    ``device``: ``hf`` and ``static`` only (None: CUDA when present, else the CPU); ``loop``: ``llama.cpp``
+    only;
     ``gguf``: ``llama.cpp`` only, a GGUF to load as given instead of the shipped model in ``mode``'s
     format; ``options``: ``lean`` only, among :data:`LEAN_OPTIONS`.
     """
@@ -97,14 +110,16 @@ class EngineSpec:
             check_choice("mode (a lean engine's)", self.mode, ("auto", *MODES))
         elif self.engine == "hf":
             check_choice("mode (transformers' dtype)", self.mode, HF_DTYPES)
+        elif self.engine == "static":
+            check_choice("mode (the static engine's dtype)", self.mode, STATIC_DTYPES)
         else:
             from specdec.engine.llamacpp import LOOPS
 
             check_choice("mode (llama.cpp's GGUF format)", self.mode, LLAMACPP_FORMATS)
             check_choice("loop", self.loop, tuple(sorted(LOOPS)))
-        if self.device is not None and self.engine != "hf":
+        if self.device is not None and self.engine not in ("hf", "static"):
             raise ValueError(
-                f"device: only an hf engine takes one (the {self.engine} engine runs on the CPU)"
+                f"device: only an hf or static engine takes one (the {self.engine} engine runs on the CPU)"
             )
         if self.gguf is not None and self.engine != "llama.cpp":
             raise ValueError("gguf: only a llama.cpp engine takes one")
@@ -125,7 +140,7 @@ class EngineSpec:
     def to_record(self) -> dict[str, Any]:
         """The spec as a record keeps it (only the fields that apply to its engine)."""
         out: dict[str, Any] = {"engine": self.engine, "mode": self.mode, "threads": self.threads}
-        if self.engine == "hf":
+        if self.engine in ("hf", "static"):
             out["device"] = self.device
         if self.engine == "llama.cpp":
             out["loop"] = self.loop
@@ -161,7 +176,7 @@ class OpenedEngine:
 
     @property
     def name(self) -> str:
-        """``lean-q4q8-2t``, ``hf-float32-2t``, ``llama.cpp-q4_0-lowlevel-2t``."""
+        """``lean-q4q8-2t``, ``hf-float32-2t``, ``static-bfloat16-2t``, ``llama.cpp-q4_0-lowlevel-2t``."""
         if self.spec.engine == "llama.cpp":
             return f"llama.cpp-{self.mode}-{self.spec.loop}-{self.threads}t"
         return f"{self.spec.engine}-{self.mode}-{self.threads}t"
@@ -203,6 +218,8 @@ def open_engine(spec: EngineSpec, *, base: Any = None, choose: Chooser | None = 
 
     if not isinstance(spec, EngineSpec):
         raise TypeError(f"spec must be an EngineSpec; got {type(spec).__name__}")
+    if spec.engine == "static":
+        raise ValueError("spec: a static engine opens from weights (open_weights), not the default target")
     set_threads(spec.cores)
     dtype = spec.mode if spec.engine == "hf" else "float32"
     device = spec.device if spec.engine == "hf" else "cpu"
@@ -244,6 +261,40 @@ def open_model(model: Any, spec: EngineSpec, *, choose: Chooser | None = None) -
     if spec.engine != "lean":
         raise ValueError(f"spec: a given model opens in the lean or hf engine; got {spec.engine!r}")
     return _lean(model, spec, None, choose)
+
+
+def open_weights(
+    weights: Mapping[str, Any], config: Mapping[str, Any], spec: EngineSpec, *, capacity: int
+) -> OpenedEngine:
+    """The static-cache engine (:class:`~specdec.engine.staticllama.StaticLlama`) of transformers-named
+    float32 ``weights`` (e.g. :attr:`specdec.measure.gpupayload.Payload.weights`) and a Llama ``config``,
+    in ``spec``: ``EngineSpec("static", dtype, threads, device=...)`` (device None: CUDA when present,
+    else the CPU), over a KV cache of ``capacity`` positions. Pins torch's threads to ``spec.threads``."""
+    import torch
+
+    from specdec.engine.models import pick_device, set_threads
+    from specdec.engine.staticllama import StaticLlama
+
+    if not isinstance(spec, EngineSpec) or spec.engine != "static":
+        raise ValueError(f"spec: weights open in the static engine (EngineSpec('static', ...)); got {spec!r}")
+    set_threads(spec.cores)
+    device = spec.device if spec.device is not None else pick_device(None)
+    model = StaticLlama.from_weights(
+        dict(weights), dict(config), device=device, dtype=getattr(torch, spec.mode), capacity=capacity
+    )
+    return OpenedEngine(spec, model, spec.mode, about={"device": str(model.device), "capacity": capacity})
+
+
+def open_static_draft(target: OpenedEngine, folder: str | Path) -> OpenedEngine:
+    """A distilled draft (``specdec/data/drafts/<name>``, :func:`specdec.engine.staticllama.distilled_draft`)
+    as a static engine beside ``target`` (an engine :func:`open_weights` opened): the target's device,
+    dtype, capacity and embeddings; its spec is the target's."""
+    from specdec.engine.staticllama import distilled_draft
+
+    if not isinstance(target, OpenedEngine) or target.spec.engine != "static":
+        raise ValueError(f"target: a static engine (open_weights); got {target!r}")
+    model = distilled_draft(target.model, folder)
+    return OpenedEngine(target.spec, model, target.mode, about={"draft": Path(folder).name})
 
 
 def open_draft(model: Any, spec: EngineSpec, *, choose: Chooser | None = None) -> OpenedEngine:

@@ -7,11 +7,14 @@ causal mask, so a call over k tokens has the same shapes at every position. That
 call shape capturable as a CUDA graph (:meth:`StaticLlama.capture`, one graph per k, replayed
 after copying the token ids and the position into static buffers); the eager engine runs the
 very same code without the graph (same kernels, launched from Python), so eager and graph
-times compare launch overhead and nothing else. Early exits (:meth:`StaticLlama.early_exit`)
-and the distilled drafts (:func:`distilled_draft`, read from their safetensors file by
+times compare launch overhead and nothing else. Early exits (:meth:`StaticLlama.early_exit`, one view
+per depth) and the distilled drafts (:func:`distilled_draft`, read from their safetensors file by
 :func:`read_safetensors`) are engines of the same class sharing the
-target's weights. A :class:`StaticSession` gives an engine the :class:`specdec.engine.lm.Session`
-interface, so :func:`specdec.engine.decoding.speculative` and
+target's weights; each is named by the drafter registry's spec (``early-exit:8``, ``draft:distil-l1``).
+Engines are opened by the builder (:func:`specdec.engine.builder.open_weights`,
+:func:`specdec.engine.builder.open_static_draft`): ``tests/test_layers.py`` fails on one made elsewhere.
+A :class:`StaticSession` gives an engine the :class:`specdec.engine.lm.Session` interface, so
+:func:`specdec.engine.decoding.speculative` and
 :class:`specdec.engine.drafters.ModelDrafter` run unchanged.
 
 The weights come from the payload (:mod:`specdec.measure.gpupayload`, a draft's file read by
@@ -111,6 +114,7 @@ class StaticLlama:
         self.vocab_size = int(config["vocab_size"])
         self.use_graphs = False
         self.graph_calls = self.eager_calls = 0
+        self._exits: dict[int, StaticLlama] = {}
         self._graphs: dict[int, tuple[Any, torch.Tensor]] = {}
         self._ar = torch.arange(capacity, device=self.device)
         inv = 1.0 / (
@@ -157,9 +161,13 @@ class StaticLlama:
         return cls(config, embed=embed, layers=layers, norm=norm, head=head, capacity=capacity)
 
     def early_exit(self, n_layers: int) -> StaticLlama:
-        """The first ``n_layers`` layers, final norm and head (weights shared; own cache and graphs)."""
+        """The first ``n_layers`` layers, final norm and head (weights shared; own cache and graphs): one
+        view per depth, so the registry's ``early-exit:N`` drafter (which asks the target for its view)
+        runs the engine whose graphs were captured."""
         check_int("n_layers", n_layers, low=1, high=len(self.layers))
-        return StaticLlama(
+        if n_layers in self._exits:
+            return self._exits[n_layers]
+        self._exits[n_layers] = view = StaticLlama(
             self.config,
             embed=self.embed,
             layers=self.layers[:n_layers],
@@ -167,8 +175,9 @@ class StaticLlama:
             head=self.head,
             capacity=self.capacity,
             kept=self.kept,
-            name=f"ee-{n_layers}",
+            name=f"early-exit:{n_layers}",
         )
+        return view
 
     def session(self) -> StaticSession:
         return StaticSession(self)
@@ -337,7 +346,7 @@ def distilled_draft(target: StaticLlama, folder: str | Path) -> StaticLlama:
         head=target.head[kept].contiguous(),
         capacity=target.capacity,
         kept=kept,
-        name=f"draft-{folder.name}",
+        name=f"draft:{folder.name}",
     )
 
 

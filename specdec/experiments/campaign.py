@@ -564,25 +564,26 @@ def build_real(
         probes[name] = None if opened.probe is None else probe_summary(opened.probe)
         # each draft in the lean engine at this engine's threads, by its own probe (q4q8 on the
         # distilled drafts' own int8 codes where that is fastest)
+        # (every drafter named by its registry spec, which the configurations' ids hold)
         context, ran = draft_context(opened)
         drafters: dict[str, Any] = {"lookup": build_drafter("lookup", context)}
         for dname in drafts:
             try:
-                drafters[f"draft-{dname}"] = build_drafter(f"draft:{dname}", context)
+                drafters[f"draft:{dname}"] = build_drafter(f"draft:{dname}", context)
             except (OSError, ValueError, RuntimeError) as exc:
-                left_out.append(f"draft-{dname} left out: {exc}")
+                left_out.append(f"draft:{dname} left out: {exc}")
                 continue
-            probes[f"draft-{dname}-{t}t"] = {
+            probes[f"{name}/draft:{dname}"] = {
                 "mode": ran[dname]["mode"],
                 "codes": ran[dname]["codes"],
                 "probe": ran[dname].get("probe"),
             }
         for n_layers in early_exit:
             try:
-                drafters[f"ee-{n_layers}"] = build_drafter(f"early-exit:{n_layers}", context)
+                drafters[f"early-exit:{n_layers}"] = build_drafter(f"early-exit:{n_layers}", context)
             except (ValueError, RuntimeError, NotImplementedError) as exc:
-                left_out.append(f"ee-{n_layers} on {name} left out: {exc}")
-        policy_on = [n for n in drafters if n == "lookup" or n.startswith("draft-")] if adaptive else []
+                left_out.append(f"early-exit:{n_layers} on {name} left out: {exc}")
+        policy_on = [n for n in drafters if n == "lookup" or n.startswith("draft:")] if adaptive else []
         configs += spec_configs(name, drafters, gammas, adaptive=policy_on)
     if llamacpp and lc.available():
         for t in counts:

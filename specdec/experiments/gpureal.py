@@ -446,7 +446,7 @@ def run_real(
     deadline = Deadline(s.budget_s)
     import torch
 
-    from specdec.engine.staticllama import StaticLlama, distilled_draft
+    from specdec.engine.builder import EngineSpec, open_static_draft, open_weights
     from specdec.measure.gpupayload import load_payload
 
     if s.threads:
@@ -456,7 +456,6 @@ def run_real(
         raise SystemExit("CUDA is not available here; on a CPU run with --device cpu --quick")
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False  # float32 means float32 (exactness checks)
-    dtype = getattr(torch, s.dtype)
     draft_root = Path(drafts_root)
     info = device_info(s.device)
     rec = _open_record(s, info, command, log)
@@ -479,17 +478,16 @@ def run_real(
     longest = max(len(c["prompt"]["ids"]) for c in cells)
     capacity = -(-(max(longest + s.new_tokens + s.gamma + 2, s.context + max(s.cost_k_list))) // 64) * 64
 
-    # 2. the engines and their checks
+    # 2. the engines (by the builder; each draft engine named by its drafter's registry spec) and their checks
     engines: dict[str, Any] = {}
     with rec.section("engine") as out:
         t0 = time.perf_counter()
-        target = StaticLlama.from_weights(
-            payload.weights, payload.config, device=s.device, dtype=dtype, capacity=capacity
-        )
-        engines["target"] = target
-        engines[f"ee-{s.early_exit}"] = target.early_exit(s.early_exit)
+        spec = EngineSpec("static", s.dtype, s.threads or torch.get_num_threads(), device=s.device)
+        opened = open_weights(payload.weights, payload.config, spec, capacity=capacity)
+        target = engines["target"] = opened.model
+        engines[f"early-exit:{s.early_exit}"] = target.early_exit(s.early_exit)  # a view of the target
         for d in drafts:
-            engines[f"draft-{d}"] = distilled_draft(target, draft_root / d)
+            engines[f"draft:{d}"] = open_static_draft(opened, draft_root / d).model
         out.update(capacity=capacity, dtype=s.dtype, models=list(engines), build_s=time.perf_counter() - t0)
     if "target" not in engines:
         return rec.finish()
@@ -545,17 +543,17 @@ def _decoding_section(
     rec: Recorder, s: GpuReal, engines: dict[str, Any], drafts: Sequence[str], cells: list[dict], *,
     graphs_ok: bool, cuda: bool, deadline: Deadline, log: Callable[[str], None],
 ) -> dict[str, Any]:  # fmt: skip
-    """Sections ``warmup`` and ``decoding_run``: plain decoding and every drafter (built by the registry,
-    the drafts being engines of the run) on every cell, per engine (graph first), within the budget;
-    the decoding part of the record, filled as the cells finish."""
+    """Sections ``warmup`` and ``decoding_run``: plain decoding and every drafter (built by the registry
+    from its spec, which names it in the record; the early exit is the target's view, the distilled
+    drafts engines of the run) on every cell, per engine (graph first), within the budget; the decoding
+    part of the record, filled as the cells finish."""
     from specdec.drafting.registry import DraftContext, build_drafter
 
     target = engines["target"]
-    methods = ["plain", "lookup", f"ee-{s.early_exit}", *(f"draft-{d}" for d in drafts)]
-    drafters: dict[str, Any] = {"lookup": build_drafter("lookup,max_ngram=3,min_ngram=1")}
-    context = DraftContext(None, load_draft=engines.__getitem__)  # the drafts are engines of the run
-    for name in methods[2:]:
-        drafters[name] = build_drafter(f"draft:{name}", context)
+    methods = ["plain", "lookup", f"early-exit:{s.early_exit}", *(f"draft:{d}" for d in drafts)]
+    # the drafts are engines of the run; the early exit asks the target for its (one) view
+    context = DraftContext(target, load_draft=lambda name: engines[f"draft:{name}"])
+    drafters = {name: build_drafter(name, context) for name in methods[1:]}
     runs: list[dict[str, Any]] = []
     generations: list[dict[str, Any]] = []
     dec = {"methods": methods, "engines": s.engine_list, "cells_planned": len(cells), "cells_done": 0}

@@ -5,7 +5,8 @@ run real-decoding --help`` and its docstring for how it measures); its settings 
 :class:`RealDecoding` and :func:`run` runs them. This module holds the measurement:
 
 * the engine and drafters: :func:`load_engine` (the target in its mode), :func:`build_drafters`
-  (names from :func:`drafter_names`), :func:`ngram_corpus` (the n-gram tables' text);
+  (the registry's specs, from :func:`drafter_names`; the record names every drafter by its spec),
+  :func:`ngram_corpus` (the n-gram tables' text);
 * the verify-cost curve: :func:`verify_curve`, the one T(k) loop
   (:func:`specdec.measure.core.verify_cost_curve`) in the record's form;
 * the cells: a cell's repetitions are :func:`specdec.measure.pairedrun.paired_block` runs
@@ -52,13 +53,13 @@ from specdec.train.workloads import (
 
 __all__ = [
     "HF_MODES",
+    "RUN_KINDS",
     "RealDecoding",
     "build_drafters",
     "cell_id",
     "choose_sweep_drafters",
     "drafter_names",
     "extra_configs",
-    "drafter_spec",
     "engine_view",
     "load_engine",
     "main_cells",
@@ -78,25 +79,49 @@ HF_MODES = ("hf-float32", "hf-bfloat16")
 # -- the drafters' names ----------------------------------------------------------------------------
 
 
+#: The drafter registry's kinds (:mod:`specdec.drafting.registry`) a run builds: the chains its context
+#: makes (prompt lookup, the n-gram tables of the target's text, early exits, the distilled drafts).
+RUN_KINDS = ("lookup", "unigram", "bigram", "early-exit", "draft")
+
+
 def drafter_names(spec: str, trained: list[str]) -> list[str]:
-    """Drafter names from a comma list: lookup, unigram, bigram, ee-N, draft-<name> or 'drafts'."""
-    out: list[str] = []
+    """The drafters of a comma list, each the registry's spec, which names it in the record: ``lookup``,
+    ``unigram``, ``bigram``, ``early-exit:N``, ``draft:NAME`` (NAME among ``trained``), or ``drafts``
+    (``draft:NAME`` of every trained draft); an item ``key=value`` continues the spec before it
+    (``lookup,max_ngram=2``). Anything else raises ValueError naming the valid specs (the records'
+    older names, ``ee-N`` and ``draft-NAME``, with the spec that replaces them)."""
+    from specdec.drafting.registry import parse_spec
+
+    items: list[str] = []
     for item in (s.strip() for s in spec.split(",")):
-        if not item:
-            continue
+        if item and "=" in item and items and items[-1] != "drafts":
+            items[-1] += f",{item}"  # an option of the spec before
+        elif item:
+            items.append(item)
+    out: list[str] = []
+    for item in items:
         if item == "drafts":
-            out += [f"draft-{n}" for n in trained]
-        elif item in ("lookup", "unigram", "bigram"):
-            out.append(item)
-        elif item.startswith("ee-") and item[3:].isdigit() and int(item[3:]) >= 1:
-            out.append(item)
-        elif item.startswith("draft-") and item[6:] in trained:
-            out.append(item)
-        else:
-            raise ValueError(
-                f"unknown drafter {item!r}: use lookup, unigram, bigram, ee-N, drafts or draft-<name> "
-                f"with name among the trained drafts {trained}"
-            )
+            out += [f"draft:{n}" for n in trained]
+            continue
+        try:
+            parsed = parse_spec(item)
+        except ValueError as exc:
+            parsed, why = None, str(exc)
+        if parsed is not None and parsed.kind not in RUN_KINDS:
+            why = f"a real-decoding run builds the kinds {', '.join(RUN_KINDS)}; not {parsed.kind}"
+        elif parsed is not None and parsed.kind == "draft" and parsed.argument not in trained:
+            why = f"no trained draft {parsed.argument!r} (the trained drafts: {', '.join(trained) or 'none'})"
+        elif parsed is not None:
+            out.append(parsed.text)
+            continue
+        older = item[3:] if item.startswith("ee-") and item[3:].isdigit() else None
+        hint = f" (the older name of early-exit:{older})" if older else ""
+        if item.startswith("draft-") and ":" not in item:
+            hint = f" (the older name of draft:{item.removeprefix('draft-')})"
+        raise ValueError(
+            f"drafter {item!r}{hint}: {why}; give registry specs: lookup, unigram, bigram, early-exit:N, "
+            f"draft:NAME with NAME among the trained drafts ({', '.join(trained) or 'none'}), or drafts"
+        )
     return list(dict.fromkeys(out))
 
 
@@ -125,7 +150,7 @@ class RealDecoding(RunSettings):
     sweep_task: str = "code"
     sweep_drafters: str = "auto"
     timed: str = "lookup,bigram,drafts"
-    alpha_only: str = "ee-8,ee-20,ee-28,unigram"
+    alpha_only: str = "early-exit:8,early-exit:20,early-exit:28,unigram"
     drafts: str | None = None
     no_trained: bool = False
     mode: str = "auto"
@@ -251,27 +276,19 @@ def ngram_corpus(
     return seqs, f"temperature-1 generations of the target on {n_fallback} training prompts (seed {seed})"
 
 
-def drafter_spec(name: str) -> str:
-    """The registry's spec (:mod:`specdec.drafting.registry`) of one of :func:`drafter_names`' names."""
-    if name.startswith("ee-"):
-        return f"early-exit:{name[3:]}"
-    if name.startswith("draft-"):
-        return f"draft:{name.removeprefix('draft-')}"
-    return name  # lookup (up to 3-grams), unigram, bigram
-
-
 def build_drafters(engine: dict[str, Any], names: list[str], corpus: list[list[int]]) -> dict[str, Any]:
-    """The drafter of each name (see :func:`drafter_names`), built by the registry; a distilled draft
-    runs in the lean engine at the target's threads when the target is lean
-    (:func:`specdec.measure.modes.draft_context`)."""
-    from specdec.drafting.registry import build_drafter
+    """The drafter of each registry spec (see :func:`drafter_names`; ``lookup`` drafts up to 3-grams), built
+    by the registry; a distilled draft runs in the lean engine at the target's threads when the target is
+    lean (:func:`specdec.measure.modes.draft_context`)."""
+    from specdec.drafting.registry import build_drafter, parse_spec
     from specdec.measure.modes import draft_context
 
     context, drafts = draft_context(engine["opened"], corpus=lambda: corpus)
-    out = {name: build_drafter(drafter_spec(name), context) for name in names}
+    out = {name: build_drafter(name, context) for name in names}
     for name in names:
-        if name.startswith("draft-"):
-            mode = drafts[name.removeprefix("draft-")]["mode"]
+        spec = parse_spec(name)
+        if spec.kind == "draft":
+            mode = drafts[spec.argument]["mode"]
             engine.setdefault("draft_modes", {})[name] = (
                 engine["mode"] if engine["mode"] in HF_MODES else mode
             )

@@ -109,11 +109,11 @@ class RealDecodingRun(Program):
     )
     timed: tuple[str, ...] = option(
         ("lookup", "bigram", "drafts"),
-        "drafters timed against plain decoding: lookup, unigram, bigram, ee-N, draft-<name>, and 'drafts' "
-        "(every trained draft asked for)",
+        "drafters timed against plain decoding, drafter registry specs: lookup, unigram, bigram, "
+        "early-exit:N, draft:NAME, and 'drafts' (draft:NAME of every trained draft asked for)",
     )
     alpha_only: tuple[str, ...] = option(
-        ("ee-8", "ee-20", "ee-28", "unigram"),
+        ("early-exit:8", "early-exit:20", "early-exit:28", "unigram"),
         "drafters whose alpha is measured (teacher forcing) but which are not timed",
     )
     trained: bool = option(True, "the trained drafts (specdec.train.draftnets) among the drafters")

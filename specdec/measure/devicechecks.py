@@ -192,10 +192,12 @@ RUN_MODULES = (
     "torch",
     "numpy",
     "specdec.measure.gpupayload",
+    "specdec.engine.builder",
     "specdec.engine.staticllama",
     "specdec.measure.gpusummary",
     "specdec.engine.decoding",
     "specdec.engine.drafters",
+    "specdec.drafting.registry",
 )
 
 
@@ -232,8 +234,8 @@ def graph_smoke(device: str) -> dict[str, Any]:
     import torch
 
     from specdec.drafting.registry import DraftContext, build_drafter
+    from specdec.engine.builder import EngineSpec, open_weights
     from specdec.engine.decoding import autoregressive, speculative
-    from specdec.engine.staticllama import StaticLlama
 
     out: dict[str, Any] = {"device": device}
     try:
@@ -256,8 +258,9 @@ def graph_smoke(device: str) -> dict[str, Any]:
         weights = {
             n: torch.randn(s, generator=gen) * (1.0 if len(s) == 1 else 0.3) for n, s in shapes.items()
         }
-        target = StaticLlama.from_weights(weights, cfg, device=device, capacity=64)
-        early = target.early_exit(1)
+        spec = EngineSpec("static", "float32", torch.get_num_threads(), device=device)
+        target = open_weights(weights, cfg, spec, capacity=64).model
+        early = target.early_exit(1)  # the view the registry's early-exit:1 drafter runs
         prompt = torch.randint(0, 256, (9,), generator=gen).tolist()
         if torch.device(device).type == "cuda":
             target.capture(range(1, 5))
@@ -274,7 +277,7 @@ def graph_smoke(device: str) -> dict[str, Any]:
             out["graph_equals_eager"] = f"skipped: no CUDA graphs on {device}"
         calls = target.graph_calls
         plain = autoregressive(target, prompt, max_new_tokens=12).tokens
-        drafter = build_drafter("draft:early-exit", DraftContext(None, load_draft=lambda name: early))
+        drafter = build_drafter("early-exit:1", DraftContext(target))
         spec = speculative(target, drafter, prompt, gamma=3, max_new_tokens=12).tokens
         out["greedy_speculative_equals_plain"] = spec == plain
         out["graph_calls"] = target.graph_calls - calls
