@@ -353,6 +353,7 @@ def test_cpu_quick_run_without_optional_modules(payload_dir, tmp_path, root):
 
 def test_budget_stops_cleanly_and_prompts_are_checked(payload_dir, tmp_path, capsys):
     from specdec.experiments.gpurealrun import GpuRealRun
+    from specdec.experiments.options import Refused
 
     common = {"device": "cpu", "quick": True, "payload": str(payload_dir), "out": str(tmp_path)}
     assert GpuRealRun(**common, budget_s=0).run() == 0  # one-shot: a budget cut is still a record
@@ -378,9 +379,10 @@ def test_budget_stops_cleanly_and_prompts_are_checked(payload_dir, tmp_path, cap
     assert json.loads(lines[-1]) == {
         "present": [f"part-{i:02d}.bin" for i in range(5)], "missing": [], "bad": [], "complete": True,
     }  # fmt: skip
-    with pytest.raises(SystemExit, match=r"--early-exit must be an integer in \[1, 29\]"):
+    # options that do not fit the payload are refused before anything runs: one line from the command
+    with pytest.raises(Refused, match=r"--early-exit must be an integer in \[1, 29\]"):
         GpuRealRun(**common, early_exit=30).run()
-    with pytest.raises(SystemExit, match=r"--prompts must be an integer in \[2, 2\]"):
+    with pytest.raises(Refused, match=r"--prompts must be an integer in \[2, 2\]"):
         GpuRealRun(**common, prompts=3).run()
 
 

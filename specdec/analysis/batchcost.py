@@ -41,7 +41,7 @@ from specdec.measure.core import summarize_times, sync_hook, time_forwards
 from specdec.measure.pairedrun import paired_block
 from specdec.theory.checks import check_float, check_int, check_ints
 from specdec.theory.intervals import geomean, paired_speedup, ratio_ci
-from specdec.theory.speedup import best_gamma_on_curve, walltime_speedup_measured
+from specdec.theory.speedup import best_gamma_on_curve, cost_coefficient, walltime_speedup_measured
 
 __all__ = [
     "block_plan",
@@ -282,9 +282,12 @@ def gain_intervals(
     passes = sorted({p for by_pass in t_times.values() for p in by_pass})
     surf = {cell: float(np.median(list(t.values()))) for cell, t in t_times.items()}
     c: float | dict[int, float] = 0.0
-    if d_times is not None:  # c in engine.stats.cost_coefficient's bare-forward unit (rounds = gamma = 1),
-        # written out because that module imports torch and analysis/ may not (tests/test_layers.py)
-        c = {b: float(np.median(list(d_times[(b, 1)].values()))) / surf[(b, 1)] for b, k in surf if k == 1}
+    if d_times is not None:  # c in cost_coefficient's bare-forward unit (rounds = gamma = 1)
+        c = {
+            b: cost_coefficient(float(np.median(list(d_times[(b, 1)].values()))), 1, 1, surf[(b, 1)])
+            for b, k in surf
+            if k == 1
+        }
     point = predicted_gains(surf, alpha, c, gammas)
     rows = {b: {**v, "gain": [v["gain"], None, None]} for b, v in point.items()}
     if len(passes) >= 2:

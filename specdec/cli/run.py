@@ -4,7 +4,9 @@
 ``specdec run --list`` names them; ``specdec run NAME --help`` gives a program's options, generated
 from its dataclass; ``specdec run NAME [--field value ...]`` checks them (before anything loads) and
 runs it. The exit status is the program's: 0 when its record is complete, 3 when a budget or a deadline
-stopped it (the same command resumes it), 2 for a refused option.
+stopped it (the same command resumes it), 2 for a refused option or a refusal found when it starts
+(:class:`specdec.experiments.options.Refused`: a record that is not complete, a dirty working tree);
+any other error of a run keeps its traceback (status 1).
 """
 
 from __future__ import annotations
@@ -66,4 +68,9 @@ def run(args: argparse.Namespace) -> int:
             ap.error(str(exc))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else USAGE_ERROR)
-    return program.run()
+    try:
+        return program.run()
+    except options.Refused as exc:  # found when it ran, before it measured: one line, status 2
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # a failure of the run itself: its traceback, not a usage line
+        raise RuntimeError(f"specdec run {args.program} failed: {exc}") from exc

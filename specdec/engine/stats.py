@@ -22,7 +22,8 @@ Two estimates of alpha are kept, because they are not the same quantity:
   Corollary 3.6 (with lenience l: sum_x min(q(x), p(x) / l), Appendix A.5); alpha = E[beta]
   as in the paper's Table 3. Deterministic drafters (q = None) do not contribute.
 
-The draft cost c (Definition 3.7) has one definition, :func:`cost_coefficient`: the draft
+The draft cost c (Definition 3.7) has one definition, :func:`cost_coefficient` (pure arithmetic, in
+:mod:`specdec.theory.speedup`, named here too): the draft
 time per round over gamma, in units of one single-token target step of plain decoding.
 
 Times are wall-clock seconds from ``time.perf_counter`` with the CUDA device synchronised
@@ -39,7 +40,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from specdec.theory.checks import check_float, check_int
+from specdec.theory.checks import check_int
+from specdec.theory.speedup import cost_coefficient
 
 __all__ = ["Stats", "cost_coefficient"]
 
@@ -267,35 +269,3 @@ def add_elapsed(obj: object, name: str, device: torch.device) -> Iterator[None]:
     finally:
         sync(device)
         setattr(obj, name, getattr(obj, name) + time.perf_counter() - start)
-
-
-def cost_coefficient(draft_s: float, rounds: int, gamma: int, step_s: float) -> float:
-    """The paper's c (Definition 3.7) of a speculative call: draft time per round / gamma / step_s.
-
-    Theorem 3.8 prices a round at ``gamma c + 1`` target steps, so c is measured as the time a
-    round spends drafting (``draft_s / rounds``) per drafted position (over ``gamma``), in
-    units of one single-token target step ``step_s`` (T(1), measured by plain decoding:
-    :attr:`Stats.step_s` of an autoregressive call). For a model drafter that runs gamma steps
-    a round this is the time of one draft step over one target step; for prompt lookup (one
-    lookup a round) it is that lookup's time spread over the gamma positions, so that
-    ``gamma c`` is the drafting time of a round either way. 0 when nothing was drafted.
-
-    The unit is part of the number, so every caller states which of two it measures:
-
-    * **a loop step** (the default reading): ``draft_s`` and ``rounds`` from a speculative call's
-      :class:`Stats` and ``step_s`` a plain decoding's time per step (:attr:`Stats.step_s`, or a
-      plain run's decode time per token), so both sides carry the loop's own work (sampling,
-      bookkeeping); this is the c that Theorem 3.8 prices a round with;
-    * **a bare forward**: ``draft_s`` one timed draft forward of one token and ``step_s`` one timed
-      target forward of one token after the same context, ``rounds = gamma = 1`` (the engines'
-      T_draft(1) / T_target(1), no loop around either): the models' own cost ratio, which a loop
-      step's c exceeds by the loop's work.
-
-    ``gamma = 1`` with a loop's ``draft_s`` and ``rounds`` gives c per round (a round's whole drafting
-    in steps: ``gamma c``, or a tree's draft time per round).
-    """
-    check_float("draft_s", draft_s, low=0.0, note="a time in seconds")
-    check_float("step_s", step_s, low=0.0, open_low=True, note="a measured target step in seconds")
-    for name, value in (("rounds", rounds), ("gamma", gamma)):
-        check_int(name, value, low=1)
-    return draft_s / rounds / gamma / step_s

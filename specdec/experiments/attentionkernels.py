@@ -34,7 +34,7 @@ class AttentionKernelsRun(Program):
     prefix: int = option(128, "cached tokens before the timed step")
     repeats: int = option(200, "timed steps per kernel")
     warmup: int = option(20, "untimed steps per kernel first")
-    out: str | None = option(None, "write a JSON results file here", key=False)
+    out: str | None = option(None, "write a JSON results file here")
 
     def check(self) -> None:
         check_int("threads", self.threads, low=1)

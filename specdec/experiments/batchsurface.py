@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specdec.analysis import batchcost as bc
-from specdec.experiments.options import Program, option
+from specdec.experiments.options import Program, Refused, option
 from specdec.measure.core import write_result
 from specdec.measure.runner import RunSettings, not_key, open_partial, run_cells
 from specdec.theory.checks import check_int
@@ -216,7 +216,7 @@ def open_record(
     record = open_partial(path, s, fresh=s.fresh, what="batch-surface record")
     if record is not None:
         if record.get("kind") != "batch-surface":
-            raise SystemExit(f"{path} is not a batch-surface record: pass --fresh to start over, or --out")
+            raise Refused(f"{path} is not a batch-surface record: pass --fresh to start over, or --out")
         record["status"]["elapsed_before_s"] = record["status"].get("elapsed_s", 0.0)
         record["status"]["finished"] = False
         record["sessions"].append({"command": command, "environment": env})
@@ -367,9 +367,8 @@ def step_analysis(s: BatchSurface, record: dict) -> None:
     """Predictions from the surface at the alphas the decoding step measured (ragged configurations:
     a common cut re-drafts and re-examines drafts it accepted but cut, so its own count is biased)."""
     if "surface" not in record or "decoding" not in record:
-        raise SystemExit("the analysis step needs the surface and decoding steps in the record")
-    from specdec.engine.stats import cost_coefficient
-    from specdec.theory.speedup import expected_tokens, walltime_speedup_measured
+        raise Refused("the analysis step needs the surface and decoding steps in the record")
+    from specdec.theory.speedup import cost_coefficient, expected_tokens, walltime_speedup_measured
 
     blocks, dec = record["surface"]["blocks"], record["decoding"]
     ragged = [name for name, c in dec["configs"].items() if c["cut"] == "ragged"]
@@ -510,14 +509,12 @@ class BatchSurfaceRun(Program):
 
     name: ClassVar[str] = "batch-surface"
 
-    steps: tuple[str, ...] = option(STEPS, f"the steps to run, any of {', '.join(STEPS)}", key=False)
+    steps: tuple[str, ...] = option(STEPS, f"the steps to run, any of {', '.join(STEPS)}")
     quick: bool = option(False, "a CI-sized run (small grid, 2 passes, 2 units)")
     tiny: bool = option(False, "the test suite's tiny random models (tests)")
     threads: int = option(1, "threads of the forward calls")
     modes: tuple[str, ...] = option(("float32", "bfloat16"), "target dtypes of the surface")
-    decode_mode: str = option(
-        "auto", "dtype of the decoding step; auto: the mode with the cheaper T(b, 1)", key=False
-    )
+    decode_mode: str = option("auto", "dtype of the decoding step; auto: the mode with the cheaper T(b, 1)")
     draft: str = option("distil-l1", "the distilled draft (specdec/data/drafts)")
     context: int = option(128, "cached tokens per sequence in the surface")
     gamma: int = option(3, "drafts per round of the decoding step")
@@ -531,17 +528,15 @@ class BatchSurfaceRun(Program):
     )
     units: int | None = option(None, f"batches of prompts per decoding batch size (default {FULL['units']})")
     new_tokens: int | None = option(None, f"new tokens per row (default {FULL['new_tokens']})")
-    boot: int | None = option(
-        None, f"bootstrap draws of the gain intervals (default {FULL['boot']})", key=False
-    )
+    boot: int | None = option(None, f"bootstrap draws of the gain intervals (default {FULL['boot']})")
     seed: int = option(0, "the seed of the passes' order and the prompt batches")
-    out: str | None = option(None, "the record's path", key=False)
-    fresh: bool = option(False, "start over instead of resuming the record", key=False)
+    out: str | None = option(None, "the record's path")
+    fresh: bool = option(False, "start over instead of resuming the record", once=True)
     redo: str | None = option(
-        None, "a step to measure again in a resumed record (its data dropped)", key=False
+        None, "a step to measure again in a resumed record (its data dropped)", once=True
     )
-    redo_reason: str = option("", "why --redo: kept in the record's status", key=False)
-    progress: bool = option(True, "draw progress bars", key=False)
+    redo_reason: str = option("", "why --redo: kept in the record's status", once=True)
+    progress: bool = option(True, "draw progress bars")
 
     def check(self) -> None:
         self.settings()  # the settings check themselves

@@ -24,7 +24,6 @@ cross-fitting).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from specdec.analysis.crossfit import analyse, fold_of
-from specdec.experiments.options import INCOMPLETE, Program, option
+from specdec.experiments.options import INCOMPLETE, Program, Refused, option, read_record
 from specdec.measure.pairedrun import finish_cell, paired_block
 from specdec.measure.runner import RunSettings, as_stored, open_partial, run_cells
 from specdec.theory.checks import check_float, check_int, check_ints
@@ -323,7 +322,7 @@ def run_campaign(
     if record is not None:
         ids = [c["id"] for c in all_configs(engines, configs)]
         if [c["id"] for c in record.get("configs", [])] != ids:
-            raise SystemExit(
+            raise Refused(
                 f"{part} was run with other engines or configurations (a mode chosen anew, a draft or "
                 "llama.cpp missing?): rerun with the settings and --mode in the file, or pass --fresh"
             )
@@ -409,9 +408,9 @@ def reanalyse(path: str | Path, *, n_boot: int | None = None) -> dict[str, Any]:
     function of them: :func:`specdec.analysis.crossfit.analyse`), e.g. after the analysis gained a
     table, and rewrite the record. The seed is the run's; ``n_boot`` defaults to the record's."""
     path = Path(path)
-    record = json.loads(path.read_text(encoding="utf-8"))
+    record = read_record(path)
     if not record.get("complete"):
-        raise ValueError(f"{path} is not a complete campaign record: finish the run first")
+        raise Refused(f"{path} is not a complete campaign record: finish the run first")
     folds = {(p["task"], p["id"]): fold_of(p["index"]) for p in record["prompts"]}
     n_boot = int(n_boot if n_boot is not None else record["crossfit"]["n_boot"])
     seed = int(record["settings"].get("seed", 0))
@@ -428,14 +427,14 @@ def reopen(path: str | Path, *, temperature: float, why: str) -> Path:
     record keeps, under ``reopened``, which cells were discarded, when and why. Returns the partial
     record's path."""
     path = Path(path)
-    record = json.loads(path.read_text(encoding="utf-8"))
+    record = read_record(path)
     if not record.get("complete"):
-        raise ValueError(f"{path} is not a complete campaign record")
+        raise Refused(f"{path} is not a complete campaign record")
     temps = [float(t) for t in record["temperatures"]]
     if float(temperature) not in temps:
-        raise ValueError(f"temperature must be one of the record's {temps}; got {temperature!r}")
+        raise Refused(f"temperature must be one of the record's {temps}; got {temperature!r}")
     if not str(why).strip():
-        raise ValueError("why must say why the cells are timed again")
+        raise Refused("why must say why the cells are timed again")
     drop = [c for c in record["done"] if float(c.split("|", 1)[0]) == float(temperature)]
     record["done"] = [c for c in record["done"] if c not in drop]
     record["runs"] = [r for r in record["runs"] if float(r["temperature"]) != float(temperature)]
@@ -651,30 +650,30 @@ class CampaignRun(Program):
     )
     llamacpp: bool = option(True, "llama.cpp among the plain decoders")
     hf: bool = option(True, "transformers float32 among the plain decoders")
-    budget_s: float | None = option(None, "stop after the cell that exhausts this budget", key=False)
+    budget_s: float | None = option(None, "stop after the cell that exhausts this budget")
     seed: int = option(0, "the sampling seeds start here (cell i: seed + i)")
     n_boot: int = option(2000, "bootstrap resamples")
-    fresh: bool = option(False, "discard a partial record instead of resuming it", key=False)
-    estimate: bool = option(True, "the calibration and the estimate of the run's duration first", key=False)
-    out: str | None = option(None, "the record's path (default: results/campaign/<cpu>-<n>t.json)", key=False)
+    fresh: bool = option(False, "discard a partial record instead of resuming it", once=True)
+    estimate: bool = option(True, "the calibration and the estimate of the run's duration first")
+    out: str | None = option(None, "the record's path (default: results/campaign/<cpu>-<n>t.json)")
     reanalyse: str | None = option(
         None,
         "recompute a complete record's cross-fit analysis from its stored runs and rewrite it",
         metavar="RECORD",
-        key=False,
+        once=True,
     )
     reopen: str | None = option(
         None,
         "discard a complete record's cells at --reopen-temperature (saying --reopen-why) so that its own "
         "command times them again",
         metavar="RECORD",
-        key=False,
+        once=True,
     )
     reopen_temperature: float | None = option(
-        None, "the temperature whose cells --reopen discards", key=False
+        None, "the temperature whose cells --reopen discards", once=True
     )
     reopen_why: str | None = option(
-        None, "why --reopen times those cells again (kept in the record)", key=False
+        None, "why --reopen times those cells again (kept in the record)", once=True
     )
 
     def design(self) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specdec.experiments.campaign import Config, Engine, spec_configs
-from specdec.experiments.options import INCOMPLETE, Program, option
+from specdec.experiments.options import INCOMPLETE, Program, Refused, option, read_record
 from specdec.measure.runner import RunSettings
 from specdec.theory.checks import check_float, check_int
 
@@ -302,13 +302,11 @@ class Campaign2Run(Program):
         choices=("auto", "float32", "bfloat16"),
     )
     llamacpp: bool = option(True, "llama.cpp among the plain decoders")
-    budget_s: float | None = option(None, "stop after the cell that exhausts this budget", key=False)
-    fresh: bool = option(False, "discard a partial record instead of resuming it", key=False)
-    out: str | None = option(
-        None, "the record's path (default: results/campaign/v2-<cpu>-<n>t.json)", key=False
-    )
+    budget_s: float | None = option(None, "stop after the cell that exhausts this budget")
+    fresh: bool = option(False, "discard a partial record instead of resuming it", once=True)
+    out: str | None = option(None, "the record's path (default: results/campaign/v2-<cpu>-<n>t.json)")
     reanalyse: str | None = option(
-        None, "recompute a complete record's analyses", metavar="RECORD", key=False
+        None, "recompute a complete record's analyses", metavar="RECORD", once=True
     )
 
     def counts(self) -> tuple[int, int]:
@@ -328,10 +326,9 @@ class Campaign2Run(Program):
     def run(self) -> int:
         if self.reanalyse:
             path = Path(self.reanalyse)
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = read_record(path)
             if not record.get("complete"):
-                print(f"campaign2: {path} is not a complete record", file=sys.stderr)
-                return 2
+                raise Refused(f"reanalyse: {path} is not a complete record")
             finish(record, path)
             return 0
         from specdec.engine import native
@@ -345,9 +342,7 @@ class Campaign2Run(Program):
 
         env = environment()
         if env.get("git_dirty") and not self.quick:
-            print("campaign2: the working tree is dirty; commit first (every cell timed on one clean commit)",
-                  file=sys.stderr)  # fmt: skip
-            return 2
+            raise Refused("the working tree is dirty; commit first (every cell timed on one clean commit)")
         new_tokens, repeats = self.counts()
         threads = self.threads or native.default_threads()
         machine = machine_identity()  # before any thread count is pinned

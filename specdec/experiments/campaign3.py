@@ -16,8 +16,11 @@ The design (:class:`Campaign3Settings`, the record's settings and resume key) is
   lowest-overhead loop and its high-level one (campaign v2's rows); and **v2's engine**: this lean
   engine's weights decoded by the C library of campaign v2's commit (``v2_commit``, built here with
   this machine's compiler: :func:`specdec.measure.verifykernels.library_at`), so that the record shows
-  what the engine work bought on the same machine, in the same run. transformers is left out (a tenth
-  of the lean engine's speed in campaign v2, never a candidate for the fastest plain decoder).
+  what the engine work bought on the same machine, in the same run. At this commit v2's library has
+  another ABI's structure sizes than this checkout's model, so the run is refused before anything loads
+  unless ``--no-v2-engine`` leaves the row out (its settings then hold ``v2_commit: null``).
+  transformers is left out (a tenth of the lean engine's speed in campaign v2, never a candidate for
+  the fastest plain decoder).
 * **Families** (:data:`CONFIGS`): campaign v2's twelve and the drafters trained on the target's own
   text (issue 42: ``mlp-self``, ``eagle-ttt`` as a chain and as EAGLE-2's tree, the hybrid); and every
   family of :data:`POLICIES` under the do-no-harm policy, calibrated on development prompts on the
@@ -42,7 +45,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specdec.experiments import campaign2 as c2
-from specdec.experiments.options import INCOMPLETE, Program, option
+from specdec.experiments.options import INCOMPLETE, Program, Refused, option, read_record
 from specdec.experiments.trees import SELF_POLICIES
 from specdec.measure.runner import RunSettings
 from specdec.theory.checks import check_float, check_int, check_ints
@@ -125,14 +128,26 @@ class Campaign3Settings(RunSettings):
         return super().to_record() | {"eos": True, "temperatures": [0.0, 1.0]}
 
 
-def v2_engine(target: Any, threads: int, commit: str) -> tuple[Any, dict[str, Any]]:
-    """``target`` (a lean q4q8 model) decoding with the C library of ``commit`` (its weights, repacked
-    once for that library): the model view and what the record says of the library."""
+def v2_library(commit: str) -> tuple[Any, dict[str, Any]]:
+    """The C library of ``commit`` built here (:func:`specdec.measure.verifykernels.library_at`) and what
+    the record says of it; :class:`~specdec.experiments.options.Refused` when it cannot serve this
+    checkout's model (an older ABI's structures), before anything is loaded or timed."""
     from specdec.measure import verifykernels as vk
 
-    lib, info = vk.library_at(commit)
-    view = vk.library_views(target, vk.forwards_of(target, {"v2": lib}), threads)["v2"]
-    return view, info
+    try:
+        return vk.library_at(commit)
+    except (OSError, ValueError) as exc:
+        raise Refused(
+            f"campaign v2's engine (commit {commit[:7]}) cannot run here: {' '.join(str(exc).split())}; "
+            "pass --no-v2-engine to run without that row (the record's settings then say so)"
+        ) from None
+
+
+def v2_engine(target: Any, threads: int, library: Any) -> Any:
+    """``target`` (a lean q4q8 model) decoding with ``library`` (its weights repacked once for it)."""
+    from specdec.measure import verifykernels as vk
+
+    return vk.library_views(target, vk.forwards_of(target, {"v2": library}), threads)["v2"]
 
 
 def build(
@@ -149,6 +164,7 @@ def build(
     from specdec.experiments.campaign import Engine
     from specdec.experiments.trees import policy_configs
 
+    library = v2_library(settings.v2_commit) if settings.v2_commit else None  # refused before any load
     built = c2.build(settings, log=log)  # type: ignore[arg-type]  (the fields it reads)
     lean = built["engines"][0]
     extra, calibration = policy_configs(
@@ -162,17 +178,16 @@ def build(
     built["configs"] += extra
     built["calibration"] = calibration
     built["v2_library"] = None
-    if settings.v2_commit:
-        try:
-            view, info = v2_engine(lean.model, settings.threads, settings.v2_commit)
-        except (OSError, ValueError) as exc:  # said in the record, never silently dropped
-            built["left_out"].append(f"v2's engine left out: {' '.join(str(exc).split())}")
-            log(f"[campaign3] {built['left_out'][-1]}")
-        else:
-            name = f"lean-q4q8-v2lib-{settings.threads}t"
-            about = {"engine": "lean", "mode": "q4q8", "threads": settings.threads, "library": info}
-            built["engines"].append(Engine(name, view, settings.threads, about))
-            built["v2_library"] = info
+    if library is not None:
+        lib, info = library
+        name = f"lean-q4q8-v2lib-{settings.threads}t"
+        about = {"engine": "lean", "mode": "q4q8", "threads": settings.threads, "library": info}
+        built["engines"].append(
+            Engine(name, v2_engine(lean.model, settings.threads, lib), settings.threads, about)
+        )
+        built["v2_library"] = info
+    else:
+        built["left_out"].append("v2's engine: not asked for (--no-v2-engine)")
     return built
 
 
@@ -212,14 +227,14 @@ class Campaign3Run(Program):
     threads: int | None = option(None, "the lean engine's threads (default: every usable core)")
     seed: int = option(0, "the sampling seeds start here")
     llamacpp: bool = option(True, "llama.cpp's plain decoders (when llama_cpp imports)")
-    v2_engine: bool = option(True, "campaign v2's C library as one more plain decoder")
-    budget_s: float | None = option(None, "stop after the cell that exhausts this many seconds", key=False)
-    fresh: bool = option(False, "discard a partial record instead of resuming it", key=False)
-    out: str | None = option(
-        None, "the record's path (default results/campaign/v3-<cpu>-<n>t.json)", key=False
+    v2_engine: bool = option(
+        True, "campaign v2's C library as one more plain decoder (refused where it cannot run)"
     )
+    budget_s: float | None = option(None, "stop after the cell that exhausts this many seconds")
+    fresh: bool = option(False, "discard a partial record instead of resuming it", once=True)
+    out: str | None = option(None, "the record's path (default results/campaign/v3-<cpu>-<n>t.json)")
     reanalyse: str | None = option(
-        None, "only recompute the analyses of this complete record", metavar="RECORD"
+        None, "only recompute the analyses of this complete record", metavar="RECORD", once=True
     )
 
     def check(self) -> None:
@@ -237,9 +252,9 @@ class Campaign3Run(Program):
         from specdec.theory.recordio import read_json
 
         if self.reanalyse:
-            record = read_json(self.reanalyse)
+            record = read_record(self.reanalyse)
             if not record.get("complete"):
-                raise ValueError(f"reanalyse: {self.reanalyse} is not a complete record")
+                raise Refused(f"reanalyse: {self.reanalyse} is not a complete record")
             finish(record, Path(self.reanalyse))
             return 0
         from specdec.engine import native
@@ -256,9 +271,7 @@ class Campaign3Run(Program):
 
         env = environment()
         if env.get("git_dirty") and not self.quick:
-            raise SystemExit(
-                "campaign3: the working tree is dirty; commit first (every cell on one clean commit)"
-            )
+            raise Refused("the working tree is dirty; commit first (every cell on one clean commit)")
         threads = self.threads or native.default_threads()
         machine = machine_identity()  # before any thread count is pinned
         slug = device_slug(cpu_name())[:40]

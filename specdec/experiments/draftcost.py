@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from specdec.experiments.options import Program, option
+from specdec.experiments.options import Program, Refused, option, read_record
 from specdec.theory.checks import check_int
 
 __all__ = ["DraftCostRun"]
@@ -47,9 +47,9 @@ class DraftCostRun(Program):
     threads: int = option(2, "the target's threads")
     prompts: int = option(4, "development prompts")
     drafter_threads: tuple[int, ...] = option((1,), "the drafters' threads, each measured")
-    out: str | None = option(None, "the record's path (JSON; needed unless --summarize)", key=False)
+    out: str | None = option(None, "the record's path (JSON; needed unless --summarize)")
     summarize: str | None = option(
-        None, "only recompute this record's summary from its samples", metavar="RECORD", key=False
+        None, "only recompute this record's summary from its samples", metavar="RECORD", once=True
     )
 
     def check(self) -> None:
@@ -63,18 +63,18 @@ class DraftCostRun(Program):
 
     def run(self) -> int:
         from specdec.measure import draftcost as dc
-        from specdec.theory.recordio import read_json, write_record
+        from specdec.theory.recordio import write_record
 
         if self.summarize:
-            record = read_json(self.summarize)
+            record = read_record(self.summarize)
             if record.get("kind") != "engine-draft-cost":
-                raise ValueError(f"summarize: {self.summarize} is not an engine-draft-cost record")
+                raise Refused(f"summarize: {self.summarize} is not an engine-draft-cost record")
             record["summary"] = dc.compare(record["samples"]["before"], record["samples"]["after"])
             write_record(self.summarize, record, indent=1)
             return 0
         for field in ("before", "out"):  # before any worker starts
             if not getattr(self, field):
-                raise ValueError(f"--{field} is needed unless --summarize is given")
+                raise Refused(f"--{field} is needed unless --summarize is given")
         sides, loads = self._alternate(dc.__file__)
         write_record(self.out, self._record(sides, loads), indent=1)
         return 0

@@ -77,7 +77,7 @@ class DynamicGammaRun(Program):
     new_tokens: int = option(64, "tokens decoded per prompt (EOS suppressed)")
     draft: str = option("distil-l1", "the saved distilled draft")
     out: str | None = option(
-        None, "the record's path (default results/bench/dynamic-gamma-<cpu>-<threads>t.json)", key=False
+        None, "the record's path (default results/bench/dynamic-gamma-<cpu>-<threads>t.json)"
     )
     repeats: int = option(2, "passes over the prompts")
     gammas: tuple[int, ...] = option((1, 2, 3, 4, 6, 8), "the fixed draft lengths (each >= 1)")

@@ -49,11 +49,9 @@ class EngineModesRun(Program):
     ks: tuple[int, ...] = option(tuple(_FULL["ks"]), "call sizes k of the verify curve, 1 among them")
     verify_repeats: int = option(_FULL["verify_repeats"], "timed passes of the verify curve (>= 2)")
     out: str | None = option(
-        None, "the record's path (default results/bench/engine-modes-<cpu>-<threads>t.json)", key=False
+        None, "the record's path (default results/bench/engine-modes-<cpu>-<threads>t.json)"
     )
-    cached_probe: bool = option(
-        False, "read this machine's cached mode probe instead of re-timing", key=False
-    )
+    cached_probe: bool = option(False, "read this machine's cached mode probe instead of re-timing")
 
     def check(self) -> None:
         self.settings(engine_names=())  # BenchSettings' checks (the counts, ks) before anything loads

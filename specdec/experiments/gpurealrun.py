@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from specdec.experiments.gpureal import TASKS, GpuReal, check_settings, run_real
-from specdec.experiments.options import Program, option
+from specdec.experiments.options import Program, Refused, option
 from specdec.theory.checks import check_float
 
 __all__ = ["QUICK", "GpuRealRun"]
@@ -118,16 +118,16 @@ class GpuRealRun(Program):
 
     name: ClassVar[str] = "gpu-real"
 
-    prepare: bool = option(False, "write the payload (CPU, needs gguf) and exit", key=False)
+    prepare: bool = option(False, "write the payload (CPU, needs gguf) and exit", once=True)
     check_payload: bool = option(
-        False, "print the preflight, a graph smoke and the payload's pieces, and exit", key=False
+        False, "print the preflight, a graph smoke and the payload's pieces, and exit", once=True
     )
     payload: str | None = option(None, "the payload folder (default .gpu-payload)")
-    piece_mb: float = option(20.0, "--prepare: size of one piece in MB", key=False)
-    out: str | None = option(None, "folder of the JSON record (default results/gpu)", key=False)
+    piece_mb: float = option(20.0, "--prepare: size of one piece in MB")
+    out: str | None = option(None, "folder of the JSON record (default results/gpu)")
     device: str = option("cuda", "the torch device")
     dtype: str = option("float32", "the engine's dtype", choices=("float32", "bfloat16"))
-    budget_s: float = option(360.0, "time budget of the whole run (seconds)", key=False)
+    budget_s: float = option(360.0, "time budget of the whole run (seconds)")
     quick: bool = option(False, "a CPU-sized run: every count left unset takes its small value")
     prompts: int | None = option(None, "held-out prompts per task (default 8; 2 quick)")
     tasks: tuple[str, ...] | None = option(None, f"tasks (default {','.join(TASKS)}; instruct quick)")
@@ -146,9 +146,7 @@ class GpuRealRun(Program):
     cost_repeats: int | None = option(None, "timed calls per k and timer (default 20; 2 quick)")
     context: int | None = option(None, "cached tokens before the cost calls (default 128; 16 quick)")
     seed: int = option(0, "the seed of the methods' order and the sampling")
-    commit: str | None = option(
-        None, "the commit this tree is at, where git is missing (the device)", key=False
-    )
+    commit: str | None = option(None, "the commit this tree is at, where git is missing (the device)")
     threads: int | None = option(None, "torch CPU threads (default: torch's; 1 quick)")
 
     def check(self) -> None:
@@ -207,6 +205,6 @@ class GpuRealRun(Program):
         try:
             drafts = check_settings(settings, read_manifest(settings.payload), saved)
         except ValueError as exc:  # an option that does not fit the payload or the saved drafts
-            raise SystemExit(str(exc)) from None
+            raise Refused(str(exc)) from None
         run_real(settings, drafts=drafts, drafts_root=drafts_root, command=self.command(), log=_log)
         return 0  # one-shot: what a budget cut left out is listed as skipped in the record

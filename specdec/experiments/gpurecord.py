@@ -287,12 +287,12 @@ class GpuRecordRun(Program):
 
     name: ClassVar[str] = "gpu-record"
 
-    out: str = option("results/gpu", "folder of the JSON record", key=False)
+    out: str = option("results/gpu", "folder of the JSON record")
     device: str = option("cuda", "the torch device")
     dtype: str = option(
         "bfloat16", "dtype of the shape-true targets", choices=("float32", "bfloat16", "float16")
     )
-    budget_s: float = option(300.0, "global time budget, checked between cells", key=False)
+    budget_s: float = option(300.0, "global time budget, checked between cells")
     quick: bool = option(False, "a scaled-down run (CPU tests)")
     shapes: tuple[str, ...] | None = option(None, f"any of {','.join(SHAPES)} (default: all)")
     context: int = option(128, "cached tokens per sequence")

@@ -703,9 +703,8 @@ class HFBenchRun(Program):
         None,
         "the records' path template with {dtype} and {threads} (default "
         "results/bench/engine-{dtype}-{threads}t.json; quick /tmp/bench_engine-quick-...)",
-        key=False,
     )
-    note: str = option(NOTE, "the records' note (default: a note on the shared machine)", key=False)
+    note: str = option(NOTE, "the records' note (default: a note on the shared machine)")
 
     def check(self) -> None:
         if not self.dtype:

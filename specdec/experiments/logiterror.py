@@ -38,9 +38,7 @@ class LogitErrorRun(Program):
 
     prompts_per_task: int = option(1, "held-out prompts of each task")
     threads: int | None = option(None, "the lean engines' threads (default: every usable core)")
-    out: str | None = option(
-        None, "the record's path (default results/bench/q4q8-logit-error-<cpu>.json)", key=False
-    )
+    out: str | None = option(None, "the record's path (default results/bench/q4q8-logit-error-<cpu>.json)")
 
     def check(self) -> None:
         check_int("prompts_per_task", self.prompts_per_task, low=1)

@@ -31,7 +31,39 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-__all__ = ["INCOMPLETE", "Program", "as_options", "build", "option", "option_name", "parser"]
+__all__ = [
+    "INCOMPLETE",
+    "Program",
+    "Refused",
+    "as_options",
+    "build",
+    "option",
+    "option_name",
+    "parser",
+    "read_record",
+]
+
+
+class Refused(ValueError):
+    """A program refuses what it was given, found only when it runs but before it measures anything (a
+    record that is not complete, a dirty working tree, a missing side): ``specdec run`` reports it as one
+    line with the usage status 2. Any other error of a run is a failure and keeps its traceback."""
+
+
+def read_record(path: str | Any) -> dict[str, Any]:
+    """The JSON object of a record a program was given (to re-analyse, summarise, reopen): a missing,
+    unreadable or non-object file is :class:`Refused`, naming it."""
+    import json
+    from pathlib import Path
+
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise Refused(f"{path} cannot be read as a record ({' '.join(str(exc).split())})") from None
+    if not isinstance(record, dict):
+        raise Refused(f"{path} holds a JSON {type(record).__name__}, not a record object")
+    return record
+
 
 #: Exit status of a run that a budget or a deadline stopped before its last cell (rerun to resume).
 INCOMPLETE = 3
@@ -43,17 +75,19 @@ def option(
     *,
     choices: Sequence[Any] | None = None,
     metavar: str | None = None,
-    key: bool = True,
+    once: bool = False,
 ) -> Any:
     """A program's option: a dataclass field with its ``help`` (one line, shown by ``--help``), its
-    allowed ``choices`` (checked by the command line and by :meth:`Program.__post_init__`) and
-    ``key`` (False: not part of a record's settings nor of its resume key, as where the record goes,
-    whether to start afresh or draw a progress bar; :func:`specdec.measure.runner.not_key`)."""
+    allowed ``choices`` (checked by the command line and by :meth:`Program.__post_init__`) and ``once``
+    (True: an action of this invocation only, such as discarding a partial record or re-analysing a
+    finished one, which :meth:`Program.command` leaves out, so that the command a record keeps resumes
+    the run instead of repeating the action). What a record stores as its settings (its resume key) is
+    the program's own :class:`specdec.measure.runner.RunSettings`, built in ``run()``."""
     if not help:
         raise ValueError("option needs its help: one line saying what the field sets")
     meta = {"help": help, "choices": tuple(choices) if choices is not None else None, "metavar": metavar}
-    if not key:
-        meta["key"] = False
+    if once:
+        meta["once"] = True
     if isinstance(default, (list, dict, set)):
         raise ValueError("option default must be immutable (a tuple, not a list)")
     return dataclasses.field(default=default, metadata=meta)
@@ -95,20 +129,20 @@ class Program:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def command(self) -> str:
-        """``specdec run NAME`` with every option that differs from its default: reruns this program
-        with these options (the record keeps it)."""
+        """``specdec run NAME`` with every option that differs from its default, but the actions of this
+        invocation (``once``): reruns (resumes) this program with these options; the record keeps it."""
         words = ["specdec", "run", self.name]
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.default is not dataclasses.MISSING and value == f.default:
+            if f.metadata.get("once") or (f.default is not dataclasses.MISSING and value == f.default):
                 continue
             flag = option_name(f.name)
             if isinstance(value, bool):
                 words.append(flag if value else "--no-" + flag[2:])
             elif isinstance(value, tuple):
                 words += [flag, ",".join(map(str, value))]
-            elif value is not None:
-                words += [flag, str(value)]
+            else:
+                words += [flag, "none" if value is None else str(value)]
         return shlex.join(words)
 
 
@@ -126,8 +160,8 @@ def _kind(hint: Any) -> tuple[type, bool, bool]:
         origin = typing.get_origin(hint)
     if origin is tuple:
         inner = typing.get_args(hint)
-        if len(inner) != 2 or inner[1] is not Ellipsis:
-            raise TypeError(f"a tuple option must be tuple[T, ...]; got {hint}")
+        if len(inner) != 2 or inner[1] is not Ellipsis or inner[0] not in (int, float, str):
+            raise TypeError(f"a tuple option must be tuple[int | float | str, ...]; got {hint}")
         return inner[0], optional, True
     if hint not in (int, float, str, bool):
         raise TypeError(f"an option's type must be int, float, str, bool or a tuple of one; got {hint}")
@@ -154,7 +188,8 @@ def _converter(scalar: type, is_tuple: bool, optional: bool) -> Any:
 
 def parser(cls: type[Program], prog: str | None = None, parser_class: Any = None) -> Any:
     """The command-line parser of the program ``cls``, generated from its fields: ``--field-name`` for
-    each (``--flag`` / ``--no-flag`` for a bool), help from :func:`option`, the default shown."""
+    each (``--flag`` / ``--no-flag`` for a bool, ``A,B,C`` for a tuple, the word ``none`` for None where
+    a field may be None), help from :func:`option`, the default shown."""
     import argparse
 
     factory = parser_class or argparse.ArgumentParser
@@ -174,7 +209,7 @@ def parser(cls: type[Program], prog: str | None = None, parser_class: Any = None
         meta = f.metadata
         shown = f.default is not dataclasses.MISSING and "default" not in meta.get("help", "")
         default = f" (default: {_shown(f.default)})" if shown else ""
-        help_text = meta.get("help", "") + default
+        help_text = meta.get("help", "") + default + (" ('none' unsets it)" if optional else "")
         if scalar is bool and not is_tuple:
             ap.add_argument(option_name(f.name), action=argparse.BooleanOptionalAction, help=help_text)
             continue

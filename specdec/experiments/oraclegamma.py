@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from specdec.experiments.dynamicgamma import check_draft, start_lean
-from specdec.experiments.options import Program, option
+from specdec.experiments.options import Program, Refused, option
 from specdec.theory.checks import check_int
 
 __all__ = ["OracleGammaRun", "draft_runs", "drafters", "measure_costs", "record_runs", "verify_curve_probe"]
@@ -137,9 +137,7 @@ def verify_curve_probe(max_gamma: int, lean: Any) -> dict[str, Any]:
     probe = lean.probe if lean.probe is not None else probe_modes(lean.base.model, [lean.target.mode])
     top = max(int(k) for k in probe["modes"][lean.target.mode]["curve"])
     if max_gamma + 1 > top:
-        raise ValueError(
-            f"--max-gamma must be at most {top - 1}: the verify curve was measured up to k = {top}"
-        )
+        raise Refused(f"--max-gamma must be at most {top - 1}: the verify curve was measured up to k = {top}")
     return probe
 
 
@@ -187,7 +185,7 @@ class OracleGammaRun(Program):
     new_tokens: int = option(64, "tokens of the target's greedy continuation per prompt")
     draft: str = option("distil-l1", "the saved distilled draft")
     out: str | None = option(
-        None, "the record's path (default results/bench/oracle-gamma-<cpu>-<threads>t.json)", key=False
+        None, "the record's path (default results/bench/oracle-gamma-<cpu>-<threads>t.json)"
     )
     max_gamma: int = option(15, "longest draft asked for (verify over 16)")
     c_gamma: int = option(4, "gamma of the calls that measure c")

@@ -136,9 +136,9 @@ class RealDecodingRun(Program):
     ngram_data: tuple[str, ...] | None = option(
         None, "gen-data folders for the n-gram tables (default: every data/distill* folder)"
     )
-    fresh: bool = option(False, "discard a partial run instead of resuming it", key=False)
+    fresh: bool = option(False, "discard a partial run instead of resuming it", once=True)
     out: str | None = option(
-        None, "folder of the record, its CSVs and the partial state (default results/real)", key=False
+        None, "folder of the record, its CSVs and the partial state (default results/real)"
     )
 
     def check(self) -> None:

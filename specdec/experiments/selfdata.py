@@ -451,13 +451,13 @@ class SelfDataRun(Program):
     temperature: float = option(1.0, "of the sampled half (the other is greedy)")
     threads: int = option(1, "the lean engine's threads")
     mode: str = option("q4q8", "the lean engine's mode")
-    out: str | None = option(None, "the data folder (default results/selfdata)", key=False)
-    fresh: bool = option(False, "discard the folder's manifest and shards", key=False)
-    until: str | None = option(None, "stop cleanly at this UTC time", metavar="HH:MM", key=False)
-    minutes: float | None = option(None, "stop cleanly after this many minutes", key=False)
-    build_only: bool = option(False, "build the prompt set and manifest, no decoding", key=False)
-    verify: bool = option(False, "check every file against the manifest and exit", key=False)
-    progress: bool = option(True, "draw a progress bar", key=False)
+    out: str | None = option(None, "the data folder (default results/selfdata)")
+    fresh: bool = option(False, "discard the folder's manifest and shards", once=True)
+    until: str | None = option(None, "stop cleanly at this UTC time", metavar="HH:MM")
+    minutes: float | None = option(None, "stop cleanly after this many minutes")
+    build_only: bool = option(False, "build the prompt set and manifest, no decoding", once=True)
+    verify: bool = option(False, "check every file against the manifest and exit", once=True)
+    progress: bool = option(True, "draw a progress bar")
 
     def check(self) -> None:
         if self.minutes is not None:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from specdec.experiments.campaign import Config, Engine, spec_configs
-from specdec.experiments.options import INCOMPLETE, Program, option
+from specdec.experiments.options import INCOMPLETE, Program, Refused, option, read_record
 from specdec.measure.runner import RunSettings
 from specdec.theory.checks import check_float, check_int, check_ints
 
@@ -293,8 +293,8 @@ def tree_summary(record: Mapping[str, Any]) -> dict[str, Any]:
     (accepted_at / examined_at, pooled over prompts), draft calls per round, and the draft time per
     round in plain steps (c per round: draft_s / rounds over the decode_s / new_tokens of the plain
     run of the same engine, prompt, temperature and repetition; median over prompts and repetitions:
-    :func:`specdec.engine.stats.cost_coefficient` with gamma = 1 in its loop-step unit)."""
-    from specdec.engine.stats import cost_coefficient
+    :func:`specdec.theory.speedup.cost_coefficient` with gamma = 1 in its loop-step unit)."""
+    from specdec.theory.speedup import cost_coefficient
 
     plain_step: dict[tuple[Any, ...], float] = {}
     for r in record["runs"]:
@@ -413,12 +413,13 @@ class TreesRun(Program):
     threads: int | None = option(None, "the engine's threads (default: every usable core)")
     budget_s: float | None = option(None, "stop after the cell that exhausts this many seconds")
     seed: int = option(0, "the sampling seeds start here (cell i: seed + i)")
-    fresh: bool = option(False, "discard a partial record instead of resuming it", key=False)
-    out: str | None = option(
-        None, "the record's path (default results/bench/<set>-<cpu>-<n>t.json)", key=False
-    )
+    fresh: bool = option(False, "discard a partial record instead of resuming it", once=True)
+    out: str | None = option(None, "the record's path (default results/bench/<set>-<cpu>-<n>t.json)")
     reanalyse: str | None = option(
-        None, "only recompute the intervals and tree summary of this complete record", metavar="RECORD"
+        None,
+        "only recompute the intervals and tree summary of this complete record",
+        metavar="RECORD",
+        once=True,
     )
 
     def check(self) -> None:
@@ -446,9 +447,7 @@ class TreesRun(Program):
 
         env = environment()
         if env.get("git_dirty") and not self.quick:
-            raise SystemExit(
-                "trees: the working tree is dirty; commit first (a full run is timed on one clean commit)"
-            )
+            raise Refused("the working tree is dirty; commit first (a full run is timed on one clean commit)")
         new_tokens = self.new_tokens or (16 if self.quick else 128)
         repeats = self.repeats or (1 if self.quick else 3)
         threads = self.threads or native.default_threads()
@@ -506,9 +505,9 @@ def reanalyse(path: str | Path) -> int:
     from specdec.measure.core import environment
     from specdec.theory.recordio import write_record
 
-    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    record = read_record(path)
     if not record.get("complete"):
-        raise ValueError(f"reanalyse: {path} is not a complete record")
+        raise Refused(f"reanalyse: {path} is not a complete record")
     record["trees"] = tree_summary(record)
     record["simultaneous"] = simultaneous(record)
     env = environment()

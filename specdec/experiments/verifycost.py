@@ -36,7 +36,7 @@ class VerifyCostRun(Program):
     kmax: int = option(16, "the curve's k = 1..kmax")
     repeats: int = option(20, "timed repetitions of every k")
     warmup: int = option(2, "untimed calls before the timing")
-    out: str | None = option(None, "write a JSON record here (default: print only)", key=False)
+    out: str | None = option(None, "write a JSON record here (default: print only)")
 
     def check(self) -> None:
         for name in ("threads", "kmax", "repeats"):

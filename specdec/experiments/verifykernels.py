@@ -46,9 +46,9 @@ class VerifyKernelsRun(Program):
     decode_repeats: int = option(7, "plain greedy decodings per library")
     seed: int = option(0, "the seed of the context and of the passes' orders")
     out: str | None = option(
-        None, "the record's path (default results/bench/engine-verify-kernels-<cpu>.json)", key=False
+        None, "the record's path (default results/bench/engine-verify-kernels-<cpu>.json)"
     )
-    fresh: bool = option(False, "discard a partial record with these settings", key=False)
+    fresh: bool = option(False, "discard a partial record with these settings", once=True)
 
     def check(self) -> None:
         for name in ("ks", "threads", "profile_ks"):

@@ -13,7 +13,7 @@ runs in a process of each checkout (``PYTHONPATH`` = that checkout, this file ru
 :func:`side_main`: it uses only the package's public calls, which both have), the processes alternating
 (``specdec run draft-cost``, :class:`specdec.experiments.draftcost.DraftCostRun`), and
 :func:`compare` pairs them per configuration by prompt and repetition: after / before with a bootstrap
-interval over the pairs (:func:`specdec.engine.stats.paired_speedup`'s rule on time per round).
+interval over the pairs (:func:`specdec.theory.intervals.paired_speedup`'s rule on time per round).
 """
 
 from __future__ import annotations
@@ -161,6 +161,7 @@ def _calibration(
 
     from specdec.engine.decoding import autoregressive, speculative_tree
     from specdec.theory.checks import check_int
+    from specdec.theory.speedup import cost_coefficient
 
     if not prompts:
         raise ValueError("calibrate needs at least one development prompt")
@@ -198,7 +199,8 @@ def _calibration(
             ).stats
             round_s = (time.perf_counter() - t0 - st.prefill_s) / st.rounds
             draft_s = st.draft_s / st.rounds
-            samples[b].append(((round_s - draft_s) / step, draft_s / step, max(1, policy.deepest)))
+            c_b = cost_coefficient(st.draft_s, st.rounds, 1, step)  # c per round, loop-step unit
+            samples[b].append(((round_s - draft_s) / step, c_b, max(1, policy.deepest)))
             per_round[b].append(st.new_tokens / st.rounds)
             # a fixed budget tells the drafter the prompt's positions in the prefill (start, extend)
             catch_up.append(max(0.0, st.prefill_s - plain.prefill_s) / max(len(prompt) - 1, 1) / step)
@@ -379,15 +381,20 @@ def git_commit(folder: str) -> str:
 
 
 def _side(rows: list[dict]) -> dict[str, float]:
-    """c per round and per call, calls per round and the plain step: medians over the rows."""
+    """c per round and per call (:func:`specdec.theory.speedup.cost_coefficient`, gamma = 1, per round or
+    per draft call, in plain loop steps), calls per round and the plain step: medians over the rows."""
     import numpy as np
+
+    from specdec.theory.speedup import cost_coefficient
 
     def med(values: list[float]) -> float:
         return float(np.median(values))
 
     return {
-        "c_round": med([r["draft_s"] / r["rounds"] / r["plain_step_s"] for r in rows]),
-        "c_call": med([r["draft_s"] / max(r["draft_calls"], 1) / r["plain_step_s"] for r in rows]),
+        "c_round": med([cost_coefficient(r["draft_s"], r["rounds"], 1, r["plain_step_s"]) for r in rows]),
+        "c_call": med(
+            [cost_coefficient(r["draft_s"], max(r["draft_calls"], 1), 1, r["plain_step_s"]) for r in rows]
+        ),
         "calls_per_round": med([r["draft_calls"] / r["rounds"] for r in rows]),
         "plain_step_ms": med([r["plain_step_s"] for r in rows]) * 1e3,
     }

@@ -34,6 +34,7 @@ __all__ = [
     "accepted_pmf",
     "best_gamma_on_curve",
     "break_even_alpha",
+    "cost_coefficient",
     "expected_tokens",
     "ops_factor",
     "optimal_gamma",
@@ -338,3 +339,35 @@ def break_even_alpha(c: float, curve: Mapping[int, float], tol: float = 1e-9) ->
         mid = 0.5 * (low + high)
         low, high = (low, mid) if wins(mid) else (mid, high)
     return high
+
+
+def cost_coefficient(draft_s: float, rounds: int, gamma: int, step_s: float) -> float:
+    """The paper's c (Definition 3.7) of a speculative call: draft time per round / gamma / step_s.
+
+    Theorem 3.8 prices a round at ``gamma c + 1`` target steps, so c is measured as the time a
+    round spends drafting (``draft_s / rounds``) per drafted position (over ``gamma``), in
+    units of one single-token target step ``step_s`` (T(1), measured by plain decoding: the
+    ``step_s`` of an autoregressive call's :class:`specdec.engine.stats.Stats`). For a model drafter
+    that runs gamma steps a round this is the time of one draft step over one target step; for prompt
+    lookup (one lookup a round) it is that lookup's time spread over the gamma positions, so that
+    ``gamma c`` is the drafting time of a round either way. 0 when nothing was drafted.
+
+    The unit is part of the number, so every caller states which of two it measures:
+
+    * **a loop step** (the default reading): ``draft_s`` and ``rounds`` from a speculative call's
+      Stats and ``step_s`` a plain decoding's time per step (its Stats' ``step_s``, or a plain
+      run's decode time per token), so both sides carry the loop's own work (sampling,
+      bookkeeping); this is the c that Theorem 3.8 prices a round with;
+    * **a bare forward**: ``draft_s`` one timed draft forward of one token and ``step_s`` one timed
+      target forward of one token after the same context, ``rounds = gamma = 1`` (the engines'
+      T_draft(1) / T_target(1), no loop around either): the models' own cost ratio, which a loop
+      step's c exceeds by the loop's work.
+
+    ``gamma = 1`` with a loop's ``draft_s`` and ``rounds`` gives c per round (a round's whole drafting
+    in steps: ``gamma c``, or a tree's draft time per round).
+    """
+    check_float("draft_s", draft_s, low=0.0, note="a time in seconds")
+    check_float("step_s", step_s, low=0.0, open_low=True, note="a measured target step in seconds")
+    for name, value in (("rounds", rounds), ("gamma", gamma)):
+        check_int(name, value, low=1)
+    return draft_s / rounds / gamma / step_s
