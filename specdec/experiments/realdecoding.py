@@ -259,7 +259,7 @@ def ngram_corpus(
     engine: dict[str, Any], folders: list[Path], n_fallback: int, max_new: int, seed: int
 ) -> tuple[list[list[int]], str]:
     """Target-generated responses for the n-gram tables: the distillation shards when present
-    (``python -m specdec.train.distill gen-data``, training prompts disjoint from the evaluation), else
+    (``specdec run distill-data``, training prompts disjoint from the evaluation), else
     temperature-1 generations of the target on ``n_fallback`` training prompts."""
     from specdec.engine.decoding import autoregressive
 
