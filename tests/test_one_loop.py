@@ -215,3 +215,19 @@ def test_stats_take_beta_per_examined_position_and_trees_know_chains():
     from specdec.theory.trees import DraftTree
 
     assert not DraftTree([1, 2, 3], [-1, -1, 0]).is_chain
+
+
+def test_a_trees_stats_mean_what_a_chains_do(target, drafters):
+    """One Stats for chains and trees: the tree loop's budget is ``gamma`` (``budget``), a round's nodes
+    are ``drafted`` and never exceed it, its accepted depth is ``accepted``, and tokens per target call
+    is ``mean_tokens_per_round`` (new tokens over target calls)."""
+    from specdec.drafting.lookuptree import LookupTreeDrafter
+
+    for drafter, budget in ((ChainTree(drafters["lookup"]()), 4), (LookupTreeDrafter(), 6)):
+        gen = speculative_tree(target, drafter, PROMPTS[2], budget=budget, max_new_tokens=24)
+        st = gen.stats
+        assert st.budget == st.gamma == budget
+        assert max(st.drafted) <= budget and sum(st.drafted) > 0
+        assert all(0 <= a <= k for a, k in zip(st.accepted, st.drafted, strict=True))
+        assert st.mean_tokens_per_round == pytest.approx(st.new_tokens / st.target_calls)
+

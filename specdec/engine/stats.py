@@ -71,6 +71,13 @@ class Stats:
       ``max_drafts`` (it then defaults to gamma, the bound :meth:`record_round` checks) the
       lists start empty and grow to the deepest position a round reached, so ``Stats(gamma=10**9)``
       costs no more than the rounds it records.
+
+    One meaning for chains and trees (one loop runs both, a chain being a tree of one branch:
+    :func:`specdec.engine.decoding.speculative_tree`): ``gamma`` is a round's budget (a chain's
+    gamma, a tree's node budget; :attr:`budget` names it so), ``drafted`` a round's nodes (a chain's
+    length), ``accepted`` the accepted depth A (the accepted path's length), ``examined_at`` /
+    ``accepted_at`` count per depth, and ``mean_tokens_per_round`` is tokens per target call. The field
+    keeps the paper's name ``gamma``, which every stored record's Stats uses.
     """
 
     gamma: int
@@ -104,6 +111,11 @@ class Stats:
             self.accepted_at = [0] * self.max_drafts
 
     # -- recording -----------------------------------------------------------------------
+    @property
+    def budget(self) -> int:
+        """A round's budget: a chain's gamma, a tree's node budget (the field ``gamma``)."""
+        return self.gamma
+
     def record_round(
         self,
         p: torch.Tensor,
