@@ -116,6 +116,30 @@ def test_an_earlier_library_loads_beside_this_one_and_gives_the_same_logits():
     assert dec["same_tokens"] and len(dec["seconds_per_token"]["after"]) == 2
 
 
+def test_campaign_v2s_library_runs_on_structures_that_only_grew_at_their_end():
+    """Campaign v2's library (ABI 5: model_t without the phase_s pointer ABI 6 appended) is accepted on
+    this checkout's structures, says so in its info, and gives the same logits bit for bit; a library
+    whose sizes are not such a prefix is still refused."""
+    from specdec.experiments.campaign3 import V2_COMMIT
+
+    needs_q8()
+    if not has_commit(V2_COMMIT):
+        pytest.skip(f"no git history with commit {V2_COMMIT} here")
+    old, info = vk.library_at(V2_COMMIT)
+    assert info["abi"] == 5
+    assert info["structures"]["its_sizes"][3] + 8 == info["structures"]["ours"][3]
+    model = LeanLlama(wide_model(), "q4q8", threads=2)
+    views = vk.library_views(model, vk.forwards_of(model, {"v2": old, "now": None}), 2)
+    assert vk.equal_logits(views, list(range(3, 40)), [1, 2, 5])["bit_equal"]
+    grown = dict(native._Q8_APPENDED)
+    try:  # without the rule, ABI 5's smaller model_t is refused
+        native._Q8_APPENDED.clear()
+        with pytest.raises(OSError, match="structure sizes"):
+            vk.library_at(V2_COMMIT)
+    finally:
+        native._Q8_APPENDED.update(grown)
+
+
 def test_a_commit_without_the_sources_is_refused():
     if not has_commit("HEAD"):
         pytest.skip("no git history here")

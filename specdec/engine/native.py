@@ -705,6 +705,11 @@ def peak_work(kind: str, iters: int, threads: int) -> float:
     return float(work)
 
 
+#: Bytes appended at the end of a structure, by the q4q8 ABI that appended them (the ABI history in
+#: ``csrc/leanq8.c``): a library of an earlier ABI reads the same leading fields and never the new ones,
+#: so it runs on this checkout's structures. 6: ``model_t`` gained ``phase_s`` (a pointer) at its end.
+_Q8_APPENDED: dict[int, dict[int, int]] = {6: {3: ctypes.sizeof(ctypes.c_void_p)}}
+
 #: The q4q8 entry points an earlier ABI may lack (:func:`q8_library_from` lists those missing).
 _Q8_NEWER = (
     "specdec_q8_amx",
@@ -721,7 +726,8 @@ def q8_library_from(sources: Mapping[str, bytes]) -> tuple[ctypes.CDLL, dict[str
     sources, flags and compiler, and loaded beside this build under its own name: for a benchmark that
     compares builds in one process (:mod:`specdec.measure.verifykernels`). Its entry points are declared;
     an earlier ABI lacks the newer ones (listed under ``"lacks"``). Its model structures must be this
-    checkout's (the sizes its ABI function reports; its version may be older): OSError otherwise, and
+    checkout's (the sizes its ABI function reports; its version may be older), or those of an earlier ABI
+    whose structures ours only extend at their end (:data:`_Q8_APPENDED`): OSError otherwise, and
     when no compiler builds it. Returns the library and what a record says of it."""
     from specdec.engine.models import cache_root
 
@@ -754,10 +760,17 @@ def q8_library_from(sources: Mapping[str, bytes]) -> tuple[ctypes.CDLL, dict[str
     sizes = (ctypes.c_int64 * 4)()
     version = lib.specdec_q8_abi(sizes, 4)
     want = [ctypes.sizeof(t) for t in (Q41, Q80, Layer, Model)]
-    if list(sizes) != want:
+    prefix = list(want)  # the sizes an earlier ABI's structures have: ours less what later ABIs appended
+    for abi, grown in _Q8_APPENDED.items():
+        if int(version) < abi:
+            for i, extra in grown.items():
+                prefix[i] -= extra
+    if list(sizes) != prefix:
         raise OSError(f"that leanq8 has structure sizes {list(sizes)} (ABI {version}); here: {want}")
     isa_name = lib.specdec_q8_isa().decode()
     info = {"abi": int(version), "isa": isa_name, "flags": flags, "library": path.name, "lacks": lacks}
+    if prefix != want:  # said in the record: the library reads a leading part of our structures
+        info["structures"] = {"its_sizes": list(sizes), "ours": want, "rule": "fields appended since its ABI"}
     return lib, info
 
 

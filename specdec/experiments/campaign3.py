@@ -16,9 +16,10 @@ The design (:class:`Campaign3Settings`, the record's settings and resume key) is
   lowest-overhead loop and its high-level one (campaign v2's rows); and **v2's engine**: this lean
   engine's weights decoded by the C library of campaign v2's commit (``v2_commit``, built here with
   this machine's compiler: :func:`specdec.measure.verifykernels.library_at`), so that the record shows
-  what the engine work bought on the same machine, in the same run. At this commit v2's library has
-  another ABI's structure sizes than this checkout's model, so the run is refused before anything loads
-  unless ``--no-v2-engine`` leaves the row out (its settings then hold ``v2_commit: null``).
+  what the engine work bought on the same machine, in the same run. v2's library is of ABI 5, whose
+  structures this checkout's only extend at their end (:func:`specdec.engine.native.q8_library_from`
+  says so in the record); a library that cannot run here is refused before anything loads, unless
+  ``--no-v2-engine`` leaves the row out (its settings then hold ``v2_commit: null``).
   transformers is left out (a tenth of the lean engine's speed in campaign v2, never a candidate for
   the fastest plain decoder).
 * **Families** (:data:`CONFIGS`): campaign v2's twelve and the drafters trained on the target's own
