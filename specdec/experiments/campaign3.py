@@ -32,7 +32,7 @@ The design (:class:`Campaign3Settings`, the record's settings and resume key) is
   (:func:`specdec.measure.verifykernels.measure_peaks`) and the model's work and bytes per row
   (:func:`~specdec.measure.verifykernels.model_counts`).
 
-The analysis is campaign v2's (:func:`specdec.experiments.campaign2.analyse`): the cross-fit under each
+The analysis is campaign v2's (:func:`specdec.experiments.campaign2.finish`): the cross-fit under each
 estimator, end to end, and Bonferroni-simultaneous intervals; plus the tree summary.
 ``specdec run campaign3`` is the command (:class:`Campaign3Run`).
 """
@@ -61,7 +61,6 @@ __all__ = [
     "Campaign3Run",
     "Campaign3Settings",
     "build",
-    "finish",
 ]
 
 PROMPTS = Path(__file__).resolve().parents[1] / "data" / "workloads" / "heldout" / "campaign-v3.jsonl"
@@ -192,20 +191,6 @@ def build(
     return built
 
 
-def finish(record: dict[str, Any], out: Path) -> None:
-    """The analyses of a complete record (campaign v2's, and the tree summary), with the commit that
-    computed them, written to ``out``."""
-    from specdec.experiments.trees import tree_summary
-    from specdec.measure.core import environment
-    from specdec.theory.recordio import write_record
-
-    record["analyses"] = c2.analyse(record)
-    record["trees"] = tree_summary(record)
-    env = environment()
-    record["analysed_with"] = {k: env.get(k) for k in ("git_commit", "git_dirty", "timestamp_utc")}
-    write_record(out, record, indent=1, sort_keys=False)
-
-
 @dataclasses.dataclass(frozen=True)
 class Campaign3Run(Program):
     """Campaign v3: every plain decoder, family and policy on frozen prompts, with v2's engine as a row.
@@ -256,7 +241,7 @@ class Campaign3Run(Program):
             record = read_record(self.reanalyse)
             if not record.get("complete"):
                 raise Refused(f"reanalyse: {self.reanalyse} is not a complete record")
-            finish(record, Path(self.reanalyse))
+            c2.finish(record, Path(self.reanalyse))
             return 0
         from specdec.engine import native
         from specdec.engine.models import set_threads
@@ -323,5 +308,5 @@ class Campaign3Run(Program):
         if not record["complete"]:
             return INCOMPLETE
         record["kind"] = "campaign-v3"
-        finish(record, out)
+        c2.finish(record, out)  # campaign v2's analyses and the tree summary
         return 0
