@@ -105,13 +105,30 @@ def test_draft_costs_time_each_draft_mode_against_the_target_and_keep_the_sample
     monkeypatch.setattr(dn, "load_draft", lambda name, target: drafts[name])
     target = LeanLlama(wide_model(), "q4q8", threads=1)
     res = enginebench.draft_costs(target, None, list(range(1, 20)), 1, repeats=3, early_exit=(1,), log=None)
-    assert set(res["drafts"]) == {"int8/float32", "int8/bfloat16", "int8/q4q8", "float/float32",
-                                  "float/bfloat16", "ee-1/q4q8"}  # fmt: skip
+    assert set(res["drafts"]) == {"draft:int8/float32", "draft:int8/bfloat16", "draft:int8/q4q8",
+                                  "draft:float/float32", "draft:float/bfloat16",
+                                  "early-exit:1/q4q8"}  # fmt: skip
     assert {r["group"] for r in res["drafts"].values()} == {"C forward", "torch"}
-    assert res["drafts"]["int8/q4q8"]["group"] == res["drafts"]["ee-1/q4q8"]["group"] == "C forward"
+    assert (
+        res["drafts"]["draft:int8/q4q8"]["group"]
+        == res["drafts"]["early-exit:1/q4q8"]["group"]
+        == "C forward"
+    )
     for row in res["drafts"].values():
         base = np.asarray(res["groups"][row["group"]]["target_samples_s"])
         t = np.asarray(row["samples_s"])
         assert len(t) == len(base) == 3
         assert row["c"] == pytest.approx(float(np.exp(np.log(t / base).mean())))
         assert row["c_ci"][0] <= row["c"] <= row["c_ci"][1]
+
+
+def test_an_older_records_draft_names_are_read_as_registry_specs():
+    """The engine records made before the registry names (``distil-l1/q4q8``, ``ee-8/q4q8``) are read
+    with the specs the benchmark writes now; a record already named by specs comes back equal."""
+    from specdec.analysis.hardware import draft_cost_drafts
+
+    old = {"drafts": {"distil-l1/q4q8": {"c": 0.1}, "ee-8/q4q8": {"c": 0.4}, "distil-l2/bfloat16": {"c": 1}}}
+    new = draft_cost_drafts(old)
+    assert new == {"draft:distil-l1/q4q8": {"c": 0.1}, "early-exit:8/q4q8": {"c": 0.4},
+                   "draft:distil-l2/bfloat16": {"c": 1}}  # fmt: skip
+    assert draft_cost_drafts({"drafts": new}) == new and draft_cost_drafts(None) == {}

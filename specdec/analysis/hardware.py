@@ -33,6 +33,7 @@ __all__ = [
     "batch_gains",
     "best_gamma_on_curve",
     "break_even_alpha",
+    "draft_cost_drafts",
     "draft_costs",
     "gpu_shapes",
     "gpu_surface",
@@ -52,6 +53,22 @@ def load_record(path: str | Path) -> dict[str, Any]:
     """A JSON record, with its file name under ``"file"``."""
     p = Path(path)
     return {**json.loads(p.read_text(encoding="utf-8")), "file": p.name}
+
+
+def draft_cost_drafts(draft_costs: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The drafts of an engine record's ``draft_costs`` keyed ``SPEC/mode`` by the drafter registry's
+    spec (``draft:distil-l1/q4q8``, ``early-exit:8/q4q8``): the key the engine benchmark writes now; an
+    older record's ``distil-l1/q4q8`` (a saved draft's bare name) and ``ee-8/q4q8`` mapped here, once, for
+    every chapter that reads one. Empty without draft costs."""
+    out = {}
+    for key, d in ((draft_costs or {}).get("drafts") or {}).items():
+        name, _, mode = key.rpartition("/")
+        if name.startswith("ee-") and name[3:].isdigit():
+            name = f"early-exit:{name[3:]}"
+        elif ":" not in name:  # a saved distilled draft's bare name
+            name = f"draft:{name}"
+        out[f"{name}/{mode}"] = d
+    return out
 
 
 def verify_curves(record: Mapping[str, Any]) -> dict[str, dict[int, float]]:

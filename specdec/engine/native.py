@@ -705,9 +705,8 @@ def peak_work(kind: str, iters: int, threads: int) -> float:
     return float(work)
 
 
-#: Bytes appended at the end of a structure, by the q4q8 ABI that appended them (the ABI history in
-#: ``csrc/leanq8.c``): a library of an earlier ABI reads the same leading fields and never the new ones,
-#: so it runs on this checkout's structures. 6: ``model_t`` gained ``phase_s`` (a pointer) at its end.
+#: ABI -> {structure index: bytes that ABI appended at the structure's end} (``csrc/leanq8.c``'s history):
+#: an earlier library reads the same leading fields, never the new ones. 6: model_t's phase_s pointer.
 _Q8_APPENDED: dict[int, dict[int, int]] = {6: {3: ctypes.sizeof(ctypes.c_void_p)}}
 
 #: The q4q8 entry points an earlier ABI may lack (:func:`q8_library_from` lists those missing).

@@ -209,7 +209,8 @@ def draft_costs(
     early_exit: Sequence[int] = (8,),
     log: Log | None = _print,
 ) -> dict[str, Any]:
-    """c (Definition 3.7) of every saved distilled draft in each mode that keeps its weights
+    """c (Definition 3.7) of every saved distilled draft in each mode that keeps its weights (keyed by
+    its registry spec and mode: ``draft:distil-l1/q4q8``, ``early-exit:8/q4q8``)
     (:func:`specdec.measure.modes.draft_modes`: the torch modes, and q4q8 on the drafts' own int8
     codes) and of the early-exit drafts of ``target``, against ``target``'s step: T(1) of each,
     interleaved with the target's in one run (:func:`specdec.measure.core.engine_verify_curves`),
@@ -230,11 +231,11 @@ def draft_costs(
     for name in list_drafts():
         hf = load_draft(name, base_model)
         for mode in draft_modes(hf):
-            models[f"{name}/{mode}"] = open_draft(hf, EngineSpec("lean", mode, threads)).model
+            models[f"draft:{name}/{mode}"] = open_draft(hf, EngineSpec("lean", mode, threads)).model
     if isinstance(target, LeanLlama):
         for n in early_exit:
             if 1 <= n < target.num_layers:
-                models[f"ee-{n}/{target.mode}"] = target.early_exit(n)
+                models[f"early-exit:{n}/{target.mode}"] = target.early_exit(n)
     out, groups = {}, {}
     for label, names in timing_groups({name: m.mode for name, m in models.items()}):  # each with the target
         group = {name: models[name] for name in names}
