@@ -20,6 +20,7 @@ from specdec.experiments.campaign import (
     run_campaign,
     spec_configs,
 )
+from specdec.theory.checks import Refused
 
 NEW = 6
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -129,7 +130,7 @@ def test_budget_stop_then_resume_equals_an_uninterrupted_run(setup, tmp_path):
         sa, sb = ra.get("stats", {}), rb.get("stats", {})
         assert ra == rb, {k: (sa.get(k), sb.get(k)) for k in sa.keys() | sb.keys() if sa.get(k) != sb.get(k)}
     assert a == b
-    with pytest.raises(SystemExit, match="other settings"):
+    with pytest.raises(Refused, match="other settings"):
         partial_path(out).write_text(json.dumps(stored))
         engines, configs, prompts = setup
         run_campaign(

@@ -269,14 +269,24 @@ def test_errors(target, data, tmp_path):
         (["distill-data", "--tokens", "0"], "--tokens must be an integer >= 1; got 0"),
         (["distill-data", "--dtype", "float16"], "--dtype must be one of float32, bfloat16"),
         (["distill-data", "--minutes", "0"], "--minutes must be a finite number > 0.0"),
-        (["distill-train", "--steps", "5", "--minutes", "1"], "--steps must not be given with minutes"),
+        (["distill-train", "--steps", "5", "--minutes", "1"], "--steps must not be given with --minutes"),
         (["distill-train", "--data", ""], "--data must name one or more folders"),
         (["distill-train", "--draft-name", "../x"], "--draft-name must be a plain folder name"),
+        # no default folder of the book's data or drafters is written to by a bare command
+        (["distill-data"], "--out is needed"),
+        (["self-features"], "--out is needed"),
+        (["distill-train", "--draft-name", "distil-l1"], "distil-l1 is a committed draft"),
+        (["cond-train", "--family", "eagle", "--draft-name", "eagle-ttt"], "eagle-ttt is a committed draft"),
     ],
 )
-def test_the_programs_refuse_bad_options_before_loading(argv, message, capsys):
+def test_the_programs_refuse_bad_options_before_loading(argv, message, capsys, monkeypatch):
     from specdec.cli.app import main
+    from specdec.experiments import training
 
+    def no_load(*a, **k):
+        raise AssertionError("refused only after loading the target")
+
+    monkeypatch.setattr(training, "_target", no_load)
     assert main(["run", *argv]) == 2
     assert message in capsys.readouterr().err
 

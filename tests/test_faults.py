@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specdec.theory.checks import Refused
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -532,7 +534,7 @@ def test_a_damaged_partial_state_is_one_line_naming_the_file(rd, tmp_path):
     path.write_text('{"settings_key": {"quick": tr')  # killed mid-write by another tool
     from specdec.measure.runner import open_partial
 
-    with pytest.raises(SystemExit) as caught:
+    with pytest.raises(Refused) as caught:
         open_partial(path, args, key="settings_key")
     message = str(caught.value)
     assert str(path) in message and "--fresh" in message and "\n" not in message

@@ -230,4 +230,3 @@ def test_a_trees_stats_mean_what_a_chains_do(target, drafters):
         assert max(st.drafted) <= budget and sum(st.drafted) > 0
         assert all(0 <= a <= k for a, k in zip(st.accepted, st.drafted, strict=True))
         assert st.mean_tokens_per_round == pytest.approx(st.new_tokens / st.target_calls)
-

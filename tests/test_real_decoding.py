@@ -16,6 +16,7 @@ from specdec.analysis import realtables
 from specdec.cli.app import main
 from specdec.experiments import options as program_options
 from specdec.experiments.realdecodingrun import RealDecodingRun
+from specdec.theory.checks import Refused
 from specdec.theory.intervals import ratio_ci
 from specdec.theory.speedup import walltime_speedup
 
@@ -182,13 +183,13 @@ def test_resume_refuses_other_settings(tmp_path):
     assert resume(args)["done"] == ["x"]
     for flag, value, name in (("--repeats", "4", "repeats"), ("--verify-repeats", "9", "verify_repeats")):
         other = settings(["--no-trained", "--quick", flag, value, "--out", str(tmp_path)])
-        with pytest.raises(SystemExit, match=f"other settings \\({name}\\)"):
+        with pytest.raises(Refused, match=f"other settings \\({name}\\)"):
             resume(other)
     fresh = settings(["--no-trained", "--quick", "--fresh", "--out", str(tmp_path)])
     assert resume(fresh) is None
     for damaged in ("[1]", '{"settings_key": '):
         path.write_text(damaged)
-        with pytest.raises(SystemExit, match="is damaged and cannot be resumed .*pass --fresh"):
+        with pytest.raises(Refused, match="is damaged and cannot be resumed .*pass --fresh"):
             resume(args)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from specdec.measure import runner
 from specdec.measure.runner import RunSettings, not_key, open_partial, run_cells
+from specdec.theory.checks import Refused
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +32,7 @@ def test_open_partial_resumes_equal_settings_and_names_the_ones_that_differ(tmp_
     assert open_partial(path, Design(3)) is None
     path.write_text(json.dumps({"settings": Design(3).to_record(), "done": ["a"]}))
     assert open_partial(path, Design(3, out="x"))["done"] == ["a"]
-    with pytest.raises(SystemExit, match=r"other settings \(repeats\)"):
+    with pytest.raises(Refused, match=r"other settings \(repeats\)"):
         open_partial(path, Design(4))
     assert open_partial(path, Design(4), fresh=True) is None
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from specdec.experiments import selfdata as sd
+from specdec.theory.checks import Refused
 from specdec.train import selfprompts as sp
 from specdec.train import selfshards
 from specdec.train.selftext import Piece, chunks, roff_text
@@ -167,7 +168,7 @@ def test_resume_continues_without_duplicates_and_the_hashes_match(tmp_path):
     with pytest.raises(ValueError, match="shard-00002.npz: sha256"):
         selfshards.verify_manifest(cut)
     # another design does not resume this folder
-    with pytest.raises(SystemExit, match="other settings"):
+    with pytest.raises(Refused, match="other settings"):
         _run(cut, sd.SelfDataSettings(prompts=12, shard_prompts=4, max_new_tokens=6), src, model=model)
 
 

@@ -68,4 +68,3 @@ def test_stats_without_max_drafts_grows_with_the_work():
         Stats(gamma=2, max_drafts=3)
     with pytest.raises(ValueError, match="gamma must be an integer >= 0; got -1"):
         Stats(gamma=-1)
-

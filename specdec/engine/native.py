@@ -705,9 +705,9 @@ def peak_work(kind: str, iters: int, threads: int) -> float:
     return float(work)
 
 
-#: ABI -> {structure index: bytes that ABI appended at the structure's end} (``csrc/leanq8.c``'s history):
-#: an earlier library reads the same leading fields, never the new ones. 6: model_t's phase_s pointer.
-_Q8_APPENDED: dict[int, dict[int, int]] = {6: {3: ctypes.sizeof(ctypes.c_void_p)}}
+#: ABI -> (the earliest ABI whose layout it only extends, {structure index: bytes appended at its end})
+#: (``csrc/leanq8.c``'s history): 6 appended model_t's phase_s pointer to ABI 5's structures.
+_Q8_APPENDED: dict[int, tuple[int, dict[int, int]]] = {6: (5, {3: ctypes.sizeof(ctypes.c_void_p)})}
 
 #: The q4q8 entry points an earlier ABI may lack (:func:`q8_library_from` lists those missing).
 _Q8_NEWER = (
@@ -760,8 +760,8 @@ def q8_library_from(sources: Mapping[str, bytes]) -> tuple[ctypes.CDLL, dict[str
     version = lib.specdec_q8_abi(sizes, 4)
     want = [ctypes.sizeof(t) for t in (Q41, Q80, Layer, Model)]
     prefix = list(want)  # the sizes an earlier ABI's structures have: ours less what later ABIs appended
-    for abi, grown in _Q8_APPENDED.items():
-        if int(version) < abi:
+    for abi, (since, grown) in _Q8_APPENDED.items():
+        if since <= int(version) < abi:  # an ABI before ``since`` laid its fields out otherwise
             for i, extra in grown.items():
                 prefix[i] -= extra
     if list(sizes) != prefix:

@@ -52,6 +52,7 @@ __all__ = [
     "estimate_seconds",
     "reanalyse",
     "reopen",
+    "resumable",
     "run_campaign",
     "spec_configs",
 ]
@@ -272,6 +273,32 @@ def partial_path(out: Path) -> Path:
     return out.with_name(out.name.removesuffix(".json") + ".partial.json")
 
 
+def resumable(
+    out: str | Path,
+    engines: Sequence[Engine],
+    configs: Sequence[Config],
+    settings: RunSettings | Mapping[str, Any],
+    *,
+    fresh: bool = False,
+) -> dict[str, Any] | None:
+    """The partial record of ``out`` that a run of these engines, configurations and settings resumes
+    (None: none, or ``fresh``); :class:`~specdec.theory.checks.Refused` when it was made with other
+    settings, engines or configurations. A program calls it before it times anything (its verify
+    curves, its roofs), so that a run that cannot resume stops at once; :func:`run_campaign` calls it
+    again."""
+    part = partial_path(Path(out))
+    stored = settings.to_record() if isinstance(settings, RunSettings) else as_stored(dict(settings))
+    record = open_partial(part, stored, fresh=fresh, what="partial campaign")
+    if record is not None:
+        ids = [c["id"] for c in all_configs(engines, configs)]
+        if [c["id"] for c in record.get("configs", [])] != ids:
+            raise Refused(
+                f"{part} was run with other engines or configurations (a mode chosen anew, a draft or "
+                "llama.cpp missing?): rerun with the settings and --mode in the file, or pass --fresh"
+            )
+    return record
+
+
 def run_campaign(
     engines: Sequence[Engine],
     configs: Sequence[Config],
@@ -298,7 +325,7 @@ def run_campaign(
     ``prompts``: dicts with ``task``, ``id``, ``ids`` and ``index`` (the position in its task's list:
     the cross-fit half is ``index`` mod 2). ``settings`` (the program's
     :class:`~specdec.measure.runner.RunSettings`, by its ``to_record()``; a mapping, as stored) must
-    equal a partial record's to resume it (else SystemExit naming the differences; ``fresh`` discards
+    equal a partial record's to resume it (else Refused naming the differences; ``fresh`` discards
     it). ``header``: what the record
     says about the run (command, environment, machine, left-out engines). ``budget_s``: stop
     after the cell that brings the run's own time to or past it. ``eos_token_id``: generations stop
@@ -318,14 +345,8 @@ def run_campaign(
     part = partial_path(out)
     settings = settings.to_record() if isinstance(settings, RunSettings) else as_stored(dict(settings))
     todo = cells(prompts, temperatures)
-    record = open_partial(part, settings, fresh=fresh, what="partial campaign")
+    record = resumable(out, engines, configs, settings, fresh=fresh)
     if record is not None:
-        ids = [c["id"] for c in all_configs(engines, configs)]
-        if [c["id"] for c in record.get("configs", [])] != ids:
-            raise Refused(
-                f"{part} was run with other engines or configurations (a mode chosen anew, a draft or "
-                "llama.cpp missing?): rerun with the settings and --mode in the file, or pass --fresh"
-            )
         log(f"[campaign] resuming {part}: {len(record['done'])} of {len(todo)} cells done")
     if record is None:
         record = jsonable(

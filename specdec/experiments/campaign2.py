@@ -333,7 +333,7 @@ class Campaign2Run(Program):
             return 0
         from specdec.engine import native
         from specdec.engine.models import set_threads
-        from specdec.experiments.campaign import evaluation_cells, partial_path, run_campaign
+        from specdec.experiments.campaign import evaluation_cells, partial_path, resumable, run_campaign
         from specdec.experiments.trees import heldout_prompts, verify_curves
         from specdec.measure.benchargs import ROOT
         from specdec.measure.core import cpu_name, environment
@@ -374,6 +374,7 @@ class Campaign2Run(Program):
             prompts, sha = heldout_prompts(built["tokenizer"], PROMPTS)
 
         settings = dataclasses.replace(settings, prompts_sha256=sha)
+        resumable(out, built["engines"], built["configs"], settings, fresh=self.fresh)  # before any timing
         target = built["engines"][0].model
         set_threads(threads)
         print("[campaign2] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)

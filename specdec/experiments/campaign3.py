@@ -136,7 +136,7 @@ def v2_library(commit: str) -> tuple[Any, dict[str, Any]]:
 
     try:
         return vk.library_at(commit)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, AttributeError) as exc:  # AttributeError: an ABI without our entry points
         raise Refused(
             f"campaign v2's engine (commit {commit[:7]}) cannot run here: {' '.join(str(exc).split())}; "
             "pass --no-v2-engine to run without that row (the record's settings then say so)"
@@ -245,7 +245,7 @@ class Campaign3Run(Program):
             return 0
         from specdec.engine import native
         from specdec.engine.models import set_threads
-        from specdec.experiments.campaign import evaluation_cells, partial_path, run_campaign
+        from specdec.experiments.campaign import evaluation_cells, partial_path, resumable, run_campaign
         from specdec.experiments.trees import heldout_prompts, verify_curves
         from specdec.measure.benchargs import ROOT
         from specdec.measure.core import cpu_name, environment
@@ -281,6 +281,7 @@ class Campaign3Run(Program):
         else:
             prompts, sha = heldout_prompts(built["tokenizer"], PROMPTS)
         settings = dataclasses.replace(settings, prompts_sha256=sha)
+        resumable(out, built["engines"], built["configs"], settings, fresh=self.fresh)  # before any timing
         target = built["engines"][0].model
         set_threads(threads)
         print("[campaign3] timing verify calls of N rows (v(N)) and the kernels' roofs", file=sys.stderr)

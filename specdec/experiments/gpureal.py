@@ -44,7 +44,7 @@ from specdec.measure.device import device_info, device_slug, free_memory
 from specdec.measure.pairedrun import paired_block, timed_generation
 from specdec.measure.runner import Deadline, Recorder, RunSettings
 from specdec.measure.surfaces import kernel_seconds
-from specdec.theory.checks import check_int, check_seed
+from specdec.theory.checks import Refused, check_int, check_seed
 from specdec.theory.tokens import first_divergence
 
 __all__ = [
@@ -453,7 +453,7 @@ def run_real(
         torch.set_num_threads(s.threads)
     cuda = torch.device(s.device).type == "cuda"
     if cuda and not torch.cuda.is_available():
-        raise SystemExit("CUDA is not available here; on a CPU run with --device cpu --quick")
+        raise Refused("CUDA is not available here; on a CPU run with --device cpu --quick")
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False  # float32 means float32 (exactness checks)
     draft_root = Path(drafts_root)

@@ -39,7 +39,7 @@ from specdec.measure.surfaces import (
     engine_forward_times,
     kernel_time_surface,
 )
-from specdec.theory.checks import check_choice, check_float, check_int
+from specdec.theory.checks import Refused, check_choice, check_float, check_int
 
 __all__ = ["GpuRecord", "GpuRecordRun", "plan", "run_record"]
 
@@ -132,7 +132,7 @@ def run_record(
     if s.threads:
         torch.set_num_threads(s.threads)
     if torch.device(s.device).type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("CUDA is not available here; on a CPU run with --device cpu --quick")
+        raise Refused("CUDA is not available here; on a CPU run with --device cpu --quick")
     dtype = getattr(torch, s.dtype)
     p = plan(s)
     info = device_info(s.device)

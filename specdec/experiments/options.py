@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from specdec.theory.checks import Refused
+
 __all__ = [
     "INCOMPLETE",
     "Program",
@@ -42,12 +44,6 @@ __all__ = [
     "parser",
     "read_record",
 ]
-
-
-class Refused(ValueError):
-    """A program refuses what it was given, found only when it runs but before it measures anything (a
-    record that is not complete, a dirty working tree, a missing side): ``specdec run`` reports it as one
-    line with the usage status 2. Any other error of a run is a failure and keeps its traceback."""
 
 
 def read_record(path: str | Any) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from specdec.experiments.options import INCOMPLETE, Program, option
 from specdec.measure.runner import RunSettings, not_key, open_partial, run_cells
-from specdec.theory.checks import check_choice, check_float, check_int, check_seed
+from specdec.theory.checks import Refused, check_choice, check_float, check_int, check_seed
 from specdec.theory.recordio import write_record
 from specdec.train import selfshards
 from specdec.train.selfprompts import TASKS, build_prompts, check_disjoint, counts
@@ -218,7 +218,7 @@ def prepare(
     if record is not None:
         path = folder / record["prompt_set"]["file"]
         if selfshards.file_sha256(path) != record["prompt_set"]["sha256"]:
-            raise SystemExit(
+            raise Refused(
                 f"{path} differs from the manifest's sha256: restore it (git checkout) or pass --fresh"
             )
         prompts = selfshards.read_prompts(path)
@@ -337,10 +337,10 @@ def generate(
         part = folder / selfshards.shard_name(cell, partial=True)
         if record.get("partial") and record["partial"]["cell"] == cell and part.exists():
             if selfshards.file_sha256(part) != record["partial"]["sha256"]:
-                raise SystemExit(f"{part} differs from the manifest's sha256: restore it or delete it")
+                raise Refused(f"{part} differs from the manifest's sha256: restore it or delete it")
             rows = selfshards.read_shard(part)
             if [r.index for r in rows] != list(range(lo, lo + len(rows))):
-                raise SystemExit(f"{part} does not hold the first prompts of shard {cell}: delete it")
+                raise Refused(f"{part} does not hold the first prompts of shard {cell}: delete it")
         t_cell, new_tokens, last_save = time.perf_counter(), 0, time.perf_counter()
         for i in range(lo + len(rows), hi):
             if stop():

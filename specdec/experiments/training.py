@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from specdec.engine.builder import HF_DTYPES
 from specdec.experiments.options import INCOMPLETE, Program, option
-from specdec.theory.checks import check_float, check_int, check_optional_float, check_seed
+from specdec.theory.checks import Refused, check_float, check_int, check_optional_float, check_seed
 
 __all__ = ["CondFeaturesRun", "CondTrainRun", "DistillDataRun", "DistillTrainRun", "SelfFeaturesRun"]
 
@@ -66,6 +66,18 @@ def _print_card(card: dict) -> None:
     print(json.dumps(jsonable({k: v for k, v in card.items() if k != "history"})))
 
 
+def _not_committed(name: str, out_root: str | None, replace: bool) -> None:
+    """Refuse, before anything loads, a training run that would overwrite a draft committed in the
+    package (its card under ``specdec/data/drafts/<name>/``) unless ``--replace`` says so."""
+    from specdec.train.draftnets import DRAFT_DIR
+
+    if out_root is None and not replace and (DRAFT_DIR / name / "card.json").exists():
+        raise Refused(
+            f"{name} is a committed draft in {DRAFT_DIR}: pass --out-root to write elsewhere, another "
+            "--draft-name, or --replace to retrain it in place"
+        )
+
+
 @dataclass(frozen=True)
 class DistillDataRun(Program):
     """The distillation data: the target's samples at temperature 1 with its top-32 log-probabilities.
@@ -82,7 +94,7 @@ class DistillDataRun(Program):
     name: ClassVar[str] = "distill-data"
 
     tokens: int = option(400000, "response tokens to store")
-    out: str = option("data/distill", "the data folder (shards are appended)")
+    out: str | None = option(None, "the data folder, shards appended to it (needed: no default folder)")
     seed: int = option(0, "the prompts' and the sampling generator's seed")
     batch_size: int = option(64, "prompts sampled together")
     max_new_tokens: int = option(256, "the cap of a response")
@@ -97,13 +109,15 @@ class DistillDataRun(Program):
         check_seed("seed", self.seed)
         check_optional_float("minutes", self.minutes, low=0.0, open_low=True)
         _check_threads(self.threads)
-        if not self.out.strip():
+        if self.out is not None and not self.out.strip():
             raise ValueError("out must name a folder; got ''")
 
     def run(self) -> int:
         from specdec.theory.recordio import jsonable
         from specdec.train import distill
 
+        if self.out is None:  # the book's data folders must never be appended to by a bare command
+            raise Refused("--out is needed: a new folder, or one this program made with these settings")
         loaded = _target(self.dtype, self.threads)
         meta = distill.generate_data(
             loaded.model, loaded.tokenizer, self.out, tokens=self.tokens, seed=self.seed,
@@ -140,6 +154,7 @@ class DistillTrainRun(Program):
     threads: int = option(1, "torch's threads")
     autocast: bool = option(False, "train in bfloat16 autocast (CPU)")
     out_root: str | None = option(None, "the drafts' folder (default: the package's)")
+    replace: bool = option(False, "replace the package's committed draft of the same name")
 
     def check(self) -> None:
         _check_folders("data", self.data)
@@ -147,7 +162,7 @@ class DistillTrainRun(Program):
         if self.draft_name is not None:
             _check_name(self.draft_name)
         if self.steps is not None and self.minutes is not None:
-            raise ValueError("steps must not be given with minutes (one of them sets the run's length)")
+            raise ValueError("steps must not be given with --minutes (one of them sets the run's length)")
         if self.steps is not None:
             check_int("steps", self.steps, low=1)
         check_optional_float("minutes", self.minutes, low=0.0, open_low=True)
@@ -160,11 +175,13 @@ class DistillTrainRun(Program):
     def run(self) -> int:
         from specdec.train.draftnets import train_draft
 
+        name = self.draft_name or f"distil-l{self.layers}-new"
+        _not_committed(name, self.out_root, self.replace)
         loaded = _target("float32", self.threads)
         steps = self.steps if self.steps is not None or self.minutes is not None else DISTILL_STEPS
         _, card = train_draft(
             loaded.model, list(self.data), layers=self.layers,
-            name=self.draft_name or f"distil-l{self.layers}-new",
+            name=name,
             minutes=self.minutes, steps=steps, seed=self.seed, vocab=self.vocab, lr=self.lr,
             batch_tokens=self.batch_tokens, autocast=self.autocast, out_root=self.out_root,
             command=self.command(),
@@ -217,7 +234,7 @@ class SelfFeaturesRun(Program):
     name: ClassVar[str] = "self-features"
 
     self_data: str = option("results/selfdata", "the self-data folder (its manifest.json)")
-    out: str = option("data/self-cond", "the folder of converted shards")
+    out: str | None = option(None, "the folder of converted shards (needed: no default folder)")
     shards: int | None = option(None, "convert the first this many shards (default: every one)")
     threads: int = option(2, "torch's and the lean engine's threads")
 
@@ -226,12 +243,14 @@ class SelfFeaturesRun(Program):
             check_int("shards", self.shards, low=1)
         _check_threads(self.threads)
         for name in ("self_data", "out"):
-            if not getattr(self, name).strip():
+            if getattr(self, name) is not None and not getattr(self, name).strip():
                 raise ValueError(f"{name} must name a folder; got ''")
 
     def run(self) -> int:
         from specdec.train import condtrain
 
+        if self.out is None:  # a trained drafter's features must never be overwritten by a bare command
+            raise Refused("--out is needed: a new folder, or one this program made from the same data")
         target = _target("float32", self.threads).model
         n = condtrain.self_features(
             target, self.self_data, self.out, threads=self.threads, shards=self.shards
@@ -250,9 +269,11 @@ class CondTrainRun(Program):
     included) go to ``<out-root>/<name>/``.
 
         specdec run cond-train --family medusa --draft-name medusa-4 --data data/cond-s10,data/cond-s11 \\
-            --steps 2500 --batch 256 --threads 1
+            --steps 2500 --batch 256 --threads 1 --out-root data/drafts-new
         specdec run cond-train --family eagle --draft-name eagle-ttt --data data/self-cond --ttt 3 \\
-            --batch 512 --steps 1800
+            --batch 512 --steps 1800 --replace      # retrains the committed eagle-ttt in place
+
+    A committed drafter's name is refused unless ``--out-root`` writes elsewhere or ``--replace`` says so.
     """
 
     name: ClassVar[str] = "cond-train"
@@ -269,6 +290,7 @@ class CondTrainRun(Program):
     threads: int = option(2, "torch's threads")
     ttt: int = option(1, "EAGLE: steps of the training-time test (1: none)")
     out_root: str | None = option(None, "the drafters' folder (default: the package's)")
+    replace: bool = option(False, "replace the package's committed drafter of the same name")
 
     def check(self) -> None:
         if self.draft_name is not None:
@@ -292,10 +314,12 @@ class CondTrainRun(Program):
 
         from specdec.train.condtrain import train_conditioned
 
+        name = self.draft_name or f"{self.family}-new"
+        _not_committed(name, self.out_root, self.replace)
         target = _target("float32", self.threads).model
         random.seed(self.seed)
         card = train_conditioned(
-            target, list(self.data), family=self.family, name=self.draft_name or f"{self.family}-new",
+            target, list(self.data), family=self.family, name=name,
             steps=self.steps, depth=self.depth, kept_size=self.kept, batch=self.batch, lr=self.lr,
             seed=self.seed, ttt=self.ttt, out_root=self.out_root, command=self.command(),
         )  # fmt: skip

@@ -438,7 +438,7 @@ class TreesRun(Program):
             return reanalyse(self.reanalyse)
         from specdec.engine import native
         from specdec.engine.models import set_threads
-        from specdec.experiments.campaign import evaluation_cells, partial_path, run_campaign
+        from specdec.experiments.campaign import evaluation_cells, partial_path, resumable, run_campaign
         from specdec.measure.benchargs import ROOT
         from specdec.measure.core import cpu_name, environment
         from specdec.measure.device import device_slug
@@ -473,6 +473,7 @@ class TreesRun(Program):
             configs={k: tuple(v) for k, v in configs.items()}, prompts_file=HELDOUT.name, prompts_sha256=sha,
             machine=machine, policies={k: tuple(v) for k, v in policies.items()},
         )  # fmt: skip
+        resumable(out, built["engines"], built["configs"], settings, fresh=self.fresh)  # before any timing
         target = built["engines"][0].model
         print("[trees] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)
         curves = verify_curves(target, repeats=3 if self.quick else 15)

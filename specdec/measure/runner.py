@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specdec.theory.checks import check_float, check_int
+from specdec.theory.checks import Refused, check_float, check_int
 from specdec.theory.recordio import jsonable, write_record
 
 __all__ = [
@@ -137,8 +137,9 @@ def open_partial(
     :class:`RunSettings` by its :meth:`~RunSettings.to_record`); None when there is no file or
     ``fresh`` discards it.
 
-    Raises SystemExit when the file cannot be read as a JSON object ("damaged") or was made with
-    other settings (naming the ones that differ): rerunning the file's own command resumes it,
+    Raises :class:`~specdec.theory.checks.Refused` (one line from ``specdec run``) when the file cannot
+    be read as a JSON object ("damaged") or was made with other settings (naming the ones that differ):
+    rerunning the file's own command resumes it,
     ``--fresh`` discards it. ``what`` names the record in the message (``"partial campaign"``).
     """
     path = Path(path)
@@ -149,7 +150,7 @@ def open_partial(
         if not isinstance(record, dict):
             raise ValueError(f"a JSON {type(record).__name__}, not the record object")
     except (OSError, ValueError) as exc:
-        raise SystemExit(
+        raise Refused(
             f"{path} is damaged and cannot be resumed ({' '.join(str(exc).split())}): pass --fresh to "
             "discard it and start the run again"
         ) from None
@@ -158,7 +159,7 @@ def open_partial(
     if saved != mine:
         saved = saved if isinstance(saved, dict) else {}
         diff = sorted(k for k in mine if saved.get(k) != mine[k])
-        raise SystemExit(
+        raise Refused(
             f"{path} holds a {what} with other settings ({', '.join(diff) or 'keys'}): rerun its "
             "own command (in the file) to resume it, or pass --fresh to discard it"
         )

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "Refused",
     "check_array",
     "check_choice",
     "check_float",
@@ -31,6 +32,14 @@ __all__ = [
     "check_seed",
     "is_int",
 ]
+
+
+class Refused(ValueError):
+    """What a run was given is refused, found when it starts but before it measures or trains anything (a
+    record or folder made with other settings, an incomplete record to re-analyse, a dirty working tree,
+    a missing side, an option that does not fit the data): ``specdec run`` reports it as one line with
+    the usage status 2 (:mod:`specdec.cli.run`). Any other error of a run is a failure and keeps its
+    traceback. A ValueError, so that a caller catching argument errors catches it too."""
 
 
 #: The 64-bit integer range, inclusive: what an array of integers holds without wrapping.

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from specdec.theory.checks import check_int
+from specdec.theory.checks import Refused, check_int
 from specdec.train.condnets import FAMILIES, build_conditioned, rms_norm, save_conditioned
 from specdec.train.shards import sequences, shard_paths
 
@@ -190,7 +190,7 @@ def load_data(folders: list[str], kept_size: int, vocab_size: int, eos: int | No
     for folder in folders:
         for path in shard_paths(folder):
             if not _feature_path(path).exists():
-                raise ValueError(f"{path} has no features: run `specdec run cond-features` first")
+                raise Refused(f"{path} has no features: run `specdec run cond-features` first")
             shard = dict(np.load(path))
             shards_all.append(shard)
             f = np.load(_feature_path(path), mmap_mode="r")
@@ -208,7 +208,7 @@ def load_data(folders: list[str], kept_size: int, vocab_size: int, eos: int | No
                 offset += n
                 rows += rl
     if not ids:
-        raise ValueError(f"no gen-data shards under {folders}")
+        raise Refused(f"no gen-data shards under {folders}")
     kept = kept_vocabulary(shards_all, kept_size, vocab_size, always=(eos,) if eos is not None else ())
     remap = torch.full((vocab_size,), -1, dtype=torch.long)
     remap[kept] = torch.arange(len(kept))
@@ -407,12 +407,12 @@ def _position_loss(
 
 def _resume(ckpt: Path, settings: dict, model: torch.nn.Module, opt: Any) -> dict:
     """The training state of ``ckpt`` loaded into ``model`` and ``opt`` (torch's generator restored),
-    or a fresh state; ValueError when the checkpoint was made with other settings."""
+    or a fresh state; Refused (a ValueError) when the checkpoint was made with other settings."""
     if not ckpt.exists():
         return {"step": 0, "history": [], "heldout": [], "seconds": 0.0}
     saved = torch.load(ckpt, weights_only=False)
     if saved["settings"] != settings:
-        raise ValueError(f"{ckpt} was made with other settings: {saved['settings']}; remove it to restart")
+        raise Refused(f"{ckpt} was made with other settings: {saved['settings']}; remove it to restart")
     model.load_state_dict(saved["model"], strict=False)
     opt.load_state_dict(saved["opt"])
     torch.set_rng_state(saved["torch_rng"])

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specdec.theory.checks import check_int
+from specdec.theory.checks import Refused, check_int
 from specdec.theory.recordio import write_record
 from specdec.train.shards import load_shards, response_tokens, shard_paths, write_shard
 
@@ -167,7 +167,7 @@ def generate_data(
         old = json.loads(meta_path.read_text())
         for key, value in (("seed", seed), ("batch_size", batch_size), ("sort_window", sort_window)):
             if old.get(key, 1 if key == "sort_window" else None) != value:
-                raise ValueError(f"{out} was made with {key}={old.get(key)!r}; resume it with the same value")
+                raise Refused(f"{out} was made with {key}={old.get(key)!r}; resume it with the same value")
     done = response_tokens(out)
     # enough prompts if responses average 4 tokens or more (they average well over 100)
     n_batches = len(shards) + math.ceil(max(tokens - done, 0) / (4 * batch_size)) + 1

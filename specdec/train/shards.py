@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.theory.checks import Refused
+
 __all__ = [
     "PATTERN",
     "ShardSequence",
@@ -97,7 +99,7 @@ def load_shards(folder: str | Path) -> list[dict[str, np.ndarray]]:
     """Every shard of a ``gen-data`` folder, in order, as dicts of arrays."""
     paths = shard_paths(folder)
     if not paths:
-        raise ValueError(f"no {PATTERN} files in {str(folder)!r}: run `specdec run distill-data`")
+        raise Refused(f"no {PATTERN} files in {str(folder)!r}: run `specdec run distill-data`")
     out = []
     for p in paths:
         shard = dict(np.load(p))
