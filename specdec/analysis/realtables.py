@@ -30,9 +30,13 @@ from specdec.analysis.realrun import (
     speedup_gap,
     unit_bootstrap,
 )
-from specdec.engine.stats import cost_coefficient
 from specdec.theory.intervals import geomean, paired_speedup, per_unit_medians, verdict
-from specdec.theory.speedup import optimal_gamma, walltime_speedup, walltime_speedup_measured
+from specdec.theory.speedup import (
+    cost_coefficient,
+    optimal_gamma,
+    walltime_speedup,
+    walltime_speedup_measured,
+)
 from specdec.theory.tokens import first_divergence
 
 __all__ = [
