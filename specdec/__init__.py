@@ -102,6 +102,8 @@ Measurement:
   the per-budget costs :class:`~specdec.theory.policies.DoNoHarm` needs (``calibrate``).
 * :mod:`specdec.measure.device`  -- the accelerator's identity, its memory, its measured roofline.
 * :mod:`specdec.measure.devicechecks` -- greedy equality and losslessness checked on a device.
+* :mod:`specdec.measure.batchruns` -- the batch surface's timed runs: T(b, k) block by block and batched
+  decoding unit by unit, resumable.
 * :mod:`specdec.measure.surfaces` -- cost surfaces T(b, k) by the one T(k) loop: wall clock, kernels' time.
 * :mod:`specdec.measure.gpupayload` -- the real target's weights carried to a GPU: the payload written
   on a CPU, checked and dequantized on the device.

@@ -28,7 +28,6 @@ import specdec.engine.batched
 import specdec.theory.sampling
 import specdec.theory.treeverify
 from specdec.analysis.batchcost import (
-    block_plan,
     gain_intervals,
     predicted_gains,
     round_decomposition,
@@ -39,6 +38,7 @@ from specdec.analysis.batchcost import (
 from specdec.engine.batched import BatchedLM, batched_autoregressive, batched_speculative
 from specdec.engine.decoding import autoregressive, speculative
 from specdec.engine.drafters import ModelDrafter, PromptLookupDrafter
+from specdec.measure.batchruns import block_plan
 from specdec.theory.chisquare import chi_square_pvalue
 from specdec.theory.sampling import warp
 from specdec.theory.speedup import expected_tokens

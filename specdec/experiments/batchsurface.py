@@ -2,9 +2,9 @@
 
 The program :class:`BatchSurfaceRun` takes the options and names the record; this module runs its
 steps on the record (:func:`run_steps`): ``surface`` (:func:`step_surface`: T(b, k) of the targets
-and T(b, 1) of the drafts, :func:`specdec.analysis.batchcost.measure_surface`), ``decoding``
+and T(b, 1) of the drafts, :func:`specdec.measure.batchruns.measure_surface`), ``decoding``
 (:func:`step_decoding`: batched speculative against batched plain decoding,
-:func:`specdec.analysis.batchcost.decode_units`) and ``analysis`` (:func:`step_analysis`: the
+:func:`specdec.measure.batchruns.decode_units`) and ``analysis`` (:func:`step_analysis`: the
 predicted gain per batch size at the measured alphas, beside the measured speedups). The record is
 saved after every finished block and unit; a rerun with the same settings resumes it
 (:func:`open_record`, :func:`specdec.measure.runner.open_partial`).
@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from specdec.analysis import batchcost as bc
 from specdec.experiments.options import Program, Refused, option
+from specdec.measure import batchruns
 from specdec.measure.core import write_result
 from specdec.measure.runner import RunSettings, not_key, open_partial, run_cells
 from specdec.theory.checks import check_int
@@ -253,7 +254,7 @@ def _keep(items: list, save_now: Callable[[], None]) -> Callable[[dict], None]:
 def step_surface(
     s: BatchSurface, record: dict, models: dict, save_now: Callable[[], None], progress: Any
 ) -> None:
-    """T(b, k) of every target and T(b, 1) of every draft, block by block (:func:`bc.measure_surface`),
+    """T(b, k) of every target and T(b, 1) of every draft, block by block (:func:`batchruns.measure_surface`),
     each finished block kept and saved."""
     section = record.setdefault("surface", {})
     section.update(
@@ -276,7 +277,7 @@ def step_surface(
                 section["models"][name]["name"] = s.draft if not s.tiny else "perturbed_copy(0.05)"
     section["ks"] = ks
 
-    bc.measure_surface(
+    batchruns.measure_surface(
         nets,
         ks,
         s.batches,
@@ -314,7 +315,7 @@ def step_decoding(
     s: BatchSurface, record: dict, models: dict, save_now: Callable[[], None], progress: Any
 ) -> None:
     """Batched speculative decoding against batched plain decoding, unit by unit
-    (:func:`bc.decode_units`), each finished unit kept and saved."""
+    (:func:`batchruns.decode_units`), each finished unit kept and saved."""
     from specdec.drafting.registry import build_drafter
 
     section = record.setdefault("decoding", {})
@@ -347,7 +348,7 @@ def step_decoding(
     section.setdefault("units", [])
     print(f"decoding in {mode} ({why})", flush=True)
 
-    bc.decode_units(
+    batchruns.decode_units(
         m["target"],
         configs,
         m["pool"],
@@ -487,7 +488,7 @@ class BatchSurfaceRun(Program):
                         cached context of ``--context`` tokens, for b in ``--batches`` (1..64) and k in
                         1..8, for the target in each of ``--modes`` (float32, bfloat16), and T(b, 1) of
                         the draft ``--draft`` in each mode (its cost c(b)); in ``--passes`` interleaved
-                        passes (specdec.analysis.batchcost.measure_surface);
+                        passes (specdec.measure.batchruns.measure_surface);
     2. ``decoding``  -- batched speculative decoding (specdec.engine.batched, gamma ``--gamma``) against
                         batched plain decoding for b in ``--decode-batches`` (1..16), ``--units``
                         batches of prompts per b drawn from the book's 36 evaluation prompts,
