@@ -330,8 +330,6 @@ def test_no_two_way_tie_between_folders():
 #: Modules of ``analysis`` that still import torch (they run models: issue 41, item 1 moves the run programs
 #: to ``experiments``), each with the way it does; the set may only shrink.
 KNOWN_HEAVY_ANALYSIS = {
-    "specdec.analysis.realrun": "Stats from specdec.engine.stats, which imports torch at import",
-    "specdec.analysis.realtables": "through specdec.analysis.realrun",
     "specdec.analysis.usermeasure": "runs `specdec measure` (owned by the command line's rework)",
 }
 

@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-from specdec.engine.stats import Stats
 from specdec.theory.checks import check_float, check_int
 from specdec.theory.speedup import (
     accepted_pmf,
@@ -130,9 +129,10 @@ def registry_names(record: Any, key: str | None = None) -> Any:
     return record
 
 
-def _counts(s: Stats | Mapping[str, Any]) -> tuple[int, list[int], list[int], int]:
-    """gamma, drafted, accepted, new_tokens of a Stats or of its ``summary()`` dict."""
-    if isinstance(s, Stats):
+def _counts(s: Any) -> tuple[int, list[int], list[int], int]:
+    """gamma, drafted, accepted, new_tokens of a :class:`specdec.engine.stats.Stats` or of its
+    ``summary()`` dict (read by attribute or by key: this module imports no torch)."""
+    if not isinstance(s, Mapping):
         return s.gamma, list(s.drafted), list(s.accepted), s.new_tokens
     return int(s["gamma"]), list(s["drafted"]), list(s["accepted"]), int(s["new_tokens"])
 
@@ -149,7 +149,7 @@ def full_round_counts(drafted: Sequence[int], accepted: Sequence[int], gamma: in
     return {"hist": hist, "examined_at": at_least[:gamma].copy(), "accepted_at": at_least[1:].copy()}
 
 
-def pool_rounds(stats: Iterable[Stats | Mapping[str, Any]]) -> dict[str, Any]:
+def pool_rounds(stats: Iterable[Any]) -> dict[str, Any]:
     """Pooled counts of several calls with one gamma (Stats, or their ``summary()`` dicts).
 
     All rounds: ``rounds``, ``new_tokens``, ``tokens_per_round`` (new tokens / rounds),
@@ -414,9 +414,9 @@ def machine_probe(record: dict[str, Any], bench_folder: str | Path) -> tuple[dic
     engine benchmark records (``engine-modes*.json`` in ``bench_folder``) made on a machine of the
     same name with the same thread count, the newest by its stored timestamp that is no later than
     the run's (any, when the run stored none; name order breaks a tie). Returns ``(summary, source)``
-    (:func:`specdec.measure.modes.probe_summary`'s form; source ``"this run"`` or the benchmark's
+    (:func:`specdec.measure.core.probe_summary`'s form; source ``"this run"`` or the benchmark's
     file name), or None."""
-    from specdec.measure.modes import probe_summary
+    from specdec.measure.core import probe_summary
 
     if record.get("mode_probe"):
         return record["mode_probe"], "this run"

@@ -564,7 +564,8 @@ def build_real(
     from specdec.engine import llamacpp as lc
     from specdec.engine import native
     from specdec.engine.builder import EngineSpec, open_engine
-    from specdec.measure.modes import draft_context, open_target, probe_summary
+    from specdec.measure.core import probe_summary
+    from specdec.measure.modes import draft_context, open_target
 
     every = native.default_threads()
     counts = list(dict.fromkeys(thread_counts or [1, every]))

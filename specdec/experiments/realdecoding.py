@@ -240,7 +240,7 @@ def load_engine(mode: str, threads: int) -> dict[str, Any]:
 
 def engine_view(opened: Any) -> dict[str, Any]:
     """What the run reads of an opened engine (:class:`specdec.engine.builder.OpenedEngine`)."""
-    from specdec.measure.modes import probe_summary
+    from specdec.measure.core import probe_summary
 
     hf = opened.spec.engine == "hf"
     return {

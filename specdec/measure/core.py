@@ -50,6 +50,7 @@ from specdec.theory.recordio import write_record
 __all__ = [
     "Timing",
     "VerifyCost",
+    "probe_summary",
     "cpu_name",
     "engine_verify_curves",
     "environment",
@@ -614,3 +615,16 @@ def engine_verify_curves(
             line = " ".join(f"{c['k']}:{c['ratio_to_k1']:.2f}" for c in cells)
             log(f"  verify {name:14s} T(1) = {1e3 * np.median(one):6.1f} ms  T(k)/T(1) {line}")
     return {"context": context, "ks": ks, "repeats": repeats, "engines": out}
+
+
+def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:
+    """What a record keeps of a mode probe (:func:`specdec.measure.modes.choose_mode`'s answer): the
+    rule, the chosen mode, whether it came from the cache, the machine, and each mode's single-step time
+    in ms (pure: the readers of records use it without torch)."""
+    return {
+        "rule": probe["rule"],
+        "chosen": probe["mode"],
+        "cached": probe.get("cached", False),
+        "step_ms": {m: 1e3 * v["step_s"] for m, v in probe["modes"].items()},
+        "machine": probe["machine"],
+    }

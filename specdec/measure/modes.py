@@ -41,7 +41,7 @@ from specdec.engine.builder import (
 )
 from specdec.engine.cores import torch_threads_for
 from specdec.engine.lean import MODES, NATIVE_MODES, LeanLlama
-from specdec.measure.core import cpu_name, time_forwards
+from specdec.measure.core import cpu_name, probe_summary, time_forwards
 from specdec.measure.runner import cpu_counters, load_during
 from specdec.theory.checks import check_float, check_int, check_ints
 from specdec.theory.recordio import DamagedFileError, read_json, write_record
@@ -59,7 +59,6 @@ __all__ = [
     "machine_identity",
     "open_target",
     "probe_modes",
-    "probe_summary",
     "timing_groups",
 ]
 
@@ -420,18 +419,6 @@ def _say_once(line: str) -> None:
     if line not in _SAID:
         _SAID.add(line)
         _say(line)
-
-
-def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:
-    """What a record keeps of a probe (:func:`choose_mode`'s answer): the rule, the chosen mode,
-    whether it came from the cache, the machine, and each mode's single-step time in ms."""
-    return {
-        "rule": probe["rule"],
-        "chosen": probe["mode"],
-        "cached": probe.get("cached", False),
-        "step_ms": {m: 1e3 * v["step_s"] for m, v in probe["modes"].items()},
-        "machine": probe["machine"],
-    }
 
 
 def _chooser(**choose: Any) -> Any:
