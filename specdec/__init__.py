@@ -118,7 +118,6 @@ Analysis (Part IV and V's readers):
 * :mod:`specdec.analysis.oracle`    -- Section 3.5's oracle draft length, read from a record of real drafts.
 * :mod:`specdec.analysis.methodgap` -- issue 44's split of a family's gap: the loop's, the implementation's
   (measured costs against the machine's floor) and the method's (acceptance against the anchors').
-* :mod:`specdec.analysis.usermeasure` -- your own target, draft and prompts measured (``specdec measure``).
 * :mod:`specdec.analysis.crossfit`  -- the campaign's analysis: gamma chosen by cross-fitting, speedups over
   the same engine's plain and the fastest plain decoder, with intervals (numpy only).
 * :mod:`specdec.analysis.treetables` -- the trees chapter's reader: family and fixed tables, issue 29's
@@ -163,6 +162,8 @@ record, run as ``specdec run NAME``; ``specdec run --list`` names them):
 * :mod:`specdec.experiments.oraclegamma` -- Section 3.5's oracle on real drafts (``oracle-gamma``).
 * :mod:`specdec.experiments.logiterror` -- a lean mode's logits against float32's (``q4q8-error``).
 * :mod:`specdec.experiments.enginemodes` -- every engine and mode side by side (``engine-modes``).
+* :mod:`specdec.experiments.usermeasure` -- your own target, draft and prompts measured (``specdec
+  measure``).
 * :mod:`specdec.experiments.verifycost` -- the verify cost T(k) / T(1) of transformers (``verify-cost``).
 * :mod:`specdec.experiments.verifykernels` -- the q4q8 verify curve, before and after a change of the C
   kernels, against its floor (``verify-kernels``).

@@ -595,7 +595,7 @@ def test_bench_prints_a_committed_record(capsys, root):
 # --------------------------------------------------------------------------- the library behind measure
 def test_parse_draft_and_read_prompts(tmp_path):
     pytest.importorskip("torch")
-    from specdec.analysis.usermeasure import parse_draft, read_prompts
+    from specdec.experiments.usermeasure import parse_draft, read_prompts
     from specdec.train.draftnets import list_drafts
 
     assert parse_draft("lookup").text == "lookup" and parse_draft(" bigram ").text == "bigram"

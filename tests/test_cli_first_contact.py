@@ -43,7 +43,7 @@ def no_model(monkeypatch):
 def fake_setup(monkeypatch):
     """measure_setup replaced: records what the command handed it, returns a record --json prints."""
     pytest.importorskip("torch")
-    import specdec.analysis.usermeasure as um
+    import specdec.experiments.usermeasure as um
 
     seen: dict = {}
 
@@ -74,7 +74,7 @@ REGISTRY_SPECS = [
 @pytest.mark.parametrize(("text", "kind", "shape"), REGISTRY_SPECS, ids=[t for t, _, _ in REGISTRY_SPECS])
 def test_every_registry_spec_is_a_draft_of_measure(capsys, fake_setup, text, kind, shape):
     """Before: 'unknown draft' for every one of them. The command hands the spec on untouched."""
-    from specdec.analysis.usermeasure import parse_draft
+    from specdec.experiments.usermeasure import parse_draft
 
     spec = parse_draft(text)
     assert (spec.kind, spec.shape) == (kind, shape)
@@ -89,7 +89,7 @@ def test_older_draft_names_map_once_to_registry_specs(tmp_path):
     command-line chapter shows); a bare folder and ``early-exit`` without layers are refused, naming the
     spec (before: taken as model:<folder> and early-exit:<a quarter of the layers>)."""
     pytest.importorskip("torch")
-    from specdec.analysis.usermeasure import parse_draft
+    from specdec.experiments.usermeasure import parse_draft
 
     assert parse_draft("distil-l1").text == "draft:distil-l1"
     assert parse_draft(f"model:{tmp_path}").argument == str(tmp_path)
@@ -103,7 +103,7 @@ def test_older_draft_names_map_once_to_registry_specs(tmp_path):
 def test_an_older_measure_record_is_read_with_the_registry_spec(capsys):
     """The committed record of ``--draft distil-l1`` names its drafter ``distil-l1`` (kind ``distilled``):
     ``--from-json``, the reader, prints the registry's spec; the file stays as written."""
-    from specdec.analysis.usermeasure import registry_draft
+    from specdec.experiments.usermeasure import registry_draft
 
     (path,) = (ROOT / "results" / "cli").glob("measure-distil-l1-*.json")
     written = json.loads(path.read_text(encoding="utf-8"))
@@ -236,7 +236,7 @@ def test_a_prompt_near_the_context_is_refused_before_the_run(capsys, folders, mo
 
 def test_check_context_counts_the_whole_need():
     pytest.importorskip("torch")
-    from specdec.analysis.usermeasure import check_context, curve_ks
+    from specdec.experiments.usermeasure import check_context, curve_ks
 
     check_context(8192, [8000], 64, curve_ks(4))
     with pytest.raises(ValueError, match=r"8186 \+ 16|8202 positions"):  # the issue's case

@@ -339,9 +339,9 @@ def test_specdec_measure_runs_a_distilled_draft_in_the_lean_engine_of_a_lean_tar
     """``specdec measure --draft <distilled>`` against a lean target builds the draft in the lean engine too
     (its fastest draft mode here), as every benchmark does, not on transformers' forward (issue 32: the two
     commands measured c ~1.25 and ~0.2 for one draft); against a transformers target it stays there."""
-    from specdec.analysis import usermeasure
     from specdec.engine.builder import EngineSpec, open_model
     from specdec.engine.lean import LeanLlama
+    from specdec.experiments import usermeasure
     from specdec.train import draftnets
 
     _, _, root = trained

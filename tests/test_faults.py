@@ -159,7 +159,7 @@ def test_measure_refuses_gamma_beyond_the_work_in_one_line(argv, names):
 
 def test_measure_drafter_refuses_gamma_beyond_the_work_under_a_memory_limit():
     code = (
-        "from specdec.analysis.usermeasure import measure_drafter\n"
+        "from specdec.experiments.usermeasure import measure_drafter\n"
         "try:\n"
         "    measure_drafter(None, None, [[1, 2]], gamma=10**9, new_tokens=64)\n"
         "except ValueError as exc:\n"

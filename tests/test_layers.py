@@ -14,7 +14,7 @@ Layers, lowest first (issue #19; docs: /work/shared/notes/architecture.md's sket
 * ``measure``  -- the timer and the T(k) loop, the paired-run driver, the one runner, roofline,
                   modes, alpha by teacher forcing, the engine benchmark, the GPU record's pieces.
 * ``analysis`` -- Part IV and V's readers and what they predict (realrun, realtables, hardware,
-                  oracle, batchcost) and ``specdec measure``'s analysis (usermeasure).
+                  oracle, batchcost), importing no torch.
 * ``paper``    -- the paper's and the article's tables and claims (published, reproduce, article,
                   audit, book, ledger/).
 * ``experiments`` -- run programs (issue #32's one layer for them: the campaigns, real decoding, the
@@ -329,9 +329,7 @@ def test_no_two_way_tie_between_folders():
 
 #: Modules of ``analysis`` that still import torch (they run models: issue 41, item 1 moves the run programs
 #: to ``experiments``), each with the way it does; the set may only shrink.
-KNOWN_HEAVY_ANALYSIS = {
-    "specdec.analysis.usermeasure": "runs `specdec measure` (owned by the command line's rework)",
-}
+KNOWN_HEAVY_ANALYSIS: dict[str, str] = {}  # none left: every reader of records is torch-free
 
 
 def heavy_analysis() -> dict[str, list[str]]:

@@ -94,7 +94,7 @@ def test_lean_model_and_bad_input(model, tmp_path):
 def test_the_measure_commands_engines_are_the_lean_modes():
     """usermeasure spells its engines out (importing it must not import torch): they must be
     'auto', every lean mode in MODES' order, and transformers' two."""
-    from specdec.analysis.usermeasure import ENGINES
+    from specdec.experiments.usermeasure import ENGINES
 
     assert ENGINES == ("auto", *MODES, "hf-float32", "hf-bfloat16")
 

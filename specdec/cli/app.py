@@ -12,7 +12,7 @@ Installed with the package (``[project.scripts]``), also runnable as ``python -m
   time and verify cost, and the draft length for a given alpha (needs the ``models`` extra;
   :mod:`specdec.cli.modes`).
 * ``specdec measure`` -- alpha, c, the verify cost and the real speedup of a draft on your
-  prompts, against Theorem 3.8's prediction (engines: :data:`specdec.analysis.usermeasure.ENGINES`;
+  prompts, against Theorem 3.8's prediction (engines: :data:`specdec.experiments.usermeasure.ENGINES`;
   :mod:`specdec.cli.measure`).
 * ``specdec bench`` -- the engine benchmark (:data:`specdec.measure.enginebench.ALL_ENGINES`) on this
   machine, quick or ``--full`` (:mod:`specdec.cli.bench`).

@@ -214,9 +214,9 @@ def threads_help(default: str) -> str:
 
 
 def lean_modes() -> list[str]:
-    """The lean engine's modes as the commands name them (:data:`specdec.analysis.usermeasure.ENGINES`
+    """The lean engine's modes as the commands name them (:data:`specdec.experiments.usermeasure.ENGINES`
     without ``auto`` and transformers' ``hf-`` engines: :data:`specdec.engine.lean.MODES`)."""
-    from specdec.analysis.usermeasure import ENGINES
+    from specdec.experiments.usermeasure import ENGINES
 
     return [e for e in ENGINES if e != "auto" and not e.startswith("hf-")]
 

@@ -137,9 +137,9 @@ def print_measure(r: dict[str, Any]) -> None:
 
 def _checked_inputs(args: argparse.Namespace) -> Any:
     """--draft and --prompts checked before anything loads, each error naming its option; returns what
-    to hand :func:`specdec.analysis.usermeasure.measure_setup` as the prompts: the file's path, or the
+    to hand :func:`specdec.experiments.usermeasure.measure_setup` as the prompts: the file's path, or the
     prompts themselves when the file is a pipe such as ``/dev/stdin`` (read once, here)."""
-    from specdec.analysis.usermeasure import parse_draft, read_prompts
+    from specdec.experiments.usermeasure import parse_draft, read_prompts
 
     try:
         parse_draft(args.draft)
@@ -156,7 +156,7 @@ def _checked_inputs(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     if args.from_json is not None:
-        from specdec.analysis.usermeasure import registry_draft
+        from specdec.experiments.usermeasure import registry_draft
 
         record = read_record(args.from_json, "specdec-measure", "measure")
         fields = MEASURE_FIELDS + (PREDICTION_FIELDS if record.get("prediction") is not None else ())
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
                 f"--target: no such folder {args.target!r}; give 'default' or a transformers model folder"
             )
         try:
-            from specdec.analysis.usermeasure import measure_setup
+            from specdec.experiments.usermeasure import measure_setup
 
             prompts = _checked_inputs(args)
             record = measure_setup(
@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any, formatter: Any) -> None:
     """Add this command's parser to ``sub`` (the subparsers of :func:`specdec.cli.app.parser`)."""
-    from specdec.analysis.usermeasure import ENGINES
+    from specdec.experiments.usermeasure import ENGINES
 
     lean = lean_modes()
     e = sub.add_parser(

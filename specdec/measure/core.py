@@ -18,7 +18,7 @@
   The one writer of JSON records (atomic; NaN and infinity -> null) is
   :func:`specdec.theory.recordio.write_record`.
 * ``specdec measure`` (a drafter against a target on your prompts) lives in
-  :mod:`specdec.analysis.usermeasure`, on top of these.
+  :mod:`specdec.experiments.usermeasure`, on top of these.
 
 Speed thresholds belong in benchmarks, never in tests: these functions only measure.
 """

@@ -2,7 +2,7 @@
 
 A measured speedup compares plain decoding with speculative decoding of the same prompt, run
 back to back so that drift (other jobs, clocks) hits both alike. ``specdec measure``
-(:mod:`specdec.analysis.usermeasure`), Part IV's benchmark (:mod:`specdec.experiments.realdecoding`), the
+(:mod:`specdec.experiments.usermeasure`), Part IV's benchmark (:mod:`specdec.experiments.realdecoding`), the
 campaign (:mod:`specdec.experiments.campaign`), the engine against transformers
 (:mod:`specdec.experiments.hfbench`, transformers' ``generate`` through the ``timer`` and ``row`` hooks),
 the adaptive-gamma benchmark (:mod:`specdec.measure.dynamicgamma`) and the oracle's costs
