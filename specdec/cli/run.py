@@ -47,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         if args.program:
             raise UsageError("--list takes no program")
-        for name, summary in programs.describe():
-            print(f"{name:14s} {summary}")
+        listed = programs.describe()
+        width = max(len(name) for name, _ in listed)
+        for name, summary in listed:
+            print(f"{name:{width}s}  {summary}")
         return 0
     if args.program is None:
         if args.help:
