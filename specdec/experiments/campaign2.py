@@ -38,7 +38,7 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -269,6 +269,36 @@ def finish(record: dict[str, Any], out: Path) -> None:
     write_record(out, record, indent=1, sort_keys=False)
 
 
+def run_and_finish(
+    built: Mapping[str, Any],
+    prompts: Sequence[Mapping[str, Any]],
+    out: Path,
+    settings: Any,
+    header: Mapping[str, Any],
+    *,
+    budget_s: float | None,
+    fresh: bool,
+) -> int:
+    """A campaign's cells (:func:`specdec.experiments.campaign.run_campaign`: ``built``'s engines and
+    configurations on ``prompts``, ``settings`` the design and resume key, ``header`` what the record says
+    of the run, its ``kind`` among it), then, once every cell is done, :func:`finish`. Returns the exit
+    status: 0, or :data:`~specdec.experiments.options.INCOMPLETE` when ``budget_s`` stopped it."""
+    from specdec.engine.models import set_threads
+    from specdec.experiments.campaign import run_campaign
+
+    record = run_campaign(
+        built["engines"], built["configs"], prompts, out, settings=settings.to_record(), header=header,
+        new_tokens=settings.new_tokens, repeats=settings.repeats, seed=settings.seed, budget_s=budget_s,
+        fresh=fresh, set_threads=set_threads, eos_token_id=built["eos_token_id"],
+        retry_loaded=settings.retry_loaded,
+    )  # fmt: skip
+    if not record["complete"]:
+        return INCOMPLETE
+    record["kind"] = header["kind"]
+    finish(record, out)
+    return 0
+
+
 # -- the program: ``specdec run campaign2`` ------------------------------------------------------------
 
 
@@ -333,7 +363,7 @@ class Campaign2Run(Program):
             return 0
         from specdec.engine import native
         from specdec.engine.models import set_threads
-        from specdec.experiments.campaign import evaluation_cells, partial_path, resumable, run_campaign
+        from specdec.experiments.campaign import evaluation_cells, partial_path, resumable
         from specdec.experiments.trees import heldout_prompts, verify_curves
         from specdec.measure.benchargs import ROOT
         from specdec.measure.core import cpu_name, environment
@@ -389,14 +419,4 @@ class Campaign2Run(Program):
             "drafts": built["drafts"],
             "left_out": built["left_out"],
         }
-        record = run_campaign(
-            built["engines"], built["configs"], prompts, out, settings=settings.to_record(), header=header,
-            new_tokens=settings.new_tokens, repeats=settings.repeats, seed=settings.seed,
-            budget_s=self.budget_s, fresh=self.fresh, set_threads=set_threads,
-            eos_token_id=built["eos_token_id"], retry_loaded=settings.retry_loaded,
-        )  # fmt: skip
-        if not record["complete"]:
-            return INCOMPLETE
-        record["kind"] = "campaign-v2"
-        finish(record, out)
-        return 0
+        return run_and_finish(built, prompts, out, settings, header, budget_s=self.budget_s, fresh=self.fresh)

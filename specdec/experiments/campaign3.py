@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specdec.experiments import campaign2 as c2
-from specdec.experiments.options import INCOMPLETE, Program, Refused, option, read_record
+from specdec.experiments.options import Program, Refused, option, read_record
 from specdec.experiments.trees import SELF_POLICIES
 from specdec.measure.runner import RunSettings
 from specdec.theory.checks import check_float, check_int, check_ints
@@ -245,7 +245,7 @@ class Campaign3Run(Program):
             return 0
         from specdec.engine import native
         from specdec.engine.models import set_threads
-        from specdec.experiments.campaign import evaluation_cells, partial_path, resumable, run_campaign
+        from specdec.experiments.campaign import evaluation_cells, partial_path, resumable
         from specdec.experiments.trees import heldout_prompts, verify_curves
         from specdec.measure.benchargs import ROOT
         from specdec.measure.core import cpu_name, environment
@@ -300,14 +300,7 @@ class Campaign3Run(Program):
             "v2_library": built["v2_library"],
             "policy_calibration": built["calibration"],
         }
-        record = run_campaign(
-            built["engines"], built["configs"], prompts, out, settings=settings.to_record(), header=header,
-            new_tokens=settings.new_tokens, repeats=settings.repeats, seed=settings.seed,
-            budget_s=self.budget_s, fresh=self.fresh, set_threads=set_threads,
-            eos_token_id=built["eos_token_id"], retry_loaded=settings.retry_loaded,
-        )  # fmt: skip
-        if not record["complete"]:
-            return INCOMPLETE
-        record["kind"] = "campaign-v3"
-        c2.finish(record, out)  # campaign v2's analyses and the tree summary
-        return 0
+        # campaign v2's runner and analyses (the cross-fit, its estimators, the tree summary)
+        return c2.run_and_finish(
+            built, prompts, out, settings, header, budget_s=self.budget_s, fresh=self.fresh
+        )
