@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from specdec.experiments.options import Program, option
 from specdec.theory.checks import check_float, check_int, check_ints
 
-__all__ = ["DynamicGammaRun", "check_draft", "start_lean"]
+__all__ = ["DynamicGammaRun", "LeanDraftRun", "check_draft", "start_lean"]
 
 
 def check_draft(name: str) -> None:
@@ -28,6 +28,26 @@ def check_draft(name: str) -> None:
         require_drafts([name])
     except (ValueError, FileNotFoundError) as exc:
         raise ValueError(f"draft: {exc}") from None
+
+
+@dataclass(frozen=True)
+class LeanDraftRun(Program):
+    """The options of a program that decodes the default lean target with a saved distilled draft on
+    evaluation prompts (dynamic-gamma, oracle-gamma), and their checks: a base, not a program."""
+
+    threads: int = option(1, "the target's threads")
+    mode: str = option("auto", "the lean mode, or auto (measured on this machine)")
+    prompts_per_task: int = option(3, "evaluation prompts of each task")
+    new_tokens: int = option(64, "tokens decoded per prompt")
+    draft: str = option("distil-l1", "the saved distilled draft")
+    out: str | None = option(
+        None, "the record's path (default results/bench/<program>-<cpu>-<threads>t.json)"
+    )
+
+    def check(self) -> None:
+        for name in ("threads", "prompts_per_task", "new_tokens"):
+            check_int(name, getattr(self, name), low=1)
+        check_draft(self.draft)
 
 
 def start_lean(program: Any) -> Any:
@@ -48,7 +68,7 @@ def start_lean(program: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class DynamicGammaRun(Program):
+class DynamicGammaRun(LeanDraftRun):
     """Dynamic draft length (issue 12, item 3): adaptive policies against every fixed gamma, intervals.
 
     On the default target in the mode chosen for this machine (``--mode auto``,
@@ -71,25 +91,16 @@ class DynamicGammaRun(Program):
 
     name: ClassVar[str] = "dynamic-gamma"
 
-    threads: int = option(1, "the target's threads")
-    mode: str = option("auto", "the lean mode, or auto (measured on this machine)")
-    prompts_per_task: int = option(3, "evaluation prompts of each task")
-    new_tokens: int = option(64, "tokens decoded per prompt (EOS suppressed)")
-    draft: str = option("distil-l1", "the saved distilled draft")
-    out: str | None = option(
-        None, "the record's path (default results/bench/dynamic-gamma-<cpu>-<threads>t.json)"
-    )
     repeats: int = option(2, "passes over the prompts")
     gammas: tuple[int, ...] = option((1, 2, 3, 4, 6, 8), "the fixed draft lengths (each >= 1)")
     confidences: tuple[float, ...] = option((0.3, 0.6), "the draft's confidence stops (each in [0, 1))")
 
     def check(self) -> None:
-        for name in ("threads", "prompts_per_task", "new_tokens", "repeats"):
-            check_int(name, getattr(self, name), low=1)
+        super().check()
+        check_int("repeats", self.repeats, low=1)
         check_ints("gammas", self.gammas, low=1)
         for c in self.confidences:
             check_float("confidences", c, low=0.0, high=1.0, open_high=True)
-        check_draft(self.draft)
 
     def settings(self) -> dict[str, Any]:
         """The record's settings: every option but ``out``, the gammas sorted without repeats."""

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from specdec.experiments.dynamicgamma import check_draft, start_lean
-from specdec.experiments.options import Program, Refused, option
+from specdec.experiments.dynamicgamma import LeanDraftRun, start_lean
+from specdec.experiments.options import Refused, option
 from specdec.theory.checks import check_int
 
 __all__ = ["OracleGammaRun", "draft_runs", "drafters", "measure_costs", "record_runs", "verify_curve_probe"]
@@ -153,7 +153,7 @@ def drafters(draft: str, target: Any, draft_model: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class OracleGammaRun(Program):
+class OracleGammaRun(LeanDraftRun):
     """Section 3.5's oracle bound from real drafts (issue 12, item 3): the runs, draft lengths and c.
 
     On the default target in the lean mode of this machine (the same setting as
@@ -179,22 +179,14 @@ class OracleGammaRun(Program):
 
     name: ClassVar[str] = "oracle-gamma"
 
-    threads: int = option(1, "the target's threads")
-    mode: str = option("auto", "the lean mode, or auto (measured on this machine)")
-    prompts_per_task: int = option(3, "evaluation prompts of each task")
-    new_tokens: int = option(64, "tokens of the target's greedy continuation per prompt")
-    draft: str = option("distil-l1", "the saved distilled draft")
-    out: str | None = option(
-        None, "the record's path (default results/bench/oracle-gamma-<cpu>-<threads>t.json)"
-    )
     max_gamma: int = option(15, "longest draft asked for (verify over 16)")
     c_gamma: int = option(4, "gamma of the calls that measure c")
     repeats: int = option(3, "interleaved calls per prompt that measure c")
 
     def check(self) -> None:
-        for name in ("threads", "prompts_per_task", "new_tokens", "max_gamma", "c_gamma", "repeats"):
+        super().check()
+        for name in ("max_gamma", "c_gamma", "repeats"):
             check_int(name, getattr(self, name), low=1)
-        check_draft(self.draft)
 
     def run(self) -> int:
         from specdec.measure import benchargs as ba
