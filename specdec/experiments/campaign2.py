@@ -258,14 +258,12 @@ def analyse(
 
 def finish(record: dict[str, Any], out: Path) -> None:
     """The analyses of a complete record, with the commit that computed them, written to ``out``."""
-    from specdec.experiments.trees import tree_summary
-    from specdec.measure.core import environment
+    from specdec.experiments.trees import analysed_with, tree_summary
     from specdec.theory.recordio import write_record
 
     record["analyses"] = analyse(record)
     record["trees"] = tree_summary(record)
-    env = environment()
-    record["analysed_with"] = {k: env.get(k) for k in ("git_commit", "git_dirty", "timestamp_utc")}
+    record["analysed_with"] = analysed_with()
     write_record(out, record, indent=1, sort_keys=False)
 
 

@@ -31,6 +31,7 @@ from specdec.theory.checks import check_float, check_int, check_ints
 
 __all__ = [
     "TreesRun",
+    "analysed_with",
     "TreesSettings",
     "CONDITIONED_CONFIGS",
     "CONFIGS",
@@ -503,7 +504,6 @@ def reanalyse(path: str | Path) -> int:
     """The record's analyses (the simultaneous intervals and the tree summary) recomputed from its
     stored runs (pure functions of them), with the commit that computed them."""
     from specdec.analysis.treetables import simultaneous
-    from specdec.measure.core import environment
     from specdec.theory.recordio import write_record
 
     record = read_record(path)
@@ -511,8 +511,15 @@ def reanalyse(path: str | Path) -> int:
         raise Refused(f"reanalyse: {path} is not a complete record")
     record["trees"] = tree_summary(record)
     record["simultaneous"] = simultaneous(record)
-    env = environment()
-    record["analysed_with"] = {"git_commit": env.get("git_commit"), "git_dirty": env.get("git_dirty"),
-                               "timestamp_utc": env.get("timestamp_utc")}  # fmt: skip
+    record["analysed_with"] = analysed_with()
     write_record(path, record, indent=1, sort_keys=False)
     return 0
+
+
+def analysed_with() -> dict[str, Any]:
+    """What a record's re-computed analyses say of the code that computed them: the commit, whether the
+    tree was dirty, and when."""
+    from specdec.measure.core import environment
+
+    env = environment()
+    return {k: env.get(k) for k in ("git_commit", "git_dirty", "timestamp_utc")}
