@@ -167,8 +167,8 @@ def fastest_hf_dtype(threads: int, *, tokens: int = 24, rounds: int = 3) -> tupl
 def build(settings: Campaign2, *, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The plain decoders and every configuration of ``settings`` (drafters by the registry, on the lean
     engine at ``settings.threads``). Returns engines, configs, tokenizer, eos_token_id, drafts (what
-    each draft ran in), left_out (what could not run, said) and context (what the drafters were built
-    from: more drafters on the same engine, e.g. campaign v3's policies)."""
+    each draft ran in), left_out (what could not run, said), drafters (spec -> the drafter its
+    configurations share) and context (what they were built from, for more on the same engine)."""
     from specdec.drafting.registry import build_drafter, parse_spec
     from specdec.engine import llamacpp as lc
     from specdec.engine.builder import EngineSpec, open_engine, open_model
@@ -182,8 +182,8 @@ def build(settings: Campaign2, *, log: Callable[[str], None] = print) -> dict[st
     left_out: list[str] = []
     context, drafts = draft_context(opened, draft_mode="q4q8")
     configs: list[Config] = []
-    for text, spec in specs.items():
-        drafter = build_drafter(spec, context)
+    drafters = {text: build_drafter(spec, context) for text, spec in specs.items()}
+    for text, drafter in drafters.items():
         adaptive = [text] if text in settings.adaptive else []
         configs += spec_configs(name, {text: drafter}, list(settings.configs[text]))
         for start in settings.adaptive.get(text, ()):
@@ -230,6 +230,7 @@ def build(settings: Campaign2, *, log: Callable[[str], None] = print) -> dict[st
         "drafts": drafts,
         "left_out": left_out,
         "context": context,
+        "drafters": drafters,
     }
 
 

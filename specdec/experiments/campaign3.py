@@ -171,7 +171,10 @@ def build(
         lean.name,
         lean.model,
         built["tokenizer"],
-        {text: build_drafter(parse_spec(text), built["context"]) for text in settings.policies},
+        {  # a policy drafts with its family's drafter (the same object, as the trees measurement shares)
+            text: built["drafters"].get(text) or build_drafter(parse_spec(text), built["context"])
+            for text in settings.policies
+        },
         settings.policies,
         calibration,
     )
