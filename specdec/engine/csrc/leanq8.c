@@ -456,8 +456,10 @@ static inline __attribute__((always_inline)) void attend_g(const float *q, const
  * more than 4 heads runs head by head (the same arithmetic per head). */
 static void attend_group(const float *q, int G, const float *keys, const float *values, int end, int hd,
                          float *scores, int sstride, float *out, const int32_t *path, int start) {
-    if (hd == 64 && G == 3) { /* SmolLM2-135M's heads: head_dim a constant, so the key loops unroll */
-        attend_g(q, 3, keys, values, end, 64, scores, sstride, out, path, start);
+    if (hd == 64 && (G == 3 || G == 1)) { /* SmolLM2-135M's heads (whole groups, or one head): head_dim a
+                                             * constant, so the key loops unroll */
+        if (G == 3) attend_g(q, 3, keys, values, end, 64, scores, sstride, out, path, start);
+        else attend_g(q, 1, keys, values, end, 64, scores, sstride, out, path, start);
         return;
     }
     switch (G) {
@@ -489,6 +491,46 @@ static void silu_mul(const float *g, const float *u, int n, float *out) {
     }
 }
 
+/* The row-wise work between two matrix products, split over the pool by rows (each row's arithmetic
+ * is the same whichever thread does it): an RMS norm, SiLU(gate) up, or nothing, then the row's
+ * activations quantized for the next product. */
+enum { ROWS_NORM, ROWS_PLAIN, ROWS_SILU };
+
+/* Calls of fewer rows run this work on the calling thread (a handful of microseconds per row). */
+#define ROWS_MIN_PARALLEL 4
+
+typedef struct {
+    int mode;
+    const float *in; /* rows of width `width` (ROWS_SILU: gate then up, 2 I) */
+    int width, rows;
+    const float *norm;
+    float eps;
+    float *tmp; /* ROWS_NORM / ROWS_SILU: the rows before quantizing, of width qx->k */
+    qx_t *qx;
+} rows_job_t;
+
+static void rows_part(void *arg, int part, int parts) {
+    const rows_job_t *j = arg;
+    const int r0 = (int)((int64_t)j->rows * part / parts), r1 = (int)((int64_t)j->rows * (part + 1) / parts);
+    const int k = j->qx->k, nb = j->qx->blocks;
+    for (int r = r0; r < r1; r++) {
+        const float *src = j->in + (size_t)r * j->width;
+        if (j->mode == ROWS_NORM) rms(src, j->norm, j->width, j->eps, j->tmp + (size_t)r * k), src = j->tmp + (size_t)r * k;
+        else if (j->mode == ROWS_SILU) silu_mul(src, src + k, k, j->tmp + (size_t)r * k), src = j->tmp + (size_t)r * k;
+        quantize_row(src, k, j->qx->q + (size_t)r * k, j->qx->dx + (size_t)r * nb, j->qx->s + (size_t)r * nb,
+                     j->qx->sum + (size_t)r * nb);
+    }
+}
+
+/* rows rows of `in` through `mode` into tmp (of width k) and quantized into qx. */
+static void rows_then_quantize(int mode, const float *in, int width, int rows, int k, const float *norm, float eps,
+                               float *tmp, qx_t *qx, pool_t *pool) {
+    qx->k = k, qx->blocks = k / 32;
+    rows_job_t job = {mode, in, width, rows, norm, eps, tmp, qx};
+    const int threads = pool ? pool->workers + 1 : 1;
+    pool_run(pool, rows_part, &job, rows < ROWS_MIN_PARALLEL ? 1 : (threads < rows ? threads : rows));
+}
+
 /* A call's tree (NULL for a chain): row r sits at depth[r] (0 for a child of the cached prefix) and
  * attends to the prefix, slots 0 .. prefix-1, and then to the slots path + off[r] (depth[r] + 1 of
  * them, root-down). The prefix is the call's start, or less when the tree hangs below nodes that
@@ -504,6 +546,7 @@ typedef struct {
     int k, start, capacity;
     float *scores, *att;
     const tree_t *tree;
+    int per_head; /* units of one query head each (else one key/value head with its group) */
 } att_job_t;
 
 static void att_part(void *arg, int part, int parts) {
@@ -511,18 +554,24 @@ static void att_part(void *arg, int part, int parts) {
     const handle_t *h = j->h;
     const int hd = h->head_dim, nh = h->heads, kv = h->kv_heads, group = nh / kv;
     const int qkv_n = (nh + 2 * kv) * hd, AD = nh * hd, end_max = j->start + j->k;
-    /* units: (row, key/value head), each with its group of query heads */
-    const int units = j->k * kv, u0 = (int)((int64_t)units * part / parts), u1 = (int)((int64_t)units * (part + 1) / parts);
+    /* units: (row, key/value head), each with its group of query heads; or (row, query head) */
+    const int per = j->per_head ? nh : kv, n = j->per_head ? 1 : group;
+    const int units = j->k * per, u0 = (int)((int64_t)units * part / parts), u1 = (int)((int64_t)units * (part + 1) / parts);
     for (int u = u0; u < u1; u++) {
-        const int r = u / kv, kvh = u % kv, jh = kvh * group;
+        const int r = u / per, jh = j->per_head ? u % per : (u % per) * group, kvh = jh / group;
         const float *row = j->qkv + (size_t)r * qkv_n;
         const tree_t *tr = j->tree;
-        attend_group(row + (size_t)jh * hd, group, j->kc + (size_t)kvh * j->capacity * hd,
+        attend_group(row + (size_t)jh * hd, n, j->kc + (size_t)kvh * j->capacity * hd,
                      j->vc + (size_t)kvh * j->capacity * hd, (tr ? tr->prefix + tr->depth[r] : j->start + r) + 1, hd,
                      j->scores + ((size_t)r * nh + jh) * end_max, end_max, j->att + (size_t)r * AD + (size_t)jh * hd,
                      tr ? tr->path + tr->off[r] : NULL, tr ? tr->prefix : j->start);
     }
 }
+
+/* Keys times query heads of a call below which its attention runs on the calling thread alone. */
+#ifndef ATT_MIN_WORK
+#define ATT_MIN_WORK 1024
+#endif
 
 /* Rotary embedding and cache writes for the k new rows, then attention: row r attends to
  * positions 0 .. start + r, exactly as a one-token step there; each (row, key/value head) unit,
@@ -548,10 +597,14 @@ static void attention(const handle_t *h, float *qkv, int k, int start, float *kc
             memcpy(vc + ((size_t)j * capacity + slot) * hd, row + (size_t)(nh + kv + j) * hd, sizeof(float) * hd);
         }
     }
-    att_job_t job = {h, qkv, kc, vc, k, start, capacity, scores, att, tree};
-    const int pairs = k * nh, units = k * kv, threads = pool ? pool->workers + 1 : 1;
-    /* short contexts are not worth waking a thread for */
-    const int parts = (size_t)(start + k) * pairs < 4096 ? 1 : (threads < units ? threads : units);
+    const int pairs = k * nh, threads = pool ? pool->workers + 1 : 1;
+    /* Short contexts are not worth waking a thread for. Fewer (row, key/value head) units than twice the
+     * threads split unevenly (one row's 3 over 2 threads: 2 + 1), so such calls split by query head
+     * (9: 5 + 4), each head alone doing the arithmetic it does in its group (attend_g). */
+    const int per_head = threads > 1 && k * kv < 2 * threads;
+    const int units = per_head ? pairs : k * kv;
+    const int parts = (size_t)(start + k) * pairs < ATT_MIN_WORK ? 1 : (threads < units ? threads : units);
+    att_job_t job = {h, qkv, kc, vc, k, start, capacity, scores, att, tree, per_head};
     pool_run(pool, att_part, &job, parts);
 }
 
@@ -700,34 +753,19 @@ static int forward_locked(handle_t *h, const int64_t *ids, const float *embeds, 
     for (int l = 0; l < n_layers; l++) {
         const player_t *L = h->layers + l;
         float *kc = cache + (size_t)l * 2 * plane, *vc = kc + plane;
-        PHASE(PH_OTHER, {
-            for (int r = 0; r < k; r++) rms(x + (size_t)r * H, L->norm_attn, H, h->eps, hb + (size_t)r * H);
-            quantize(hb, k, H, &qx);
-        });
+        PHASE(PH_OTHER, rows_then_quantize(ROWS_NORM, x, H, k, H, L->norm_attn, h->eps, hb, &qx, pool));
         PHASE(PH_LINEAR, matmul(&L->qkv, L->q4, &qx, k, qkv, qkv_n, 0, pool));
         PHASE(PH_ATTENTION, attention(h, qkv, k, start, kc, vc, capacity, scores, att, pool, tree));
-        PHASE(PH_OTHER, quantize(att, k, AD, &qx));
+        PHASE(PH_OTHER, rows_then_quantize(ROWS_PLAIN, att, AD, k, AD, NULL, 0.0f, NULL, &qx, pool));
         PHASE(PH_LINEAR, matmul(&L->o, L->q4, &qx, k, x, H, 1, pool));
-        PHASE(PH_OTHER, {
-            for (int r = 0; r < k; r++) rms(x + (size_t)r * H, L->norm_mlp, H, h->eps, hb + (size_t)r * H);
-            quantize(hb, k, H, &qx);
-        });
+        PHASE(PH_OTHER, rows_then_quantize(ROWS_NORM, x, H, k, H, L->norm_mlp, h->eps, hb, &qx, pool));
         PHASE(PH_LINEAR, matmul(&L->gate_up, L->q4, &qx, k, gu, 2 * I, 0, pool));
-        PHASE(PH_OTHER, {
-            for (int r = 0; r < k; r++) {
-                const float *g = gu + (size_t)r * 2 * I;
-                silu_mul(g, g + I, I, act + (size_t)r * I);
-            }
-            quantize(act, k, I, &qx);
-        });
+        PHASE(PH_OTHER, rows_then_quantize(ROWS_SILU, gu, 2 * I, k, I, NULL, 0.0f, act, &qx, pool));
         PHASE(PH_LINEAR, matmul(&L->down, L->q4, &qx, k, x, H, 1, pool));
     }
     const int first = k - keep;
     if (features) memcpy(features, x, sizeof(float) * (size_t)k * H); /* pre-norm, every row */
-    PHASE(PH_OTHER, {
-        for (int r = first; r < k; r++) rms(x + (size_t)r * H, h->norm, H, h->eps, hb + (size_t)(r - first) * H);
-        quantize(hb, keep, H, &qx);
-    });
+    PHASE(PH_OTHER, rows_then_quantize(ROWS_NORM, x + (size_t)first * H, H, keep, H, h->norm, h->eps, hb, &qx, pool));
     PHASE(PH_HEAD, matmul(&h->head, 0, &qx, keep, logits, h->head.n, 0, pool));
     free(buf), qx_free(&qx);
     return OK;
