@@ -266,15 +266,19 @@ def kernel_floor_parts(record: Mapping[str, Any], threads: int) -> dict[str, Any
 def kernel_goals(
     record: Mapping[str, Any], goals: Sequence[Mapping[str, Any]] = KERNEL_GOALS
 ) -> list[dict[str, Any]]:
-    """Each goal against the record: the after library's chain v(k) with its interval, ``verdict``
+    """Each goal against the record (an AMX goal only where the record has AMX's floor, i.e. the machine
+    has AMX): the after library's chain v(k) with its interval, ``verdict``
     ``"met"`` (the interval's top at most the goal), ``"missed"`` (its bottom above it) or
     ``"undecided"``; and the goal's floor at that k, with ``floor_above`` when even the floor exceeds
     the goal (no kernel of that kind meets it while attention costs what the record measured)."""
+    _kernels_record(record)
     rows = []
     for g in goals:
         threads, k, goal = int(g["threads"]), int(g["k"]), float(g["goal"])
-        est, low, high = kernel_curves(record, threads)["after-chain"][k]
         floor_rows = {int(r["k"]): r for r in record["floor"][f"{threads}t"]["rows"]}
+        if g["floor"] not in floor_rows[k]:  # an AMX goal on a machine without AMX: not its goal
+            continue
+        est, low, high = kernel_curves(record, threads)["after-chain"][k]
         floor = float(floor_rows[k][g["floor"]])
         said = "met" if high <= goal else "missed" if low > goal else "undecided"
         rows.append(
