@@ -184,36 +184,40 @@ def load_data(folders: list[str], kept_size: int, vocab_size: int, eos: int | No
     """Read the shards and their features; the kept vocabulary is the draftnets rule over them."""
     from specdec.train.draftnets import kept_vocabulary
 
-    ids, feats, srow, seq, tids, tlogp = [], [], [], [], [], []
+    ids, srow, seq, tids, tlogp = [], [], [], [], []
     offset = rows = 0
-    shards_all = []
-    for folder in folders:
-        for path in shard_paths(folder):
-            if not _feature_path(path).exists():
-                raise Refused(f"{path} has no features: run `specdec run cond-features` first")
-            shard = dict(np.load(path))
-            shards_all.append(shard)
-            f = np.load(_feature_path(path), mmap_mode="r")
-            for one, s0 in zip(sequences([shard]), shard["starts"], strict=True):
-                n, pl, rl, s0 = len(one.ids), one.prompt_len, len(one.response), int(s0)
-                start = int(offset)
-                ids.append(one.ids.astype(np.int64))
-                feats.append(np.asarray(f[s0 : s0 + n]))
-                r = np.full(n, -1, dtype=np.int64)
-                r[pl - 1 : pl - 1 + rl] = rows + np.arange(rl)
-                srow.append(r)
-                seq.append((start, pl, start + n))
-                tids.append(one.top_ids)
-                tlogp.append(one.top_logp)
-                offset += n
-                rows += rl
+    paths = [path for folder in folders for path in shard_paths(folder)]
+    for path in paths:
+        if not _feature_path(path).exists():
+            raise Refused(f"{path} has no features: run `specdec run cond-features` first")
+    # one array for every sequence's features, filled in place: a list of pieces and their concatenation
+    # would hold them twice (56 self-data shards: 7 GB of float16 features, 15 GB at the peak)
+    shards_all = [dict(np.load(path)) for path in paths]
+    total = sum(len(one.ids) for one in sequences(shards_all))
+    width = np.load(_feature_path(paths[0]), mmap_mode="r").shape[1] if paths else 0
+    feats = np.empty((total, width), dtype=np.float16)
+    for path, shard in zip(paths, shards_all, strict=True):
+        f = np.load(_feature_path(path), mmap_mode="r")
+        for one, s0 in zip(sequences([shard]), shard["starts"], strict=True):
+            n, pl, rl, s0 = len(one.ids), one.prompt_len, len(one.response), int(s0)
+            start = int(offset)
+            ids.append(one.ids.astype(np.int64))
+            feats[start : start + n] = f[s0 : s0 + n]
+            r = np.full(n, -1, dtype=np.int64)
+            r[pl - 1 : pl - 1 + rl] = rows + np.arange(rl)
+            srow.append(r)
+            seq.append((start, pl, start + n))
+            tids.append(one.top_ids)
+            tlogp.append(one.top_logp)
+            offset += n
+            rows += rl
     if not ids:
         raise Refused(f"no gen-data shards under {folders}")
     kept = kept_vocabulary(shards_all, kept_size, vocab_size, always=(eos,) if eos is not None else ())
     remap = torch.full((vocab_size,), -1, dtype=torch.long)
     remap[kept] = torch.arange(len(kept))
     return CondData(
-        np.concatenate(ids), np.concatenate(feats), np.concatenate(srow), np.array(seq, dtype=np.int64),
+        np.concatenate(ids), feats, np.concatenate(srow), np.array(seq, dtype=np.int64),
         np.concatenate(tids), np.concatenate(tlogp), kept, remap,
     )  # fmt: skip
 
