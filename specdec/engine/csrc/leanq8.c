@@ -574,8 +574,9 @@ static void att_part(void *arg, int part, int parts) {
 #endif
 
 /* Rotary embedding and cache writes for the k new rows, then attention: row r attends to
- * positions 0 .. start + r, exactly as a one-token step there; each (row, key/value head) unit,
- * with its group of query heads, is computed whole by one thread. In a tree call (tree not NULL)
+ * positions 0 .. start + r, exactly as a one-token step there; each unit, a (row, key/value head)
+ * with its group of query heads or, in calls of few rows, a (row, query head), is computed whole by
+ * one thread. In a tree call (tree not NULL)
  * row r is still written at slot start + r but rotated at position start + depth[r], and attends
  * to slots 0 .. start-1 and then its path's slots: the keys, in the order, of the chain over its
  * path, so the same arithmetic (the blocking of attend_g depends on the number of keys only). */
