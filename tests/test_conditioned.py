@@ -306,6 +306,55 @@ def test_the_training_time_test_feeds_each_depth_what_decoding_would(small, brok
     assert (worst > 1e-3) if broken else (worst < 1e-4), worst
 
 
+def test_the_training_time_tests_passes_equal_one_forward_over_every_steps_rows(small):
+    """_ttt_passes computes each step's rows once, against the earlier steps' kept keys; the reference is
+    the formulation it replaced: pass k one forward of the one-layer model over steps 1 .. k laid end
+    to end under _ttt_mask (earlier steps recomputed). Outputs and gradients agree (float32 rounding)."""
+    from specdec.train import condtrain
+    from specdec.train.condnets import prenorm_forward
+
+    module, _ = _module(small, "eagle", 0)
+    gen = torch.Generator().manual_seed(5)
+    batch, width, hidden, steps = 2, 11, small.config.hidden_size, 3
+    feats = torch.randn(batch, width, hidden, generator=gen) * 0.5
+    nxt = torch.randint(0, VOCAB, (batch, width), generator=gen)
+    valid = torch.ones(batch, width, dtype=torch.long)
+    valid[1, 8:] = 0  # a shorter second sequence: padding never seen
+
+    def reference():
+        xs = [module.inputs(feats, nxt)]
+        positions = torch.arange(width).expand(batch, -1)
+        gs, outs = [], []
+        for k in range(1, steps + 1):
+            if k > 1:
+                prev = torch.cat([torch.zeros_like(gs[-1][:, :1]), gs[-1][:, :-1]], 1)
+                xs.append(module.inputs(prev, nxt))
+            g_all, normed = prenorm_forward(module.model, inputs_embeds=torch.cat(xs, 1),
+                                            attention_mask=condtrain._ttt_mask(k, valid),
+                                            position_ids=positions.repeat(1, k))  # fmt: skip
+            gs.append(g_all[:, -width:])
+            outs.append(normed[:, -width:] @ module.frozen.head.T)
+        return gs, outs
+
+    def loss_and_grads(run):
+        module.zero_grad(set_to_none=True)
+        gs, outs = run()
+        real = valid.bool()
+        loss = sum((g[real] ** 2).mean() + o[real].logsumexp(-1).mean() for g, o in zip(gs, outs, strict=True))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+        return gs, outs, grads
+
+    want = loss_and_grads(reference)
+    got = loss_and_grads(lambda: condtrain._ttt_passes(module, module.inputs(feats, nxt), nxt, valid, steps))
+    real = valid.bool()
+    for a, b in zip(want[0] + want[1], got[0] + got[1], strict=True):
+        assert torch.allclose(a[real], b[real], atol=1e-4, rtol=1e-4), float((a[real] - b[real]).abs().max())
+    assert want[2].keys() == got[2].keys() and want[2]
+    for name in want[2]:
+        assert torch.allclose(want[2][name], got[2][name], atol=1e-4, rtol=1e-3), name
+
+
 def _tiny_gen_data(folder, small, sequences: int = 24, seed: int = 0) -> None:
     """One gen-data shard of random sequences with top-32 soft labels, and its features file."""
     from specdec.train.condtrain import _save_features

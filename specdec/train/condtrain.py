@@ -309,24 +309,60 @@ def _eagle_batch(
     if steps == 1:
         g, logits = model(feats, nxt, mask=mask, noise=noise)
         return [g], [logits], target, rows, hard
-    from specdec.train.condnets import prenorm_forward
+    gs, outs = _ttt_passes(model, model.inputs(feats, nxt, noise), nxt, mask, steps)
+    return gs, outs, target, rows, hard
 
-    xs = [model.inputs(feats, nxt, noise)]  # step 1's inputs, the same in every pass
-    positions = torch.arange(width).expand(len(spans), -1)
-    gs, outs = [], []
+
+def _ttt_passes(
+    model: torch.nn.Module, x1: torch.Tensor, nxt: torch.Tensor, valid: torch.Tensor, steps: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The training-time test's ``steps`` passes of EAGLE's one-layer draft model, each computing its
+    own step's W rows only: step k's queries attend to the keys and values of steps 1 .. k (kept from
+    the earlier passes, gradients flowing through them) under rows (k - 1) W .. k W of
+    :func:`_ttt_mask`. What one forward over every step's rows laid end to end gives (a step's rows
+    see only earlier steps' keys, so recomputing them in every later pass, as that forward would,
+    changes nothing), at the cost of each row once: the layer's matrices over steps x W rows instead of
+    steps (steps + 1) / 2 x W, attention over W x k W per step instead of (k W)^2. ``x1``: step 1's
+    inputs (B, W, H); returns each step's pre-norm outputs and its kept-vocabulary logits."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    base = model.model.model  # the one-layer LM's decoder stack
+    if len(base.layers) != 1:
+        raise ValueError(f"EAGLE's draft model must have one decoder layer; it has {len(base.layers)}")
+    layer = base.layers[0]
+    attn = layer.self_attn
+    batch, width, _ = x1.shape
+    cos, sin = base.rotary_emb(x1, torch.arange(width).expand(batch, -1))  # row j at position j in every step
+    full = _ttt_mask(steps, valid)  # (B, 1, steps W, steps W)
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    gs: list[torch.Tensor] = []
+    outs: list[torch.Tensor] = []
+    x = x1
     for k in range(1, steps + 1):
         if k > 1:  # step k's row j reads g_{k-1} of row j-1: its own prediction of f_j
             prev = torch.cat([torch.zeros_like(gs[-1][:, :1]), gs[-1][:, :-1]], 1)
-            xs.append(model.inputs(prev, nxt, 0.0))
-        g_all, normed = prenorm_forward(
-            model.model,
-            inputs_embeds=torch.cat(xs, 1),
-            attention_mask=_ttt_mask(k, mask),
-            position_ids=positions.repeat(1, k),
+            x = model.inputs(prev, nxt, 0.0)
+        h = layer.input_layernorm(x)
+        shape = (batch, width, -1, attn.head_dim)
+        q = attn.q_proj(h).view(shape).transpose(1, 2)
+        key = attn.k_proj(h).view(shape).transpose(1, 2)
+        value = attn.v_proj(h).view(shape).transpose(1, 2)
+        q, key = apply_rotary_pos_emb(q, key, cos, sin)
+        keys.append(key), values.append(value)
+        groups = q.shape[1] // key.shape[1]
+        out = F.scaled_dot_product_attention(
+            q,
+            torch.cat(keys, 2).repeat_interleave(groups, 1),
+            torch.cat(values, 2).repeat_interleave(groups, 1),
+            attn_mask=full[:, :, (k - 1) * width : k * width, : k * width],
+            scale=attn.scaling,
         )
-        gs.append(g_all[:, -width:])
-        outs.append(normed[:, -width:] @ model.frozen.head.T)
-    return gs, outs, target, rows, hard
+        r = x + attn.o_proj(out.transpose(1, 2).reshape(batch, width, -1))
+        g = r + layer.mlp(layer.post_attention_layernorm(r))
+        gs.append(g)
+        outs.append(base.norm(g) @ model.frozen.head.T)
+    return gs, outs
 
 
 def _step_rows(rows: np.ndarray, step: int) -> np.ndarray:
