@@ -340,7 +340,8 @@ def test_the_training_time_tests_passes_equal_one_forward_over_every_steps_rows(
         module.zero_grad(set_to_none=True)
         gs, outs = run()
         real = valid.bool()
-        loss = sum((g[real] ** 2).mean() + o[real].logsumexp(-1).mean() for g, o in zip(gs, outs, strict=True))
+        pairs = zip(gs, outs, strict=True)
+        loss = sum((g[real] ** 2).mean() + o[real].logsumexp(-1).mean() for g, o in pairs)
         loss.backward()
         grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
         return gs, outs, grads
