@@ -482,3 +482,27 @@ def test_the_training_programs_make_features_and_a_drafter_whose_card_keeps_its_
     assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {"written": 3}
     assert main(["run", "cond-train", "--family", "medusa", "--ttt", "2"]) == 2
     assert "--ttt (the training-time test's steps) is EAGLE's" in capsys.readouterr().err
+
+
+def test_unseen_heldout_reads_only_held_out_sequences_past_the_first_shard(small, tmp_path):
+    """The drafters are compared on sequences of shards first_shard.. that the split over every shard
+    holds out: none was trained on by a run over all shards, nor by one over the earlier shards."""
+    from specdec.train import condtrain
+
+    folder = tmp_path / "data"
+    for i in range(3):  # three shards of 24 sequences, each with its features
+        _tiny_gen_data(tmp_path / f"one{i}", small, seed=i)
+        folder.mkdir(exist_ok=True)
+        for kind in ("shard", "feat"):
+            suffix = ".npz" if kind == "shard" else ".npy"
+            (tmp_path / f"one{i}" / f"{kind}-00000{suffix}").rename(folder / f"{kind}-0000{i}{suffix}")
+    module, card = _module(small, "eagle", 0)
+    got = condtrain.unseen_heldout(small, {"e": (module, card)}, str(folder), first_shard=1, n_sequences=64)
+    order = np.random.default_rng(0).permutation(72)
+    held = set(order[: 72 // 20].tolist())
+    assert got["held_out_in_range"] == len([i for i in held if i >= 24])
+    assert all(i + 24 in held for i in got["sequences"])  # local to shard 1 on: +24 sequences of shard 0
+    prof = got["profiles"]["e"]
+    assert len(prof["hit"]) == card["depth"] and prof["rows"] > 0
+    with pytest.raises(ValueError, match="first_shard"):
+        condtrain.unseen_heldout(small, {"e": (module, card)}, str(folder), first_shard=3)

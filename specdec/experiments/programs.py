@@ -22,6 +22,7 @@ PROGRAMS: dict[str, str] = {
     "campaign2": "specdec.experiments.campaign2",
     "campaign3": "specdec.experiments.campaign3",
     "cond-features": "specdec.experiments.training",
+    "cond-heldout": "specdec.experiments.training",
     "cond-train": "specdec.experiments.training",
     "draft-cost": "specdec.experiments.draftcost",
     "distill-data": "specdec.experiments.training",

@@ -325,3 +325,64 @@ class CondTrainRun(Program):
         )  # fmt: skip
         _print_card(card)
         return 0
+
+
+@dataclass(frozen=True)
+class CondHeldoutRun(Program):
+    """Conditioned drafters side by side on held-out text none of them trained on (issue 42).
+
+    :func:`specdec.train.condtrain.unseen_heldout`: the sequences of ``--data``'s shards from
+    ``--first-shard`` on (past what an earlier drafter was trained on) that are in the held-out split of
+    a run over every shard, the first ``--sequences`` of them; per drafter, teacher-forced, how often its
+    rank-r token at each depth is the target's top token. Writes ``results/bench/cond-heldout.json``
+    (``--out``).
+
+        specdec run cond-heldout --drafters eagle-1,eagle-ttt,eagle-3m --first-shard 22
+    """
+
+    name: ClassVar[str] = "cond-heldout"
+
+    drafters: tuple[str, ...] = option(("eagle-1", "eagle-ttt"), "the package's drafters, comma-separated")
+    data: str = option("data/self-cond", "the folder of shards with features (self-features)")
+    first_shard: int = option(22, "the first shard whose held-out sequences are read")
+    sequences: int = option(64, "held-out sequences read (1 .. 64)")
+    seed: int = option(0, "the held-out split's seed (the training runs' --seed)")
+    threads: int = option(2, "torch's threads")
+    out: str | None = option(None, "the record's path (default results/bench/cond-heldout.json)")
+
+    def check(self) -> None:
+        if not self.drafters:
+            raise ValueError("--drafters must name at least one drafter")
+        for name in self.drafters:
+            _check_name(name)
+        _check_folders("data", (self.data,))
+        check_int("first_shard", self.first_shard, low=0)
+        check_int("sequences", self.sequences, low=1, high=64)
+        check_seed("seed", self.seed)
+        _check_threads(self.threads)
+
+    def run(self) -> int:
+        from pathlib import Path
+
+        from specdec.measure.benchargs import ROOT
+        from specdec.measure.core import environment, write_result
+        from specdec.train.condnets import load_conditioned
+        from specdec.train.condtrain import unseen_heldout
+        from specdec.train.draftnets import DRAFT_DIR
+
+        target = _target("float32", self.threads).model
+        loaded = {name: load_conditioned(DRAFT_DIR / name, target) for name in self.drafters}
+        result = unseen_heldout(target, loaded, self.data, first_shard=self.first_shard,
+                                n_sequences=self.sequences, seed=self.seed)  # fmt: skip
+        cards = {
+            name: {k: card.get(k) for k in ("kind", "data_tokens", "steps", "batch", "ttt", "train_minutes",
+                                              "threads", "git_commit")}
+            for name, (_, card) in loaded.items()
+        }  # fmt: skip
+        record = {"kind": "cond-heldout", "command": self.command(), "drafters": cards, **result}
+        out = Path(self.out) if self.out else ROOT / "results" / "bench" / "cond-heldout.json"
+        path = write_result(out, record, env=environment())
+        for name, prof in result["profiles"].items():
+            print(f"{name}: top-1 hit per depth {[round(h[0], 3) for h in prof['hit']]}", flush=True)
+        print(f"-> {path}", flush=True)
+        return 0

@@ -181,12 +181,19 @@ class CondData:
 
 
 def load_data(folders: list[str], kept_size: int, vocab_size: int, eos: int | None) -> CondData:
-    """Read the shards and their features; the kept vocabulary is the draftnets rule over them."""
+    """Read the folders' shards and their features; the kept vocabulary is the draftnets rule over them."""
+    paths = [path for folder in folders for path in shard_paths(folder)]
+    if not paths:
+        raise Refused(f"no gen-data shards under {folders}")
+    return load_data_paths(paths, kept_size, vocab_size, eos)
+
+
+def load_data_paths(paths: list[Path], kept_size: int, vocab_size: int, eos: int | None) -> CondData:
+    """:func:`load_data` over the shard files ``paths`` (each with its ``feat-`` file)."""
     from specdec.train.draftnets import kept_vocabulary
 
     ids, srow, seq, tids, tlogp = [], [], [], [], []
     offset = rows = 0
-    paths = [path for folder in folders for path in shard_paths(folder)]
     for path in paths:
         if not _feature_path(path).exists():
             raise Refused(f"{path} has no features: run `specdec run cond-features` first")
@@ -212,7 +219,7 @@ def load_data(folders: list[str], kept_size: int, vocab_size: int, eos: int | No
             offset += n
             rows += rl
     if not ids:
-        raise Refused(f"no gen-data shards under {folders}")
+        raise Refused(f"no sequences in the shards {[str(p) for p in paths]}")
     kept = kept_vocabulary(shards_all, kept_size, vocab_size, always=(eos,) if eos is not None else ())
     remap = torch.full((vocab_size,), -1, dtype=torch.long)
     remap[kept] = torch.arange(len(kept))
@@ -411,6 +418,53 @@ def heldout_profile(
         plog = torch.from_numpy(data.top_logp[rows[d]].astype(np.float32)).exp()
         p_top.append(float((plog * (tid == top[:, :1])).sum(-1).mean()))
     return {"hit": hit, "top1_soft": p_top, "rows": int(logits.shape[1])}
+
+
+def unseen_heldout(
+    target: torch.nn.Module,
+    drafters: dict[str, tuple[torch.nn.Module, dict]],
+    folder: str,
+    *,
+    first_shard: int,
+    n_sequences: int = 64,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Several conditioned drafters on the same held-out sequences, none of which any of them trained
+    on: the sequences of ``folder``'s shards ``first_shard`` .. (past the shards an earlier drafter saw)
+    that are in the held-out split a run over *every* shard of ``folder`` makes (:func:`_split` with
+    ``seed``), the first ``n_sequences`` of them (at most 64: :func:`heldout_profile` reads no more of
+    EAGLE's). Each drafter's :func:`heldout_profile` there, its logits
+    read through its own kept vocabulary. Returns the selection and a profile per drafter."""
+    check_int("first_shard", first_shard, low=0)
+    check_int("n_sequences", n_sequences, low=1, high=64)
+    paths = shard_paths(folder)
+    if not first_shard < len(paths):
+        raise ValueError(f"first_shard must be in [0, {len(paths) - 1}] ({folder} has {len(paths)} shards)")
+    counts = [len(np.load(p)["starts"]) for p in paths]
+    order = np.random.default_rng(seed).permutation(sum(counts))
+    held = np.sort(order[: max(1, len(order) // 20)])  # _split's rule over every shard
+    offset = sum(counts[:first_shard])
+    local = held[held >= offset] - offset
+    if not len(local):
+        raise ValueError(f"no held-out sequence in shards {first_shard}.. of {folder}")
+    chosen = local[:n_sequences]
+    eos = target.config.eos_token_id
+    eos = eos[0] if isinstance(eos, list) else eos
+    vocab = int(target.config.vocab_size)
+    # the data's kept vocabulary is replaced by each drafter's own below
+    data = load_data_paths(paths[first_shard:], min(8192, vocab), vocab, eos)
+    out: dict[str, Any] = {}
+    for name, (module, card) in drafters.items():
+        kept = module.frozen.kept.long()
+        remap = torch.full((vocab,), -1, dtype=torch.long)
+        remap[kept] = torch.arange(len(kept))
+        data.kept, data.remap = kept, remap
+        out[name] = heldout_profile(module, card["kind"], int(card["depth"]), data, chosen)
+    return {
+        "folder": str(folder), "first_shard": first_shard, "shards": len(paths), "seed": seed,
+        "held_out_in_range": int(len(local)), "sequences": [int(i) for i in chosen],
+        "tokens": int(sum(int(e - s) for s, _, e in data.seq[chosen])), "profiles": out,
+    }  # fmt: skip
 
 
 def _eagle_loss(model: torch.nn.Module, data: CondData, seqs: list[int], ttt: int) -> torch.Tensor:
