@@ -34,8 +34,8 @@ verifies a draft tree in one call, each node equal bit for bit to the chain forw
 of token ids, and every row's pre-final-norm features out, for target-conditioned drafters) and a
 standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`). The library's cache key
 covers the C source and every header beside it: ``csrc/lean_common.h`` (the model's structures, the
-error codes and the float helpers both forwards share, so they do the same arithmetic),
-``csrc/lean_pool.h`` (the thread pool) and ``csrc/leanq8_matmul.h`` (the q4q8 forward's int8 products).
+error codes and float helpers both forwards share), ``csrc/lean_pool.h`` (the thread pool),
+``csrc/leanq8_matmul.h`` (the q4q8 int8 products) and ``csrc/leanq8_rows.h`` (its row-wise work).
 
 Both libraries report their ABI version and the sizes of the structures they share with Python
 (``specdec_q4_abi``, ``specdec_q8_abi``; :data:`Q4_ABI`, :data:`Q8_ABI`), checked at load against the
