@@ -190,7 +190,7 @@ def load_data(folders: list[str], kept_size: int, vocab_size: int, eos: int | No
 
 def load_data_paths(paths: list[Path], kept_size: int, vocab_size: int, eos: int | None) -> CondData:
     """:func:`load_data` over the shard files ``paths`` (each with its ``feat-`` file)."""
-    from specdec.train.draftnets import kept_vocabulary
+    from specdec.train.draftnets import kept_remap, kept_vocabulary
 
     ids, srow, seq, tids, tlogp = [], [], [], [], []
     offset = rows = 0
@@ -221,11 +221,9 @@ def load_data_paths(paths: list[Path], kept_size: int, vocab_size: int, eos: int
     if not ids:
         raise Refused(f"no sequences in the shards {[str(p) for p in paths]}")
     kept = kept_vocabulary(shards_all, kept_size, vocab_size, always=(eos,) if eos is not None else ())
-    remap = torch.full((vocab_size,), -1, dtype=torch.long)
-    remap[kept] = torch.arange(len(kept))
     return CondData(
         np.concatenate(ids), feats, np.concatenate(srow), np.array(seq, dtype=np.int64),
-        np.concatenate(tids), np.concatenate(tlogp), kept, remap,
+        np.concatenate(tids), np.concatenate(tlogp), kept, kept_remap(kept, vocab_size),
     )  # fmt: skip
 
 
@@ -380,8 +378,9 @@ def _step_rows(rows: np.ndarray, step: int) -> np.ndarray:
     return ok
 
 
-def _split(data: CondData, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    order = np.random.default_rng(seed).permutation(len(data.seq))
+def _split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (training, held-out) sequence indices of ``n`` sequences: a twentieth held out (at least one)."""
+    order = np.random.default_rng(seed).permutation(n)
     n_held = max(1, len(order) // 20)
     return np.sort(order[n_held:]), np.sort(order[:n_held])
 
@@ -420,6 +419,12 @@ def heldout_profile(
     return {"hit": hit, "top1_soft": p_top, "rows": int(logits.shape[1])}
 
 
+def _eos(target: torch.nn.Module) -> int | None:
+    """The target's end-of-sequence id (the first, where the config lists several)."""
+    eos = target.config.eos_token_id
+    return eos[0] if isinstance(eos, list) else eos
+
+
 def unseen_heldout(
     target: torch.nn.Module,
     drafters: dict[str, tuple[torch.nn.Module, dict]],
@@ -435,30 +440,28 @@ def unseen_heldout(
     ``seed``), the first ``n_sequences`` of them (at most 64: :func:`heldout_profile` reads no more of
     EAGLE's). Each drafter's :func:`heldout_profile` there, its logits
     read through its own kept vocabulary. Returns the selection and a profile per drafter."""
+    from specdec.train.draftnets import kept_remap
+
     check_int("first_shard", first_shard, low=0)
     check_int("n_sequences", n_sequences, low=1, high=64)
     paths = shard_paths(folder)
     if not first_shard < len(paths):
         raise ValueError(f"first_shard must be in [0, {len(paths) - 1}] ({folder} has {len(paths)} shards)")
     counts = [len(np.load(p)["starts"]) for p in paths]
-    order = np.random.default_rng(seed).permutation(sum(counts))
-    held = np.sort(order[: max(1, len(order) // 20)])  # _split's rule over every shard
+    _, held = _split(sum(counts), seed)  # the split a run over every shard makes
     offset = sum(counts[:first_shard])
     local = held[held >= offset] - offset
     if not len(local):
         raise ValueError(f"no held-out sequence in shards {first_shard}.. of {folder}")
     chosen = local[:n_sequences]
-    eos = target.config.eos_token_id
-    eos = eos[0] if isinstance(eos, list) else eos
+    eos = _eos(target)
     vocab = int(target.config.vocab_size)
     # the data's kept vocabulary is replaced by each drafter's own below
     data = load_data_paths(paths[first_shard:], min(8192, vocab), vocab, eos)
     out: dict[str, Any] = {}
     for name, (module, card) in drafters.items():
         kept = module.frozen.kept.long()
-        remap = torch.full((vocab,), -1, dtype=torch.long)
-        remap[kept] = torch.arange(len(kept))
-        data.kept, data.remap = kept, remap
+        data.kept, data.remap = kept, kept_remap(kept, vocab)
         out[name] = heldout_profile(module, card["kind"], int(card["depth"]), data, chosen)
     return {
         "folder": str(folder), "first_shard": first_shard, "shards": len(paths), "seed": seed,
@@ -583,10 +586,9 @@ def train_conditioned(
         raise ValueError(f"ttt (the training-time test's steps) is EAGLE's; family {family!r} takes ttt=1")
     commit = git_commit()  # of the code that trains (the card's weights are written at the end)
     torch.manual_seed(seed)
-    eos = target.config.eos_token_id
-    eos = eos[0] if isinstance(eos, list) else eos
+    eos = _eos(target)
     data = load_data(folders, kept_size, int(target.config.vocab_size), eos)
-    train_seqs, held = _split(data, seed)
+    train_seqs, held = _split(len(data.seq), seed)
     shape = (
         {"heads": depth} if family == "medusa" else {"stages": depth} if family == "mlp-speculator" else {}
     )

@@ -48,6 +48,7 @@ __all__ = [
     "draft_param_count",
     "fit_logit_scale",
     "init_layers",
+    "kept_remap",
     "kept_vocabulary",
     "list_drafts",
     "load_draft",
@@ -312,6 +313,13 @@ def load_draft(name: str, target: torch.nn.Module, root: str | Path | None = Non
 # -- training --------------------------------------------------------------------------------------
 
 
+def kept_remap(kept: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Vocabulary id -> its index in ``kept``, or -1 outside it."""
+    remap = torch.full((vocab_size,), -1, dtype=torch.long)
+    remap[kept] = torch.arange(len(kept))
+    return remap
+
+
 def kept_vocabulary(
     shards: list[dict[str, np.ndarray]], size: int, vocab_size: int, always: tuple = ()
 ) -> torch.Tensor:
@@ -478,8 +486,7 @@ def train_draft(
     V = target.config.vocab_size
     eos = getattr(target.config, "eos_token_id", None)
     kept = kept_vocabulary(shards, vocab, V, always=(eos,) if isinstance(eos, int) else ())
-    remap = torch.full((V,), -1, dtype=torch.long)
-    remap[kept] = torch.arange(len(kept))
+    remap = kept_remap(kept, V)
     seqs = _sequences(shards, max_len)
     rng.shuffle(seqs)
     n_hold = max(1, int(len(seqs) * holdout))
