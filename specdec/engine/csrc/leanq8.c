@@ -452,26 +452,25 @@ static inline __attribute__((always_inline)) void attend_g(const float *q, const
     }
 }
 
-/* attend_g with the group size a constant (its accumulators then stay in registers); a group of
- * more than 4 heads runs head by head (the same arithmetic per head). */
+/* attend_g with the group size a constant (its accumulators then stay in registers), and SmolLM2's
+ * head_dim 64 a constant too (its key loops unroll); a group of more than 4 heads runs head by head
+ * (the same arithmetic per head). */
 static void attend_group(const float *q, int G, const float *keys, const float *values, int end, int hd,
                          float *scores, int sstride, float *out, const int32_t *path, int start) {
-    if (hd == 64 && (G == 3 || G == 1)) { /* SmolLM2-135M's heads (whole groups, or one head): head_dim a
-                                             * constant, so the key loops unroll */
-        if (G == 3) attend_g(q, 3, keys, values, end, 64, scores, sstride, out, path, start);
-        else attend_g(q, 1, keys, values, end, 64, scores, sstride, out, path, start);
-        return;
+#define ATTEND_GROUPS(HD)                                                                              \
+    switch (G) {                                                                                       \
+    case 1: attend_g(q, 1, keys, values, end, HD, scores, sstride, out, path, start); break;           \
+    case 2: attend_g(q, 2, keys, values, end, HD, scores, sstride, out, path, start); break;           \
+    case 3: attend_g(q, 3, keys, values, end, HD, scores, sstride, out, path, start); break;           \
+    case 4: attend_g(q, 4, keys, values, end, HD, scores, sstride, out, path, start); break;           \
+    default:                                                                                           \
+        for (int g = 0; g < G; g++)                                                                    \
+            attend_g(q + (size_t)g * hd, 1, keys, values, end, HD, scores + (size_t)g * sstride, sstride, \
+                     out + (size_t)g * hd, path, start);                                               \
     }
-    switch (G) {
-    case 1: attend_g(q, 1, keys, values, end, hd, scores, sstride, out, path, start); break;
-    case 2: attend_g(q, 2, keys, values, end, hd, scores, sstride, out, path, start); break;
-    case 3: attend_g(q, 3, keys, values, end, hd, scores, sstride, out, path, start); break;
-    case 4: attend_g(q, 4, keys, values, end, hd, scores, sstride, out, path, start); break;
-    default:
-        for (int g = 0; g < G; g++)
-            attend_g(q + (size_t)g * hd, 1, keys, values, end, hd, scores + (size_t)g * sstride, sstride,
-                     out + (size_t)g * hd, path, start);
-    }
+    if (hd == 64) ATTEND_GROUPS(64) /* SmolLM2's head_dim as a constant: the key loops unroll */
+    else ATTEND_GROUPS(hd)
+#undef ATTEND_GROUPS
 }
 
 /* SiLU(g) u over n elements (gate g, up u): g / (1 + e^-g) * u, through vexp. */
