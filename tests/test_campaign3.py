@@ -16,7 +16,8 @@ def _settings(**kw):
 
 def test_the_design_holds_v2s_families_the_self_trained_drafters_and_the_policies():
     assert set(c2.CONFIGS) < set(c3.CONFIGS)
-    assert {"mlp:mlp-self", "eagle:eagle-ttt", "hybrid:eagle-ttt,topk=4,depth=5"} < set(c3.CONFIGS)
+    self_trained = {"mlp:mlp-self", "eagle:eagle-ttt", "eagle:eagle-3m", "hybrid:eagle-3m,topk=4,depth=5"}
+    assert self_trained < set(c3.CONFIGS)
     assert set(c3.POLICIES) <= set(c3.CONFIGS)  # every policy's drafter is also measured without it
     stored = _settings().to_record()
     assert stored["temperatures"] == [0.0, 1.0] and stored["eos"] is True

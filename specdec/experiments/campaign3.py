@@ -23,10 +23,11 @@ The design (:class:`Campaign3Settings`, the record's settings and resume key) is
   transformers is left out (a tenth of the lean engine's speed in campaign v2, never a candidate for
   the fastest plain decoder).
 * **Families** (:data:`CONFIGS`): campaign v2's twelve and the drafters trained on the target's own
-  text (issue 42: ``mlp-self``, ``eagle-ttt`` as a chain and as EAGLE-2's tree, the hybrid); and every
-  family of :data:`POLICIES` under the do-no-harm policy, calibrated on development prompts on the
-  running machine before the first cell (stored; a resumed run keeps it). Two budgets: chosen by the
-  cross-fit; one: fixed before the run from the newest records on other prompts.
+  text (issue 42: ``mlp-self``, ``eagle-ttt`` and ``eagle-3m`` as chains and as EAGLE-2's trees, the
+  hybrid on ``eagle-3m``); and every family of :data:`POLICIES` under the do-no-harm policy,
+  calibrated on development prompts on the running machine before the first cell (stored; a resumed
+  run keeps it). Two budgets: chosen by the cross-fit; one: fixed before the run from the newest
+  records on other prompts.
 * **What the method-or-implementation split needs** (issue 44, item 2), measured in the same run: the
   verify curves of chain and tree calls (v(N)), the arithmetic roofs of this machine's kernels
   (:func:`specdec.measure.verifykernels.measure_peaks`) and the model's work and bytes per row
@@ -71,17 +72,27 @@ V2_COMMIT = "08bbcf4ef8555025cf2031e4b361550b1eb3d334"
 #: Every family: campaign v2's (:data:`specdec.experiments.campaign2.CONFIGS`, the same settings) and
 #: issue 42's drafters trained on the target's own text, at the budgets the ``self`` record measured
 #: (``results/bench/self-*.json``, on the trees' held-out prompts, not these): the MLP speculator and
-#: EAGLE's chain and EAGLE-2's tree at two each (cross-fitted), the hybrid at 8.
+#: EAGLE's chain and EAGLE-2's tree at two each (cross-fitted), the hybrid at 8. ``eagle-3m`` (the same
+#: layer and recipe on all 56 shards) runs at ``eagle-ttt``'s budgets: it was never timed before the
+#: run, and it leads the hybrid because it predicts best on held-out shards that no drafter trained on
+#: (``results/bench/cond-heldout.json``), never on these prompts.
 CONFIGS: dict[str, tuple[int, ...]] = {
     **c2.CONFIGS,
     "mlp:mlp-self": (4, 8),
     "eagle:eagle-ttt": (2, 4),
     "eagle:eagle-ttt,topk=4,depth=5": (4, 8),
-    "hybrid:eagle-ttt,topk=4,depth=5": (8,),
+    "eagle:eagle-3m": (2, 4),
+    "eagle:eagle-3m,topk=4,depth=5": (4, 8),
+    "hybrid:eagle-3m,topk=4,depth=5": (8,),
 }
 #: The do-no-harm policy per family: the budgets it chooses among (0, a plain step, always among them);
-#: the ``self`` record's set (:data:`specdec.experiments.trees.SELF_POLICIES`).
-POLICIES: dict[str, tuple[int, ...]] = dict(SELF_POLICIES)
+#: the ``self`` record's set (:data:`specdec.experiments.trees.SELF_POLICIES`), with ``eagle-3m`` in
+#: ``eagle-ttt``'s place for EAGLE-2's tree and the hybrid.
+POLICIES: dict[str, tuple[int, ...]] = {
+    **{k: v for k, v in SELF_POLICIES.items() if not k.startswith("hybrid:")},
+    "eagle:eagle-3m,topk=4,depth=5": SELF_POLICIES["eagle:eagle-ttt,topk=4,depth=5"],
+    "hybrid:eagle-3m,topk=4,depth=5": SELF_POLICIES["hybrid:eagle-ttt,topk=4,depth=5"],
+}
 QUICK_CONFIGS: dict[str, tuple[int, ...]] = {"lookup": (2,), "suffix": (8,), "eagle:eagle-ttt": (2,)}
 QUICK_POLICIES: dict[str, tuple[int, ...]] = {"lookup": (4,)}
 
