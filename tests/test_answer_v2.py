@@ -337,3 +337,26 @@ def test_where_the_time_goes_is_one_decomposition_for_every_record_with_trees(na
                 x for x in rec["trees"]["rows"] if x["temperature"] == t and x["config"] == r["config"]
             )
             assert r["accept_d1"] == source["accept_at_depth"][0]
+
+
+def test_campaign_v3s_decoders_in_words():
+    """Campaign v3's rows: v2's engine names its library, the drafters trained on the target's own text
+    name their drafts, a family under the do-no-harm policy says so, and its setting is its budgets."""
+    rec = {"engines": {"lean-q4q8-v2lib-2t": {"engine": "lean", "mode": "q4q8", "threads": 2,
+                                               "library": {"commit": "08bbcf4ef85"}}},
+           "configs": [{"id": "e/lookup/noharm", "engine": "lean-q4q8-v2lib-2t", "plain": False,
+                        "gamma": "do no harm over budgets [0, 4, 8] (margin 0.02)"}]}  # fmt: skip
+    assert answer.engine_label(rec, "lean-q4q8-v2lib-2t") == "lean q4q8, 2 threads, C library of 08bbcf4"
+    assert answer.label(rec, "e/eagle:eagle-3m,topk=4,depth=5") == "EAGLE-2 (eagle-3m)"
+    assert answer.label(rec, "e/lookup+noharm") == "prompt lookup, do-no-harm policy"
+    assert answer.setting_words(rec, "e/lookup/noharm") == "do-no-harm policy over budgets 0, 4, 8"
+    assert answer.is_network("x/hybrid:eagle-3m,topk=4,depth=5/g8")  # EAGLE-2 drafts where suffix does not
+
+
+def test_every_card_named_by_a_source_exists():
+    from specdec.analysis.beyond import card_name, card_of
+
+    names = {card_name(f) for _, fams, _ in SOURCES.values() for f in fams} - {None}
+    assert {"distil-l1", "medusa-4", "eagle-1", "eagle-3m", "mlp-self"} <= names
+    assert all(card_of(n)["steps"] > 0 for n in names)
+    assert card_name("suffix") is None and card_name("hybrid:eagle-3m,topk=4,depth=5") is None

@@ -48,3 +48,27 @@ def test_the_command_of_a_run_resumes_it_and_leaves_its_one_off_actions_out():
     run = c3.Campaign3Run(budget_s=3000.0, fresh=True, v2_engine=False)
     assert run.command() == "specdec run campaign3 --no-v2-engine --budget-s 3000.0"
     assert "--reanalyse" not in c3.Campaign3Run(reanalyse="r.json").command()
+
+
+def test_the_committed_record_ran_after_the_greedy_plain_decoders_fix():
+    """The answer chapter says campaign v3's greedy plain decoder takes the argmax, as the speculative loops
+    do (commit 0c1a774; campaign v2's built a one-hot row and drew from it): true of every committed v3
+    record whose commit descends from that one."""
+    import subprocess
+    from pathlib import Path
+
+    from specdec.analysis import records
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        rec = records.newest(root / "results", "campaign-v3", note=False)
+    except FileNotFoundError:
+        pytest.skip("no campaign v3 record yet")
+    commit = rec["settings"]["git_commit"]
+    known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=root, capture_output=True)
+    fix = subprocess.run(["git", "cat-file", "-e", "0c1a774^{commit}"], cwd=root, capture_output=True)
+    if known.returncode or fix.returncode:
+        pytest.skip("this checkout lacks the history (a shallow clone)")
+    ancestry = subprocess.run(["git", "merge-base", "--is-ancestor", "0c1a774", commit], cwd=root)
+    assert ancestry.returncode == 0, f"campaign v3's commit {commit[:7]} does not contain the argmax fix"
+    assert not rec["environment"]["git_dirty"] and rec["complete"]

@@ -86,3 +86,77 @@ def test_the_anchors_file_is_the_published_table():
 def test_a_config_without_runs_is_refused():
     with pytest.raises(ValueError, match="no runs"):
         mg.measured_speedup(_record(), "e/none/g1", 0.0)
+
+
+def test_a_named_baseline_pairs_the_same_prompts_and_reverses_to_the_reciprocal():
+    rec = _record()
+    spec = "e/eagle:x,topk=4,depth=5/g8"
+    assert mg.measured_speedup(rec, spec, 0.0, baseline="e/plain") == mg.measured_speedup(rec, spec, 0.0)
+    est, _, _ = mg.measured_speedup(rec, "e/plain", 0.0, baseline=spec)
+    assert est == pytest.approx(0.5)  # plain decoding over the drafter: 5 ms over 10 ms per token
+    with pytest.raises(ValueError, match="baseline must differ"):
+        mg.measured_speedup(rec, spec, 0.0, baseline=spec)
+
+
+def test_the_summary_spans_its_members_and_refuses_none():
+    rec = _record()
+    rows = mg.split(rec)
+    sm = mg.summary(rows, 0.0, [rows[0]["config"]])
+    assert sm["n"] == 1 and sm["at_floor"] == (rows[0]["at_floor"],) * 2
+    assert sm["implementation_gmean"] == pytest.approx(rows[0]["implementation"])
+    assert sm["measured_above"] == 1  # 2x
+    assert sm["method"] == (rows[0]["method"],) * 2
+    second = dict(rows[0], config="e/other/g1", at_floor=0.5, implementation=4.0, method=None)
+    both = mg.summary([*rows, second], 0.0, [rows[0]["config"], "e/other/g1"])
+    assert both["at_floor"] == (0.5, rows[0]["at_floor"]) and both["at_floor_above"] == 1
+    assert both["implementation_gmean"] == pytest.approx((rows[0]["implementation"] * 4.0) ** 0.5)
+    assert both["method"] == (rows[0]["method"],) * 2  # a member without an anchor adds nothing
+    assert both["method_n"] == 1 and both["implementation_n"] == 2
+    with pytest.raises(ValueError, match="no row"):
+        mg.summary(rows, 1.0, [rows[0]["config"]])
+
+
+def test_the_gap_figure_draws_one_row_per_configuration():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from specdec.analysis.answerfig import gap_figure
+
+    (row,) = mg.split(_record())
+    fig = gap_figure([row], {row["config"]: "EAGLE-2, 8 nodes"}, temperatures=(0.0,))
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["EAGLE-2, 8 nodes"]
+    # two temperatures, a row missing at the second, one without an anchor and without an interval
+    lone = dict(row, config="e/mlp:x/g4", anchor_at_floor=None, at_floor=3.0,
+                measured={"estimate": 0.4, "low": None, "high": None})  # fmt: skip
+    hot = dict(row, temperature=1.0)
+    fig = gap_figure([row, lone, hot])
+    left, right = fig.axes[:2]
+    assert [t.get_text() for t in left.get_yticklabels()] == ["mlp:x/g4", row["config"].split("/", 1)[1]]
+    for ax in (left, right):
+        lo, hi = ax.get_xlim()
+        assert lo <= 0.4 and hi >= 3.0  # every estimate inside every panel
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(legend) == len(set(legend)) == 4
+    with pytest.raises(ValueError, match="at least one row"):
+        gap_figure([])
+
+
+def test_whose_gap_compares_shortfalls_over_the_configurations_with_both_factors():
+    (row,) = mg.split(_record())
+    base = dict(row, config="a", implementation=0.5, method=0.8)
+    assert mg.whose_gap([base], 0.0, ["a"])["whose"] == "implementation"
+    assert mg.whose_gap([dict(base, method=0.4)], 0.0, ["a"])["whose"] == "method"
+    # a factor above 1 is a surplus, not a gap: a method ahead of its anchor leaves the implementation's
+    assert mg.whose_gap([dict(base, implementation=0.9, method=1.3)], 0.0, ["a"])["whose"] == "implementation"
+    assert mg.whose_gap([dict(base, implementation=1.1, method=1.3)], 0.0, ["a"])["whose"] == "neither"
+    # a configuration without a method factor is left out of both means
+    other = dict(base, config="b", implementation=0.01, method=None)
+    judged = mg.whose_gap([base, other], 0.0, ["a", "b"])
+    assert judged["n"] == 1 and judged["implementation"] == pytest.approx(0.5)
+    assert mg.whose_gap([other], 0.0, ["b"]) == {
+        "n": 0,
+        "implementation": None,
+        "method": None,
+        "whose": "undecided",
+    }

@@ -55,12 +55,16 @@ __all__ = [
 
 
 def engine_label(record: Mapping[str, Any], engine: str) -> str:
-    """E.g. "lean q4q8, 1 thread", "llama.cpp Q4_0 (requantized), 2 threads", "transformers float32"."""
+    """E.g. "lean q4q8, 1 thread", "llama.cpp Q4_0 (requantized), 2 threads", "transformers float32";
+    an engine decoding with another commit's C library (campaign v3's row of v2's engine) names it."""
     info = record["engines"][engine]
     threads = info.get("threads")
     t = f"{threads} thread{'s' if threads != 1 else ''}"
     kind = info.get("engine")
     if kind == "lean":
+        library = info.get("library")  # campaign v3's row of v2's engine: another commit's C library
+        if isinstance(library, Mapping) and library.get("commit"):
+            return f"lean {info.get('mode')}, {t}, C library of {str(library['commit'])[:7]}"
         return f"lean {info.get('mode')}, {t}"
     if kind == "llama.cpp":
         fmt = "Q4_0 (requantized)" if "Q4_0" in str(info.get("format", "")) else str(info.get("gguf", ""))
@@ -326,6 +330,9 @@ def _setting(method: str, config: Mapping[str, Any]) -> str:
     gamma = str(config["gamma"])
     if gamma.startswith("heuristic start"):
         return f", from γ = {gamma.split()[2]}"
+    if gamma.startswith("do no harm over budgets"):  # the policy's budgets, 0 a plain step
+        budgets = gamma.split("[", 1)[1].split("]", 1)[0]
+        return f", do-no-harm policy over budgets {budgets}"
     # a chain, or a tree kind drafting a single path: its budget is a gamma (first-campaign names: chains)
     return f", {gamma} nodes" if is_tree(f"x/{method}") else f", γ = {gamma}"
 
@@ -370,7 +377,18 @@ METHOD_NAMES = {
     "mlp:mlp-4": "MLP speculator, tree",
     "eagle:eagle-1": "EAGLE",
     "eagle:eagle-1,topk=4,depth=5": "EAGLE-2",
+    # issue 42's drafters trained on the target's own text (campaign v3), named by their drafts
+    "mlp:mlp-self": "MLP speculator, tree (mlp-self)",
+    "eagle:eagle-ttt": "EAGLE (eagle-ttt)",
+    "eagle:eagle-ttt,topk=4,depth=5": "EAGLE-2 (eagle-ttt)",
+    "eagle:eagle-3m": "EAGLE (eagle-3m)",
+    "eagle:eagle-3m,topk=4,depth=5": "EAGLE-2 (eagle-3m)",
+    "hybrid:eagle-ttt,topk=4,depth=5": "hybrid: suffix, else EAGLE-2 (eagle-ttt)",
+    "hybrid:eagle-3m,topk=4,depth=5": "hybrid: suffix, else EAGLE-2 (eagle-3m)",
 }
+
+#: The suffix of a family run under the do-no-harm policy (:class:`specdec.theory.policies.DoNoHarm`).
+NOHARM = "+noharm"
 
 
 def label(record: Mapping[str, Any], key: str) -> str:
@@ -378,6 +396,9 @@ def label(record: Mapping[str, Any], key: str) -> str:
     if key.endswith("/plain"):
         return engine_label(record, key.split("/", 1)[0])
     method = key.split("/", 1)[1]
+    if method.endswith(NOHARM):
+        base = method.removesuffix(NOHARM)
+        return f"{METHOD_NAMES.get(base, base)}, do-no-harm policy"
     return METHOD_NAMES.get(method, method)
 
 
@@ -400,8 +421,9 @@ def at_edge(ratio: Mapping[str, Any]) -> bool:
 
 #: Drafter kinds (the registry's spec kinds) that draft by running a neural network: a distilled draft
 #: model (chain or tree), the target's own first layers (early exit), heads on the target's features
-#: (Medusa, the MLP speculator) and EAGLE's feature-level draft. The others copy from the text.
-NETWORK_KINDS = frozenset({"draft", "draft-tree", "early-exit", "medusa", "mlp", "eagle"})
+#: (Medusa, the MLP speculator), EAGLE's feature-level draft, and the hybrid (suffix decoding where its
+#: match is confident, EAGLE-2 in every other round). The others copy from the text.
+NETWORK_KINDS = frozenset({"draft", "draft-tree", "early-exit", "medusa", "mlp", "eagle", "hybrid"})
 
 
 def _spec_of(key: str) -> Any:

@@ -10,17 +10,29 @@ and the families, each group by pooled speedup, each with the Bonferroni-simulta
 *paired* ratio to the fastest plain decoder (the interval its verdict rests on), each task's estimate as a
 small marker, and 1 (the fastest plain decoder, cross-fitted) as a vertical line; a row is green, red or
 grey as its interval says faster, slower or not distinguishable. :func:`prompt_figure` draws the
-headline's per-prompt ratios. Every value is the record's; nothing is computed here but the layout.
+headline's per-prompt ratios. :func:`gap_figure` draws issue 44's split of each configuration's speedup
+(:func:`specdec.analysis.methodgap.split`): measured, at its measured costs, at the machine's floor, and
+at its anchor's published acceptance. Every value is the record's (or the split's, a function of the
+record and the anchors' file); nothing is computed here but the layout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specdec.analysis.answer import label, prompt_ratios, stratum
 
-__all__ = ["HEADLINE", "TASK_MARKERS", "VERDICT_COLORS", "answer_figure", "answer_rows", "prompt_figure"]
+__all__ = [
+    "GAP_MARKERS",
+    "HEADLINE",
+    "TASK_MARKERS",
+    "VERDICT_COLORS",
+    "answer_figure",
+    "answer_rows",
+    "gap_figure",
+    "prompt_figure",
+]
 
 #: Marker and colour of each task's estimate.
 TASK_MARKERS = {
@@ -231,4 +243,92 @@ def prompt_figure(record: Mapping[str, Any], *, temperatures: tuple[float, ...] 
         ax.legend(seen.values(), seen.keys(), fontsize=8, frameon=False, loc="upper left")
     axes[0].set_ylabel("x the fastest plain decoder", fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+#: The split's four speedups: key, legend, marker, colour (:func:`gap_figure`).
+GAP_MARKERS = (
+    ("measured", "measured (95 % interval)", "o", "#222222"),
+    ("at_measured_costs", "at its measured v and c (Theorem 3.8)", "s", "#1f77b4"),
+    ("at_floor", "at the machine's floor costs", "^", "#2ca02c"),
+    ("anchor_at_floor", "the anchor's published tokens/call, at the floor", "*", "#b8860b"),
+)
+
+
+def gap_figure(
+    rows: Sequence[Mapping[str, Any]],
+    labels: Mapping[str, str] | None = None,
+    *,
+    temperatures: tuple[float, ...] = (0.0, 1.0),
+) -> Any:
+    """Issue 44's split as one figure (matplotlib): per temperature a panel, per speculative configuration
+    a row (``rows``: :func:`specdec.analysis.methodgap.split`), each of its four speedups over the same
+    engine's plain decoding as a marker (:data:`GAP_MARKERS`; the measured one with its interval), 1 dashed.
+    Between the measured marker and the square lies the loop's gap, between the square and the triangle the
+    implementation's (engine and drafter), between the triangle and the star the method's acceptance as
+    trained here. Rows in one order for every panel: by the floor's speedup at the first temperature;
+    ``labels`` maps a configuration id to its row's name (default: the id without its engine)."""
+    import matplotlib.pyplot as plt
+
+    by = {(float(r["temperature"]), r["config"]): r for r in rows}
+    configs = sorted(
+        {r["config"] for r in rows},
+        key=lambda c: (-(by.get((temperatures[0], c)) or {"at_floor": 0.0})["at_floor"], c),
+    )
+    if not configs:
+        raise ValueError("gap_figure needs at least one row of methodgap.split")
+    names = [(labels or {}).get(c, c.split("/", 1)[-1]) for c in configs]
+    values = [
+        v
+        for r in rows
+        for v in (
+            r["measured"]["estimate"],
+            r["measured"]["low"],
+            r["measured"]["high"],
+            r["at_measured_costs"],
+            r["at_floor"],
+            r["anchor_at_floor"],
+        )  # fmt: skip
+        if v is not None and v > 0
+    ]
+    lo, hi = min(values) * 0.9, max(values) * 1.12
+    fig, axes = plt.subplots(
+        1, len(temperatures), figsize=(10, 0.27 * len(configs) + 1.9), sharey=True, dpi=120
+    )
+    axes = [axes] if len(temperatures) == 1 else list(axes)
+    for ax, temp in zip(axes, temperatures, strict=True):
+        ax.axvline(1.0, color="black", lw=1.0, ls="--", zorder=0)
+        for y, config in enumerate(configs):
+            r = by.get((temp, config))
+            if r is None:
+                continue
+            m = r["measured"]
+            xs = [m["estimate"], r["at_measured_costs"], r["at_floor"], r["anchor_at_floor"]]
+            present = [x for x in xs if x is not None]
+            ax.plot([min(present), max(present)], [y, y], color="#cccccc", lw=1.0, zorder=1)
+            if m["low"] is not None and m["high"] is not None:
+                ax.plot([m["low"], m["high"]], [y, y], color="#222222", lw=1.8, zorder=2)
+            for (key, legend, marker, color), x in zip(GAP_MARKERS, xs, strict=True):
+                if x is None:
+                    continue
+                ax.plot(x, y, marker, ms=8 if marker == "*" else 5.5, color=color, zorder=3,
+                        label=legend if y == 0 or key == "anchor_at_floor" else None)  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ticks = [v for v in (0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 10.0) if lo <= v <= hi]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{v:g}" for v in ticks], fontsize=9)
+        ax.minorticks_off()
+        ax.set_title(f"temperature {temp:g}", fontsize=10)
+        ax.set_xlabel("x the same engine's plain decoding (log scale)", fontsize=9.5)
+        ax.grid(axis="x", color="#dddddd", lw=0.6)
+    axes[0].set_yticks(range(len(configs)))
+    axes[0].set_yticklabels(names, fontsize=9)
+    axes[0].invert_yaxis()
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for handle, legend in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(legend, handle)
+    fig.legend(seen.values(), seen.keys(), loc="lower center", ncol=2, frameon=False, fontsize=9)
+    fig.tight_layout(rect=(0, 1.1 / (0.27 * len(configs) + 1.9), 1, 1))
     return fig

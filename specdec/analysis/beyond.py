@@ -3,7 +3,8 @@
 The article's section 7 puts six draft sources in one table (typical alpha, cost coefficient c, training,
 extra memory, a note; ``specdec/data/article_sources_table.csv``). The second campaign
 (:mod:`specdec.experiments.campaign2`) built and timed every one of them on this CPU, in one run, on
-frozen prompts. :func:`section7_table` sets each printed row beside what the record measured for the
+frozen prompts, and the third (:mod:`specdec.experiments.campaign3`) again with the drafters trained on
+the target's own text. :func:`section7_table` sets each printed row beside what the record measured for the
 families that implement it: the setting the cross-fit chose, acceptance at the first depth, tokens per
 target call, the draft time per round in target steps, the training time and stored size of the
 drafter (its card), and the speedup over the fastest plain decoder at both temperatures with the
@@ -18,9 +19,11 @@ from typing import Any
 
 from specdec.theory.recordio import read_json
 
-__all__ = ["SOURCES", "card_of", "section7_figure", "section7_table"]
+__all__ = ["SOURCES", "card_name", "card_of", "section7_figure", "section7_table"]
 
-#: The article's row (as printed) -> (in English, the campaign's families that implement it, the card).
+#: The article's row (as printed) -> (in English, the campaign's families that implement it, the card of
+#: its first drafter; each family's own card is :func:`card_name`'s). A family a record did not run
+#: (campaign v2 ran no self-trained drafter) gives a row without measurements.
 SOURCES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "独立草稿模型": (
         "independent draft model",
@@ -28,17 +31,46 @@ SOURCES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
         "distil-l1",
     ),
     "Medusa（多头 MLP）": ("Medusa (multi-head MLP)", ("medusa:medusa-4",), "medusa-4"),
-    "EAGLE / EAGLE-2": ("EAGLE / EAGLE-2", ("eagle:eagle-1", "eagle:eagle-1,topk=4,depth=5"), "eagle-1"),
-    "MLP 投机头": ("MLP speculator", ("mlp:mlp-4,ranks=1", "mlp:mlp-4"), "mlp-4"),
+    "EAGLE / EAGLE-2": (
+        "EAGLE / EAGLE-2",
+        (
+            "eagle:eagle-1",
+            "eagle:eagle-1,topk=4,depth=5",
+            "eagle:eagle-ttt",
+            "eagle:eagle-ttt,topk=4,depth=5",
+            "eagle:eagle-3m",
+            "eagle:eagle-3m,topk=4,depth=5",
+        ),  # fmt: skip
+        "eagle-1",
+    ),
+    "MLP 投机头": ("MLP speculator", ("mlp:mlp-4,ranks=1", "mlp:mlp-4", "mlp:mlp-self"), "mlp-4"),
     "n-gram": ("n-gram (prompt lookup)", ("lookup", "lookup-tree,min_ngram=2", "lookup+heuristic"), None),
     "后缀解码": ("suffix decoding", ("suffix", "suffix,tree=0"), None),
-    "—": ("not in the article's table", ("early-exit:8",), None),
+    "—": ("not in the article's table", ("early-exit:8", "hybrid:eagle-3m,topk=4,depth=5"), None),
 }
 
 
 #: The committed drafters' folder (:data:`specdec.train.draftnets.DRAFT_DIR`, named here without
 #: importing the training code, which imports torch).
 DRAFT_DIR = Path(__file__).resolve().parents[1] / "data" / "drafts"
+
+
+#: Registry kinds whose drafter is a committed, trained draft with a card.
+TRAINED_KINDS = frozenset({"draft", "draft-tree", "medusa", "mlp", "eagle"})
+
+
+def card_name(spec: str) -> str | None:
+    """The committed drafter a registry spec runs ("eagle:eagle-3m,topk=4,depth=5" -> "eagle-3m"), or None
+    for a drafter that trains nothing (prompt lookup, suffix decoding, early exit) or the hybrid (whose
+    network drafter's card is its own row's). A trained kind whose card is missing raises
+    FileNotFoundError naming it."""
+    kind, _, rest = spec.partition(":")
+    if kind.split(",")[0] not in TRAINED_KINDS:
+        return None
+    name = rest.split(",")[0]
+    if not (DRAFT_DIR / name / "card.json").is_file():
+        raise FileNotFoundError(f"{spec!r} runs the drafter {name!r}, which has no card in {DRAFT_DIR}")
+    return name
 
 
 def card_of(name: str) -> dict[str, Any]:
@@ -65,10 +97,11 @@ def section7_table(record: Mapping[str, Any], printed: Sequence[Mapping[str, str
     median, sim = record["analyses"]["median"], record["analyses"]["simultaneous"]
     trees = {(float(r["temperature"]), r["config"]): r for r in record["trees"]["rows"]}
     rows = []
-    for source, (english, families, card_name) in SOURCES.items():
+    for source, (english, families, _) in SOURCES.items():
         art = by_source.get(source, {})
-        card = card_of(card_name) if card_name else None
         for spec in families:
+            name = card_name(spec)
+            card = card_of(name) if name else None
             out: dict[str, Any] = {"source": source, "source_en": english, "family": spec,
                                    "family_en": label(record, f"x/{spec}")}  # fmt: skip
             for k in ("alpha", "c", "training", "memory", "note"):

@@ -27,11 +27,13 @@ __all__ = [
     "CONDITIONED",
     "HANDICAP_RECORD",
     "NETWORK",
+    "NETWORK_V3",
     "c_rows",
     "goals",
     "goals_self",
     "greedy_equal",
     "greedy_handicap",
+    "simultaneous_of",
 ]
 
 #: The target-conditioned families of issue 30, by their short names (their registry specs).
@@ -45,6 +47,8 @@ CONDITIONED = (
 
 #: The network drafters of issue 42's ``self`` record trained on the target's own text (registry specs).
 NETWORK = ("mlp:mlp-self", "eagle:eagle-ttt", "eagle:eagle-ttt,topk=4,depth=5")
+#: The same in campaign v3, with ``eagle-3m`` (the same recipe on all the self-generated data).
+NETWORK_V3 = (*NETWORK, "eagle:eagle-3m", "eagle:eagle-3m,topk=4,depth=5")
 
 
 def c_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -102,9 +106,23 @@ def goals(record: Mapping[str, Any], families: Sequence[str] = CONDITIONED) -> l
     return out
 
 
+def simultaneous_of(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A record's Bonferroni-simultaneous cross-fit: a trees record's ``simultaneous``, a campaign's
+    ``analyses.simultaneous``."""
+    if "simultaneous" in record:
+        return record["simultaneous"]
+    try:
+        return record["analyses"]["simultaneous"]
+    except KeyError:
+        raise ValueError(
+            "the record holds no simultaneous analysis (simultaneous, analyses.simultaneous)"
+        ) from None
+
+
 def goals_self(record: Mapping[str, Any], network: Sequence[str] = NETWORK) -> list[dict[str, Any]]:
-    """Issue 42's goals on a complete ``self`` record (``specdec run trees --set self``), rules fixed
-    before the record was read:
+    """Issue 42's goals on a complete ``self`` record (``specdec run trees --set self``) or campaign v3's
+    (``specdec run campaign3``, with ``network`` naming its drafters), rules fixed before the record was
+    read:
 
     1. the best network drafter (of ``network``; each configuration, i.e. spec and budget, judged on
        the held-out prompts' repetition-0 Stats, the best being the one with the most tokens per target
@@ -140,7 +158,7 @@ def goals_self(record: Mapping[str, Any], network: Sequence[str] = NETWORK) -> l
         "met": depth1 is not None and depth1 >= 0.6 and g0["tokens_per_call"] >= 2.2
         and g1 is not None and g1["tokens_per_call"] >= 1.8,
     })  # fmt: skip
-    rows = family_rows(record["simultaneous"])
+    rows = family_rows(simultaneous_of(record))
     if not any(r["family"].endswith("+noharm") for r in rows):
         raise ValueError("the record has no do-no-harm family (+noharm): goal 2 cannot be judged")
     for r in rows:

@@ -46,7 +46,9 @@ __all__ = [
     "measured_speedup",
     "plain_step",
     "split",
+    "summary",
     "verify_measured",
+    "whose_gap",
 ]
 
 #: The anchors' published tokens per target call (Spec-Bench, RTX 3090, Vicuna-7B; its README).
@@ -144,22 +146,30 @@ def plain_step(record: Mapping[str, Any], engine: str, temperature: float) -> fl
 
 
 def measured_speedup(
-    record: Mapping[str, Any], config: str, temperature: float, *, seed: int = 0
+    record: Mapping[str, Any],
+    config: str,
+    temperature: float,
+    *,
+    baseline: str | None = None,
+    seed: int = 0,
 ) -> tuple[float, float | None, float | None]:
-    """``config`` over its engine's plain decoding at ``temperature``: time per token paired by prompt
-    (:func:`specdec.theory.intervals.paired_speedup`, repetitions' median, geometric mean over prompts)."""
+    """``config`` over ``baseline`` (default: its engine's plain decoding) at ``temperature``: time per
+    token paired by prompt (:func:`specdec.theory.intervals.paired_speedup`, repetitions' median,
+    geometric mean over prompts, bootstrap interval)."""
     from specdec.theory.intervals import paired_speedup
 
-    engine = config.split("/")[0]
-    times: dict[str, dict[tuple[str, str], list[float]]] = {config: {}, f"{engine}/plain": {}}
+    base = baseline if baseline is not None else f"{config.split('/')[0]}/plain"
+    if base == config:
+        raise ValueError(f"baseline must differ from config; both are {config!r}")
+    times: dict[str, dict[tuple[str, str], list[float]]] = {config: {}, base: {}}
     for run in record["runs"]:
         if run["config"] in times and run["temperature"] == temperature and run["new_tokens"]:
             key = (run["task"], run["prompt"])
             times[run["config"]].setdefault(key, []).append(run["decode_s"] / run["new_tokens"])
-    mine, plain = times[config], times[f"{engine}/plain"]
+    mine, plain = times[config], times[base]
     prompts = sorted(set(mine) & set(plain))
     if not prompts:
-        raise ValueError(f"no runs of {config!r} and its plain decoder at temperature {temperature}")
+        raise ValueError(f"no runs of both {config!r} and {base!r} at temperature {temperature}")
     return paired_speedup([plain[p] for p in prompts], [mine[p] for p in prompts], seed=seed)
 
 
@@ -205,3 +215,60 @@ def split(
             "method": None if anchor_at_floor is None else at_floor / anchor_at_floor,
         })  # fmt: skip
     return out
+
+
+def summary(rows: Sequence[Mapping[str, Any]], temperature: float, members: Sequence[str]) -> dict[str, Any]:
+    """The split's rows (:func:`split`) of the configurations in ``members`` at ``temperature`` summarized:
+    ``n``; for each speedup (``measured``'s estimate, ``at_measured_costs``, ``at_floor``,
+    ``anchor_at_floor``) its ``(min, max)`` and how many are above 1 (``*_above``); for each factor
+    (``loop``, ``implementation``, ``method``) its ``(min, max)`` and geometric mean (``*_gmean``); a
+    speedup or factor that no member has is ``None``. Raises ValueError when no member has a row."""
+    mine = [r for r in rows if r["config"] in set(members) and float(r["temperature"]) == float(temperature)]
+    if not mine:
+        raise ValueError(f"no row of {list(members)} at temperature {temperature}")
+    out: dict[str, Any] = {"n": len(mine)}
+    values = {
+        "measured": [r["measured"]["estimate"] for r in mine],
+        **{
+            k: [r[k] for r in mine if r[k] is not None]
+            for k in ("at_measured_costs", "at_floor", "anchor_at_floor")
+        },
+    }
+    for key, vals in values.items():
+        out[key] = (min(vals), max(vals)) if vals else None
+        out[f"{key}_above"] = sum(v > 1.0 for v in vals)
+    for key in ("loop", "implementation", "method"):
+        vals = [float(r[key]) for r in mine if r[key] is not None]
+        out[key] = (min(vals), max(vals)) if vals else None
+        out[f"{key}_gmean"] = float(np.exp(np.mean(np.log(vals)))) if vals else None
+        out[f"{key}_n"] = len(vals)
+    return out
+
+
+def whose_gap(
+    rows: Sequence[Mapping[str, Any]], temperature: float, members: Sequence[str]
+) -> dict[str, Any]:
+    """Which of two shortfalls is the larger over the configurations of ``members`` at ``temperature``
+    that have both factors (an anchor that states a tree size): the implementation's (at measured costs
+    over the floor) or the method's (the floor at the measured acceptance over the floor at the anchor's).
+    A factor of 1 or more is no shortfall (``max(0, -log f)`` of each geometric mean). Returns ``n`` (the
+    configurations compared), the two geometric means (None when ``n`` is 0) and ``whose``:
+    ``"implementation"``, ``"method"``, ``"neither"`` (both factors >= 1) or ``"undecided"`` (``n`` is 0:
+    no anchor of these configurations states a tree size). The loop's factor is not compared."""
+    both = [
+        r
+        for r in rows
+        if r["config"] in set(members)
+        and float(r["temperature"]) == float(temperature)
+        and r["method"] is not None
+    ]
+    if not both:
+        return {"n": 0, "implementation": None, "method": None, "whose": "undecided"}
+    impl = float(np.exp(np.mean(np.log([float(r["implementation"]) for r in both]))))
+    meth = float(np.exp(np.mean(np.log([float(r["method"]) for r in both]))))
+    short_impl, short_meth = max(0.0, -np.log(impl)), max(0.0, -np.log(meth))
+    if short_impl == 0.0 and short_meth == 0.0:
+        whose = "neither"
+    else:
+        whose = "implementation" if short_impl >= short_meth else "method"
+    return {"n": len(both), "implementation": impl, "method": meth, "whose": whose}

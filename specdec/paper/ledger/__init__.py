@@ -15,8 +15,9 @@ judges them. One job per module:
 * :mod:`specdec.paper.ledger.measured` -- measured verdicts of the article's hardware and load claims
   (一, D1, D2, 第三, 第六) from the book's benchmark records.
 * :mod:`specdec.paper.ledger.section7` -- the verdicts of the claims about section 7's methods (and 引-4,
-  三-7), judged on the book's own target by the campaign-v2 record: the one place both the ledger (their
-  rows, ``check_kind`` ``target``) and the chapter "Beyond the paper" read them from.
+  三-7), judged on the book's own target by the newest campaign record (campaign v3): the one place
+  both the ledger (their rows, ``check_kind`` ``target``) and the chapter "Beyond the paper" read them
+  from.
 
 Needs sympy and pandas (the ``book`` extra). Used by the chapter "Claims ledger of the source
 article" (``notebooks/src/claims-ledger.md``), which writes ``results/ledger/``.

@@ -5,9 +5,9 @@
 (one generator, seeded once), computes the facts the chapter quotes, and evaluates each claim
 with its check from :data:`specdec.paper.ledger.checks.CHECKS`; the claims judged on the book's target
 (``check_kind`` ``target``: section 7's methods) take their verdicts from
-:func:`specdec.paper.ledger.section7.section7_rows` on the campaign-v2 record passed in, the function the
-"Beyond the paper" chapter shows. The result, a :class:`Ledger`, holds the rows, the facts, and the
-counts the chapter glues.
+:func:`specdec.paper.ledger.section7.section7_rows` on the campaign record passed in (campaign v3), the
+function the "Beyond the paper" chapter shows. The result, a :class:`Ledger`, holds the rows, the
+facts, and the counts the chapter glues.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def build_ledger(
     with another printed number, say) is judged by the same checks, which is how the tests
     plant errors. ``checks`` defaults to :data:`specdec.paper.ledger.checks.CHECKS`. With the
     default claims, every checkable claim must have a check and every check a claim;
-    otherwise ValueError. Claims ids must be unique. ``campaign`` is the campaign-v2 record
-    (``specdec.analysis.records.newest(results, "campaign-v2")``) that judges the claims of
+    otherwise ValueError. Claims ids must be unique. ``campaign`` is the newest campaign record
+    (``specdec.analysis.records.newest(results, "campaign-v3")``) that judges the claims of
     ``check_kind`` ``target`` through :func:`~specdec.paper.ledger.section7.section7_rows`; without it
     they are "not recorded on this machine" (the counts do not depend on it).
     """

@@ -17,10 +17,10 @@ book's rules:
   reason, and must have no check;
 * a claim marked ``target`` (section 7's methods, whose papers the book does not hold) has no check
   either: its verdict is the one :func:`specdec.paper.ledger.section7.section7_rows` gives it on the
-  campaign-v2 record (``holds for this target``, ``fails for this target``, ``undecided for this
-  target``, one per temperature where they differ, or ``not recorded on this machine`` without the
-  record), the same verdict the chapter "Beyond the paper" shows; the ledger counts these claims
-  together, as *judged on this target* (:data:`ON_TARGET`).
+  newest campaign record, campaign v3 (``holds for this target``, ``fails for this target``,
+  ``undecided for this target``, one per temperature where they differ, or ``not recorded on this
+  machine`` without the record), the same verdict the chapter "Beyond the paper" shows; the ledger
+  counts these claims together, as *judged on this target* (:data:`ON_TARGET`).
 """
 
 from __future__ import annotations
@@ -174,8 +174,8 @@ def evaluate(claim: ArticleClaim, check: Check | None, ctx: Context) -> LedgerRo
             raise ValueError(f"claim {claim.id} is judged on the target but section 7 has no row for it")
         row = ctx.target[claim.id]
         how = (
-            "judged on the book's target (SmolLM2-135M) by the campaign-v2 record, by section 7's rule "
-            "(specdec.paper.ledger.section7; the chapter 'Beyond the paper')"
+            "judged on the book's target (SmolLM2-135M) by the newest campaign record (campaign v3), "
+            "by section 7's rule (specdec.paper.ledger.section7; the chapter 'Beyond the paper')"
         )
         return LedgerRow(
             claim, how, (), row["verdict"], f"{row['evidence']}. Why not the source: {claim.reason}"

@@ -1,4 +1,4 @@
-"""Measured verdicts of the source article's section 7 (and 引-4, 三-7) on the second campaign's record.
+"""Measured verdicts of the source article's section 7 (and 引-4, 三-7) on the newest campaign record (v3).
 
 The article's section 7 reports speedups of methods built on the target (Medusa, EAGLE, EAGLE-2, IBM's
 MLP speculator) and of suffix decoding, measured by their authors on 7B-70B models and GPUs. The book
@@ -308,14 +308,14 @@ def _repetitive(
 
 
 def section7_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """One row per item of :data:`RULES7` from a complete campaign-v2 record: item, claim, evidence (rounded
-    for reading), verdict, the unrounded values, ``per_temperature`` (the rule's verdict at each
+    """One row per item of :data:`RULES7` from a complete campaign record (v2 or v3): item, claim, evidence
+    (rounded for reading), verdict, the unrounded values, ``per_temperature`` (the rule's verdict at each
     temperature, for a rule judged at each: 七-9; else empty), ``carriers`` (七-9: the copying tasks faster
     than the fastest plain decoder by their interval, per temperature) and ``caveat`` (what qualifies the
     verdict beyond it, "" when nothing does); "not recorded on this machine" without a record."""
     if record is None:
         return [
-            {"item": i, "claim": c, "evidence": "no campaign-v2 record",
+            {"item": i, "claim": c, "evidence": "no campaign record",
              "verdict": NOT_RECORDED, "values": {}, "per_temperature": {}, "carriers": {},
              "caveat": ""}
             for i, (c, _) in RULES7.items()
