@@ -10,11 +10,12 @@ cost of a round in plain steps, v(nodes + 1) + c):
 * ``measured`` -- the run's own: :func:`specdec.theory.intervals.paired_speedup` of time per token
   against the same engine's plain decoding, prompt by prompt (median over repetitions, geometric mean,
   bootstrap interval);
-* ``at_measured_costs`` -- the theorem at the measured tokens per call, the measured verify call T(nodes
-  + 1) (the record's verify curve, bare forwards, at the round's mean nodes + 1) and the measured draft
-  time per round (``c_round``), both in plain decoding's loop steps (its time per token on the same
-  engine, prompts and temperature): what the round's parts predict; below it, the gap is the loop's
-  (bookkeeping, policy, Python between calls);
+* ``at_measured_costs`` -- the theorem at the measured tokens per call, the measured verify cost
+  v(nodes + 1) = T(nodes + 1) / T(1) (the record's verify curve, bare forwards, at the round's mean nodes
+  + 1: a one-row call priced as one plain step, Theorem 3.8's units) and the measured draft time per
+  round (``c_round``, in plain decoding's loop steps: its time per token on the same engine, prompts and
+  temperature): what the round's parts predict; below it, the gap is the loop's (bookkeeping, policy,
+  Python between calls, and whatever a round's plain part costs beyond a plain step);
 * ``at_floor`` -- the same tokens per call, priced at the machine's floor: v(k) = max(weight bytes /
   bandwidth, k x multiply-adds / int8 peak) over its k = 1 (attention and the float epilogue left out:
   a floor), and c = draft calls x max(drafter bytes / bandwidth, drafter multiply-adds per row / int8
@@ -41,6 +42,7 @@ import numpy as np
 __all__ = [
     "ANCHORS",
     "anchor_for",
+    "fixed_budget",
     "floor_model",
     "load_anchors",
     "measured_speedup",
@@ -193,9 +195,12 @@ def split(
             ("suffix", "medusa", "mlp", "hybrid")
         ) else "chain"  # fmt: skip
         c_measured = float(row["c_round_median"])  # in plain loop steps
-        step = plain_step(record, config.split("/")[0], temp)
         work = work_of.get(spec)
-        at_measured = tokens / (verify_measured(record, nodes + 1, shape) / step + c_measured)
+        # Theorem 3.8's units: v(k) = T(k) / T(1) of the run's curve, a one-row call priced as one plain
+        # loop step (the curve's bare call and the loop's step are timed by different code; their ratio
+        # belongs to the loop's factor, not to the verify call's)
+        v = verify_measured(record, nodes + 1, shape) / verify_measured(record, 1, "chain")
+        at_measured = tokens / (v + c_measured)
         at_floor = tokens / (_v_floor(nodes + 1, floor) + _c_floor(work, calls, floor))
         anchor = anchor_for(spec, anchors)
         anchor_at_floor = None
@@ -215,6 +220,13 @@ def split(
             "method": None if anchor_at_floor is None else at_floor / anchor_at_floor,
         })  # fmt: skip
     return out
+
+
+def fixed_budget(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The configurations of :func:`split`'s rows that run at a budget fixed before the run: not a
+    do-no-harm policy (``.../noharm``) nor a rule that adapts its budget (``lookup+heuristic``), whose
+    rounds mix budgets (and plain steps) and so belong to no one family's split. Sorted, each once."""
+    return sorted({r["config"] for r in rows if "+" not in r["spec"] and not r["config"].endswith("/noharm")})
 
 
 def summary(rows: Sequence[Mapping[str, Any]], temperature: float, members: Sequence[str]) -> dict[str, Any]:
