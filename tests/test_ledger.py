@@ -43,8 +43,8 @@ COMMITTED = ROOT / "results" / "ledger" / "claims-ledger.csv"
 
 @pytest.fixture(scope="module")
 def campaign():
-    """The campaign-v2 record both the ledger chapter and the Beyond chapter read."""
-    return records.newest(ROOT / "results", "campaign-v2", note=False)
+    """The campaign record (v3) both the ledger chapter and the Beyond chapter read."""
+    return records.newest(ROOT / "results", "campaign-v3", note=False)
 
 
 @pytest.fixture(scope="module")

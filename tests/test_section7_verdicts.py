@@ -1,6 +1,6 @@
 """One verdict per section-7 claim (issue 43): the claims ledger and the "Beyond the paper" chapter state
 the same verdict for each claim judged on the book's target, both read from
-:func:`specdec.paper.ledger.section7.section7_rows` on the same campaign-v2 record; and 七-9, judged at
+:func:`specdec.paper.ledger.section7.section7_rows` on the same campaign record (v3); and 七-9, judged at
 each temperature, is never stated as an unqualified "holds" where it holds at one temperature only.
 
 The checks read what a reader sees: the executed notebooks' glued values and tables
@@ -43,7 +43,7 @@ LEDGER_CSV = ROOT / "results" / "ledger" / "claims-ledger.csv"
 
 @pytest.fixture(scope="module")
 def campaign():
-    return records.newest(ROOT / "results", "campaign-v2", note=False)
+    return records.newest(ROOT / "results", "campaign-v3", note=False)
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +81,12 @@ def ledger_html_verdicts() -> dict[str, str]:
 
 
 def manifest_campaign(name: str) -> str:
-    """The campaign-v2 file an executed chapter's provenance cell says it read."""
+    """The campaign file (v3) an executed chapter's provenance cell says it read."""
     for o in _outputs(name):
         text = "".join(o.get("text", ""))
         if text.startswith("records read: "):
             read = json.loads(text.splitlines()[0].removeprefix("records read: "))
-            (found,) = [r["file"] for r in read if r["kind"] == "campaign-v2"]
+            (found,) = [r["file"] for r in read if r["kind"] == "campaign-v3"]
             return found
     raise AssertionError(f"{name}.ipynb prints no provenance manifest")
 

@@ -31,7 +31,7 @@ def glued(notebook: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def camp():
     records.clear()
-    return records.newest(ROOT / "results", "campaign-v2")
+    return records.newest(ROOT / "results", "campaign-v3")
 
 
 @pytest.fixture(scope="module")
