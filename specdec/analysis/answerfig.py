@@ -320,7 +320,7 @@ def gap_figure(
         ax.set_xticklabels([f"{v:g}" for v in ticks], fontsize=9)
         ax.minorticks_off()
         ax.set_title(f"temperature {temp:g}", fontsize=10)
-        ax.set_xlabel("x the same engine's plain decoding (log scale)", fontsize=9.5)
+        ax.set_xlabel("x own plain decoding (log scale)", fontsize=9)
         ax.grid(axis="x", color="#dddddd", lw=0.6)
     axes[0].set_yticks(range(len(configs)))
     axes[0].set_yticklabels(names, fontsize=9)
