@@ -356,7 +356,7 @@ def test_campaign_v3s_decoders_in_words():
 def test_every_card_named_by_a_source_exists():
     from specdec.analysis.beyond import card_name, card_of
 
-    names = {card_name(f) for _, fams, _ in SOURCES.values() for f in fams} - {None}
+    names = {card_name(f) for _, fams in SOURCES.values() for f in fams} - {None}
     assert {"distil-l1", "medusa-4", "eagle-1", "eagle-3m", "mlp-self"} <= names
     assert all(card_of(n)["steps"] > 0 for n in names)
     assert card_name("suffix") is None and card_name("hybrid:eagle-3m,topk=4,depth=5") is None

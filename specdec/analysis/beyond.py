@@ -17,20 +17,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specdec.analysis.answer import NETWORK_KINDS
 from specdec.theory.recordio import read_json
 
 __all__ = ["SOURCES", "card_name", "card_of", "section7_figure", "section7_table"]
 
-#: The article's row (as printed) -> (in English, the campaign's families that implement it, the card of
-#: its first drafter; each family's own card is :func:`card_name`'s). A family a record did not run
-#: (campaign v2 ran no self-trained drafter) gives a row without measurements.
-SOURCES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
-    "独立草稿模型": (
-        "independent draft model",
-        ("draft:distil-l1", "draft-tree:distil-l1,branch=2"),
-        "distil-l1",
-    ),
-    "Medusa（多头 MLP）": ("Medusa (multi-head MLP)", ("medusa:medusa-4",), "medusa-4"),
+#: The article's row (as printed) -> (in English, the campaign's families that implement it; each
+#: family's card is :func:`card_name`'s). A family a record did not run (campaign v2 ran no
+#: self-trained drafter) gives a row without measurements.
+SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "独立草稿模型": ("independent draft model", ("draft:distil-l1", "draft-tree:distil-l1,branch=2")),
+    "Medusa（多头 MLP）": ("Medusa (multi-head MLP)", ("medusa:medusa-4",)),
     "EAGLE / EAGLE-2": (
         "EAGLE / EAGLE-2",
         (
@@ -41,12 +38,11 @@ SOURCES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
             "eagle:eagle-3m",
             "eagle:eagle-3m,topk=4,depth=5",
         ),  # fmt: skip
-        "eagle-1",
     ),
-    "MLP 投机头": ("MLP speculator", ("mlp:mlp-4,ranks=1", "mlp:mlp-4", "mlp:mlp-self"), "mlp-4"),
-    "n-gram": ("n-gram (prompt lookup)", ("lookup", "lookup-tree,min_ngram=2", "lookup+heuristic"), None),
-    "后缀解码": ("suffix decoding", ("suffix", "suffix,tree=0"), None),
-    "—": ("not in the article's table", ("early-exit:8", "hybrid:eagle-3m,topk=4,depth=5"), None),
+    "MLP 投机头": ("MLP speculator", ("mlp:mlp-4,ranks=1", "mlp:mlp-4", "mlp:mlp-self")),
+    "n-gram": ("n-gram (prompt lookup)", ("lookup", "lookup-tree,min_ngram=2", "lookup+heuristic")),
+    "后缀解码": ("suffix decoding", ("suffix", "suffix,tree=0")),
+    "—": ("not in the article's table", ("early-exit:8", "hybrid:eagle-3m,topk=4,depth=5")),
 }
 
 
@@ -55,19 +51,23 @@ SOURCES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
 DRAFT_DIR = Path(__file__).resolve().parents[1] / "data" / "drafts"
 
 
-#: Registry kinds whose drafter is a committed, trained draft with a card.
-TRAINED_KINDS = frozenset({"draft", "draft-tree", "medusa", "mlp", "eagle"})
+#: Registry kinds whose drafter is a committed, trained draft with a card: the network kinds
+#: (:data:`specdec.analysis.answer.NETWORK_KINDS`) but early exit (the target's own layers) and the
+#: hybrid (whose network drafter's card is its own row's).
+TRAINED_KINDS = NETWORK_KINDS - {"early-exit", "hybrid"}
 
 
 def card_name(spec: str) -> str | None:
     """The committed drafter a registry spec runs ("eagle:eagle-3m,topk=4,depth=5" -> "eagle-3m"), or None
-    for a drafter that trains nothing (prompt lookup, suffix decoding, early exit) or the hybrid (whose
-    network drafter's card is its own row's). A trained kind whose card is missing raises
-    FileNotFoundError naming it."""
-    kind, _, rest = spec.partition(":")
-    if kind.split(",")[0] not in TRAINED_KINDS:
+    for a drafter that trains nothing (prompt lookup, suffix decoding, early exit) or the hybrid. The spec
+    is read by the registry's parser (a policy suffix such as "+heuristic" dropped); a trained kind whose
+    card is missing raises FileNotFoundError naming it."""
+    from specdec.drafting.registry import parse_spec
+
+    parsed = parse_spec(spec.split("+")[0])
+    if parsed.kind not in TRAINED_KINDS:
         return None
-    name = rest.split(",")[0]
+    name = str(parsed.argument)
     if not (DRAFT_DIR / name / "card.json").is_file():
         raise FileNotFoundError(f"{spec!r} runs the drafter {name!r}, which has no card in {DRAFT_DIR}")
     return name
@@ -97,7 +97,7 @@ def section7_table(record: Mapping[str, Any], printed: Sequence[Mapping[str, str
     median, sim = record["analyses"]["median"], record["analyses"]["simultaneous"]
     trees = {(float(r["temperature"]), r["config"]): r for r in record["trees"]["rows"]}
     rows = []
-    for source, (english, families, _) in SOURCES.items():
+    for source, (english, families) in SOURCES.items():
         art = by_source.get(source, {})
         for spec in families:
             name = card_name(spec)

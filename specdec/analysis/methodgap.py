@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from specdec.theory.intervals import geomean
+
 __all__ = [
     "ANCHORS",
     "anchor_for",
@@ -229,13 +231,19 @@ def fixed_budget(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return sorted({r["config"] for r in rows if "+" not in r["spec"] and not r["config"].endswith("/noharm")})
 
 
+def _rows_at(rows: Sequence[Mapping[str, Any]], temperature: float, members: Sequence[str]) -> list:
+    """The split's rows of the configurations in ``members`` at ``temperature``."""
+    wanted = set(members)
+    return [r for r in rows if r["config"] in wanted and float(r["temperature"]) == float(temperature)]
+
+
 def summary(rows: Sequence[Mapping[str, Any]], temperature: float, members: Sequence[str]) -> dict[str, Any]:
     """The split's rows (:func:`split`) of the configurations in ``members`` at ``temperature`` summarized:
     ``n``; for each speedup (``measured``'s estimate, ``at_measured_costs``, ``at_floor``,
     ``anchor_at_floor``) its ``(min, max)`` and how many are above 1 (``*_above``); for each factor
     (``loop``, ``implementation``, ``method``) its ``(min, max)`` and geometric mean (``*_gmean``); a
     speedup or factor that no member has is ``None``. Raises ValueError when no member has a row."""
-    mine = [r for r in rows if r["config"] in set(members) and float(r["temperature"]) == float(temperature)]
+    mine = _rows_at(rows, temperature, members)
     if not mine:
         raise ValueError(f"no row of {list(members)} at temperature {temperature}")
     out: dict[str, Any] = {"n": len(mine)}
@@ -252,7 +260,7 @@ def summary(rows: Sequence[Mapping[str, Any]], temperature: float, members: Sequ
     for key in ("loop", "implementation", "method"):
         vals = [float(r[key]) for r in mine if r[key] is not None]
         out[key] = (min(vals), max(vals)) if vals else None
-        out[f"{key}_gmean"] = float(np.exp(np.mean(np.log(vals)))) if vals else None
+        out[f"{key}_gmean"] = float(geomean(vals)) if vals else None
         out[f"{key}_n"] = len(vals)
     return out
 
@@ -267,17 +275,11 @@ def whose_gap(
     configurations compared), the two geometric means (None when ``n`` is 0) and ``whose``:
     ``"implementation"``, ``"method"``, ``"neither"`` (both factors >= 1) or ``"undecided"`` (``n`` is 0:
     no anchor of these configurations states a tree size). The loop's factor is not compared."""
-    both = [
-        r
-        for r in rows
-        if r["config"] in set(members)
-        and float(r["temperature"]) == float(temperature)
-        and r["method"] is not None
-    ]
+    both = [r for r in _rows_at(rows, temperature, members) if r["method"] is not None]
     if not both:
         return {"n": 0, "implementation": None, "method": None, "whose": "undecided"}
-    impl = float(np.exp(np.mean(np.log([float(r["implementation"]) for r in both]))))
-    meth = float(np.exp(np.mean(np.log([float(r["method"]) for r in both]))))
+    impl = float(geomean([float(r["implementation"]) for r in both]))
+    meth = float(geomean([float(r["method"]) for r in both]))
     short_impl, short_meth = max(0.0, -np.log(impl)), max(0.0, -np.log(meth))
     if short_impl == 0.0 and short_meth == 0.0:
         whose = "neither"
