@@ -347,3 +347,31 @@ def test_sampling_under_a_policy_has_the_target_law_and_undoing_a_rejection_brea
 
     monkeypatch.setattr(decoding, "verify_tree", undo_rejections)  # the name the loop calls
     assert chi_square_pvalue(_counts(target, draft, Alternate), law)["pvalue"] < 1e-3
+
+
+def test_a_plain_round_is_autoregressives_step(pair, monkeypatch):
+    """A round that verifies no node (the policy's budget 0, or a drafter that proposed nothing) runs
+    the plain decoder's own step (``_plain_step``: one call, one draw), at every temperature: the same
+    tokens as plain decoding from the same seed, and one such step per round."""
+    target, draft = pair
+    steps = []
+    real = decoding._plain_step
+
+    def counted(*args, **kwargs):
+        steps.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(decoding, "_plain_step", counted)
+    prompt = np.random.default_rng(4).integers(0, VOCAB, 9).tolist()
+    never = DoNoHarm({4: (40.0, 40.0, 3)}, probe_every=0)  # predicted never to pay, never probed
+    for temperature in (0.0, 1.0):
+        plain = autoregressive(target, prompt, max_new_tokens=20, temperature=temperature, seed=5)
+        assert len(steps) == plain.stats.rounds == 20
+        for policy in (FixedBudget(0), never):
+            steps.clear()
+            gen = speculative_tree(
+                target, draft, prompt, budget=policy, max_new_tokens=20, temperature=temperature, seed=5
+            )
+            assert gen.tokens == plain.tokens, (temperature, policy.describe())
+            assert len(steps) == gen.stats.rounds == 20 and gen.stats.drafted == [0] * 20
+        steps.clear()

@@ -249,6 +249,45 @@ def test_sample_inverse_cdf():
         sample(np.zeros(3), rng)
 
 
+class _FixedUniform:
+    """A generator whose uniforms are given: the draws at the top of the CDF are reachable."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def random(self):
+        return self.values.pop(0)
+
+
+def _sample_min_rule(row, u):
+    """The rule sample() followed before it looked for the last positive index lazily."""
+    cdf = np.cumsum(np.asarray(row, dtype=float))
+    idx = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    return min(idx, int(np.flatnonzero(np.asarray(row) > 0)[-1]))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_sample_equals_the_min_rule_and_never_draws_zero_mass(backend):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    top = np.nextafter(1.0, 0.0)  # the largest uniform below 1: the top of the CDF
+    for trial in range(300):
+        row = rng.random(40) * (rng.random(40) < 0.5)
+        row[-int(rng.integers(1, 6)) :] = 0.0  # trailing zeros: past them lies no mass
+        if not row.sum() > 0:
+            row[3] = 0.25
+        us = [float(rng.random()), top, 0.0]
+        for u in us:
+            arg = torch.tensor(row, dtype=torch.float32) if backend == "torch" else row
+            if backend == "torch":
+                expected = _sample_min_rule(arg.double().numpy(), u)
+            else:
+                expected = _sample_min_rule(row, u)
+            got = sample(arg, _FixedUniform([u]))
+            assert got == expected, (trial, u)
+            assert row[got] > 0
+
+
 def test_warp_temperature_top_k_top_p():
     logits = np.log(np.array([[0.5, 0.25, 0.15, 0.10]]))
     assert np.allclose(warp(logits, 1.0), [[0.5, 0.25, 0.15, 0.10]])

@@ -222,6 +222,13 @@ def _decode(
     when the drafter is a chain drafter with q rows (a tree drafter's rounds count none, whatever their
     shape: beta is defined per position of a chain).
 
+    A round with no node to verify (budget 0, or a drafter that proposed nothing or only nodes that
+    were cut) is :func:`autoregressive`'s own step (:func:`_plain_step`: the same call, the same draw,
+    the same timers), followed by the round's counts, so that a policy that chooses plain steps costs
+    what plain decoding costs plus its bookkeeping. (With lenience l < 1 at temperature 0 such a round
+    takes the argmax of the logits, which is A.5's argmax of p at T = 1 but for a tie that rounding
+    in the softmax would make.)
+
     The call's generator: the drafter draws its samples, then verification its uniforms (none at
     temperature 0: exact matching on the argmax), then the round's token; a drafter is not called in a
     round with no token left to draft (budget 0), nor is the policy asked. (The chain loop before this
@@ -231,7 +238,6 @@ def _decode(
     would see other numbers.) A chain-shaped tree is scored by the chain call, bit for bit a lean
     engine's tree call; on a Hugging Face or float32 lean target a tree call was close to it, not equal.
     """
-    empty_tree = DraftTree((), ())
     temperature, eos_token_id, lenience = sampling.temperature, sampling.eos_token_id, sampling.lenience
     chain_drafter = bool(getattr(drafter, "chain", False))
     conditioned = bool(getattr(drafter, "conditioned", False))
@@ -261,6 +267,7 @@ def _decode(
                 limit = min(limit, left - 1)
             if context is not None:  # a tree call holds 1 + N slots after the cached tokens
                 limit = min(limit, context - len(tokens))
+            calls = 0
             if limit:
                 if pending:  # the plain rounds' positions, in one call
                     drafter.extend(
@@ -269,13 +276,21 @@ def _decode(
                     pending.clear()
                 proposal = drafter.propose_tree(tokens, limit, warp_fn, rng)
                 tree, q, calls = proposal.tree, proposal.q, proposal.calls
-            else:  # a plain step: the drafter is not called (it catches up on the prefix when next asked)
-                tree, q, calls = empty_tree, None, 0
-            if not isinstance(tree, DraftTree) or len(tree) > limit:
-                raise ValueError(
-                    f"the drafter must propose a DraftTree of at most {limit} nodes; got {tree!r}"
-                )
-            tree, q = _cut(tree, q, left - 1, eos_token_id)
+                if not isinstance(tree, DraftTree) or len(tree) > limit:
+                    raise ValueError(
+                        f"the drafter must propose a DraftTree of at most {limit} nodes; got {tree!r}"
+                    )
+                tree, q = _cut(tree, q, left - 1, eos_token_id)
+        if not limit or not len(tree):  # no node to verify: the step autoregressive() takes (a drafter
+            # not called catches up on these positions when next asked)
+            token = _plain_step(lm, tokens, stats, temperature, warp_fn, rng)
+            stats.record_tree_round(0, 0, 0, calls)
+            policy.update(0, 0, 0)
+            if conditioned and token != eos_token_id and len(tokens) - len(prompt) < max_new_tokens:
+                pending.append((lm.features[:1], [token]))
+            if token == eos_token_id:
+                break
+            continue
         chain = tree.is_chain
         with stats.timer("target_s", lm.device):  # one call scores the root and every node
             if chain:  # a chain (the empty tree included): the chain call; a lean tree node equals it
@@ -387,19 +402,26 @@ def autoregressive(
     with stats.timer("prefill_s", lm.device):
         _prefill(lm, prompt)
     while len(tokens) - len(prompt) < max_new_tokens:
-        with stats.timer("target_s", lm.device):
-            logits = lm.forward(tokens[-1:])
-        with stats.timer("verify_s", lm.device):
-            if temperature == 0:  # greedy: the argmax that warp's one-hot row would give, without the row
-                p = logits  # (record_round reads p only beside drafts' q)
-                tokens.append(int(logits[0].argmax()))
-            else:
-                p = warp_fn(logits)
-                tokens.append(sample(p[0], rng))
-        stats.record_round(p, None, 0, 0, 0)
-        if tokens[-1] == eos_token_id:
+        token = _plain_step(lm, tokens, stats, temperature, warp_fn, rng)
+        stats.record_tree_round(0, 0, 0, 0)
+        if token == eos_token_id:
             break
     return finish_generation(tokens[len(prompt) :], stats, eos_token_id)
+
+
+def _plain_step(
+    lm: CachedLM, tokens: list[int], stats: Stats, temperature: float, warp_fn: Any, rng: np.random.Generator
+) -> int:
+    """One plain step, the same for :func:`autoregressive` and the speculative loop's budget-0 rounds: the
+    target's call on the last committed token (timed as ``target_s``), then its token (``verify_s``):
+    the argmax greedy (what warp's one-hot row would give, without the row or a uniform), else one draw
+    from warp(p) with one uniform. The token is appended to ``tokens`` and returned."""
+    with stats.timer("target_s", lm.device):
+        logits = lm.forward(tokens[-1:])
+    with stats.timer("verify_s", lm.device):
+        token = int(logits[0].argmax()) if temperature == 0 else sample(warp_fn(logits)[0], rng)
+    tokens.append(token)
+    return token
 
 
 # -- helpers -------------------------------------------------------------------------------------
