@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from specdec.drafting import conditioned
 from specdec.drafting.registry import DraftContext, build_drafter
-from specdec.engine import native
+from specdec.engine import leannative, native
 from specdec.engine.decoding import autoregressive, speculative_tree
 from specdec.engine.drafters import TreeProposal
 from specdec.engine.lean import LeanLlama
@@ -173,7 +172,7 @@ def test_an_eagle2_tree_is_closed_under_parents_and_within_budget(small):
         assert 1 <= len(tree) <= budget
         assert all(p < i for i, p in enumerate(tree.parents))
         assert max(tree.depths) <= 4
-    top = conditioned._top(np.array([[1.0, 3.0, 3.0, 2.0]], np.float32), 3)[0]
+    top = leannative.topk(np.array([[1.0, 3.0, 3.0, 2.0]], np.float32), 3)[0]
     assert top.tolist() == [[1, 2, 3]]  # ties: the smaller id first
 
 
@@ -506,3 +505,77 @@ def test_unseen_heldout_reads_only_held_out_sequences_past_the_first_shard(small
     assert len(prof["hit"]) == card["depth"] and prof["rows"] > 0
     with pytest.raises(ValueError, match="first_shard"):
         condtrain.unseen_heldout(small, {"e": (module, card)}, str(folder), first_shard=3)
+
+
+def _eagle(small):
+    target = LeanLlama(small, "q4q8", threads=1)
+    return build_drafter("eagle:e,topk=3,depth=4", _context(small, target))
+
+
+def _three_calls(drafter, feats, ids, cache, start, keep, top, parents=None, prefix=None):
+    """EAGLE's level as three calls (its inputs, the draft layer's forward, the top-k), the reference the
+    one C call must equal bit for bit."""
+    from specdec.theory.trees import tree_layout
+
+    embeds = torch.from_numpy(drafter.level.inputs(feats, ids))
+    out = torch.empty(len(ids), drafter.layer.hidden)
+    tree = None if parents is None else tree_layout(parents, len(parents))
+    logits = leannative.native_forward(
+        drafter.layer, torch.tensor(ids), start, cache, keep, tree, embeds, out, prefix
+    )
+    idx, val, lse = leannative.topk(logits.numpy(), top)
+    return out.numpy(), idx, val - lse[:, None]
+
+
+def test_an_eagle_level_in_one_call_equals_its_three_calls(small):
+    """Issue 40 item 4: EAGLE's inputs (norm, concatenation, fc), its layer, its kept head and the top
+    tokens in one C call give the bits of the three calls made one after another, for a chain's rows and
+    for a tree level hung below an earlier level; the inputs are the module's fc([norm(f), embed[x]])."""
+    drafter = _eagle(small)
+    hidden = drafter.layer.hidden
+    rng = np.random.default_rng(0)
+    feats = rng.normal(size=(6, hidden)).astype(np.float32)
+    ids = rng.integers(0, VOCAB, 6).tolist()
+    # the inputs against the module's float arithmetic: the same up to int8 rounding of fc's rows
+    u = feats / np.sqrt((feats * feats).mean(-1, keepdims=True) + drafter.eps) * drafter.norm_w
+    x2 = np.concatenate([u, drafter.embed[ids]], 1).astype(np.float32)
+    want = x2 @ drafter.fc.dequantized.numpy().T
+    assert np.abs(drafter.level.inputs(feats, ids) - want).max() <= 0.02 * np.abs(want).max()
+    fused_cache, split_cache = drafter.layer.new_cache(64), drafter.layer.new_cache(64)
+    calls = [  # (rows, start, keep, parents, prefix): a prefix of 4, a chain row, two tree levels
+        (slice(0, 4), 0, 1, None, None),
+        (slice(4, 5), 4, 1, None, None),
+        (slice(4, 6), 5, 2, [-1, -1], 5),
+        (slice(0, 3), 7, 3, [-1, -1, 0, 0, 1], 5),
+    ]
+    for rows, start, keep, parents, prefix in calls:
+        got = drafter.level(feats[rows], ids[rows], fused_cache, start, keep, 3, parents, prefix)
+        want = _three_calls(drafter, feats[rows], ids[rows], split_cache, start, keep, 3, parents, prefix)
+        for a, b in zip(got, want, strict=True):
+            assert a.shape == b.shape and np.array_equal(a, b)
+        assert torch.equal(fused_cache, split_cache)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"ids": [0, VOCAB]}, "token ids must lie in"),
+        ({"nan": True}, "features be finite"),
+        ({"keep": 3}, "need 1 <= keep <= k"),
+        ({"top": 65}, "top in"),
+        ({"start": 63}, "fit the cache"),
+        ({"parents": [-1, 1], "prefix": 0}, "parents lie in"),
+    ],
+)
+def test_an_eagle_level_refuses_bad_arguments_and_writes_nothing(small, change, message):
+    drafter = _eagle(small)
+    feats = np.random.default_rng(1).normal(size=(2, drafter.layer.hidden)).astype(np.float32)
+    if change.get("nan"):
+        feats[1, 3] = np.nan
+    cache = drafter.layer.new_cache(64)
+    before = cache.clone()
+    kwargs = {"start": 2, "keep": 1, "top": 3, "parents": None, "prefix": None}
+    kwargs.update({k: v for k, v in change.items() if k in kwargs})
+    with pytest.raises(ValueError, match=message):
+        drafter.level(feats, change.get("ids", [1, 2]), cache, **kwargs)
+    assert torch.equal(cache, before)

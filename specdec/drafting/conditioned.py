@@ -27,7 +27,9 @@ temperature (:mod:`specdec.theory.treeverify`); at temperature 0 it is exact mat
   under parents). A tree level is one call over that level's expanded nodes only: the draft layer's
   cache keeps the earlier levels' nodes, and the call hangs the new ones below them
   (``specdec_q8_forward_spec``: each node attends to the committed prefix and its own path, so its
-  output equals the chain's over its path, bit for bit), as the papers' cached trees do.
+  output equals the chain's over its path, bit for bit), as the papers' cached trees do. A level,
+  chain or tree, is one C call (:class:`specdec.engine.leannative.EagleLevel`: the inputs' norm,
+  concatenation and ``fc``, the draft layer, the kept head and the rows' top tokens).
 
 Every head's top tokens come from one C call (the head's int8 rows and a partial selection over the
 kept vocabulary, :meth:`specdec.engine.leannative.Q8Linear.top`), never from a sort of the vocabulary.
@@ -43,7 +45,7 @@ import torch
 
 from specdec.engine.drafters import TreeDrafter, TreeProposal, WarpFn, check_budget
 from specdec.theory.checks import check_int
-from specdec.theory.trees import DraftTree, tree_layout
+from specdec.theory.trees import DraftTree
 
 __all__ = ["ConditionedDrafter", "EagleDrafter", "MedusaDrafter", "SpeculatorDrafter", "StaticTreeDrafter"]
 
@@ -53,15 +55,6 @@ _EMPTY = DraftTree([], [])
 def _norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     return (weight * (x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(eps)))).astype(np.float32)
-
-
-def _top(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the k largest entries of each row, largest first (ties: the smaller index first), and
-    their log-probabilities under the row's softmax (one C call: :func:`specdec.engine.leannative.topk`)."""
-    from specdec.engine.leannative import topk
-
-    idx, val, lse = topk(logits, min(k, logits.shape[-1]))
-    return idx, val - lse[:, None]
 
 
 class ConditionedDrafter(TreeDrafter):
@@ -223,7 +216,7 @@ class EagleDrafter(ConditionedDrafter):
         self, module: torch.nn.Module, card: dict, threads: int = 1, topk: int = 1, depth: int = 6
     ) -> None:
         from specdec.engine.builder import EngineSpec, open_model
-        from specdec.engine.leannative import Q8Linear
+        from specdec.engine.leannative import EagleLevel, Q8Linear
 
         super().__init__(module, card, threads, head=False)  # the layer's lean model ends in the head
         self.topk = check_int("topk", topk, low=1, high=64)
@@ -234,43 +227,14 @@ class EagleDrafter(ConditionedDrafter):
         self.layer = open_model(layer_model, EngineSpec("lean", "q4q8", self.threads)).model
         self.context = self.layer.max_positions
         self.cache = self.layer.new_cache(self.layer.max_positions)
+        # a level (inputs, layer, kept head, top tokens) is one C call
+        self.level = EagleLevel(self.layer, self.fc, self.norm_w, self.eps, self.embed, self.threads)
         self.m = 0
         self.g: np.ndarray | None = None
         self.first: tuple[np.ndarray, np.ndarray] | None = None  # level 1: (kept indices, log-probabilities)
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.m, self.g, self.first = 0, None, None
-
-    def _inputs(self, feats: np.ndarray, tokens: Sequence[int]) -> torch.Tensor:
-        u = _norm(feats, self.norm_w, self.eps)
-        return torch.from_numpy(
-            self.fc(np.concatenate([u, self.embed[list(tokens)]], 1).astype(np.float32), self.threads)
-        )
-
-    def _run(
-        self,
-        tokens: Sequence[int],
-        embeds: torch.Tensor,
-        keep: int,
-        start: int,
-        region: list[int] | None = None,
-        prefix: int | None = None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The draft layer over ``tokens`` at slots ``start``..: (every row's pre-norm output, the last
-        ``keep`` rows' top ``topk`` kept-vocabulary indices and their log-probabilities). ``region``:
-        the parents of the draft tree's nodes at slots ``prefix`` .. (earlier levels' nodes first, these
-        rows last); None: a chain."""
-        from specdec.engine import leannative
-
-        ids = torch.tensor(list(tokens), dtype=torch.long)
-        feats = torch.empty(len(tokens), self.layer.hidden)
-        tree = None if region is None else tree_layout(region, len(region))
-        # the kept-vocabulary logits as the C head gives them (LeanLlama.forward would widen them)
-        small = leannative.native_forward(
-            self.layer, ids, start, self.cache, keep, tree, embeds, feats, prefix
-        )
-        idx, logp = _top(small.numpy(), self.topk)
-        return feats.numpy(), idx, logp
 
     @torch.inference_mode()
     def extend(self, features: np.ndarray, next_ids: Sequence[int]) -> None:
@@ -279,7 +243,7 @@ class EagleDrafter(ConditionedDrafter):
             return
         if self.m + len(next_ids) > self.context:
             raise ValueError(f"EAGLE's draft layer holds {self.context} positions; the generation is longer")
-        feats, idx, logp = self._run(next_ids, self._inputs(features, next_ids), 1, self.m)
+        feats, idx, logp = self.level(features, next_ids, self.cache, self.m, 1, self.topk)
         self.m += len(next_ids)  # committed pairs; speculative slots after m are overwritten
         self.g, self.first = feats[-1], (idx[0], logp[0])
 
@@ -304,16 +268,16 @@ class EagleDrafter(ConditionedDrafter):
             first = self.m + d - 2 if k == 1 else self.m + len(region)  # the level's first slot
             if first + len(new) > self.context:  # the draft cache is full: the tree stops here
                 break
-            embeds = self._inputs(np.stack([feat_of[par[i]] for i in new]), [tok[i] for i in new])
+            rows, ids = np.stack([feat_of[par[i]] for i in new]), [tok[i] for i in new]
             if k == 1:  # a chain: the earlier levels stay in the cache at slots = positions; one row
-                feats, top, logp = self._run([tok[i] for i in new], embeds, 1, self.m + d - 2)
+                feats, top, logp = self.level(rows, ids, self.cache, self.m + d - 2, 1, self.topk)
             else:  # the level's nodes only, hung below the earlier levels' nodes in the draft cache
                 start = self.m + len(region)
                 for i in new:
                     slot_of[i] = len(region)
                     region.append(slot_of[par[i]] if par[i] >= 0 else -1)
-                feats, top, logp = self._run(
-                    [tok[i] for i in new], embeds, len(new), start, region, self.m
+                feats, top, logp = self.level(
+                    rows, ids, self.cache, start, len(new), self.topk, region, self.m
                 )  # fmt: skip
             calls += 1
             for r, i in enumerate(new):

@@ -12,12 +12,15 @@ gives it the chain's logits.
   place of the embedding's) and ``features`` (every row's residual before the final norm), checked.
 * :class:`Q8Linear` -- a standalone Q8_0 linear layer on leanq8.c's int8 kernel (small heads of
   target-conditioned drafters: Medusa, EAGLE, MLP speculators).
+* :class:`EagleLevel` -- one level of EAGLE's draft in one C call: its inputs (norm, concatenation and
+  ``fc``), its draft layer over them, the kept head and the rows' top tokens.
 """
 
 from __future__ import annotations
 
 import ctypes
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +30,7 @@ from specdec.theory.checks import check_int
 from specdec.theory.trees import TreeLayout
 
 __all__ = [
+    "EagleLevel",
     "Q8Linear",
     "check_extras",
     "native_forward",
@@ -355,3 +359,116 @@ def native_forward(
     if status != 0:
         raise MemoryError("the C forward could not allocate its work buffers")
     return logits
+
+
+class EagleLevel:
+    """One level of EAGLE's draft in one C call (``specdec_q8_eagle_level``, issue 40 item 4).
+
+    For k rows of (pre-norm features f, token x): the inputs ``fc([norm(f), embed[x]])`` (the target's
+    final norm and embedding table, ``fc`` a :class:`Q8Linear` of (hidden, 2 hidden)), the draft layer
+    (``layer``: a ``"q4q8"`` :class:`~specdec.engine.lean.LeanLlama` whose head is the kept vocabulary)
+    over them at slots ``start`` .. in ``cache`` (a chain; or a tree region's ``parents`` below
+    ``prefix``, as :func:`native_forward` takes them), every row's pre-norm output, and the top ``top``
+    kept-vocabulary entries of the last ``keep`` rows with their log-probabilities. The same bits as
+    :meth:`inputs`, :func:`native_forward` and :func:`topk` called one after another (tested), without
+    Python between them: one call per level, as the issue asks. The norm is the C engine's RMS norm
+    (``rms`` of ``lean_common.h``), as every norm of the q4q8 forward."""
+
+    def __init__(
+        self, layer: Any, fc: Q8Linear, norm: np.ndarray, eps: float, embed: np.ndarray, threads: int = 1
+    ) -> None:
+        from specdec.engine import native
+
+        self.lib = native.library("q4q8")
+        self.forward = q8_forward(layer)  # the layer's repacked model (its handle)
+        self.layer, self.fc = layer, fc
+        self.hidden = int(layer.hidden)
+        if fc.in_features != 2 * self.hidden or fc.out_features != self.hidden:
+            raise ValueError(
+                f"fc must map 2 x hidden = {2 * self.hidden} to hidden = {self.hidden}; got "
+                f"({fc.out_features}, {fc.in_features})"
+            )
+        self.norm = np.ascontiguousarray(norm, dtype=np.float32)
+        self.embed = np.ascontiguousarray(embed, dtype=np.float32)
+        if self.norm.shape != (self.hidden,) or self.embed.ndim != 2 or self.embed.shape[1] != self.hidden:
+            raise ValueError(
+                f"norm must have shape ({self.hidden},) and embed (vocab, {self.hidden}); got "
+                f"{self.norm.shape}, {self.embed.shape}"
+            )
+        self.eps = float(eps)
+        if not self.eps > 0:
+            raise ValueError(f"eps must be > 0; got {eps!r}")
+        self.threads = check_int("threads", threads, low=1, high=1024)
+        self.vocab = int(self.embed.shape[0])
+        self.kept = int(layer.head.out_features)
+
+    def _rows(self, feats: Any, ids: Any) -> tuple[np.ndarray, np.ndarray]:
+        feats = np.ascontiguousarray(feats, dtype=np.float32)
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if feats.ndim != 2 or feats.shape[1] != self.hidden or ids.shape != (feats.shape[0],) or not len(ids):
+            raise ValueError(
+                f"feats must have shape (k >= 1, {self.hidden}) and ids (k,); got {feats.shape}, {ids.shape}"
+            )
+        return feats, ids
+
+    def inputs(self, feats: Any, ids: Any) -> np.ndarray:
+        """The draft layer's input rows ``fc([norm(f), embed[x]])`` (k, hidden), in C
+        (``specdec_q8_eagle_inputs``)."""
+        feats, ids = self._rows(feats, ids)
+        out = np.empty((len(ids), self.hidden), dtype=np.float32)
+        status = self.lib.specdec_q8_eagle_inputs(
+            self.forward.handle, self.fc.handle, self.norm.ctypes.data, self.eps, self.embed.ctypes.data,
+            self.vocab, feats.ctypes.data, ids.ctypes.data, len(ids), out.ctypes.data, self.threads,
+        )  # fmt: skip
+        self._raise(status, len(ids))
+        return out
+
+    def __call__(
+        self,
+        feats: Any,
+        ids: Any,
+        cache: torch.Tensor,
+        start: int,
+        keep: int,
+        top: int,
+        parents: Sequence[int] | None = None,
+        prefix: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(every row's pre-norm output (k, hidden), the last ``keep`` rows' top ``top`` kept indices
+        (keep, top) and their log-probabilities) of the level whose rows are (``feats``, ``ids``) at slots
+        ``start`` ..; ``parents`` None: a chain (``prefix`` must then be None or ``start``)."""
+        feats, ids = self._rows(feats, ids)
+        k = len(ids)
+        layer, slots = self.layer, int(cache.shape[3]) if cache.dim() == 5 else -1
+        shape = (layer.num_layers, 2, layer.kv_heads, slots, layer.head_dim)
+        if cache.dtype != torch.float32 or not cache.is_contiguous() or tuple(cache.shape) != shape:
+            raise ValueError(
+                f"cache must be a contiguous float32 tensor of shape {shape} (LeanLlama.new_cache)"
+            )
+        prefix = start if prefix is None else prefix
+        par = None if parents is None else np.ascontiguousarray(parents, dtype=np.int32)
+        out = np.empty((k, self.hidden), dtype=np.float32)
+        idx = np.empty((keep, top), dtype=np.int32) if 1 <= keep <= k and top >= 1 else None
+        if idx is None:
+            raise ValueError(f"need 1 <= keep <= k = {k} and top >= 1; got keep={keep!r}, top={top!r}")
+        val = np.empty((keep, top), dtype=np.float32)
+        lse = np.empty(keep, dtype=np.float32)
+        status = self.lib.specdec_q8_eagle_level(
+            self.forward.handle, self.fc.handle, self.norm.ctypes.data, self.eps, self.embed.ctypes.data,
+            self.vocab, feats.ctypes.data, ids.ctypes.data, None if par is None else par.ctypes.data, k,
+            start, prefix, cache.data_ptr(), int(cache.shape[3]), keep, self.threads, out.ctypes.data, top,
+            idx.ctypes.data, val.ctypes.data, lse.ctypes.data,
+        )  # fmt: skip
+        self._raise(status, k, start=start, keep=keep, top=top, prefix=prefix, capacity=int(cache.shape[3]))
+        return out, idx, val - lse[:, None]
+
+    def _raise(self, status: int, k: int, **what: Any) -> None:
+        if status == -1:
+            raise MemoryError("EAGLE's level could not allocate its work buffers")
+        if status != 0:
+            said = ", ".join(f"{name}={value}" for name, value in what.items())
+            raise ValueError(
+                f"EAGLE's level refused its arguments (code {status}): k={k}{', ' + said if said else ''}; "
+                f"token ids must lie in [0, {self.vocab}), features be finite, top in [1, "
+                f"{min(TOPK_MAX, self.kept)}], the slots fit the cache and parents lie in [-1, i - 1]"
+            )

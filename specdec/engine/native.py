@@ -32,10 +32,14 @@ Its tree forward (``specdec_q8_forward_tree``, ABI 4; leanq4.c's ``specdec_q4_fo
 verifies a draft tree in one call, each node equal bit for bit to the chain forward over its path
 (:mod:`specdec.engine.leannative`). ABI 5 adds ``specdec_q8_forward_ex`` (embedding rows in place
 of token ids, and every row's pre-final-norm features out, for target-conditioned drafters) and a
-standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`). The library's cache key
+standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`); ABI 8 the tree hung below
+earlier calls' nodes (``specdec_q8_forward_spec``) and the top-k selections; ABI 9 one EAGLE level in
+one call (``specdec_q8_eagle_level``: inputs, draft layer, kept head and its top tokens;
+:class:`specdec.engine.leannative.EagleLevel`). The library's cache key
 covers the C source and every header beside it: ``csrc/lean_common.h`` (the model's structures, the
 error codes and float helpers both forwards share), ``csrc/lean_pool.h`` (the thread pool),
-``csrc/leanq8_matmul.h`` (the q4q8 int8 products) and ``csrc/leanq8_rows.h`` (its row-wise work).
+``csrc/leanq8_matmul.h`` (the q4q8 int8 products), ``csrc/leanq8_rows.h`` (its row-wise work) and the
+other ``leanq8_*.h`` headers (peaks, top-k, EAGLE's level).
 
 Both libraries report their ABI version and the sizes of the structures they share with Python
 (``specdec_q4_abi``, ``specdec_q8_abi``; :data:`Q4_ABI`, :data:`Q8_ABI`), checked at load against the
@@ -102,7 +106,7 @@ SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
 #: The C forwards, by the lean mode that runs them.
 KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
-Q8_ABI = 8
+Q8_ABI = 9
 #: The ABI version of leanq4.c's structures (its SPECDEC_Q4_ABI), checked at load.
 Q4_ABI = 3
 
@@ -311,44 +315,35 @@ _ERR_MEMORY, _ERR_ARGUMENT, _AMX_NONE = -1, -2, -3
 def _declare_q8(lib: ctypes.CDLL, newer: bool = True) -> ctypes.CDLL:
     """leanq8's entry points declared; ``newer=False`` (an earlier build's library) skips those of
     :data:`_Q8_NEWER` that it lacks."""
-    p, i32 = ctypes.c_void_p, ctypes.c_int32
-    lib.specdec_q8_abi.argtypes = [ctypes.POINTER(ctypes.c_int64), i32]
-    lib.specdec_q8_abi.restype = i32
-    lib.specdec_q8_isa.argtypes = []
-    lib.specdec_q8_isa.restype = ctypes.c_char_p
-    lib.specdec_q8_new.argtypes = [ctypes.POINTER(Model), ctypes.POINTER(i32)]
-    lib.specdec_q8_new.restype = p
-    lib.specdec_q8_free.argtypes = [p]
-    lib.specdec_q8_free.restype = None
-    lib.specdec_q8_forward.argtypes = [p, p, i32, i32, p, i32, p, i32, i32, i32]
-    lib.specdec_q8_forward.restype = i32
-    lib.specdec_q8_forward_tree.argtypes = [p, p, p, i32, i32, p, i32, p, i32, i32, i32]
-    lib.specdec_q8_forward_tree.restype = i32
-    lib.specdec_q8_forward_ex.argtypes = [p, p, p, p, i32, i32, p, i32, p, i32, i32, i32, p]
-    lib.specdec_q8_forward_ex.restype = i32
-    lib.specdec_q8_linear_new.argtypes = [ctypes.POINTER(Q80), ctypes.POINTER(i32)]
-    lib.specdec_q8_linear_new.restype = p
-    lib.specdec_q8_linear_free.argtypes = [p]
-    lib.specdec_q8_linear_free.restype = None
-    lib.specdec_q8_linear.argtypes = [p, p, i32, p, i32]
-    lib.specdec_q8_linear.restype = i32
-    lib.specdec_q8_set_profiling.argtypes = [p, i32]
-    lib.specdec_q8_set_profiling.restype = i32
-    lib.specdec_q8_profile.argtypes = [p, ctypes.POINTER(ctypes.c_double), i32]
-    lib.specdec_q8_profile.restype = i32
-    if newer or hasattr(lib, "specdec_q8_amx"):
-        lib.specdec_q8_amx.argtypes = [i32]
-        lib.specdec_q8_amx.restype = i32
-    if newer or hasattr(lib, "specdec_q8_peak"):
-        lib.specdec_q8_peak.argtypes = [i32, ctypes.c_int64, i32]
-        lib.specdec_q8_peak.restype = ctypes.c_double
-    if newer or hasattr(lib, "specdec_q8_forward_spec"):  # ABI 8
-        lib.specdec_q8_forward_spec.argtypes = [p, p, p, p, i32, i32, i32, p, i32, p, i32, i32, i32, p]
-        lib.specdec_q8_forward_spec.restype = i32
-        lib.specdec_topk.argtypes = [p, i32, i32, i32, p, p, p]
-        lib.specdec_topk.restype = i32
-        lib.specdec_q8_linear_topk.argtypes = [p, p, i32, i32, p, p, p, p, i32]
-        lib.specdec_q8_linear_topk.restype = i32
+    p, i32, f32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_float, ctypes.c_int64
+    signatures = {  # name: (argument types, result type)
+        "specdec_q8_abi": ([ctypes.POINTER(i64), i32], i32),
+        "specdec_q8_isa": ([], ctypes.c_char_p),
+        "specdec_q8_new": ([ctypes.POINTER(Model), ctypes.POINTER(i32)], p),
+        "specdec_q8_free": ([p], None),
+        "specdec_q8_forward": ([p, p, i32, i32, p, i32, p, i32, i32, i32], i32),
+        "specdec_q8_forward_tree": ([p, p, p, i32, i32, p, i32, p, i32, i32, i32], i32),
+        "specdec_q8_forward_ex": ([p, p, p, p, i32, i32, p, i32, p, i32, i32, i32, p], i32),
+        "specdec_q8_linear_new": ([ctypes.POINTER(Q80), ctypes.POINTER(i32)], p),
+        "specdec_q8_linear_free": ([p], None),
+        "specdec_q8_linear": ([p, p, i32, p, i32], i32),
+        "specdec_q8_set_profiling": ([p, i32], i32),
+        "specdec_q8_profile": ([p, ctypes.POINTER(ctypes.c_double), i32], i32),
+        "specdec_q8_amx": ([i32], i32),  # ABI 7
+        "specdec_q8_peak": ([i32, i64, i32], ctypes.c_double),
+        "specdec_q8_forward_spec": ([p, p, p, p, i32, i32, i32, p, i32, p, i32, i32, i32, p], i32),  # ABI 8
+        "specdec_topk": ([p, i32, i32, i32, p, p, p], i32),
+        "specdec_q8_linear_topk": ([p, p, i32, i32, p, p, p, p, i32], i32),
+        "specdec_q8_eagle_inputs": ([p, p, p, f32, p, i32, p, p, i32, p, i32], i32),  # ABI 9
+        "specdec_q8_eagle_level": (
+            [p, p, p, f32, p, i32, p, p, p, i32, i32, i32, p, i32, i32, i32, p, i32, p, p, p],
+            i32,
+        ),
+    }
+    for name, (args, result) in signatures.items():
+        if newer or name not in _Q8_NEWER or hasattr(lib, name):
+            function = getattr(lib, name)
+            function.argtypes, function.restype = args, result
     return lib
 
 
@@ -716,6 +711,8 @@ _Q8_NEWER = (
     "specdec_q8_forward_spec",
     "specdec_q8_linear_topk",
     "specdec_topk",
+    "specdec_q8_eagle_inputs",
+    "specdec_q8_eagle_level",
 )
 
 
