@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 
 from specdec.experiments import campaign2 as c2
 from specdec.experiments.options import Program, Refused, option, read_record
-from specdec.experiments.trees import SELF_POLICIES
+from specdec.experiments.trees import V3_POLICIES
 from specdec.measure.runner import RunSettings
 from specdec.theory.checks import check_float, check_int, check_ints
 
@@ -86,13 +86,9 @@ CONFIGS: dict[str, tuple[int, ...]] = {
     "hybrid:eagle-3m,topk=4,depth=5": (8,),
 }
 #: The do-no-harm policy per family: the budgets it chooses among (0, a plain step, always among them);
-#: the ``self`` record's set (:data:`specdec.experiments.trees.SELF_POLICIES`), with ``eagle-3m`` in
-#: ``eagle-ttt``'s place for EAGLE-2's tree and the hybrid.
-POLICIES: dict[str, tuple[int, ...]] = {
-    **{k: v for k, v in SELF_POLICIES.items() if not k.startswith("hybrid:")},
-    "eagle:eagle-3m,topk=4,depth=5": SELF_POLICIES["eagle:eagle-ttt,topk=4,depth=5"],
-    "hybrid:eagle-3m,topk=4,depth=5": SELF_POLICIES["hybrid:eagle-ttt,topk=4,depth=5"],
-}
+#: the ``self`` record's set with ``eagle-3m`` in ``eagle-ttt``'s place for EAGLE-2's tree and the hybrid
+#: (:data:`specdec.experiments.trees.V3_POLICIES`, which ``specdec run trees --set noharm`` runs too).
+POLICIES: dict[str, tuple[int, ...]] = dict(V3_POLICIES)
 QUICK_CONFIGS: dict[str, tuple[int, ...]] = {"lookup": (2,), "suffix": (8,), "eagle:eagle-ttt": (2,)}
 QUICK_POLICIES: dict[str, tuple[int, ...]] = {"lookup": (4,)}
 

@@ -40,6 +40,8 @@ __all__ = [
     "SETS",
     "SELF_CONFIGS",
     "SELF_POLICIES",
+    "NOHARM_CONFIGS",
+    "V3_POLICIES",
     "ConfigSet",
     "build",
     "heldout_prompts",
@@ -119,6 +121,23 @@ SELF_POLICIES: dict[str, tuple[int, ...]] = {
     "eagle:eagle-ttt,topk=4,depth=5": (4, 8),
     "hybrid:eagle-ttt,topk=4,depth=5": (4, 8),
 }
+#: Campaign v3's do-no-harm policies: :data:`SELF_POLICIES` with ``eagle-3m`` in ``eagle-ttt``'s place
+#: for EAGLE-2's tree and the hybrid (the budgets unchanged); :data:`specdec.experiments.campaign3.POLICIES`.
+V3_POLICIES: dict[str, tuple[int, ...]] = {
+    **{k: v for k, v in SELF_POLICIES.items() if not k.startswith("hybrid:")},
+    "eagle:eagle-3m,topk=4,depth=5": SELF_POLICIES["eagle:eagle-ttt,topk=4,depth=5"],
+    "hybrid:eagle-3m,topk=4,depth=5": SELF_POLICIES["hybrid:eagle-ttt,topk=4,depth=5"],
+}
+#: Issue 42's goal 2 judged again (``--set noharm``) after a round with no node to verify became the
+#: plain decoder's own step (commit d550385) and an EAGLE level one C call (546bd18): every policy of
+#: campaign v3 (:data:`V3_POLICIES`), beside EAGLE (eagle-3m) as a chain and as EAGLE-2's tree and
+#: Medusa trained on the target's own text (medusa-self), each at one budget fixed before the run
+#: (eagle-3m's from campaign v3's cross-fit on its own prompts, medusa-self at Medusa's budget there).
+NOHARM_CONFIGS: dict[str, tuple[int, ...]] = {
+    "eagle:eagle-3m": (2,),
+    "eagle:eagle-3m,topk=4,depth=5": (4,),
+    "medusa:medusa-self": (4,),
+}
 QUICK_SELF: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (4,), "suffix": (8,)}
 QUICK_SELF_POLICIES: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (2, 4), "lookup": (4,)}
 
@@ -139,6 +158,7 @@ SETS = {
     "trees": ConfigSet(CONFIGS, QUICK_CONFIGS, {}, {}),
     "conditioned": ConfigSet(CONDITIONED_CONFIGS, QUICK_CONDITIONED, {}, {}),
     "self": ConfigSet(SELF_CONFIGS, QUICK_SELF, SELF_POLICIES, QUICK_SELF_POLICIES),
+    "noharm": ConfigSet(NOHARM_CONFIGS, {"eagle:eagle-3m": (2,)}, V3_POLICIES, {"lookup": (4,)}),
 }
 
 
@@ -394,12 +414,15 @@ class TreesRun(Program):
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
-    (issue 30: Medusa, the MLP speculator, EAGLE / EAGLE-2) or ``self`` (issue 42: the drafters
-    trained on the target's own text, the hybrid and the do-no-harm policy). The record is
+    (issue 30: Medusa, the MLP speculator, EAGLE / EAGLE-2), ``self`` (issue 42: the drafters
+    trained on the target's own text, the hybrid and the do-no-harm policy) or ``noharm`` (issue 42's
+    goal 2 again: campaign v3's policies once the loop's plain round is the plain decoder's own step,
+    beside eagle-3m and medusa-self at one budget each: :data:`NOHARM_CONFIGS`). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
         specdec run trees --set self --budget-s 3900   # the run; the same command resumes it
+        specdec run trees --set noharm --repeats 5     # the policies again
         specdec run trees --reanalyse RECORD           # the analyses of a complete record, anew
     """
 
