@@ -175,3 +175,20 @@ def test_the_greedy_handicap_is_the_plain_step_beyond_a_never_drafting_policy_ro
     rec["runs"][2]["stats"]["drafted"] = [1]
     with pytest.raises(ValueError, match="no do-no-harm configuration"):
         ct.greedy_handicap(rec)
+
+
+def test_the_noharm_set_decodes_campaign_v2s_frozen_prompts_with_campaign_v3s_policies():
+    """``--set noharm`` judges the do-no-harm policies on prompts no policy ran on (campaign v2's), with
+    campaign v3's policies (one definition) and every other set on the trees' held-out prompts; a
+    committed noharm record was measured on exactly that file."""
+    from specdec.experiments import campaign3
+
+    assert tb.SETS["noharm"].prompts.name == "campaign-v2.jsonl" and tb.SETS["noharm"].prompts.exists()
+    assert all(s.prompts == tb.HELDOUT for name, s in tb.SETS.items() if name != "noharm")
+    assert tb.SETS["noharm"].policies == tb.V3_POLICIES == campaign3.POLICIES
+    sha = hashlib.sha256(tb.SETS["noharm"].prompts.read_bytes()).hexdigest()
+    for path in sorted((ROOT / "results" / "bench").glob("noharm-*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not record["settings"].get("quick"):
+            assert record["settings"]["prompts_sha256"] == sha, path.name
+            assert record["settings"]["prompts_file"] == "campaign-v2.jsonl", path.name

@@ -132,7 +132,9 @@ V3_POLICIES: dict[str, tuple[int, ...]] = {
 #: plain decoder's own step (commit d550385) and an EAGLE level one C call (546bd18): every policy of
 #: campaign v3 (:data:`V3_POLICIES`), beside EAGLE (eagle-3m) as a chain and as EAGLE-2's tree and
 #: Medusa trained on the target's own text (medusa-self), each at one budget fixed before the run
-#: (eagle-3m's from campaign v3's cross-fit on its own prompts, medusa-self at Medusa's budget there).
+#: (eagle-3m's from campaign v3's cross-fit on its own prompts, medusa-self at Medusa's budget there),
+#: on campaign v2's frozen prompts (``campaign-v2.jsonl``): the policy was revised on the trees' held-out
+#: prompts and this loop change came from campaign v3's record, and neither ever ran on v2's prompts.
 NOHARM_CONFIGS: dict[str, tuple[int, ...]] = {
     "eagle:eagle-3m": (2,),
     "eagle:eagle-3m,topk=4,depth=5": (4,),
@@ -151,6 +153,7 @@ class ConfigSet:
     quick: Mapping[str, tuple[int, ...]]
     policies: Mapping[str, tuple[int, ...]]
     quick_policies: Mapping[str, tuple[int, ...]]
+    prompts: Path = HELDOUT  # the frozen prompts a full run decodes
 
 
 #: The configuration sets ``specdec run trees --set`` runs.
@@ -158,7 +161,13 @@ SETS = {
     "trees": ConfigSet(CONFIGS, QUICK_CONFIGS, {}, {}),
     "conditioned": ConfigSet(CONDITIONED_CONFIGS, QUICK_CONDITIONED, {}, {}),
     "self": ConfigSet(SELF_CONFIGS, QUICK_SELF, SELF_POLICIES, QUICK_SELF_POLICIES),
-    "noharm": ConfigSet(NOHARM_CONFIGS, {"eagle:eagle-3m": (2,)}, V3_POLICIES, {"lookup": (4,)}),
+    "noharm": ConfigSet(
+        NOHARM_CONFIGS,
+        {"eagle:eagle-3m": (2,)},
+        V3_POLICIES,
+        {"lookup": (4,)},
+        HELDOUT.with_name("campaign-v2.jsonl"),
+    ),
 }
 
 
@@ -411,7 +420,8 @@ def verify_curves(
 class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
-    On the held-out prompts frozen before the run (``trees-v1.jsonl``; a ``--quick`` smoke run uses
+    On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
+    ``campaign-v2.jsonl``; a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
     (issue 30: Medusa, the MLP speculator, EAGLE / EAGLE-2), ``self`` (issue 42: the drafters
@@ -491,11 +501,11 @@ class TreesRun(Program):
         if self.quick:  # the development prompts: a smoke run never touches the held-out set
             prompts, sha = evaluation_cells(built["tokenizer"], per_task=2), None
         else:
-            prompts, sha = heldout_prompts(built["tokenizer"])
+            prompts, sha = heldout_prompts(built["tokenizer"], chosen.prompts)
         settings = TreesSettings(
             quick=self.quick, new_tokens=new_tokens, repeats=repeats, threads=threads, seed=self.seed,
-            configs={k: tuple(v) for k, v in configs.items()}, prompts_file=HELDOUT.name, prompts_sha256=sha,
-            machine=machine, policies={k: tuple(v) for k, v in policies.items()},
+            configs={k: tuple(v) for k, v in configs.items()}, prompts_file=chosen.prompts.name,
+            prompts_sha256=sha, machine=machine, policies={k: tuple(v) for k, v in policies.items()},
         )  # fmt: skip
         resumable(out, built["engines"], built["configs"], settings, fresh=self.fresh)  # before any timing
         target = built["engines"][0].model
