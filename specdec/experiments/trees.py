@@ -470,6 +470,7 @@ class TreesRun(Program):
     def run(self) -> int:
         if self.reanalyse:
             return reanalyse(self.reanalyse)
+        from specdec.analysis.treetables import simultaneous
         from specdec.engine import native
         from specdec.engine.models import set_threads
         from specdec.experiments.campaign import evaluation_cells, partial_path, resumable, run_campaign
@@ -504,7 +505,8 @@ class TreesRun(Program):
             prompts, sha = heldout_prompts(built["tokenizer"], chosen.prompts)
         settings = TreesSettings(
             quick=self.quick, new_tokens=new_tokens, repeats=repeats, threads=threads, seed=self.seed,
-            configs={k: tuple(v) for k, v in configs.items()}, prompts_file=chosen.prompts.name,
+            configs={k: tuple(v) for k, v in configs.items()},
+            prompts_file="development" if self.quick else chosen.prompts.name,
             prompts_sha256=sha, machine=machine, policies={k: tuple(v) for k, v in policies.items()},
         )  # fmt: skip
         resumable(out, built["engines"], built["configs"], settings, fresh=self.fresh)  # before any timing
@@ -529,6 +531,7 @@ class TreesRun(Program):
             return INCOMPLETE
         record["kind"] = self.set
         record["trees"] = tree_summary(record)
+        record["simultaneous"] = simultaneous(record)  # as --reanalyse computes it
         write_record(out, record, indent=1, sort_keys=False)
         return 0
 
