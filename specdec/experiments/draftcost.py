@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 class DraftCostRun(Program):
     """The drafters' cost in the decoding loop (c per round and per call), before and after a change.
 
-        specdec run draft-cost --before /tmp/before --out results/bench/engine-draft-cost-<cpu>-2t.json
+        specdec run draft-cost --before /tmp/before --out results/bench/engine-draft-cost-<cpu>-2t.json \
+            --change "an EAGLE level in one C call"
         specdec run draft-cost --summarize RECORD     # the summary recomputed from the record's samples
 
     ``--before`` is a checkout of the earlier commit (``git worktree add /tmp/before COMMIT``); the
@@ -47,6 +48,7 @@ class DraftCostRun(Program):
     threads: int = option(2, "the target's threads")
     prompts: int = option(4, "development prompts")
     drafter_threads: tuple[int, ...] = option((1,), "the drafters' threads, each measured")
+    change: str = option("", "what changed between the two checkouts, in words (stored in the record)")
     out: str | None = option(None, "the record's path (JSON; needed unless --summarize)")
     summarize: str | None = option(
         None, "only recompute this record's summary from its samples", metavar="RECORD", once=True
@@ -125,6 +127,7 @@ class DraftCostRun(Program):
             "kind": "engine-draft-cost",
             "environment": {**environment(dtype="q4q8", device="cpu"), "threads": self.threads},
             "machine": {**machine_identity(), "threads": self.threads},
+            "change": self.change or None,
             "before": {"folder": self.before, "commit": dc.git_commit(str(self.before))},
             "after": {"folder": self.after, "commit": dc.git_commit(self.after)},
             "settings": {
