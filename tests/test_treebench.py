@@ -192,3 +192,32 @@ def test_the_noharm_set_decodes_campaign_v2s_frozen_prompts_with_campaign_v3s_po
         if not record["settings"].get("quick"):
             assert record["settings"]["prompts_sha256"] == sha, path.name
             assert record["settings"]["prompts_file"] == "campaign-v2.jsonl", path.name
+
+
+def test_time_per_token_splits_each_configurations_time_by_the_loops_timers():
+    from specdec.analysis import condtables as ct
+
+    def run(config, t, new, decode, draft, target, verify, drafted=None):
+        r = {"config": config, "temperature": t, "new_tokens": new, "decode_s": decode, "draft_s": draft,
+             "target_s": target, "verify_s": verify}  # fmt: skip
+        return r | ({"stats": {"drafted": drafted}} if drafted is not None else {})
+
+    record = {
+        "settings": {"threads": 2},
+        "configs": [{"id": "e-2t/plain", "plain": True, "threads": 2},
+                    {"id": "e-1t/plain", "plain": True, "threads": 1},
+                    {"id": "e-2t/lookup/noharm", "plain": False, "threads": 2}],  # fmt: skip
+        "runs": [run("e-2t/plain", 1.0, 100, 0.25, 0.0, 0.2, 0.03),
+                 run("e-2t/plain", 1.0, 100, 0.25, 0.0, 0.2, 0.03),
+                 run("e-1t/plain", 1.0, 100, 9.0, 0.0, 9.0, 0.0),
+                 run("e-2t/lookup/noharm", 1.0, 50, 0.15, 0.01, 0.1, 0.02, drafted=[0, 0, 4, 0]),
+                 run("e-2t/lookup/noharm", 0.0, 50, 1.0, 0.0, 1.0, 0.0)],  # fmt: skip
+    }
+    plain, lookup = ct.time_per_token(record, 1.0)
+    assert plain["configuration"] == "plain" and lookup["configuration"] == "lookup"
+    assert plain["target calls"] == pytest.approx(2.0) and plain["sampling, verifying"] == pytest.approx(0.3)
+    assert plain["the loop's rest"] == pytest.approx(0.2) and plain["total"] == pytest.approx(2.5)
+    assert lookup["draft"] == pytest.approx(0.2) and lookup["total"] == pytest.approx(3.0)
+    assert lookup["rounds that draft"] == 0.25 and plain["rounds that draft"] == 0.0
+    with pytest.raises(ValueError, match="no run of e-2t/plain at temperature 0.5"):
+        ct.time_per_token(record, 0.5)

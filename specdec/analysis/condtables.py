@@ -34,6 +34,7 @@ __all__ = [
     "greedy_equal",
     "greedy_handicap",
     "simultaneous_of",
+    "time_per_token",
 ]
 
 #: The target-conditioned families of issue 30, by their short names (their registry specs).
@@ -218,4 +219,32 @@ def greedy_handicap(record: Mapping[str, Any]) -> dict[str, Any]:
         "tree_verify_ms": per_token(tree_runs, "verify_s"), "plain_ms": per_token(plain_runs, "decode_s"),
     }  # fmt: skip
     out["share"] = (out["plain_verify_ms"] - out["tree_verify_ms"]) / out["plain_ms"]
+    return out
+
+
+def time_per_token(record: Mapping[str, Any], temperature: float) -> list[dict[str, Any]]:
+    """Where a token's time goes at ``temperature``, for the plain decoder at the record's threads and every
+    do-no-harm configuration (``/noharm``): ms per new token in the loop's timers (every repetition's
+    ``draft_s``, ``target_s`` and ``verify_s`` over their new tokens), the loop's rest (decode time less
+    the timers), their total, and the share of repetition 0's rounds that drafted. Configurations are named
+    ``plain`` or by their short spec without ``/noharm``."""
+    threads = record["settings"]["threads"]
+    plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
+    out = []
+    for cid in [plain, *(c["id"] for c in record["configs"] if c["id"].endswith("/noharm"))]:
+        runs = [r for r in record["runs"] if r["config"] == cid and r["temperature"] == temperature]
+        if not runs:
+            raise ValueError(f"the record has no run of {cid} at temperature {temperature}")
+        n = sum(r["new_tokens"] for r in runs)
+        timers = {k: 1e3 * sum(r[k] for r in runs) / n for k in ("draft_s", "target_s", "verify_s")}
+        rest = 1e3 * sum(r["decode_s"] for r in runs) / n - sum(timers.values())
+        rounds = [d for r in runs if "stats" in r for d in r["stats"]["drafted"]]  # repetition 0's rounds
+        out.append({
+            "temperature": float(temperature),
+            "configuration": "plain" if cid == plain else short(cid).removesuffix("/noharm"),
+            "rounds that draft": sum(d > 0 for d in rounds) / len(rounds) if cid != plain and rounds else 0.0,
+            "draft": timers["draft_s"], "target calls": timers["target_s"],
+            "sampling, verifying": timers["verify_s"], "the loop's rest": rest,
+            "total": sum(timers.values()) + rest,
+        })  # fmt: skip
     return out
