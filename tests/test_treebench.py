@@ -204,14 +204,18 @@ def test_time_per_token_splits_each_configurations_time_by_the_loops_timers():
 
     record = {
         "settings": {"threads": 2},
-        "configs": [{"id": "e-2t/plain", "plain": True, "threads": 2},
-                    {"id": "e-1t/plain", "plain": True, "threads": 1},
-                    {"id": "e-2t/lookup/noharm", "plain": False, "threads": 2}],  # fmt: skip
-        "runs": [run("e-2t/plain", 1.0, 100, 0.25, 0.0, 0.2, 0.03),
-                 run("e-2t/plain", 1.0, 100, 0.25, 0.0, 0.2, 0.03),
-                 run("e-1t/plain", 1.0, 100, 9.0, 0.0, 9.0, 0.0),
-                 run("e-2t/lookup/noharm", 1.0, 50, 0.15, 0.01, 0.1, 0.02, drafted=[0, 0, 4, 0]),
-                 run("e-2t/lookup/noharm", 0.0, 50, 1.0, 0.0, 1.0, 0.0)],  # fmt: skip
+        "configs": [
+            {"id": "e-2t/plain", "plain": True, "threads": 2},
+            {"id": "e-1t/plain", "plain": True, "threads": 1},
+            {"id": "e-2t/lookup/noharm", "plain": False, "threads": 2},
+        ],  # fmt: skip
+        "runs": [
+            run("e-2t/plain", 1.0, 100, 0.25, 0.0, 0.2, 0.03),
+            run("e-2t/plain", 1.0, 100, 0.25, 0.0, 0.2, 0.03),
+            run("e-1t/plain", 1.0, 100, 9.0, 0.0, 9.0, 0.0),
+            run("e-2t/lookup/noharm", 1.0, 50, 0.15, 0.01, 0.1, 0.02, drafted=[0, 0, 4, 0]),
+            run("e-2t/lookup/noharm", 0.0, 50, 1.0, 0.0, 1.0, 0.0),
+        ],  # fmt: skip
     }
     plain, lookup = ct.time_per_token(record, 1.0)
     assert plain["configuration"] == "plain" and lookup["configuration"] == "lookup"
@@ -221,3 +225,8 @@ def test_time_per_token_splits_each_configurations_time_by_the_loops_timers():
     assert lookup["rounds that draft"] == 0.25 and plain["rounds that draft"] == 0.0
     with pytest.raises(ValueError, match="no run of e-2t/plain at temperature 0.5"):
         ct.time_per_token(record, 0.5)
+    for r in record["runs"]:
+        r["task"] = "chat" if r["decode_s"] == 0.15 else "code"
+    with pytest.raises(ValueError, match=r"no run of e-2t/plain at temperature 1.0 \(task chat\)"):
+        ct.time_per_token(record, 1.0, "chat")
+    assert ct.time_per_token(record, 1.0, "code")[0]["total"] == pytest.approx(2.5)

@@ -222,19 +222,23 @@ def greedy_handicap(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def time_per_token(record: Mapping[str, Any], temperature: float) -> list[dict[str, Any]]:
-    """Where a token's time goes at ``temperature``, for the plain decoder at the record's threads and every
-    do-no-harm configuration (``/noharm``): ms per new token in the loop's timers (every repetition's
-    ``draft_s``, ``target_s`` and ``verify_s`` over their new tokens), the loop's rest (decode time less
-    the timers), their total, and the share of repetition 0's rounds that drafted. Configurations are named
-    ``plain`` or by their short spec without ``/noharm``."""
+def time_per_token(
+    record: Mapping[str, Any], temperature: float, task: str | None = None
+) -> list[dict[str, Any]]:
+    """Where a token's time goes at ``temperature`` (over ``task``'s prompts, or all), for the plain decoder
+    at the record's threads and every do-no-harm configuration (``/noharm``): ms per new token in the
+    loop's timers (every repetition's ``draft_s``, ``target_s`` and ``verify_s`` over their new tokens), the
+    loop's rest (decode time less the timers; Python's garbage collector, ``gc_s``, falls in whichever
+    part it interrupted), their total, and the share of repetition 0's rounds that drafted.
+    Configurations are named ``plain`` or by their short spec without ``/noharm``."""
     threads = record["settings"]["threads"]
     plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
     out = []
     for cid in [plain, *(c["id"] for c in record["configs"] if c["id"].endswith("/noharm"))]:
-        runs = [r for r in record["runs"] if r["config"] == cid and r["temperature"] == temperature]
+        runs = [r for r in record["runs"] if r["config"] == cid and r["temperature"] == temperature
+                and (task is None or r["task"] == task)]  # fmt: skip
         if not runs:
-            raise ValueError(f"the record has no run of {cid} at temperature {temperature}")
+            raise ValueError(f"the record has no run of {cid} at temperature {temperature} (task {task})")
         n = sum(r["new_tokens"] for r in runs)
         timers = {k: 1e3 * sum(r[k] for r in runs) / n for k in ("draft_s", "target_s", "verify_s")}
         rest = 1e3 * sum(r["decode_s"] for r in runs) / n - sum(timers.values())
@@ -246,5 +250,6 @@ def time_per_token(record: Mapping[str, Any], temperature: float) -> list[dict[s
             "draft": timers["draft_s"], "target calls": timers["target_s"],
             "sampling, verifying": timers["verify_s"], "the loop's rest": rest,
             "total": sum(timers.values()) + rest,
+            "gc": 1e3 * sum(r.get("gc_s", 0.0) for r in runs) / n,
         })  # fmt: skip
     return out
