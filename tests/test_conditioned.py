@@ -579,3 +579,62 @@ def test_an_eagle_level_refuses_bad_arguments_and_writes_nothing(small, change, 
     with pytest.raises(ValueError, match=message):
         drafter.level(feats, change.get("ids", [1, 2]), cache, **kwargs)
     assert torch.equal(cache, before)
+
+
+def _rms(x, w, eps):
+    x = np.asarray(x, np.float32)
+    return (w * (x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(eps)))).astype(np.float32)
+
+
+def test_a_medusa_draft_and_an_mlp_stage_in_one_call_equal_their_arithmetic(small):
+    """Issue 40 item 4: Medusa's heads (norm, the heads' matrix, SiLU's residual) and an MLP speculator's
+    stage (norm for the first, the stage's matrix, layer norm, GELU, the output scale), each with the kept
+    head's top tokens, in one C call: the same tokens and log-probabilities (to float rounding) as the
+    arithmetic done step by step with the same int8 matrices."""
+    target = LeanLlama(small, "q4q8", threads=1)
+    rng = np.random.default_rng(3)
+    medusa = build_drafter("medusa:m", _context(small, target))
+    feat = rng.normal(size=medusa.norm_w.shape[0]).astype(np.float32) * 3
+    u = _rms(feat, medusa.norm_w, medusa.eps)
+    z = medusa.w(u[None]).reshape(medusa.k, -1) + medusa.b
+    idx_ref, val_ref, lse_ref = medusa.head.top((u[None] + z / (1.0 + np.exp(-z))).astype(np.float32), 3)
+    idx, logp = leannative.medusa_top(medusa.w, medusa.b, medusa.head, medusa.norm_w, medusa.eps, feat, 3)
+    assert np.array_equal(idx, idx_ref) and np.allclose(logp, val_ref - lse_ref[:, None], atol=2e-3)
+
+    mlp = build_drafter("mlp:s", _context(small, target))
+    states = rng.normal(size=(4, mlp.norm_w.shape[0])).astype(np.float32)
+    ids = rng.integers(0, VOCAB, 4)
+    for n, norm in ((0, (mlp.norm_w, mlp.eps)), (1, None)):
+        x = _rms(states, mlp.norm_w, mlp.eps) if norm else states
+        zz = mlp.w[n](np.concatenate([x, mlp.embed[ids]], 1).astype(np.float32))
+        zz = (zz - zz.mean(-1, keepdims=True)) / np.sqrt(zz.var(-1, keepdims=True) + np.float32(1e-5))
+        zz = zz * mlp.ln_w[n] + mlp.ln_b[n]
+        s_ref = 0.5 * zz * (1 + np.tanh(np.float32(0.7978845608) * (zz + np.float32(0.044715) * zz**3)))
+        i_ref, v_ref, l_ref = mlp.head.top((s_ref * mlp.out_scale[n]).astype(np.float32), 2)
+        s, i, lp = leannative.mlp_stage_top(
+            mlp.w[n], (mlp.ln_w[n], mlp.ln_b[n]), mlp.out_scale[n], mlp.head, states, mlp.embed, ids, 2, norm
+        )
+        assert np.allclose(s, s_ref, atol=2e-4), n
+        assert np.array_equal(i, i_ref) and np.allclose(lp, v_ref - l_ref[:, None], atol=2e-3), n
+
+
+def test_a_medusa_draft_and_an_mlp_stage_refuse_bad_arguments(small):
+    target = LeanLlama(small, "q4q8", threads=1)
+    medusa = build_drafter("medusa:m", _context(small, target))
+    feat = np.ones(medusa.norm_w.shape[0], np.float32)
+    args = (medusa.w, medusa.b, medusa.head, medusa.norm_w, medusa.eps)
+    with pytest.raises(ValueError, match="top must be an integer in"):
+        leannative.medusa_top(*args, feat, 0)
+    bad = feat.copy()
+    bad[2] = np.inf
+    with pytest.raises(ValueError, match="inputs be finite"):
+        leannative.medusa_top(*args, bad, 2)
+    with pytest.raises(ValueError, match="feat must hold"):
+        leannative.medusa_top(*args, feat[:-1], 2)
+    mlp = build_drafter("mlp:s", _context(small, target))
+    stage = (mlp.w[1], (mlp.ln_w[1], mlp.ln_b[1]), mlp.out_scale[1], mlp.head)
+    states = np.zeros((2, mlp.norm_w.shape[0]), np.float32)
+    with pytest.raises(ValueError, match="token ids in the vocabulary"):
+        leannative.mlp_stage_top(*stage, states, mlp.embed, [0, mlp.embed.shape[0]], 2)
+    with pytest.raises(ValueError, match=r"states must have shape \(rows >= 1"):
+        leannative.mlp_stage_top(*stage, states, mlp.embed, [0], 2)

@@ -52,11 +52,6 @@ __all__ = ["ConditionedDrafter", "EagleDrafter", "MedusaDrafter", "SpeculatorDra
 _EMPTY = DraftTree([], [])
 
 
-def _norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return (weight * (x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(eps)))).astype(np.float32)
-
-
 class ConditionedDrafter(TreeDrafter):
     """Shared parts: the target's frozen norm, embeddings and kept-vocabulary head, and the last feature."""
 
@@ -151,11 +146,13 @@ class MedusaDrafter(StaticTreeDrafter):
     def _fill(
         self, prefix_ids: Sequence[int], parents: list[int], depths: list[int], ranks: list[int]
     ) -> tuple[list[int], int]:
-        """One call of every head on norm(f_{m-1}); head d's rank-r token fills the nodes at (d, r)."""
-        u = _norm(self.last, self.norm_w, self.eps)
-        z = self.w(u[None], self.threads).reshape(self.k, -1) + self.b
-        r = u[None] + z / (1.0 + np.exp(-z))
-        top = self.head.top(r.astype(np.float32), self.ranks, self.threads)[0]  # (K, ranks)
+        """One call of every head on norm(f_{m-1}) and their top tokens (one C call,
+        :func:`specdec.engine.leannative.medusa_top`); head d's rank-r token fills the nodes at (d, r)."""
+        from specdec.engine.leannative import medusa_top
+
+        top, _ = medusa_top(
+            self.w, self.b, self.head, self.norm_w, self.eps, self.last, self.ranks, self.threads
+        )
         return [int(self.kept[top[d - 1, j]]) for d, j in zip(depths, ranks, strict=True)], 1
 
 
@@ -176,15 +173,17 @@ class SpeculatorDrafter(StaticTreeDrafter):
         self.out_scale = module.out_scale.detach().numpy().astype(np.float32)
 
     def _stage(self, n: int, states: np.ndarray, tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Stage ``n`` over ``states`` and the tokens each consumes: (the next states, each row's top
-        ``ranks`` kept-vocabulary indices)."""
-        z = self.w[n](np.concatenate([states, self.embed[tokens]], 1).astype(np.float32), self.threads)
-        z = (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + np.float32(1e-5))
-        z = z * self.ln_w[n] + self.ln_b[n]
-        s = (0.5 * z * (1.0 + np.tanh(np.float32(0.7978845608) * (z + np.float32(0.044715) * z**3)))).astype(
-            np.float32
-        )
-        return s, self.head.top((s * self.out_scale[n]).astype(np.float32), self.ranks, self.threads)[0]
+        """Stage ``n`` over ``states`` (stage 0: the target's feature, normalized in the call) and the tokens
+        each consumes, in one C call (:func:`specdec.engine.leannative.mlp_stage_top`): (the next states,
+        each row's top ``ranks`` kept-vocabulary indices)."""
+        from specdec.engine.leannative import mlp_stage_top
+
+        norm = (self.norm_w, self.eps) if n == 0 else None
+        s, top, _ = mlp_stage_top(
+            self.w[n], (self.ln_w[n], self.ln_b[n]), self.out_scale[n], self.head, states, self.embed, tokens,
+            self.ranks, norm, self.threads,
+        )  # fmt: skip
+        return s, top
 
     def _fill(
         self, prefix_ids: Sequence[int], parents: list[int], depths: list[int], ranks: list[int]
@@ -192,7 +191,7 @@ class SpeculatorDrafter(StaticTreeDrafter):
         """One batched stage call per depth, over the nodes that have children there."""
         n = len(parents)
         tokens = [0] * n
-        state_in = {-1: _norm(self.last, self.norm_w, self.eps)}  # the state a node's stage reads
+        state_in = {-1: self.last}  # the state a node's stage reads (the feature, normalized by stage 0)
         token_in = {-1: int(prefix_ids[-1])}  # the token it consumes (its own; the root's for -1)
         calls = 0
         for d in range(1, max(depths) + 1):

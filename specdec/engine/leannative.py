@@ -14,6 +14,8 @@ gives it the chain's logits.
   target-conditioned drafters: Medusa, EAGLE, MLP speculators).
 * :class:`EagleLevel` -- one level of EAGLE's draft in one C call: its inputs (norm, concatenation and
   ``fc``), its draft layer over them, the kept head and the rows' top tokens.
+* :func:`medusa_top`, :func:`mlp_stage_top` -- a Medusa draft and an MLP speculator's stage, each with
+  the kept head's top tokens, in one C call.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from specdec.theory.trees import TreeLayout
 __all__ = [
     "EagleLevel",
     "Q8Linear",
+    "medusa_top",
+    "mlp_stage_top",
     "check_extras",
     "native_forward",
     "native_structure",
@@ -472,3 +476,109 @@ class EagleLevel:
                 f"token ids must lie in [0, {self.vocab}), features be finite, top in [1, "
                 f"{min(TOPK_MAX, self.kept)}], the slots fit the cache and parents lie in [-1, i - 1]"
             )
+
+
+def _vector(name: str, x: Any, n: int) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.size != n:
+        raise ValueError(f"{name} must hold {n} float32 values; got shape {x.shape}")
+    return x
+
+
+def _raise_head(what: str, status: int, **said: Any) -> None:
+    if status == -1:
+        raise MemoryError(f"{what} could not allocate its work buffers")
+    if status != 0:
+        raise ValueError(
+            f"{what} refused its arguments (code {status}): "
+            + ", ".join(f"{k}={v}" for k, v in said.items())
+            + f"; top must lie in [1, {TOPK_MAX}] and the kept head's rows, token ids in the vocabulary, "
+            "and the inputs be finite"
+        )
+
+
+def medusa_top(
+    w: Q8Linear, bias: Any, head: Q8Linear, norm: Any, eps: float, feat: Any, top: int, threads: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Medusa-1's draft in one C call (``specdec_q8_medusa``): u = rms(feat) * norm, z = w u + bias (heads x
+    hidden), r_k = u + SiLU(z_k), and each head's top ``top`` kept-vocabulary indices (heads, top) with
+    their log-probabilities under the head's softmax."""
+    hidden = head.in_features
+    if w.in_features != hidden or w.out_features % hidden:
+        raise ValueError(
+            f"w must map hidden = {hidden} to a multiple of it; got ({w.out_features}, {w.in_features})"
+        )
+    heads = w.out_features // hidden
+    bias, norm = _vector("bias", bias, heads * hidden), _vector("norm", norm, hidden)
+    feat = _vector("feat", feat, hidden)
+    top, threads = (
+        check_int("top", top, low=1, high=min(TOPK_MAX, head.out_features)),
+        check_int("threads", threads, low=1, high=1024),
+    )
+    idx = np.empty((heads, top), dtype=np.int32)
+    val = np.empty((heads, top), dtype=np.float32)
+    lse = np.empty(heads, dtype=np.float32)
+    status = head.lib.specdec_q8_medusa(
+        w.handle, bias.ctypes.data, head.handle, norm.ctypes.data, float(eps), feat.ctypes.data, heads, top,
+        idx.ctypes.data, val.ctypes.data, lse.ctypes.data, threads,
+    )  # fmt: skip
+    _raise_head("Medusa's draft", status, heads=heads, top=top, eps=eps)
+    return idx, val - lse[:, None]
+
+
+def mlp_stage_top(
+    w: Q8Linear,
+    ln: tuple[Any, Any],
+    out_scale: Any,
+    head: Q8Linear,
+    states: Any,
+    embed: np.ndarray,
+    ids: Any,
+    top: int,
+    norm: tuple[Any, float] | None = None,
+    threads: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An MLP speculator's stage in one C call (``specdec_q8_mlp_stage``): for each row, its state
+    (``norm`` = (weight, eps): rms-normalized first, as the first stage reads the target's feature) beside
+    the embedding of the token it consumes, z = w [state, embed[id]], the next state gelu_tanh(layer_norm(z)
+    * ln[0] + ln[1]), and the kept head's top ``top`` tokens of state * out_scale. Returns (the next states
+    (rows, hidden), indices (rows, top), their log-probabilities)."""
+    hidden = head.in_features
+    if w.in_features != 2 * hidden or w.out_features != hidden:
+        raise ValueError(
+            f"w must map 2 x hidden = {2 * hidden} to {hidden}; got ({w.out_features}, {w.in_features})"
+        )
+    states = np.ascontiguousarray(states, dtype=np.float32)
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    if states.ndim != 2 or states.shape[1] != hidden or ids.shape != (states.shape[0],) or not len(ids):
+        raise ValueError(
+            f"states must have shape (rows >= 1, {hidden}) and ids (rows,); got {states.shape}, {ids.shape}"
+        )
+    if (
+        not isinstance(embed, np.ndarray)
+        or embed.dtype != np.float32
+        or embed.ndim != 2
+        or embed.shape[1] != hidden
+    ):
+        raise ValueError(f"embed must be a float32 array (vocab, {hidden})")
+    embed = np.ascontiguousarray(embed)
+    ln_w, ln_b = _vector("ln weight", ln[0], hidden), _vector("ln bias", ln[1], hidden)
+    scale = _vector("out_scale", out_scale, hidden)
+    norm_w, eps = (None, 0.0) if norm is None else (_vector("norm", norm[0], hidden), float(norm[1]))
+    top, threads = (
+        check_int("top", top, low=1, high=min(TOPK_MAX, head.out_features)),
+        check_int("threads", threads, low=1, high=1024),
+    )
+    rows = len(ids)
+    out = np.empty((rows, hidden), dtype=np.float32)
+    idx = np.empty((rows, top), dtype=np.int32)
+    val = np.empty((rows, top), dtype=np.float32)
+    lse = np.empty(rows, dtype=np.float32)
+    status = head.lib.specdec_q8_mlp_stage(
+        w.handle, ln_w.ctypes.data, ln_b.ctypes.data, scale.ctypes.data, head.handle,
+        None if norm_w is None else norm_w.ctypes.data, eps, states.ctypes.data, embed.ctypes.data,
+        int(embed.shape[0]), ids.ctypes.data, rows, top, out.ctypes.data, idx.ctypes.data, val.ctypes.data,
+        lse.ctypes.data, threads,
+    )  # fmt: skip
+    _raise_head("the MLP speculator's stage", status, rows=rows, top=top)
+    return out, idx, val - lse[:, None]

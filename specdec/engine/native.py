@@ -32,10 +32,8 @@ Its tree forward (``specdec_q8_forward_tree``, ABI 4; leanq4.c's ``specdec_q4_fo
 verifies a draft tree in one call, each node equal bit for bit to the chain forward over its path
 (:mod:`specdec.engine.leannative`). ABI 5 adds ``specdec_q8_forward_ex`` (embedding rows in place
 of token ids, and every row's pre-final-norm features out, for target-conditioned drafters) and a
-standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`); ABI 8 the tree hung below
-earlier calls' nodes (``specdec_q8_forward_spec``) and the top-k selections; ABI 9 one EAGLE level in
-one call (``specdec_q8_eagle_level``: inputs, draft layer, kept head and its top tokens;
-:class:`specdec.engine.leannative.EagleLevel`). The library's cache key
+standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`); 8 the tree below earlier calls'
+nodes and top-k; 9 and 10 an EAGLE level, a Medusa draft, an MLP stage in one call each. The cache key
 covers the C source and every header beside it: ``csrc/lean_common.h`` (the model's structures, the
 error codes and float helpers both forwards share), ``csrc/lean_pool.h`` (the thread pool),
 ``csrc/leanq8_matmul.h`` (the q4q8 int8 products), ``csrc/leanq8_rows.h`` (its row-wise work) and the
@@ -106,7 +104,7 @@ SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
 #: The C forwards, by the lean mode that runs them.
 KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
-Q8_ABI = 9
+Q8_ABI = 10
 #: The ABI version of leanq4.c's structures (its SPECDEC_Q4_ABI), checked at load.
 Q4_ABI = 3
 
@@ -339,6 +337,8 @@ def _declare_q8(lib: ctypes.CDLL, newer: bool = True) -> ctypes.CDLL:
             [p, p, p, f32, p, i32, p, p, p, i32, i32, i32, p, i32, i32, i32, p, i32, p, p, p],
             i32,
         ),
+        "specdec_q8_medusa": ([p, p, p, p, f32, p, i32, i32, p, p, p, i32], i32),  # ABI 10
+        "specdec_q8_mlp_stage": ([p, p, p, p, p, p, f32, p, p, i32, p, i32, i32, p, p, p, p, i32], i32),
     }
     for name, (args, result) in signatures.items():
         if newer or name not in _Q8_NEWER or hasattr(lib, name):
@@ -713,6 +713,8 @@ _Q8_NEWER = (
     "specdec_topk",
     "specdec_q8_eagle_inputs",
     "specdec_q8_eagle_level",
+    "specdec_q8_medusa",
+    "specdec_q8_mlp_stage",
 )
 
 
