@@ -299,9 +299,6 @@ def test_where_the_time_goes_follows_the_three_numbers(record):
             run["stats"]["drafted"] = [1, 7]
     r3 = next(x for x in answer.where_time_goes(mixed, 0.0) if x["config"] == r["config"])
     assert r3["verify"] == pytest.approx((0.9 + 1.7) / 2 / 0.8, rel=0.03)
-    assert answer.verify_in_plain_steps(record, 4)["tree"] == pytest.approx(1.04, rel=0.03)
-    with pytest.raises(ValueError, match="rows must be one of"):
-        answer.verify_in_plain_steps(record, 5)
     narrow = copy.deepcopy(record)
     narrow["verify_curves"] = {"ks": [1, 2], "median_s": {"chain": [1.0, 1.1], "tree": [1.0, 1.1]}}
     with pytest.raises(ValueError, match="measured verify widths"):

@@ -19,13 +19,14 @@ from specdec.drafting.modeltree import ModelTreeDrafter
 from specdec.drafting.registry import build_drafter
 from specdec.engine import decoding
 from specdec.engine.decoding import autoregressive, speculative_tree
-from specdec.engine.drafters import ModelDrafter
+from specdec.engine.drafters import ModelDrafter, TreeProposal
 from specdec.engine.lean import LeanLlama
 from specdec.engine.lm import open_lm
 from specdec.theory import treeverify
 from specdec.theory.chisquare import chi_square_pvalue
 from specdec.theory.policies import BudgetPolicy, DoNoHarm, FixedBudget
 from specdec.theory.sampling import sample, warp
+from specdec.theory.trees import DraftTree
 from tests.tiny_models import VOCAB, perturbed_copy, tiny_llama
 
 
@@ -364,14 +365,27 @@ def test_a_plain_round_is_autoregressives_step(pair, monkeypatch):
     monkeypatch.setattr(decoding, "_plain_step", counted)
     prompt = np.random.default_rng(4).integers(0, VOCAB, 9).tolist()
     never = DoNoHarm({4: (40.0, 40.0, 3)}, probe_every=0)  # predicted never to pay, never probed
+
+    class Empty:  # asked every round, proposes nothing: its rounds verify no node either
+        def __init__(self):
+            self.asked = 0
+
+        def start(self, prompt_ids):
+            pass
+
+        def propose_tree(self, prefix_ids, budget, warp_fn, rng):
+            self.asked += 1
+            return TreeProposal(DraftTree((), ()), None, 1)
+
     for temperature in (0.0, 1.0):
         plain = autoregressive(target, prompt, max_new_tokens=20, temperature=temperature, seed=5)
         assert len(steps) == plain.stats.rounds == 20
-        for policy in (FixedBudget(0), never):
+        for drafter, policy in ((draft, FixedBudget(0)), (draft, never), (Empty(), FixedBudget(4))):
             steps.clear()
             gen = speculative_tree(
-                target, draft, prompt, budget=policy, max_new_tokens=20, temperature=temperature, seed=5
+                target, drafter, prompt, budget=policy, max_new_tokens=20, temperature=temperature, seed=5
             )
             assert gen.tokens == plain.tokens, (temperature, policy.describe())
             assert len(steps) == gen.stats.rounds == 20 and gen.stats.drafted == [0] * 20
+        assert drafter.asked == 19 and gen.stats.draft_calls == 19  # every round but the last (no room)
         steps.clear()

@@ -564,7 +564,10 @@ def test_an_eagle_level_in_one_call_equals_its_three_calls(small):
         ({"keep": 3}, "need 1 <= keep <= k"),
         ({"top": 65}, "top in"),
         ({"start": 63}, "fit the cache"),
-        ({"parents": [-1, 1], "prefix": 0}, "parents lie in"),
+        ({"parents": [-1, 0, 1, 3], "prefix": 0}, "parents lie in"),
+        ({"parents": [-1], "prefix": 0}, "one entry per node of the region"),
+        ({"prefix": 1}, "a chain .parents None. needs prefix == start"),
+        ({"prefix": 3, "parents": [-1, 0]}, "prefix must lie in"),
     ],
 )
 def test_an_eagle_level_refuses_bad_arguments_and_writes_nothing(small, change, message):

@@ -43,6 +43,11 @@ def test_each_chapter_reads_the_newest_record_of_its_kind(name, entries, note):
         assert path.exists(), f"{name} shows {e['file']}, which is gone: re-execute the chapter"
         if "path" in e:  # a fixed file, read by name
             continue
+        if e.get("every"):  # one of every record of its kind (records.every): still among them
+            files = {f"{Path(r['path']).parent.name}/{r['file']}"
+                     for r in records.every(RESULTS, e["kind"], threads=e.get("threads"))}  # fmt: skip
+            assert e["file"] in files, f"{name} reads {e['file']}, no longer a record of kind {e['kind']!r}"
+            continue
         found = records.newest(RESULTS, e["kind"], threads=e.get("threads"), stem=e.get("stem"), note=False)
         now = f"{Path(found['path']).parent.name}/{found['file']}"
         assert now == e["file"], (

@@ -76,3 +76,29 @@ def test_machine_of_reads_the_mode_probes_machine():
         (Path(__file__).resolve().parents[1] / "results/bench/dynamic-gamma-amd-epyc-1t.json").read_text()
     )
     assert records.machine_of(stored)["flags_sha256"] == "0c31b8d624ec310b"
+
+
+def test_every_lists_a_kinds_records_oldest_first_on_one_machine_identity(tmp_path):
+    records.clear()
+    write(tmp_path / "bench" / "b.json", "engine-draft-cost", "2026-12-02T00:00:00Z", threads=2)
+    write(tmp_path / "bench" / "a.json", "engine-draft-cost", "2026-12-01T00:00:00Z", threads=2)
+    write(tmp_path / "bench" / "c.json", "engine-draft-cost", "2026-12-03T00:00:00Z", threads=2, flags="bbbb")
+    write(tmp_path / "bench" / "d.json", "engine-draft-cost", "2026-12-04T00:00:00Z", threads=1)
+    assert [r["file"] for r in records.every(tmp_path, "engine-draft-cost", threads=2)] == [
+        "a.json",
+        "b.json",
+        "c.json",
+    ]
+    like = records.newest(tmp_path, "engine-draft-cost", threads=2, note=False)  # c.json, machine bbbb
+    assert [r["file"] for r in records.every(tmp_path, "engine-draft-cost", threads=2, like=like)] == [
+        "c.json"
+    ]
+    a = records.read(tmp_path / "bench" / "a.json")
+    assert [r["file"] for r in records.every(tmp_path, "engine-draft-cost", like=a)] == [
+        "a.json",
+        "b.json",
+        "d.json",
+    ]
+    assert all(r["query"].get("every") for r in records.provenance() if r["file"] != "bench/a.json")
+    with pytest.raises(FileNotFoundError, match="no record of kind 'oracle'"):
+        records.every(tmp_path, "oracle")

@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specdec.analysis import treetables as tt
@@ -226,7 +227,10 @@ def test_time_per_token_splits_each_configurations_time_by_the_loops_timers():
     with pytest.raises(ValueError, match="no run of e-2t/plain at temperature 0.5"):
         ct.time_per_token(record, 0.5)
     for r in record["runs"]:
-        r["task"] = "chat" if r["decode_s"] == 0.15 else "code"
-    with pytest.raises(ValueError, match=r"no run of e-2t/plain at temperature 1.0 \(task chat\)"):
+        r["task"] = "code"
+    record["runs"].append(run("e-2t/plain", 1.0, 100, 9.0, 0.0, 9.0, 0.0) | {"task": "chat"})
+    assert ct.time_per_token(record, 1.0, "code")[0]["total"] == pytest.approx(2.5)  # the chat run left out
+    with pytest.raises(ValueError, match=r"no run of e-2t/lookup/noharm at temperature 1.0 \(task chat\)"):
         ct.time_per_token(record, 1.0, "chat")
-    assert ct.time_per_token(record, 1.0, "code")[0]["total"] == pytest.approx(2.5)
+    record["runs"][3].pop("stats")  # no stored rounds: the share that drafted is unknown, not 0
+    assert np.isnan(ct.time_per_token(record, 1.0, "code")[1]["rounds that draft"])

@@ -47,7 +47,6 @@ __all__ = [
     "at_edge",
     "is_network",
     "is_tree",
-    "verify_in_plain_steps",
     "where_time_goes",
     "leave_one_task_out",
     "prompt_ratios",
@@ -479,7 +478,9 @@ def where_time_goes(
     included); as in the theorem, a target call over k rows costs v(k) such steps, where v(k) is the bare
     verify call over k rows divided by the bare call over one row (the record's own verify curve). So the
     plain loop's share of a step (``loop_share`` = 1 - T(1) / plain step) is priced into every target call,
-    and what is left of a round beyond the theorem's terms is speculation's own extra work.
+    and what is left of a round beyond the theorem's terms is speculation's own extra work. (``loop_share``
+    is negative where the curve's bare one-row call took longer than a generation's step: the curve then
+    serves as ratios only, and the answer chapter says so.)
     Fields: ``label`` (the configuration in words), ``engine``, ``tree`` (verifies several paths),
     ``tokens_per_call`` (new tokens per target call, repetition-0 Stats pooled over prompts),
     ``nodes_per_round``, ``accept_d1`` .. ``accept_d3`` (accepted over examined at depths 1-3), ``width``
@@ -543,16 +544,3 @@ def where_time_goes(
     if not out:
         raise ValueError(f"the record has no speculative configuration at temperature {temperature}")
     return out
-
-
-def verify_in_plain_steps(record: Mapping[str, Any], rows: int, temperature: float = 0.0) -> dict[str, float]:
-    """The record's bare verify call over ``rows`` rows (one of its measured widths), chain and tree, in
-    plain decoding steps of the campaign's fastest lean engine at ``temperature``: the forward alone, without
-    the loop (:func:`where_time_goes`'s ``verify_bare``; its ``verify`` prices a call at v(k) plain steps)."""
-    curves = record["verify_curves"]
-    if rows not in curves["ks"]:
-        raise ValueError(f"rows must be one of the measured widths {curves['ks']}; got {rows}")
-    fastest = stratum(record, temperature)["fastest_plain_chosen_on_half"]["0"]
-    step = _plain_steps(record, temperature)[_config_engine(record, fastest)]
-    i = curves["ks"].index(rows)
-    return {kind: float(curves["median_s"][kind][i]) / step for kind in ("chain", "tree")}

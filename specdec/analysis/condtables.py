@@ -229,7 +229,8 @@ def time_per_token(
     at the record's threads and every do-no-harm configuration (``/noharm``): ms per new token in the
     loop's timers (every repetition's ``draft_s``, ``target_s`` and ``verify_s`` over their new tokens), the
     loop's rest (decode time less the timers; Python's garbage collector, ``gc_s``, falls in whichever
-    part it interrupted), their total, and the share of repetition 0's rounds that drafted.
+    part it interrupted), their total, and the share of repetition 0's rounds that drafted (NaN where no
+    run stored its rounds).
     Configurations are named ``plain`` or by their short spec without ``/noharm``."""
     threads = record["settings"]["threads"]
     plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
@@ -246,7 +247,8 @@ def time_per_token(
         out.append({
             "temperature": float(temperature),
             "configuration": "plain" if cid == plain else short(cid).removesuffix("/noharm"),
-            "rounds that draft": sum(d > 0 for d in rounds) / len(rounds) if cid != plain and rounds else 0.0,
+            "rounds that draft": (0.0 if cid == plain else sum(d > 0 for d in rounds) / len(rounds) if rounds
+                                  else float("nan")),  # no stored rounds: unknown, not none
             "draft": timers["draft_s"], "target calls": timers["target_s"],
             "sampling, verifying": timers["verify_s"], "the loop's rest": rest,
             "total": sum(timers.values()) + rest,

@@ -29,6 +29,7 @@ __all__ = [
     "chapter_manifests",
     "clear",
     "describe",
+    "every",
     "index_text",
     "kind_of",
     "machine_of",
@@ -146,19 +147,7 @@ def _candidates(root: Path) -> Iterable[Path]:
         yield p
 
 
-def newest(
-    root: str | Path,
-    kind: str,
-    *,
-    threads: int | None = None,
-    stem: str | None = None,
-    note: bool = True,
-) -> dict[str, Any]:
-    """The newest record of ``kind`` under ``root`` (by its stored UTC timestamp; name order breaks
-    a tie), optionally with ``threads`` threads or a file name containing ``stem``; with its file
-    name under ``"file"`` and its path under ``"path"``. ``note`` adds it to :func:`provenance`.
-    Raises FileNotFoundError naming what was looked for when none matches."""
-    root = Path(root)
+def _found(root: Path, kind: str, threads: int | None, stem: str | None) -> list[tuple[str, str, Path, dict]]:
     found = []
     for p in _candidates(root):
         try:
@@ -176,11 +165,45 @@ def newest(
         raise FileNotFoundError(
             f"no record of kind {kind!r}{f' with {threads} thread(s)' if threads else ''} under {root}"
         )
-    _, _, path, rec = max(found, key=lambda f: (f[0], f[1]))
+    return sorted(found, key=lambda f: (f[0], f[1]))
+
+
+def _noted(path: Path, rec: dict, query: Mapping[str, Any], note: bool) -> dict[str, Any]:
     if note:
-        query = {"kind": kind, "threads": threads, "stem": stem}
         _READ.append(describe(path, rec) | {"query": {k: v for k, v in query.items() if v is not None}})
     return {**rec, "file": path.name, "path": str(path)}
+
+
+def newest(
+    root: str | Path,
+    kind: str,
+    *,
+    threads: int | None = None,
+    stem: str | None = None,
+    note: bool = True,
+) -> dict[str, Any]:
+    """The newest record of ``kind`` under ``root`` (by its stored UTC timestamp; name order breaks
+    a tie), optionally with ``threads`` threads or a file name containing ``stem``; with its file
+    name under ``"file"`` and its path under ``"path"``. ``note`` adds it to :func:`provenance`.
+    Raises FileNotFoundError naming what was looked for when none matches."""
+    _, _, path, rec = _found(Path(root), kind, threads, stem)[-1]
+    return _noted(path, rec, {"kind": kind, "threads": threads, "stem": stem}, note)
+
+
+def every(
+    root: str | Path, kind: str, *, threads: int | None = None, like: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Every record of ``kind`` under ``root``, oldest first (as :func:`newest` orders them), optionally
+    with ``threads`` threads and of the machine identity of record ``like`` (:func:`machine_of`): for a
+    kind whose records each measure one change (a before/after comparison), so that a chapter can show
+    the changes in turn; each is noted in :func:`provenance`. FileNotFoundError when none matches."""
+    out = []
+    for _, _, path, rec in _found(Path(root), kind, threads, None):
+        if like is None or machine_of(rec) == machine_of(like):
+            out.append(_noted(path, rec, {"kind": kind, "threads": threads, "every": True}, True))
+    if not out:
+        raise FileNotFoundError(f"no record of kind {kind!r} on that machine identity under {root}")
+    return out
 
 
 def read(path: str | Path) -> dict[str, Any]:

@@ -228,6 +228,7 @@ class EagleDrafter(ConditionedDrafter):
         self.cache = self.layer.new_cache(self.layer.max_positions)
         # a level (inputs, layer, kept head, top tokens) is one C call
         self.level = EagleLevel(self.layer, self.fc, self.norm_w, self.eps, self.embed, self.threads)
+        self.top = min(self.topk, self.level.kept)  # tokens asked of a row: no more than the kept vocabulary
         self.m = 0
         self.g: np.ndarray | None = None
         self.first: tuple[np.ndarray, np.ndarray] | None = None  # level 1: (kept indices, log-probabilities)
@@ -242,7 +243,7 @@ class EagleDrafter(ConditionedDrafter):
             return
         if self.m + len(next_ids) > self.context:
             raise ValueError(f"EAGLE's draft layer holds {self.context} positions; the generation is longer")
-        feats, idx, logp = self.level(features, next_ids, self.cache, self.m, 1, self.topk)
+        feats, idx, logp = self.level(features, next_ids, self.cache, self.m, 1, self.top)
         self.m += len(next_ids)  # committed pairs; speculative slots after m are overwritten
         self.g, self.first = feats[-1], (idx[0], logp[0])
 
@@ -269,14 +270,14 @@ class EagleDrafter(ConditionedDrafter):
                 break
             rows, ids = np.stack([feat_of[par[i]] for i in new]), [tok[i] for i in new]
             if k == 1:  # a chain: the earlier levels stay in the cache at slots = positions; one row
-                feats, top, logp = self.level(rows, ids, self.cache, self.m + d - 2, 1, self.topk)
+                feats, top, logp = self.level(rows, ids, self.cache, self.m + d - 2, 1, self.top)
             else:  # the level's nodes only, hung below the earlier levels' nodes in the draft cache
                 start = self.m + len(region)
                 for i in new:
                     slot_of[i] = len(region)
                     region.append(slot_of[par[i]] if par[i] >= 0 else -1)
                 feats, top, logp = self.level(
-                    rows, ids, self.cache, start, len(new), self.topk, region, self.m
+                    rows, ids, self.cache, start, len(new), self.top, region, self.m
                 )  # fmt: skip
             calls += 1
             for r, i in enumerate(new):

@@ -450,7 +450,27 @@ class EagleLevel:
                 f"cache must be a contiguous float32 tensor of shape {shape} (LeanLlama.new_cache)"
             )
         prefix = start if prefix is None else prefix
-        par = None if parents is None else np.ascontiguousarray(parents, dtype=np.int32)
+        for name, value, low in (
+            ("start", start, 0),
+            ("prefix", prefix, 0),
+            ("keep", keep, 1),
+            ("top", top, 1),
+        ):
+            check_int(name, value, low=low, high=2**31 - 1)
+        if prefix > start:
+            raise ValueError(f"prefix must lie in [0, start = {start}]; got {prefix}")
+        par = None
+        if parents is not None:  # the C code reads start - prefix + k entries: check that many are given
+            par = np.ascontiguousarray(parents, dtype=np.int32)
+            if par.ndim != 1 or len(par) != start - prefix + k:
+                raise ValueError(
+                    f"parents must be one entry per node of the region, start - prefix + k = "
+                    f"{start - prefix + k}; got shape {par.shape}"
+                )
+        elif prefix != start:
+            raise ValueError(
+                f"a chain (parents None) needs prefix == start; got prefix={prefix}, start={start}"
+            )
         out = np.empty((k, self.hidden), dtype=np.float32)
         idx = np.empty((keep, top), dtype=np.int32) if 1 <= keep <= k and top >= 1 else None
         if idx is None:

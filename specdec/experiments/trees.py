@@ -432,7 +432,7 @@ class TreesRun(Program):
 
         specdec run trees --quick                      # a smoke run (a minute)
         specdec run trees --set self --budget-s 3900   # the run; the same command resumes it
-        specdec run trees --set noharm --repeats 5     # the policies again
+        specdec run trees --set noharm --repeats 3     # the policies again
         specdec run trees --reanalyse RECORD           # the analyses of a complete record, anew
     """
 
