@@ -402,13 +402,15 @@ class EagleLevel:
         self.eps = float(eps)
         if not self.eps > 0:
             raise ValueError(f"eps must be > 0; got {eps!r}")
+        if not np.isfinite(self.norm).all():
+            raise ValueError("norm must hold finite values only")
         self.threads = check_int("threads", threads, low=1, high=1024)
         self.vocab = int(self.embed.shape[0])
         self.kept = int(layer.head.out_features)
 
     def _rows(self, feats: Any, ids: Any) -> tuple[np.ndarray, np.ndarray]:
         feats = np.ascontiguousarray(feats, dtype=np.float32)
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        ids = _ids("ids", ids)
         if feats.ndim != 2 or feats.shape[1] != self.hidden or ids.shape != (feats.shape[0],) or not len(ids):
             raise ValueError(
                 f"feats must have shape (k >= 1, {self.hidden}) and ids (k,); got {feats.shape}, {ids.shape}"
@@ -450,12 +452,8 @@ class EagleLevel:
                 f"cache must be a contiguous float32 tensor of shape {shape} (LeanLlama.new_cache)"
             )
         prefix = start if prefix is None else prefix
-        for name, value, low in (
-            ("start", start, 0),
-            ("prefix", prefix, 0),
-            ("keep", keep, 1),
-            ("top", top, 1),
-        ):
+        top = check_int("top", top, low=1, high=min(TOPK_MAX, self.kept))  # before any buffer is made
+        for name, value, low in (("start", start, 0), ("prefix", prefix, 0), ("keep", keep, 1)):
             check_int(name, value, low=low, high=2**31 - 1)
         if prefix > start:
             raise ValueError(f"prefix must lie in [0, start = {start}]; got {prefix}")
@@ -498,11 +496,24 @@ class EagleLevel:
             )
 
 
-def _vector(name: str, x: Any, n: int) -> np.ndarray:
+def _vector(name: str, x: Any, n: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """``x`` as n contiguous finite float32 values (of ``shape`` or flat), or ValueError naming it."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    if x.size != n:
-        raise ValueError(f"{name} must hold {n} float32 values; got shape {x.shape}")
+    if x.size != n or (x.ndim > 1 and shape is not None and x.shape != shape):
+        raise ValueError(
+            f"{name} must hold {n} float32 values{f' of shape {shape}' if shape else ''}; got {x.shape}"
+        )
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} must hold finite values only")
     return x
+
+
+def _ids(name: str, ids: Any) -> np.ndarray:
+    """Token ids as int64, refusing anything that is not an integer (a float id is not truncated)."""
+    arr = np.asarray(ids)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be integers; got {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
 
 
 def _raise_head(what: str, status: int, **said: Any) -> None:
@@ -529,8 +540,10 @@ def medusa_top(
             f"w must map hidden = {hidden} to a multiple of it; got ({w.out_features}, {w.in_features})"
         )
     heads = w.out_features // hidden
-    bias, norm = _vector("bias", bias, heads * hidden), _vector("norm", norm, hidden)
+    bias, norm = _vector("bias", bias, heads * hidden, (heads, hidden)), _vector("norm", norm, hidden)
     feat = _vector("feat", feat, hidden)
+    if not float(eps) > 0:
+        raise ValueError(f"eps must be > 0; got {eps!r}")
     top, threads = (
         check_int("top", top, low=1, high=min(TOPK_MAX, head.out_features)),
         check_int("threads", threads, low=1, high=1024),
@@ -569,7 +582,7 @@ def mlp_stage_top(
             f"w must map 2 x hidden = {2 * hidden} to {hidden}; got ({w.out_features}, {w.in_features})"
         )
     states = np.ascontiguousarray(states, dtype=np.float32)
-    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    ids = _ids("ids", ids)
     if states.ndim != 2 or states.shape[1] != hidden or ids.shape != (states.shape[0],) or not len(ids):
         raise ValueError(
             f"states must have shape (rows >= 1, {hidden}) and ids (rows,); got {states.shape}, {ids.shape}"
@@ -585,6 +598,8 @@ def mlp_stage_top(
     ln_w, ln_b = _vector("ln weight", ln[0], hidden), _vector("ln bias", ln[1], hidden)
     scale = _vector("out_scale", out_scale, hidden)
     norm_w, eps = (None, 0.0) if norm is None else (_vector("norm", norm[0], hidden), float(norm[1]))
+    if norm is not None and not eps > 0:
+        raise ValueError(f"norm's eps must be > 0; got {norm[1]!r}")
     top, threads = (
         check_int("top", top, low=1, high=min(TOPK_MAX, head.out_features)),
         check_int("threads", threads, low=1, high=1024),

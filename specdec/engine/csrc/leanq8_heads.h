@@ -19,7 +19,7 @@ int32_t specdec_q8_medusa(lin_t *w, const float *bias, lin_t *head, const float 
                           int32_t heads, int32_t top, int32_t *idx, float *val, float *lse, int32_t threads) {
     if (!w || !bias || !head || !norm_w || !feat || !idx || !val || !lse) return ERR_ARGUMENT;
     const int H = head->w.k;
-    if (heads < 1 || heads > 1024 || w->w.k != H || w->w.n != heads * H || !(eps > 0.0f) || top < 1 ||
+    if (heads < 1 || heads > 1024 || w->w.k != H || (int64_t)w->w.n != (int64_t)heads * H || !(eps > 0.0f) || top < 1 ||
         top > TOPK_MAX || top > head->w.n || threads < 1 || threads > 1024 || !finite_rows(feat, (size_t)H))
         return ERR_ARGUMENT;
     float *u = malloc(sizeof(float) * (size_t)H), *z = malloc(sizeof(float) * (size_t)heads * H);
@@ -55,7 +55,7 @@ int32_t specdec_q8_mlp_stage(lin_t *w, const float *ln_w, const float *ln_b, con
         !lse)
         return ERR_ARGUMENT;
     const int H = head->w.k;
-    if (rows < 1 || w->w.k != 2 * H || w->w.n != H || (norm_w && !(eps > 0.0f)) || vocab < 1 || top < 1 ||
+    if (rows < 1 || (int64_t)w->w.k != 2 * (int64_t)H || w->w.n != H || (norm_w && !(eps > 0.0f)) || vocab < 1 || top < 1 ||
         top > TOPK_MAX || top > head->w.n || threads < 1 || threads > 1024 ||
         !finite_rows(states, (size_t)rows * H))
         return ERR_ARGUMENT;
