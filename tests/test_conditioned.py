@@ -612,7 +612,7 @@ def test_a_medusa_draft_and_an_mlp_stage_in_one_call_equal_their_arithmetic(smal
     u = _rms(feat, medusa.norm_w, medusa.eps)
     z = medusa.w(u[None]).reshape(medusa.k, -1) + medusa.b
     idx_ref, val_ref, lse_ref = medusa.head.top((u[None] + z / (1.0 + np.exp(-z))).astype(np.float32), 3)
-    idx, logp = leannative.medusa_top(medusa.w, medusa.b, medusa.head, medusa.norm_w, medusa.eps, feat, 3)
+    idx, logp = leannative.MedusaHeads(medusa.w, medusa.b, medusa.head, medusa.norm_w, medusa.eps)(feat, 3)
     _same_top(idx, logp, idx_ref, val_ref - lse_ref[:, None])
 
     mlp = build_drafter("mlp:s", _context(small, target))
@@ -625,9 +625,10 @@ def test_a_medusa_draft_and_an_mlp_stage_in_one_call_equal_their_arithmetic(smal
         zz = zz * mlp.ln_w[n] + mlp.ln_b[n]
         s_ref = 0.5 * zz * (1 + np.tanh(np.float32(0.7978845608) * (zz + np.float32(0.044715) * zz**3)))
         i_ref, v_ref, l_ref = mlp.head.top((s_ref * mlp.out_scale[n]).astype(np.float32), 2)
-        s, i, lp = leannative.mlp_stage_top(
-            mlp.w[n], (mlp.ln_w[n], mlp.ln_b[n]), mlp.out_scale[n], mlp.head, states, mlp.embed, ids, 2, norm
+        stage = leannative.MlpStage(
+            mlp.w[n], (mlp.ln_w[n], mlp.ln_b[n]), mlp.out_scale[n], mlp.head, mlp.embed, norm
         )
+        s, i, lp = stage(states, ids, 2)
         assert np.allclose(s, s_ref, atol=2e-4), n
         _same_top(i, lp, i_ref, v_ref - l_ref[:, None])
 
@@ -637,28 +638,29 @@ def test_a_medusa_draft_and_an_mlp_stage_refuse_bad_arguments(small):
     medusa = build_drafter("medusa:m", _context(small, target))
     feat = np.ones(medusa.norm_w.shape[0], np.float32)
     args = (medusa.w, medusa.b, medusa.head, medusa.norm_w, medusa.eps)
+    heads = leannative.MedusaHeads(*args)
     with pytest.raises(ValueError, match="top must be an integer in"):
-        leannative.medusa_top(*args, feat, 0)
+        heads(feat, 0)
     bad = feat.copy()
     bad[2] = np.inf
     with pytest.raises(ValueError, match="feat must hold finite values"):
-        leannative.medusa_top(*args, bad, 2)
+        heads(bad, 2)
     with pytest.raises(ValueError, match="feat must hold"):
-        leannative.medusa_top(*args, feat[:-1], 2)
+        heads(feat[:-1], 2)
     mlp = build_drafter("mlp:s", _context(small, target))
-    stage = (mlp.w[1], (mlp.ln_w[1], mlp.ln_b[1]), mlp.out_scale[1], mlp.head)
+    stage = leannative.MlpStage(mlp.w[1], (mlp.ln_w[1], mlp.ln_b[1]), mlp.out_scale[1], mlp.head, mlp.embed)
     states = np.zeros((2, mlp.norm_w.shape[0]), np.float32)
     with pytest.raises(ValueError, match="token ids in the vocabulary"):
-        leannative.mlp_stage_top(*stage, states, mlp.embed, [0, mlp.embed.shape[0]], 2)
+        stage(states, [0, mlp.embed.shape[0]], 2)
     with pytest.raises(ValueError, match=r"states must have shape \(rows >= 1"):
-        leannative.mlp_stage_top(*stage, states, mlp.embed, [0], 2)
+        stage(states, [0], 2)
     with pytest.raises(ValueError, match="ids must be integers"):
-        leannative.mlp_stage_top(*stage, states, mlp.embed, [0.0, 1.9], 2)
+        stage(states, [0.0, 1.9], 2)
     with pytest.raises(ValueError, match="bias must hold"):
-        leannative.medusa_top(medusa.w, medusa.b.T.copy(), *args[2:], feat, 2)
+        leannative.MedusaHeads(medusa.w, medusa.b.T.copy(), *args[2:])
     with pytest.raises(ValueError, match="eps must be > 0"):
-        leannative.medusa_top(*args[:4], 0.0, feat, 2)
+        leannative.MedusaHeads(*args[:4], 0.0)
     nan_bias = medusa.b.copy()
     nan_bias[0, 0] = np.nan
     with pytest.raises(ValueError, match="bias must hold finite values"):
-        leannative.medusa_top(medusa.w, nan_bias, *args[2:], feat, 2)
+        leannative.MedusaHeads(medusa.w, nan_bias, *args[2:])

@@ -135,24 +135,21 @@ class MedusaDrafter(StaticTreeDrafter):
     """Medusa-1 heads over a static tree (see the module docstring); ``ranks``: tokens tried per head."""
 
     def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1, ranks: int = 4) -> None:
-        from specdec.engine.leannative import Q8Linear
+        from specdec.engine.leannative import MedusaHeads, Q8Linear
 
         super().__init__(module, card, threads, ranks)
         self.k = int(module.heads)
         h = module.w.shape[-1]
         self.w = Q8Linear(module.w.detach().reshape(self.k * h, h))
         self.b = module.b.detach().numpy().astype(np.float32)
+        self.draft = MedusaHeads(self.w, self.b, self.head, self.norm_w, self.eps, self.threads)  # one C call
 
     def _fill(
         self, prefix_ids: Sequence[int], parents: list[int], depths: list[int], ranks: list[int]
     ) -> tuple[list[int], int]:
         """One call of every head on norm(f_{m-1}) and their top tokens (one C call,
-        :func:`specdec.engine.leannative.medusa_top`); head d's rank-r token fills the nodes at (d, r)."""
-        from specdec.engine.leannative import medusa_top
-
-        top, _ = medusa_top(
-            self.w, self.b, self.head, self.norm_w, self.eps, self.last, self.ranks, self.threads
-        )
+        :class:`specdec.engine.leannative.MedusaHeads`); head d's rank-r token fills the nodes at (d, r)."""
+        top, _ = self.draft(self.last, self.ranks)
         return [int(self.kept[top[d - 1, j]]) for d, j in zip(depths, ranks, strict=True)], 1
 
 
@@ -160,7 +157,7 @@ class SpeculatorDrafter(StaticTreeDrafter):
     """The MLP speculator's stages over a static tree (``ranks=1``: a chain)."""
 
     def __init__(self, module: torch.nn.Module, card: dict, threads: int = 1, ranks: int = 4) -> None:
-        from specdec.engine.leannative import Q8Linear
+        from specdec.engine.leannative import MlpStage, Q8Linear
 
         super().__init__(module, card, threads, ranks)
         self.stages = int(module.stages)
@@ -171,18 +168,17 @@ class SpeculatorDrafter(StaticTreeDrafter):
         self.ln_w = module.ln_w.detach().numpy().astype(np.float32)
         self.ln_b = module.ln_b.detach().numpy().astype(np.float32)
         self.out_scale = module.out_scale.detach().numpy().astype(np.float32)
+        self.stage_calls = [  # one C call per stage; the first normalizes the target's feature
+            MlpStage(self.w[n], (self.ln_w[n], self.ln_b[n]), self.out_scale[n], self.head, self.embed,
+                     (self.norm_w, self.eps) if n == 0 else None, self.threads)
+            for n in range(self.stages)
+        ]  # fmt: skip
 
     def _stage(self, n: int, states: np.ndarray, tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Stage ``n`` over ``states`` (stage 0: the target's feature, normalized in the call) and the tokens
-        each consumes, in one C call (:func:`specdec.engine.leannative.mlp_stage_top`): (the next states,
-        each row's top ``ranks`` kept-vocabulary indices)."""
-        from specdec.engine.leannative import mlp_stage_top
-
-        norm = (self.norm_w, self.eps) if n == 0 else None
-        s, top, _ = mlp_stage_top(
-            self.w[n], (self.ln_w[n], self.ln_b[n]), self.out_scale[n], self.head, states, self.embed, tokens,
-            self.ranks, norm, self.threads,
-        )  # fmt: skip
+        each consumes, in one C call (:class:`specdec.engine.leannative.MlpStage`): (the next states, each
+        row's top ``ranks`` kept-vocabulary indices)."""
+        s, top, _ = self.stage_calls[n](states, tokens, self.ranks)
         return s, top
 
     def _fill(

@@ -14,8 +14,8 @@ gives it the chain's logits.
   target-conditioned drafters: Medusa, EAGLE, MLP speculators).
 * :class:`EagleLevel` -- one level of EAGLE's draft in one C call: its inputs (norm, concatenation and
   ``fc``), its draft layer over them, the kept head and the rows' top tokens.
-* :func:`medusa_top`, :func:`mlp_stage_top` -- a Medusa draft and an MLP speculator's stage, each with
-  the kept head's top tokens, in one C call.
+* :class:`MedusaHeads`, :class:`MlpStage` -- a Medusa draft and an MLP speculator's stage, each with
+  the kept head's top tokens, in one C call (their constants checked once, when made).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from specdec.theory.trees import TreeLayout
 __all__ = [
     "EagleLevel",
     "Q8Linear",
-    "medusa_top",
-    "mlp_stage_top",
+    "MedusaHeads",
+    "MlpStage",
     "check_extras",
     "native_forward",
     "native_structure",
@@ -469,10 +469,10 @@ class EagleLevel:
             raise ValueError(
                 f"a chain (parents None) needs prefix == start; got prefix={prefix}, start={start}"
             )
-        out = np.empty((k, self.hidden), dtype=np.float32)
-        idx = np.empty((keep, top), dtype=np.int32) if 1 <= keep <= k and top >= 1 else None
-        if idx is None:
+        if keep > k:
             raise ValueError(f"need 1 <= keep <= k = {k} and top >= 1; got keep={keep!r}, top={top!r}")
+        out = np.empty((k, self.hidden), dtype=np.float32)
+        idx = np.empty((keep, top), dtype=np.int32)
         val = np.empty((keep, top), dtype=np.float32)
         lse = np.empty(keep, dtype=np.float32)
         status = self.lib.specdec_q8_eagle_level(
@@ -528,92 +528,103 @@ def _raise_head(what: str, status: int, **said: Any) -> None:
         )
 
 
-def medusa_top(
-    w: Q8Linear, bias: Any, head: Q8Linear, norm: Any, eps: float, feat: Any, top: int, threads: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
+class MedusaHeads:
     """Medusa-1's draft in one C call (``specdec_q8_medusa``): u = rms(feat) * norm, z = w u + bias (heads x
     hidden), r_k = u + SiLU(z_k), and each head's top ``top`` kept-vocabulary indices (heads, top) with
-    their log-probabilities under the head's softmax."""
-    hidden = head.in_features
-    if w.in_features != hidden or w.out_features % hidden:
-        raise ValueError(
-            f"w must map hidden = {hidden} to a multiple of it; got ({w.out_features}, {w.in_features})"
-        )
-    heads = w.out_features // hidden
-    bias, norm = _vector("bias", bias, heads * hidden, (heads, hidden)), _vector("norm", norm, hidden)
-    feat = _vector("feat", feat, hidden)
-    if not float(eps) > 0:
-        raise ValueError(f"eps must be > 0; got {eps!r}")
-    top, threads = (
-        check_int("top", top, low=1, high=min(TOPK_MAX, head.out_features)),
-        check_int("threads", threads, low=1, high=1024),
-    )
-    idx = np.empty((heads, top), dtype=np.int32)
-    val = np.empty((heads, top), dtype=np.float32)
-    lse = np.empty(heads, dtype=np.float32)
-    status = head.lib.specdec_q8_medusa(
-        w.handle, bias.ctypes.data, head.handle, norm.ctypes.data, float(eps), feat.ctypes.data, heads, top,
-        idx.ctypes.data, val.ctypes.data, lse.ctypes.data, threads,
-    )  # fmt: skip
-    _raise_head("Medusa's draft", status, heads=heads, top=top, eps=eps)
-    return idx, val - lse[:, None]
+    their log-probabilities under the head's softmax. The heads' constants are checked once, here; a call
+    checks only its feature and ``top``."""
+
+    def __init__(
+        self, w: Q8Linear, bias: Any, head: Q8Linear, norm: Any, eps: float, threads: int = 1
+    ) -> None:
+        hidden = head.in_features
+        if w.in_features != hidden or w.out_features % hidden:
+            raise ValueError(
+                f"w must map hidden = {hidden} to a multiple of it; got ({w.out_features}, {w.in_features})"
+            )
+        self.w, self.head, self.hidden, self.heads = w, head, hidden, w.out_features // hidden
+        self.bias = _vector("bias", bias, self.heads * hidden, (self.heads, hidden))
+        self.norm = _vector("norm", norm, hidden)
+        if not float(eps) > 0:
+            raise ValueError(f"eps must be > 0; got {eps!r}")
+        self.eps = float(eps)
+        self.threads = check_int("threads", threads, low=1, high=1024)
+
+    def __call__(self, feat: Any, top: int) -> tuple[np.ndarray, np.ndarray]:
+        feat = _vector("feat", feat, self.hidden)
+        top = check_int("top", top, low=1, high=min(TOPK_MAX, self.head.out_features))
+        idx = np.empty((self.heads, top), dtype=np.int32)
+        val = np.empty((self.heads, top), dtype=np.float32)
+        lse = np.empty(self.heads, dtype=np.float32)
+        status = self.head.lib.specdec_q8_medusa(
+            self.w.handle, self.bias.ctypes.data, self.head.handle, self.norm.ctypes.data, self.eps,
+            feat.ctypes.data, self.heads, top, idx.ctypes.data, val.ctypes.data, lse.ctypes.data,
+            self.threads,
+        )  # fmt: skip
+        _raise_head("Medusa's draft", status, heads=self.heads, top=top, eps=self.eps)
+        return idx, val - lse[:, None]
 
 
-def mlp_stage_top(
-    w: Q8Linear,
-    ln: tuple[Any, Any],
-    out_scale: Any,
-    head: Q8Linear,
-    states: Any,
-    embed: np.ndarray,
-    ids: Any,
-    top: int,
-    norm: tuple[Any, float] | None = None,
-    threads: int = 1,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class MlpStage:
     """An MLP speculator's stage in one C call (``specdec_q8_mlp_stage``): for each row, its state
     (``norm`` = (weight, eps): rms-normalized first, as the first stage reads the target's feature) beside
     the embedding of the token it consumes, z = w [state, embed[id]], the next state gelu_tanh(layer_norm(z)
-    * ln[0] + ln[1]), and the kept head's top ``top`` tokens of state * out_scale. Returns (the next states
+    * ln[0] + ln[1]), and the kept head's top ``top`` tokens of state * out_scale. The stage's constants
+    are checked once, here; a call checks only its states, ids and ``top``, and returns (the next states
     (rows, hidden), indices (rows, top), their log-probabilities)."""
-    hidden = head.in_features
-    if w.in_features != 2 * hidden or w.out_features != hidden:
-        raise ValueError(
-            f"w must map 2 x hidden = {2 * hidden} to {hidden}; got ({w.out_features}, {w.in_features})"
+
+    def __init__(
+        self,
+        w: Q8Linear,
+        ln: tuple[Any, Any],
+        out_scale: Any,
+        head: Q8Linear,
+        embed: np.ndarray,
+        norm: tuple[Any, float] | None = None,
+        threads: int = 1,
+    ) -> None:
+        hidden = head.in_features
+        if w.in_features != 2 * hidden or w.out_features != hidden:
+            raise ValueError(
+                f"w must map 2 x hidden = {2 * hidden} to {hidden}; got ({w.out_features}, {w.in_features})"
+            )
+        if (
+            not isinstance(embed, np.ndarray)
+            or embed.dtype != np.float32
+            or embed.ndim != 2
+            or embed.shape[1] != hidden
+        ):
+            raise ValueError(f"embed must be a float32 array (vocab, {hidden})")
+        self.w, self.head, self.hidden, self.embed = w, head, hidden, np.ascontiguousarray(embed)
+        self.ln_w, self.ln_b = _vector("ln weight", ln[0], hidden), _vector("ln bias", ln[1], hidden)
+        self.scale = _vector("out_scale", out_scale, hidden)
+        self.norm_w, self.eps = (
+            (None, 0.0) if norm is None else (_vector("norm", norm[0], hidden), float(norm[1]))
         )
-    states = np.ascontiguousarray(states, dtype=np.float32)
-    ids = _ids("ids", ids)
-    if states.ndim != 2 or states.shape[1] != hidden or ids.shape != (states.shape[0],) or not len(ids):
-        raise ValueError(
-            f"states must have shape (rows >= 1, {hidden}) and ids (rows,); got {states.shape}, {ids.shape}"
-        )
-    if (
-        not isinstance(embed, np.ndarray)
-        or embed.dtype != np.float32
-        or embed.ndim != 2
-        or embed.shape[1] != hidden
-    ):
-        raise ValueError(f"embed must be a float32 array (vocab, {hidden})")
-    embed = np.ascontiguousarray(embed)
-    ln_w, ln_b = _vector("ln weight", ln[0], hidden), _vector("ln bias", ln[1], hidden)
-    scale = _vector("out_scale", out_scale, hidden)
-    norm_w, eps = (None, 0.0) if norm is None else (_vector("norm", norm[0], hidden), float(norm[1]))
-    if norm is not None and not eps > 0:
-        raise ValueError(f"norm's eps must be > 0; got {norm[1]!r}")
-    top, threads = (
-        check_int("top", top, low=1, high=min(TOPK_MAX, head.out_features)),
-        check_int("threads", threads, low=1, high=1024),
-    )
-    rows = len(ids)
-    out = np.empty((rows, hidden), dtype=np.float32)
-    idx = np.empty((rows, top), dtype=np.int32)
-    val = np.empty((rows, top), dtype=np.float32)
-    lse = np.empty(rows, dtype=np.float32)
-    status = head.lib.specdec_q8_mlp_stage(
-        w.handle, ln_w.ctypes.data, ln_b.ctypes.data, scale.ctypes.data, head.handle,
-        None if norm_w is None else norm_w.ctypes.data, eps, states.ctypes.data, embed.ctypes.data,
-        int(embed.shape[0]), ids.ctypes.data, rows, top, out.ctypes.data, idx.ctypes.data, val.ctypes.data,
-        lse.ctypes.data, threads,
-    )  # fmt: skip
-    _raise_head("the MLP speculator's stage", status, rows=rows, top=top)
-    return out, idx, val - lse[:, None]
+        if norm is not None and not self.eps > 0:
+            raise ValueError(f"norm's eps must be > 0; got {norm[1]!r}")
+        self.threads = check_int("threads", threads, low=1, high=1024)
+
+    def __call__(self, states: Any, ids: Any, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        hidden = self.hidden
+        states = np.ascontiguousarray(states, dtype=np.float32)
+        ids = _ids("ids", ids)
+        if states.ndim != 2 or states.shape[1] != hidden or ids.shape != (states.shape[0],) or not len(ids):
+            raise ValueError(
+                f"states must have shape (rows >= 1, {hidden}) and ids (rows,); "
+                f"got {states.shape}, {ids.shape}"
+            )
+        top = check_int("top", top, low=1, high=min(TOPK_MAX, self.head.out_features))
+        rows = len(ids)
+        out = np.empty((rows, hidden), dtype=np.float32)
+        idx = np.empty((rows, top), dtype=np.int32)
+        val = np.empty((rows, top), dtype=np.float32)
+        lse = np.empty(rows, dtype=np.float32)
+        status = self.head.lib.specdec_q8_mlp_stage(
+            self.w.handle, self.ln_w.ctypes.data, self.ln_b.ctypes.data, self.scale.ctypes.data,
+            self.head.handle, None if self.norm_w is None else self.norm_w.ctypes.data, self.eps,
+            states.ctypes.data, self.embed.ctypes.data, int(self.embed.shape[0]), ids.ctypes.data, rows, top,
+            out.ctypes.data, idx.ctypes.data, val.ctypes.data, lse.ctypes.data, self.threads,
+        )  # fmt: skip
+        _raise_head("the MLP speculator's stage", status, rows=rows, top=top)
+        return out, idx, val - lse[:, None]
