@@ -75,3 +75,30 @@ def test_the_draft_cost_program_checks_its_options_and_its_worker_its_form(capsy
     for argv in bad:
         with pytest.raises(ValueError, match="the draft-cost worker takes"):
             side_main(argv)
+    old_form = ["--side", "--threads", "1", "--prompts", "1", "--drafter-threads", "1"]  # before --configs
+    with pytest.raises(ValueError, match="--new-tokens N --configs JSON"):
+        side_main(old_form)
+    assert main(["run", "draft-cost", "--before", "/tmp", "--out", "x.json", "--configs", "suffix"]) == 2
+    assert "each must be SPEC@BUDGET" in capsys.readouterr().err
+    assert main(["run", "draft-cost", "--before", "/tmp", "--out", "x.json", "--configs", "nosuch@4"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+
+
+def test_compare_times_the_whole_generation_where_the_samples_have_it():
+    """decode_speedup: before / after seconds per generated token, paired by prompt; the collector's
+    share per token reported on each side; a side without whole-generation times gets neither."""
+
+    def timed(config, prompt, rep, decode_s, gc_s):
+        return row(config, prompt, rep, 0.02) | {
+            "decode_s": decode_s, "gc_s": gc_s, "new_tokens": 40,
+            "plain_decode_s": 0.08, "plain_gc_s": 0.0, "plain_new_tokens": 40,
+        }  # fmt: skip
+
+    before = [timed("s", p, r, 0.12, 0.02) for p in range(3) for r in range(2)]
+    after = [timed("s", p, r, 0.08, 0.0) for p in range(3) for r in range(2)]
+    (out,) = compare(before, after)
+    assert out["decode_speedup"] == pytest.approx([1.5, 1.5, 1.5])
+    assert out["before"]["gc_ms_per_token"] == pytest.approx(0.5) and out["after"]["gc_ms_per_token"] == 0
+    assert out["after"]["decode_ms_per_token"] == pytest.approx(2.0)
+    (old,) = compare([row("s", 0, 0, 0.02)], [row("s", 0, 0, 0.01)])
+    assert "decode_speedup" not in old and "gc_ms_per_token" not in old["after"]

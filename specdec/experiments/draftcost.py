@@ -48,6 +48,10 @@ class DraftCostRun(Program):
     threads: int = option(2, "the target's threads")
     prompts: int = option(4, "development prompts")
     drafter_threads: tuple[int, ...] = option((1,), "the drafters' threads, each measured")
+    configs: tuple[str, ...] = option(
+        (), "configurations as SPEC@BUDGET (default: the module's CONFIGS)", metavar="SPEC@BUDGET"
+    )
+    new_tokens: int = option(48, "tokens each generation decodes")
     change: str = option("", "what changed between the two checkouts, in words (stored in the record)")
     out: str | None = option(None, "the record's path (JSON; needed unless --summarize)")
     summarize: str | None = option(
@@ -62,6 +66,23 @@ class DraftCostRun(Program):
             raise ValueError("drafter_threads must name at least one thread count")
         for n in self.drafter_threads:
             check_int("drafter_threads", n, low=1, high=1024)
+        check_int("new_tokens", self.new_tokens, low=1, high=4096)
+        self.pairs()
+
+    def pairs(self) -> tuple[tuple[str, int], ...]:
+        """``--configs`` as (spec, budget) pairs, each spec parsed by the registry; the default set when
+        none is given."""
+        from specdec.drafting.registry import parse_spec
+        from specdec.measure.draftcost import CONFIGS
+
+        out = []
+        for text in self.configs:
+            spec, at, budget = text.rpartition("@")
+            if not at or not budget.isdigit():
+                raise ValueError(f"configs: each must be SPEC@BUDGET (a budget >= 1); got {text!r}")
+            parse_spec(spec)
+            out.append((spec, check_int(f"the budget of {spec}", int(budget), low=1)))
+        return tuple(out) or CONFIGS
 
     def run(self) -> int:
         from specdec.measure import draftcost as dc
@@ -98,7 +119,9 @@ class DraftCostRun(Program):
                 code = f"import runpy, sys; sys.argv[0] = {worker!r}; "
                 code += "runpy.run_path(sys.argv[0], run_name='__main__')"
                 cmd = [sys.executable, "-c", code, "--side", "--threads", str(self.threads),
-                       "--prompts", str(self.prompts), "--drafter-threads", threads]  # fmt: skip
+                       "--prompts", str(self.prompts), "--drafter-threads", threads,
+                       "--new-tokens", str(self.new_tokens),
+                       "--configs", json.dumps(self.pairs())]  # fmt: skip
                 c0, t0 = with_children(cpu_counters()), time.perf_counter()
                 env = dict(os.environ, PYTHONPATH=folder)
                 done = subprocess.run(cmd, env=env, cwd=folder, capture_output=True, text=True, check=False)
@@ -135,8 +158,8 @@ class DraftCostRun(Program):
                 "prompts": self.prompts,
                 "repeats": self.repeats,
                 "drafter_threads": list(self.drafter_threads),
-                "configs": [list(c) for c in dc.CONFIGS],
-                "new_tokens": 48,
+                "configs": [list(c) for c in self.pairs()],
+                "new_tokens": self.new_tokens,
                 "prompt_tokens": 160,
                 "prompt_rule": dc.dev_prompts.__doc__,
             },

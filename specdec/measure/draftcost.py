@@ -66,11 +66,14 @@ def measure(
     drafter_threads: tuple[int, ...] = (1,),
 ) -> dict[str, Any]:
     """One process's samples: per prompt, the plain step, then every configuration (each at every
-    ``drafter_threads``) decoded greedily from that prompt: its draft seconds, rounds and calls."""
+    ``drafter_threads``) decoded greedily from that prompt: its draft seconds, rounds and calls, and the
+    whole generation's decoding seconds (the call's wall time less its prefill) and the cyclic garbage
+    collector's share of them (``gc_s``), the plain run's too."""
     import specdec.theory
     from specdec.drafting.registry import KINDS, build_drafter
     from specdec.engine.builder import EngineSpec, open_engine
     from specdec.engine.decoding import autoregressive, speculative, speculative_tree
+    from specdec.measure.core import gc_seconds
     from specdec.measure.modes import draft_context
 
     engine = open_engine(EngineSpec("lean", "q4q8", threads))
@@ -86,19 +89,30 @@ def measure(
             else:  # explicit, as the default differs between checkouts (1 before 0691db0's successor)
                 name = f"{spec},threads={dt}"
             built[(name, budget)] = build_drafter(name, context)
+
+    def timed(call: Any) -> tuple[Any, float, float]:  # stats, decoding seconds, collector seconds
+        g0, t0 = gc_seconds(), time.perf_counter()
+        st = call().stats
+        return st, time.perf_counter() - t0 - st.prefill_s, gc_seconds() - g0
+
     rows = []
     for p, prompt in enumerate(ids):
-        plain = autoregressive(engine.model, prompt, max_new_tokens=new_tokens).stats
+        plain, plain_s, plain_gc = timed(
+            lambda: autoregressive(engine.model, prompt, max_new_tokens=new_tokens)  # noqa: B023
+        )
         step = (plain.target_s + plain.verify_s) / plain.rounds
         for (name, budget), drafter in built.items():
             tree = KINDS[name.split(":")[0].split(",")[0]].shape == "tree"
             loop = speculative_tree if tree else speculative
             size = {"budget": budget} if tree else {"gamma": budget}
-            st = loop(engine.model, drafter, prompt, max_new_tokens=new_tokens, **size).stats
+            st, decode_s, gc_s = timed(
+                lambda: loop(engine.model, drafter, prompt, max_new_tokens=new_tokens, **size)  # noqa: B023
+            )
             rows.append({
                 "config": name, "budget": budget, "prompt": p, "plain_step_s": step, "draft_s": st.draft_s,
                 "rounds": st.rounds, "draft_calls": st.draft_calls, "target_s": st.target_s,
-
+                "decode_s": decode_s, "gc_s": gc_s, "new_tokens": st.new_tokens,
+                "plain_decode_s": plain_s, "plain_gc_s": plain_gc, "plain_new_tokens": plain.new_tokens,
             })  # fmt: skip
     package = Path(specdec.theory.__file__).resolve().parents[1]  # the checkout this process imported
     return {"specdec": str(package), "threads": threads, "rows": rows}
@@ -397,14 +411,26 @@ def _side(rows: list[dict]) -> dict[str, float]:
         ),
         "calls_per_round": med([r["draft_calls"] / r["rounds"] for r in rows]),
         "plain_step_ms": med([r["plain_step_s"] for r in rows]) * 1e3,
+        **(
+            {  # records made before the whole generation was timed have none of these
+                "decode_ms_per_token": med([r["decode_s"] / r["new_tokens"] for r in rows]) * 1e3,
+                "gc_ms_per_token": med([r["gc_s"] / r["new_tokens"] for r in rows]) * 1e3,
+                "plain_decode_ms_per_token": med([r["plain_decode_s"] / r["plain_new_tokens"] for r in rows])
+                * 1e3,
+            }
+            if all("decode_s" in r for r in rows)
+            else {}
+        ),
     }
 
 
 def compare(before: list[dict], after: list[dict], *, seed: int = 0) -> list[dict]:
     """Per configuration: c_round, c_call and calls per round of each side (medians over prompts and
-    repetitions), and how much faster a round's drafting got, ``draft_speedup`` = before / after time
-    per round by :func:`specdec.theory.intervals.paired_speedup` (the book's one estimator: per prompt
-    the median over repetitions, the geometric mean over prompts, a bootstrap interval over prompts).
+    repetitions; where the samples have them, the whole generation's time and the collector's share per
+    token, and ``decode_speedup``: before / after time per generated token by the same estimator), and
+    how much faster a round's drafting got, ``draft_speedup`` = before / after time per round by
+    :func:`specdec.theory.intervals.paired_speedup` (the book's one estimator: per prompt the median
+    over repetitions, the geometric mean over prompts, a bootstrap interval over prompts).
     Prompts missing on either side are left out, not guessed."""
 
     from specdec.theory.intervals import paired_speedup
@@ -424,10 +450,21 @@ def compare(before: list[dict], after: list[dict], *, seed: int = 0) -> list[dic
         x, lo, hi = paired_speedup(
             [per_round(b, p) for p in prompts], [per_round(a, p) for p in prompts], seed=seed
         )
-        out.append({
+        entry = {
             "config": config, "budget": a[0]["budget"], "prompts": len(prompts),
             "before": _side(b), "after": _side(a), "draft_speedup": [x, lo, hi],
-        })  # fmt: skip
+        }  # fmt: skip
+        if all("decode_s" in r for r in a + b):  # the whole generation, per token: before / after
+
+            def per_token(rows: list[dict], p: int) -> list[float]:
+                return [r["decode_s"] / r["new_tokens"] for r in rows if r["prompt"] == p]
+
+            entry["decode_speedup"] = list(
+                paired_speedup(
+                    [per_token(b, p) for p in prompts], [per_token(a, p) for p in prompts], seed=seed
+                )
+            )
+        out.append(entry)
     return out
 
 
@@ -435,17 +472,24 @@ def side_main(argv: list[str]) -> int:
     """The worker of ``specdec run draft-cost`` (:class:`specdec.experiments.draftcost.DraftCostRun`):
     run as a file of this checkout with ``PYTHONPATH`` = the checkout to measure, it runs :func:`measure`
     in this process and prints its JSON. ``argv``: ``--side --threads N --prompts N --drafter-threads
-    A,B`` exactly (the program writes them; a worker run by hand gets a ValueError naming the form)."""
-    form = "--side --threads N --prompts N --drafter-threads A[,B...]"
+    A,B --new-tokens N --configs JSON`` exactly, JSON a list of [spec, budget] pairs (the program writes
+    them; a worker run by hand gets a ValueError naming the form)."""
+    form = "--side --threads N --prompts N --drafter-threads A[,B...] --new-tokens N --configs JSON"
     from specdec.theory.checks import check_int
 
-    names = argv[1:6:2] if len(argv) == 7 else []
-    if argv[:1] != ["--side"] or names != ["--threads", "--prompts", "--drafter-threads"]:
+    names = argv[1:10:2] if len(argv) == 11 else []
+    if argv[:1] != ["--side"] or names != ["--threads", "--prompts", "--drafter-threads", "--new-tokens",
+                                           "--configs"]:  # fmt: skip
         raise ValueError(f"the draft-cost worker takes {form}; got {' '.join(argv)!r}")
     threads = check_int("--threads", int(argv[2]), low=1)
     prompts = check_int("--prompts", int(argv[4]), low=1)
     dts = tuple(check_int("--drafter-threads", int(x), low=1) for x in argv[6].split(","))
-    sys.stdout.write(json.dumps(measure(threads=threads, prompts=prompts, drafter_threads=dts)))
+    new_tokens = check_int("--new-tokens", int(argv[8]), low=1)
+    pairs = json.loads(argv[10])
+    configs = tuple((str(spec), check_int("a budget", budget, low=1)) for spec, budget in pairs)
+    sys.stdout.write(json.dumps(measure(
+        configs, threads=threads, prompts=prompts, drafter_threads=dts, new_tokens=new_tokens
+    )))  # fmt: skip
     return 0
 
 
