@@ -6,10 +6,10 @@ tokens, how many times ``s`` occurs in the sequences it holds (a suffix trie tru
 tokens). Appending a token to a sequence extends the at most ``max_depth`` suffixes that end at
 its end: one child lookup and one count increment each, ``O(max_depth)`` dict operations per
 token, kept in the sequence's list of *active* nodes (arctic-inference's ``_active_nodes``). The
-trie is not path-compressed (arctic's is): it holds up to ``max_depth`` nodes per token of text,
-leaves as small ``__slots__`` objects. About 90 nodes per token at ``max_depth=64`` (178k for 2000 bytes
-of code); Python's cyclic garbage collector walks them all in a full collection, a pause of up to
-~0.2 s there, so a timing harness may call :func:`gc.freeze` after :meth:`~SuffixDecodingDrafter.start`.
+trie is not path-compressed (arctic's is): it holds up to ``max_depth`` nodes per token of text
+(about 90 per token at ``max_depth=64``: 178k for 2000 bytes of code), in flat integer arrays rather
+than one Python object per node, so that Python's cyclic garbage collector has nothing to walk in it
+(:class:`SuffixTree`).
 
 **Speculation** (:meth:`SuffixTree.speculate`, arctic's ``SuffixTree::speculate``): for every
 match length ``m = 1, 2, ...`` while the last ``m`` tokens of the context occur in the tree (and
@@ -45,7 +45,8 @@ tree's wins ties. Deterministic: ``q`` is None.
   path speculation, context truncation to ``max_tree_depth``, local-over-global on equal scores;
 * ties broken the same way: equal-count siblings keep the order of arctic's sibling lists (a
   new child joins the end, an incremented one moves as ``_increment_count`` moves it: kept in
-  ``_Node.order``), and equal probabilities leave the queue in ``std::priority_queue`` order
+  the linked sibling lists of :class:`SuffixTree`), and equal probabilities leave the queue in
+  ``std::priority_queue`` order
   (libstdc++'s ``push_heap`` / ``pop_heap``, emulated by ``_StdHeap``, with arctic's
   emit / expand items). A standard library whose heap differs from libstdc++'s could order
   equal-probability nodes differently (never different probabilities, scores or match lengths);
@@ -77,37 +78,8 @@ from specdec.theory.trees import DraftTree
 __all__ = ["SuffixDecodingDrafter", "SuffixDraft", "SuffixTree"]
 
 _F32 = np.float32
+_MAX_TOKEN = 2**32 - 1
 _ONE = np.float32(1.0)
-
-
-class _Node:
-    """A trie node: its token, how many occurrences pass through it, its children (None: none yet)
-    and, once it has two or more, their order (arctic's sibling list: decreasing count)."""
-
-    __slots__ = ("children", "count", "order", "token")
-
-    def __init__(self, token: int) -> None:
-        self.token = token
-        self.count = 0
-        self.children: dict[int, _Node] | None = None
-        self.order: list[_Node] | None = None
-
-
-def _increment(parent: _Node, child: _Node) -> None:
-    """``child.count += 1``, moving it in ``parent.order`` as arctic's ``_increment_count`` moves it
-    in its sibling list: before the first sibling of its previous sibling's count when that count
-    is at most its new count (so equal counts keep arctic's order, not first-seen order)."""
-    order = parent.order
-    if order is not None:
-        i = order.index(child)
-        if i and order[i - 1].count <= child.count + 1:
-            head_count = order[i - 1].count
-            j = i - 1
-            while j and order[j - 1].count == head_count:
-                j -= 1
-            del order[i]
-            order.insert(j, child)
-    child.count += 1
 
 
 @dataclass
@@ -139,110 +111,164 @@ def _check_match(match: str) -> None:
 
 class SuffixTree:
     """Occurrence counts of every token string of at most ``max_depth`` tokens in the held
-    sequences, updated incrementally (see the module docstring)."""
+    sequences, updated incrementally (see the module docstring).
+
+    The trie is held in flat integer arrays, not one Python object per node: node 0 is the root, and
+    node ``n`` has ``_count[n]``, ``_token[n]``, ``_nchild[n]`` and a doubly linked list of its
+    children in arctic's sibling order (``_first``, ``_last``, ``_next``, ``_prev``); ``_edge`` maps
+    ``(parent << 32) | token`` to the child. Integers are not tracked by Python's cyclic garbage
+    collector, so a tree of a few hundred thousand nodes neither triggers collections as it grows nor
+    lengthens them (the earlier trie of ``__slots__`` objects made the collector take 0.27-0.33 ms
+    per generated token in ``results/bench/noharm-amd-epyc-2t.json``)."""
 
     def __init__(self, max_depth: int = 64) -> None:
         self.max_depth = check_int("max_depth", max_depth, low=1)
-        self.root = _Node(-1)
-        self._active: dict[int, list[_Node]] = {}  # per sequence: suffix nodes, longest first
-        self._last: dict[int, int] = {}  # per sequence: its last token
+        self._count = [0]
+        self._token = [-1]
+        self._nchild = [0]
+        self._first = [-1]
+        self._last = [-1]
+        self._next = [-1]
+        self._prev = [-1]
+        self._edge: dict[int, int] = {}
+        self._active: dict[int, list[int]] = {}  # per sequence: suffix nodes, longest first
+        self._last_token: dict[int, int] = {}  # per sequence: its last token
         self._lengths: dict[int, int] = {}
 
     @property
     def num_seqs(self) -> int:
         return len(self._active)
 
+    @property
+    def total(self) -> int:
+        """The root's count: how many tokens the held sequences hold together."""
+        return self._count[0]
+
     def length(self, seq_id: int) -> int:
         """How many tokens sequence ``seq_id`` holds (0 for an unknown id)."""
         return self._lengths.get(seq_id, 0)
 
     def last_token(self, seq_id: int) -> int | None:
-        return self._last.get(seq_id)
+        return self._last_token.get(seq_id)
 
     def append(self, seq_id: int, token: int) -> None:
         """Append ``token`` to sequence ``seq_id`` (a new one if unknown): O(max_depth)."""
         check_int("seq_id", seq_id, low=0)
-        check_int("token", token, low=0, note="a token id")
+        check_int("token", token, low=0, high=_MAX_TOKEN, note="a token id")
         self._append(seq_id, [int(token)])
 
     def extend(self, seq_id: int, tokens: Sequence[int]) -> None:
         """Append ``tokens`` to sequence ``seq_id`` (a new one if unknown)."""
         check_int("seq_id", seq_id, low=0)
-        self._append(seq_id, check_token_ids("tokens", tokens))
+        self._append(seq_id, _token_ids("tokens", tokens))
 
     def _append(self, seq_id: int, tokens: list[int]) -> None:
         if not tokens:
             return
         active = self._active.setdefault(seq_id, [])
-        root, depth = self.root, self.max_depth
+        depth = self.max_depth
+        count, edge, nchild = self._count, self._edge, self._nchild
+        first, last, nxt, prev = self._first, self._last, self._next, self._prev
         for token in tokens:
             if len(active) == depth:
                 del active[0]  # a suffix of max_depth tokens is not extended further
-            active.append(root)
-            root.count += 1
+            active.append(0)
+            count[0] += 1
             for i, node in enumerate(active):
-                children = node.children
-                if children is None:
-                    child = _Node(token)
-                    node.children = {token: child}
-                    child.count = 1
-                else:
-                    child = children.get(token)
-                    if child is None:  # a new child joins the end of the sibling list
-                        child = children[token] = _Node(token)
-                        child.count = 1
-                        if node is not root:  # the root's order is never read (matches are >= 1 token)
-                            if node.order is None:
-                                node.order = list(children.values())
-                            else:
-                                node.order.append(child)
-                    elif node is root:
-                        child.count += 1
+                key = (node << 32) | token
+                child = edge.get(key)
+                if child is None:  # a new child joins the end of the sibling list
+                    child = edge[key] = len(count)
+                    count.append(1)
+                    self._token.append(token)
+                    nchild.append(0)
+                    first.append(-1)
+                    last.append(-1)
+                    nxt.append(-1)
+                    tail = last[node]
+                    prev.append(tail)
+                    if tail < 0:
+                        first[node] = child
                     else:
-                        _increment(node, child)
+                        nxt[tail] = child
+                    last[node] = child
+                    nchild[node] += 1
+                else:
+                    before = prev[child]
+                    # arctic's _increment_count: an incremented child moves before the first sibling
+                    # of its previous sibling's count when that count is at most its new count (equal
+                    # counts keep arctic's order, not first-seen order); the root's order is never read
+                    if node and before >= 0 and count[before] <= count[child] + 1:
+                        head = count[before]
+                        j = before
+                        while prev[j] >= 0 and count[prev[j]] == head:
+                            j = prev[j]
+                        after = nxt[child]  # unlink the child ...
+                        nxt[before] = after
+                        if after >= 0:
+                            prev[after] = before
+                        else:
+                            last[node] = before
+                        ahead = prev[j]  # ... and put it before j
+                        prev[child], nxt[child], prev[j] = ahead, j, child
+                        if ahead >= 0:
+                            nxt[ahead] = child
+                        else:
+                            first[node] = child
+                    count[child] += 1
                 active[i] = child
-        self._last[seq_id] = tokens[-1]
+        self._last_token[seq_id] = tokens[-1]
         self._lengths[seq_id] = self._lengths.get(seq_id, 0) + len(tokens)
 
     def count(self, ngram: Sequence[int]) -> int:
         """How many times ``ngram`` (1 to max_depth tokens) occurs in the held sequences."""
-        ids = check_token_ids("ngram", ngram)
+        ids = _token_ids("ngram", ngram)
         check_int("len(ngram)", len(ids), low=1, high=self.max_depth, note="max_depth")
         node = self._walk(ids)
-        return 0 if node is None else node.count
+        return 0 if node is None else self._count[node]
+
+    def children(self, node: int) -> list[int]:
+        """A node's children in arctic's sibling order (decreasing count; node 0 is the root, whose
+        children are in first-seen order)."""
+        out, child = [], self._first[node]
+        while child >= 0:
+            out.append(child)
+            child = self._next[child]
+        return out
 
     def counts(self) -> dict[tuple[int, ...], int]:
         """Every string in the trie and its count (for checks: it walks the whole trie)."""
         out: dict[tuple[int, ...], int] = {}
-        stack: list[tuple[tuple[int, ...], _Node]] = [((), self.root)]
+        stack: list[tuple[tuple[int, ...], int]] = [((), 0)]
         while stack:
             path, node = stack.pop()
-            for token, child in (node.children or {}).items():
-                out[(*path, token)] = child.count
-                stack.append(((*path, token), child))
+            for child in self.children(node):
+                key = (*path, self._token[child])
+                out[key] = self._count[child]
+                stack.append((key, child))
         return out
 
     def num_nodes(self) -> int:
-        return len(self.counts())
+        """The nodes below the root: the distinct strings the trie holds."""
+        return len(self._count) - 1
 
-    def _walk(self, ids: Iterable[int]) -> _Node | None:
-        node = self.root
+    def _walk(self, ids: Iterable[int]) -> int | None:
+        node, edge = 0, self._edge
         for token in ids:
-            children = node.children
-            node = None if children is None else children.get(token)
+            node = edge.get((node << 32) | token)
             if node is None:
                 return None
         return node
 
-    def suffix_nodes(self, seq_id: int) -> list[_Node]:
+    def suffix_nodes(self, seq_id: int) -> list[int]:
         """The nodes of the sequence's last 1, 2, ... min(length, max_depth) tokens, in that order."""
         return self._active.get(seq_id, [])[::-1]
 
-    def match_nodes(self, context: Sequence[int]) -> list[_Node]:
+    def match_nodes(self, context: Sequence[int]) -> list[int]:
         """The nodes of the context's last 1, 2, ... tokens, while they occur (shortest first)."""
-        return self._match_nodes(check_token_ids("context", context))
+        return self._match_nodes(_token_ids("context", context))
 
-    def _match_nodes(self, ids: list[int]) -> list[_Node]:
+    def _match_nodes(self, ids: list[int]) -> list[int]:
         out = []
         for m in range(1, min(len(ids), self.max_depth) + 1):
             node = self._walk(ids[len(ids) - m :])
@@ -266,7 +292,7 @@ class SuffixTree:
         check_int("max_spec_tokens", max_spec_tokens, low=0)
         _check_spec_args(max_spec_factor, max_spec_offset, min_token_prob)
         _check_match(match)
-        ids = check_token_ids("context", context)
+        ids = _token_ids("context", context)
         return self.speculate_at(
             self._match_nodes(ids[1:]),  # arctic matches lengths m < len(context) only
             max_spec_tokens,
@@ -279,7 +305,7 @@ class SuffixTree:
 
     def speculate_at(
         self,
-        nodes: Sequence[_Node],
+        nodes: Sequence[int],
         max_spec_tokens: int,
         max_spec_factor: float,
         max_spec_offset: float,
@@ -290,10 +316,11 @@ class SuffixTree:
         """Speculation from given match nodes (``nodes[m - 1]``: the match of length m), e.g. a
         sequence's own :meth:`suffix_nodes` (arguments are the caller's to check)."""
         factor, offset, threshold = _F32(max_spec_factor), _F32(max_spec_offset), _F32(min_token_prob)
-        grow = _grow_tree if use_tree_spec else _grow_path
+        grow = self._grow_tree if use_tree_spec else self._grow_path
+        nchild = self._nchild
         if match == "longest":
             for m in range(len(nodes), 0, -1):
-                if nodes[m - 1].children:
+                if nchild[nodes[m - 1]]:
                     draft = grow(nodes[m - 1], _max_tokens(m, factor, offset, max_spec_tokens), threshold)
                     draft.match_len = m
                     return draft
@@ -301,7 +328,7 @@ class SuffixTree:
         best: SuffixDraft | None = None
         best_m, best_score = 0, 0.0
         for m, node in enumerate(nodes, start=1):
-            max_tokens = 0 if node.children is None else _max_tokens(m, factor, offset, max_spec_tokens)
+            max_tokens = 0 if not nchild[node] else _max_tokens(m, factor, offset, max_spec_tokens)
             if max_tokens == 0:  # an empty draft, score 0 (no queue needed): the best while all are
                 if best_score == 0:
                     best, best_m = None, m
@@ -313,6 +340,79 @@ class SuffixTree:
         out.match_len = best_m
         return out
 
+    def _next_in_node(self, node: int) -> int:
+        """The child that arctic keeps in the same (path-compressed) node: the only child, of equal
+        count; -1 when there is none."""
+        if self._nchild[node] == 1:
+            child = self._first[node]
+            if self._count[child] == self._count[node]:
+                return child
+        return -1
+
+    def _grow_tree(self, node: int, max_tokens: int, threshold: np.float32) -> SuffixDraft:
+        """Arctic's ``_speculate_tree``: a queue of (prob, node, emit?, parent); an *emit* item drafts
+        its node's token, then queues the next token of the same compressed node (emit) or the node's
+        children (an expand item); an *expand* item queues every child whose probability reaches the
+        threshold, in sibling order."""
+        count, token, first, nxt = self._count, self._token, self._first, self._next
+        draft = SuffixDraft()
+        score = _F32(0.0)
+        heap = _StdHeap()
+        after = self._next_in_node(node)
+        heap.push((1.0, _ONE, node, False, -1) if after < 0 else (1.0, _ONE, after, True, -1))
+        while heap and len(draft.token_ids) < max_tokens:
+            _, prob, at, emit, parent = heap.pop()
+            if emit:
+                while True:
+                    draft.token_ids.append(token[at])
+                    draft.parents.append(parent)
+                    draft.probs.append(float(prob))
+                    score = score + prob
+                    index = len(draft.token_ids) - 1
+                    after = self._next_in_node(at)
+                    # a lone item would be pushed and popped at once: walk the compressed node directly
+                    if after < 0 or len(heap) or len(draft.token_ids) >= max_tokens:
+                        break
+                    at, parent = after, index
+                heap.push(
+                    (float(prob), prob, at, False, index)
+                    if after < 0
+                    else (float(prob), prob, after, True, index)
+                )
+            else:
+                child, here = first[at], _F32(count[at])
+                while child >= 0:  # in sibling order
+                    p = prob * _F32(count[child]) / here
+                    if p < threshold:
+                        break
+                    heap.push((float(p), p, child, True, parent))
+                    child = nxt[child]
+        draft.score = float(score)
+        return draft
+
+    def _grow_path(self, node: int, max_tokens: int, threshold: np.float32) -> SuffixDraft:
+        count, first = self._count, self._first
+        draft = SuffixDraft()
+        score, prob = _F32(0.0), _ONE
+        while len(draft.token_ids) < max_tokens:
+            child = first[node]  # the most frequent child
+            if child < 0:
+                break
+            # Arctic multiplies only across a compressed node's boundary; a chain of equal counts is
+            # one node there, so its tokens keep the probability unchanged (not prob * c / c, which
+            # rounds). Its path growth rounds prob * (c / p), its tree growth (prob * c) / p.
+            if count[child] != count[node]:
+                prob = prob * (_F32(count[child]) / _F32(count[node]))
+            if prob < threshold:
+                break
+            node = child
+            draft.parents.append(len(draft.token_ids) - 1)
+            draft.token_ids.append(self._token[node])
+            draft.probs.append(float(prob))
+            score = score + prob
+        draft.score = float(score)
+        return draft
+
 
 @lru_cache(maxsize=4096)
 def _max_tokens(m: int, factor: np.float32, offset: np.float32, cap: int) -> int:
@@ -320,30 +420,13 @@ def _max_tokens(m: int, factor: np.float32, offset: np.float32, cap: int) -> int
     return max(min(cap, int(float(_F32(m) * factor + offset) + 1e-6)), 0)
 
 
-def _path_prob(prob: np.float32, child: _Node, parent: _Node) -> np.float32:
-    # Arctic multiplies only across a compressed node's boundary; a chain of equal counts is one
-    # node there, so its tokens keep the probability unchanged (not prob * c / c, which rounds).
-    # Its path growth rounds prob * (c / p), its tree growth (prob * c) / p: float32 either way.
-    if child.count == parent.count:
-        return prob
-    return prob * (_F32(child.count) / _F32(parent.count))
-
-
-def _ordered(node: _Node) -> list[_Node]:
-    """Children in arctic's sibling order (decreasing count)."""
-    if node.order is not None:
-        return node.order
-    return [] if node.children is None else list(node.children.values())
-
-
-def _next_in_node(node: _Node) -> _Node | None:
-    """The child that arctic keeps in the same (path-compressed) node: the only child, of equal count."""
-    children = node.children
-    if children is not None and len(children) == 1:
-        (child,) = children.values()
-        if child.count == node.count:
-            return child
-    return None
+def _token_ids(name: str, ids: Sequence[object]) -> list[int]:
+    """:func:`~specdec.engine.drafters.check_token_ids`, and below 2**32 (the trie's edge keys hold a
+    token in 32 bits)."""
+    out = check_token_ids(name, ids)
+    if out and max(out) > _MAX_TOKEN:
+        raise ValueError(f"{name} must hold token ids below 2**32; got {max(out)}")
+    return out
 
 
 class _StdHeap:
@@ -394,64 +477,6 @@ class _StdHeap:
         return heap.pop()
 
 
-def _grow_tree(node: _Node, max_tokens: int, threshold: np.float32) -> SuffixDraft:
-    """Arctic's ``_speculate_tree``: a queue of (prob, node, emit?, parent); an *emit* item drafts
-    its node's token, then queues the next token of the same compressed node (emit) or the node's
-    children (an expand item); an *expand* item queues every child whose probability reaches the
-    threshold, in sibling order."""
-    draft = SuffixDraft()
-    score = _F32(0.0)
-    heap = _StdHeap()
-    nxt = _next_in_node(node)
-    heap.push((1.0, _ONE, node, False, -1) if nxt is None else (1.0, _ONE, nxt, True, -1))
-    while heap and len(draft.token_ids) < max_tokens:
-        _, prob, at, emit, parent = heap.pop()
-        if emit:
-            while True:
-                draft.token_ids.append(at.token)
-                draft.parents.append(parent)
-                draft.probs.append(float(prob))
-                score = score + prob
-                index = len(draft.token_ids) - 1
-                nxt = _next_in_node(at)
-                # a lone item would be pushed and popped at once: walk the compressed node directly
-                if nxt is None or len(heap) or len(draft.token_ids) >= max_tokens:
-                    break
-                at, parent = nxt, index
-            heap.push(
-                (float(prob), prob, at, False, index)
-                if nxt is None
-                else (float(prob), prob, nxt, True, index)
-            )
-        else:
-            for child in _ordered(at):
-                p = prob * _F32(child.count) / _F32(at.count)
-                if p < threshold:
-                    break
-                heap.push((float(p), p, child, True, parent))
-    draft.score = float(score)
-    return draft
-
-
-def _grow_path(node: _Node, max_tokens: int, threshold: np.float32) -> SuffixDraft:
-    draft = SuffixDraft()
-    score, prob = _F32(0.0), _ONE
-    while len(draft.token_ids) < max_tokens:
-        children = _ordered(node)
-        if not children:
-            break
-        prob = _path_prob(prob, children[0], node)
-        if prob < threshold:
-            break
-        node = children[0]
-        draft.parents.append(len(draft.token_ids) - 1)
-        draft.token_ids.append(node.token)
-        draft.probs.append(float(prob))
-        score = score + prob
-    draft.score = float(score)
-    return draft
-
-
 class SuffixDecodingDrafter(TreeDrafter):
     """Suffix decoding as a tree drafter: a per-request suffix tree and a global one over earlier
     generations (see the module docstring). ``budget`` plays arctic's ``max_spec_tokens``."""
@@ -487,7 +512,7 @@ class SuffixDecodingDrafter(TreeDrafter):
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.local_tree = SuffixTree(self.max_depth)
-        self.local_tree.extend(0, check_token_ids("prompt_ids", prompt_ids))
+        self.local_tree.extend(0, _token_ids("prompt_ids", prompt_ids))
 
     def _sync(self, prefix_ids: Sequence[int]) -> list[int]:
         """Append the prefix's tokens beyond what the per-request tree holds; return the context."""
@@ -502,7 +527,7 @@ class SuffixDecodingDrafter(TreeDrafter):
                 f"prefix_ids must extend the {seen} tokens seen since start() (prompt + tokens so far); "
                 f"got {n} tokens{' that differ' if n >= seen else ''}"
             )
-        self.local_tree.extend(0, check_token_ids(f"prefix_ids[{seen}:]", prefix_ids[seen:]))
+        self.local_tree.extend(0, _token_ids(f"prefix_ids[{seen}:]", prefix_ids[seen:]))
         return [int(t) for t in prefix_ids[max(n - self.max_depth, 0) :]]
 
     def speculate(self, prefix_ids: Sequence[int], budget: int) -> SuffixDraft:
@@ -530,7 +555,7 @@ class SuffixDecodingDrafter(TreeDrafter):
 
     def finish(self, generated_ids: Sequence[int]) -> None:
         """Remember the generation's response in the global tree (unless ``use_global`` is False)."""
-        ids = check_token_ids("generated_ids", generated_ids)
+        ids = _token_ids("generated_ids", generated_ids)
         if self.use_global and ids:
             self.global_tree.extend(self._next_seq, ids)
             self._next_seq += 1
