@@ -78,9 +78,26 @@ def test_the_draft_cost_program_checks_its_options_and_its_worker_its_form(capsy
     old_form = ["--side", "--threads", "1", "--prompts", "1", "--drafter-threads", "1"]  # before --configs
     with pytest.raises(ValueError, match="--new-tokens N --configs JSON"):
         side_main(old_form)
-    assert main(["run", "draft-cost", "--before", "/tmp", "--out", "x.json", "--configs", "suffix"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "draft-cost",
+                "--before",
+                "/tmp",
+                "--out",
+                "x.json",
+                "--configs",
+                "suffix,tree=0@8;suffix",
+            ]
+        )
+        == 2
+    )
     assert "each must be SPEC@BUDGET" in capsys.readouterr().err
-    assert main(["run", "draft-cost", "--before", "/tmp", "--out", "x.json", "--configs", "nosuch@4"]) == 2
+    assert (
+        main(["run", "draft-cost", "--before", "/tmp", "--out", "x.json", "--configs", "lookup@4; nosuch@4"])
+        == 2
+    )
     assert "nosuch" in capsys.readouterr().err
 
 

@@ -48,9 +48,10 @@ class DraftCostRun(Program):
     threads: int = option(2, "the target's threads")
     prompts: int = option(4, "development prompts")
     drafter_threads: tuple[int, ...] = option((1,), "the drafters' threads, each measured")
-    configs: tuple[str, ...] = option(
-        (), "configurations as SPEC@BUDGET (default: the module's CONFIGS)", metavar="SPEC@BUDGET"
-    )
+    configs: str = option(
+        "", "configurations as SPEC@BUDGET separated by ';' (default: the module's CONFIGS)",
+        metavar="SPEC@BUDGET;...",
+    )  # fmt: skip
     new_tokens: int = option(48, "tokens each generation decodes")
     change: str = option("", "what changed between the two checkouts, in words (stored in the record)")
     out: str | None = option(None, "the record's path (JSON; needed unless --summarize)")
@@ -70,13 +71,13 @@ class DraftCostRun(Program):
         self.pairs()
 
     def pairs(self) -> tuple[tuple[str, int], ...]:
-        """``--configs`` as (spec, budget) pairs, each spec parsed by the registry; the default set when
-        none is given."""
+        """``--configs`` as (spec, budget) pairs (a spec may hold commas: pairs are separated by ';'), each
+        spec parsed by the registry; the default set when none is given."""
         from specdec.drafting.registry import parse_spec
         from specdec.measure.draftcost import CONFIGS
 
         out = []
-        for text in self.configs:
+        for text in (t.strip() for t in self.configs.split(";") if t.strip()):
             spec, at, budget = text.rpartition("@")
             if not at or not budget.isdigit():
                 raise ValueError(f"configs: each must be SPEC@BUDGET (a budget >= 1); got {text!r}")
