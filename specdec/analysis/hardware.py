@@ -333,7 +333,9 @@ def draft_costs(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     from its samples by the measuring module's own :func:`~specdec.measure.draftcost.compare`: the
     drafter's threads, c per round and per draft call before and after (medians over prompts and
     repetitions, plain steps), calls per round, how much faster a round's drafting got (with its
-    interval), and the goal that applies with whether the after-median meets it (median <= goal)."""
+    interval) and, where the record timed whole generations, how much faster a generated token got
+    (``decode_speedup``, else None), and the goal that applies with whether the after-median meets it
+    (median <= goal)."""
     from specdec.measure.draftcost import compare
 
     if record.get("kind") != "engine-draft-cost":
@@ -347,7 +349,7 @@ def draft_costs(record: Mapping[str, Any]) -> list[dict[str, Any]]:
         rows.append({
             "config": spec, "budget": s["budget"], "drafter_threads": int(threads) if threads else None,
             "before": s["before"], "after": s["after"], "draft_speedup": s["draft_speedup"],
-            "goal_of": which, "goal": goal,
+            "decode_speedup": s.get("decode_speedup"), "goal_of": which, "goal": goal,
             "met": None if goal is None else s["after"][which] <= goal,
         })  # fmt: skip
     return rows
