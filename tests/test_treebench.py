@@ -178,21 +178,26 @@ def test_the_greedy_handicap_is_the_plain_step_beyond_a_never_drafting_policy_ro
         ct.greedy_handicap(rec)
 
 
-def test_the_noharm_set_decodes_campaign_v2s_frozen_prompts_with_campaign_v3s_policies():
-    """``--set noharm`` judges the do-no-harm policies on prompts no policy ran on (campaign v2's), with
-    campaign v3's policies (one definition) and every other set on the trees' held-out prompts; a
-    committed noharm record was measured on exactly that file."""
+def test_the_noharm_sets_decode_their_own_frozen_prompts_with_campaign_v3s_policies():
+    """``--set noharm`` judges the do-no-harm policies on prompts no policy ran on (campaign v2's),
+    ``--set noharm-v4`` on prompts frozen for it, both with campaign v3's policies (one definition) and
+    records of one kind; every other set decodes the trees' held-out prompts; each committed noharm
+    record was measured on exactly the file its set names."""
     from specdec.experiments import campaign3
 
-    assert tb.SETS["noharm"].prompts.name == "campaign-v2.jsonl" and tb.SETS["noharm"].prompts.exists()
-    assert all(s.prompts == tb.HELDOUT for name, s in tb.SETS.items() if name != "noharm")
-    assert tb.SETS["noharm"].policies == tb.V3_POLICIES == campaign3.POLICIES
-    sha = hashlib.sha256(tb.SETS["noharm"].prompts.read_bytes()).hexdigest()
+    names = {"noharm": "campaign-v2.jsonl", "noharm-v4": "noharm-v4.jsonl"}
+    for name, file in names.items():
+        assert tb.SETS[name].prompts.name == file and tb.SETS[name].prompts.exists()
+        assert tb.SETS[name].policies == tb.V3_POLICIES == campaign3.POLICIES
+        assert (tb.SETS[name].kind or name) == "noharm"
+    assert all(s.prompts == tb.HELDOUT for name, s in tb.SETS.items() if name not in names)
+    assert set(tb.NOHARM_CONFIGS) < set(tb.NOHARM_V4_CONFIGS)
+    shas = {f: hashlib.sha256(tb.SETS[n].prompts.read_bytes()).hexdigest() for n, f in names.items()}
     for path in sorted((ROOT / "results" / "bench").glob("noharm-*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
         if not record["settings"].get("quick"):
-            assert record["settings"]["prompts_sha256"] == sha, path.name
-            assert record["settings"]["prompts_file"] == "campaign-v2.jsonl", path.name
+            assert record["kind"] == "noharm", path.name
+            assert record["settings"]["prompts_sha256"] == shas[record["settings"]["prompts_file"]], path.name
 
 
 def test_time_per_token_splits_each_configurations_time_by_the_loops_timers():

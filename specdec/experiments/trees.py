@@ -140,6 +140,18 @@ NOHARM_CONFIGS: dict[str, tuple[int, ...]] = {
     "eagle:eagle-3m,topk=4,depth=5": (4,),
     "medusa:medusa-self": (4,),
 }
+#: Issue 42's goal 2 judged a fourth time (``--set noharm-v4``), after the suffix tree left the garbage
+#: collector's view (commit 80dd3bf) and a Medusa draft and an MLP stage became one C call each
+#: (ecb7a08): the same policies and fixed configurations as ``noharm``, plus suffix decoding at its
+#: campaign budget (8) to see the trie's change in a full run and ``mlp-3m`` (the MLP speculator on all
+#: 56 self-data shards, never timed in the loop) at the MLP speculator's budget there (4), on prompts
+#: frozen for it (``noharm-v4.jsonl``) that no policy or drafter has run on. Its records are of kind
+#: ``noharm``, the newest of which the chapters read.
+NOHARM_V4_CONFIGS: dict[str, tuple[int, ...]] = {
+    **NOHARM_CONFIGS,
+    "suffix": (8,),
+    "mlp:mlp-3m": (4,),
+}
 QUICK_SELF: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (4,), "suffix": (8,)}
 QUICK_SELF_POLICIES: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (2, 4), "lookup": (4,)}
 
@@ -154,6 +166,7 @@ class ConfigSet:
     policies: Mapping[str, tuple[int, ...]]
     quick_policies: Mapping[str, tuple[int, ...]]
     prompts: Path = HELDOUT  # the frozen prompts a full run decodes
+    kind: str | None = None  # the record's kind (default: the set's name)
 
 
 #: The configuration sets ``specdec run trees --set`` runs.
@@ -167,6 +180,14 @@ SETS = {
         V3_POLICIES,
         {"lookup": (4,)},
         HELDOUT.with_name("campaign-v2.jsonl"),
+    ),
+    "noharm-v4": ConfigSet(
+        NOHARM_V4_CONFIGS,
+        {"suffix": (8,)},
+        V3_POLICIES,
+        {"lookup": (4,)},
+        HELDOUT.with_name("noharm-v4.jsonl"),
+        kind="noharm",
     ),
 }
 
@@ -421,13 +442,15 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; a ``--quick`` smoke run uses
+    ``campaign-v2.jsonl``; ``--set noharm-v4``: ``noharm-v4.jsonl``; a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
     (issue 30: Medusa, the MLP speculator, EAGLE / EAGLE-2), ``self`` (issue 42: the drafters
     trained on the target's own text, the hybrid and the do-no-harm policy) or ``noharm`` (issue 42's
     goal 2 again: campaign v3's policies once the loop's plain round is the plain decoder's own step,
-    beside eagle-3m and medusa-self at one budget each: :data:`NOHARM_CONFIGS`). The record is
+    beside eagle-3m and medusa-self at one budget each: :data:`NOHARM_CONFIGS`) or ``noharm-v4`` (the
+    same after the suffix tree's change, with suffix decoding and mlp-3m added, on prompts frozen for it:
+    :data:`NOHARM_V4_CONFIGS`, records of kind ``noharm``). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
@@ -514,7 +537,7 @@ class TreesRun(Program):
         print("[trees] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)
         curves = verify_curves(target, repeats=3 if self.quick else 15)
         header = {
-            "kind": self.set,
+            "kind": chosen.kind or self.set,
             "verify_curves": curves,
             "command": self.command(),
             "environment": env,
@@ -529,7 +552,7 @@ class TreesRun(Program):
         )  # fmt: skip
         if not record["complete"]:
             return INCOMPLETE
-        record["kind"] = self.set
+        record["kind"] = chosen.kind or self.set
         record["trees"] = tree_summary(record)
         record["simultaneous"] = simultaneous(record)  # as --reanalyse computes it
         write_record(out, record, indent=1, sort_keys=False)
