@@ -239,3 +239,34 @@ def test_time_per_token_splits_each_configurations_time_by_the_loops_timers():
         ct.time_per_token(record, 1.0, "chat")
     record["runs"][3].pop("stats")  # no stored rounds: the share that drafted is unknown, not 0
     assert np.isnan(ct.time_per_token(record, 1.0, "code")[1]["rounds that draft"])
+
+
+def test_the_noharm_judgement_of_a_committed_record_and_a_broken_copy():
+    """condtables.noharm_judgement on the committed do-no-harm record of campaign v2's prompts: goal 2's
+    cells are the simultaneous analysis's family rows under the policy, a failing cell's parts add up to
+    its extra time, the pairs that never drafted decoded plain tokens; a copy in which one such run's
+    tokens differ from plain decoding's is refused."""
+    import copy
+
+    from specdec.analysis import condtables as ct
+
+    path = ROOT / "results" / "bench" / "noharm-amd-epyc-2t.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    j = ct.noharm_judgement(record)
+    fams = [r for r in tt.family_rows(record["simultaneous"]) if r["family"].endswith("+noharm")]
+    assert len(j["cells"]) == len(fams) and set(j["pooled"]) == {0.0, 1.0}
+    assert sum(not r["met"] for r in j["cells"]) == len(j["failing"])
+    for f in j["failing"]:
+        parts = sum(v for k, v in f["extra"].items() if k != "total")
+        assert parts == pytest.approx(f["extra"]["total"]) and f["extra"][f["largest"]] == max(
+            v for k, v in f["extra"].items() if k != "total"
+        )
+    assert j["never"] and all(n["ratio"] > 0 for n in j["never"])
+    assert j["gc_ms"]["suffix/noharm"] > 0 and j["gc_ms"]["plain"] == 0
+    broken = copy.deepcopy(record)
+    quiet = j["never"][0]
+    cid = next(c["id"] for c in broken["configs"] if c["id"].endswith(f"/{quiet['family']}/noharm"))
+    run = next(r for r in broken["runs"] if r["config"] == cid and r["temperature"] == quiet["temperature"])
+    run["tokens_sha256"] = "0" * 16
+    with pytest.raises(ValueError, match="never drafted"):
+        ct.noharm_judgement(broken)

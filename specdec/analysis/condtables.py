@@ -27,12 +27,14 @@ __all__ = [
     "CONDITIONED",
     "HANDICAP_RECORD",
     "NETWORK",
+    "NETWORK_NOHARM",
     "NETWORK_V3",
     "c_rows",
     "goals",
     "goals_self",
     "greedy_equal",
     "greedy_handicap",
+    "noharm_judgement",
     "simultaneous_of",
     "time_per_token",
 ]
@@ -50,6 +52,9 @@ CONDITIONED = (
 NETWORK = ("mlp:mlp-self", "eagle:eagle-ttt", "eagle:eagle-ttt,topk=4,depth=5")
 #: The same in campaign v3, with ``eagle-3m`` (the same recipe on all the self-generated data).
 NETWORK_V3 = (*NETWORK, "eagle:eagle-3m", "eagle:eagle-3m,topk=4,depth=5")
+#: The network drafters of ``specdec run trees --set noharm`` (eagle-3m as a chain and as EAGLE-2's tree,
+#: Medusa on the target's own text) and of ``--set noharm-v4`` (those and ``mlp-3m``), by registry spec.
+NETWORK_NOHARM = ("eagle:eagle-3m", "eagle:eagle-3m,topk=4,depth=5", "medusa:medusa-self", "mlp:mlp-3m")
 
 
 def c_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -255,3 +260,70 @@ def time_per_token(
             "gc": 1e3 * sum(r.get("gc_s", 0.0) for r in runs) / n,
         })  # fmt: skip
     return out
+
+
+def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK_NOHARM) -> dict[str, Any]:
+    """A do-no-harm record (kind ``noharm``) judged by :func:`goals_self`'s rules, with what the chapter
+    says of it:
+
+    * ``goals``: :func:`goals_self`'s rows (``network``: the specs among which goal 1's best is sought);
+      ``cells``: goal 2's rows; ``pooled``: temperature -> (lowest, highest) pooled estimate of the
+      families under the policy;
+    * ``never``: the family x temperature pairs whose policy drafted in none of repetition 0's rounds, each
+      with its speed over the plain decoder of the same run (total time per token, every repetition); a
+      pair any of whose runs decoded other tokens than the plain decoder on the same prompt, repetition
+      and temperature raises ValueError (the policy never drafted, so its tokens are the plain decoder's);
+    * ``failing``: per failing cell of goal 2, its extra ms per token over the plain decoder on the same
+      prompts in each of the loop's parts (:func:`time_per_token`), the largest part, and the share of
+      rounds that drafted;
+    * ``fixed``: (configuration, temperature) -> (estimate, low, high) of the configurations run at a
+      fixed budget (tasks pooled, simultaneous intervals);
+    * ``gc_ms``: configuration -> the cyclic collector's ms per token over every run."""
+    from specdec.analysis.treetables import fixed_rows
+
+    goals = goals_self(record, network)
+    cells = [r for r in goals if r["goal"] == 2]
+    pooled = {
+        t: (min(e), max(e))
+        for t in (0.0, 1.0)
+        if (e := [r["estimate"] for r in cells if r["temperature"] == t and r["task"] == "all"])
+    }
+    threads = record["settings"]["threads"]
+    plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
+    plain_sha = {(r["prompt"], r["rep"], r["temperature"]): r["tokens_sha256"]
+                 for r in record["runs"] if r["config"] == plain}  # fmt: skip
+    by_name = {
+        short(c["id"]).removesuffix("/noharm"): c["id"]
+        for c in record["configs"]
+        if c["id"].endswith("/noharm")
+    }
+    never = []
+    for t in (0.0, 1.0):
+        split = {r["configuration"]: r for r in time_per_token(record, t)}
+        for name, row in split.items():
+            if name == "plain" or row["rounds that draft"] != 0:
+                continue
+            runs = [r for r in record["runs"] if r["config"] == by_name[name] and r["temperature"] == t]
+            if any(r["tokens_sha256"] != plain_sha[(r["prompt"], r["rep"], t)] for r in runs):
+                raise ValueError(
+                    f"{name} never drafted at temperature {t:g} yet decoded other tokens than plain"
+                )
+            never.append({"family": name, "temperature": t, "ratio": split["plain"]["total"] / row["total"]})
+    failing = []
+    parts = ("draft", "target calls", "sampling, verifying", "the loop's rest")
+    for r in (r for r in cells if not r["met"]):
+        task = None if r["task"] == "all" else r["task"]  # "all": the tasks pooled
+        split = {x["configuration"]: x for x in time_per_token(record, r["temperature"], task)}
+        name = short(r["family"]).removesuffix("+noharm")
+        extra = {k: split[name][k] - split["plain"][k] for k in (*parts, "total")}
+        big = max(parts, key=lambda k: extra[k])
+        failing.append({"family": name, "task": r["task"], "temperature": r["temperature"], "extra": extra,
+                        "largest": big, "drafting_rounds": split[name]["rounds that draft"]})  # fmt: skip
+    fixed = {(f["config"], f["temperature"]): (f["x_estimate"], f["x_low"], f["x_high"])
+             for f in fixed_rows(simultaneous_of(record)) if not f["config"].endswith("/noharm")}  # fmt: skip
+    gc_ms: dict[str, float] = {}
+    for cid in dict.fromkeys(r["config"] for r in record["runs"]):
+        runs = [r for r in record["runs"] if r["config"] == cid]
+        gc_ms[short(cid)] = 1e3 * sum(r.get("gc_s", 0.0) for r in runs) / sum(r["new_tokens"] for r in runs)
+    return {"goals": goals, "cells": cells, "pooled": pooled, "never": never, "failing": failing,
+            "fixed": fixed, "gc_ms": gc_ms}  # fmt: skip
