@@ -119,3 +119,17 @@ def test_compare_times_the_whole_generation_where_the_samples_have_it():
     assert out["after"]["decode_ms_per_token"] == pytest.approx(2.0)
     (old,) = compare([row("s", 0, 0, 0.02)], [row("s", 0, 0, 0.01)])
     assert "decode_speedup" not in old and "gc_ms_per_token" not in old["after"]
+
+
+def test_the_configs_option_refuses_an_empty_list_a_repeat_and_a_huge_budget(capsys):
+    from specdec.cli.app import main
+    from specdec.measure.draftcost import side_main
+
+    run = ["run", "draft-cost", "--before", "/tmp", "--out", "x.json", "--configs"]
+    for bad, said in ((";", "name at least one"), ("lookup@4;lookup@4", "named twice"),
+                      ("lookup@5000", "budget of lookup")):  # fmt: skip
+        assert main([*run, bad]) == 2
+        assert said in capsys.readouterr().err
+    argv = ["--side", "--threads", "1", "--prompts", "1", "--drafter-threads", "1", "--new-tokens", "8"]
+    with pytest.raises(ValueError, match="--configs must be a JSON list"):
+        side_main([*argv, "--configs", "[lookup"])

@@ -233,9 +233,10 @@ def time_per_token(
     """Where a token's time goes at ``temperature`` (over ``task``'s prompts, or all), for the plain decoder
     at the record's threads and every do-no-harm configuration (``/noharm``): ms per new token in the
     loop's timers (every repetition's ``draft_s``, ``target_s`` and ``verify_s`` over their new tokens), the
-    loop's rest (decode time less the timers; Python's garbage collector, ``gc_s``, falls in whichever
-    part it interrupted), their total, and the share of repetition 0's rounds that drafted (NaN where no
-    run stored its rounds).
+    loop's rest (decode time less the timers), their total, the share of repetition 0's rounds that
+    drafted (NaN where no run stored its rounds), and ``gc``: Python's cyclic collector over the whole
+    call per new token (the record's ``gc_s``, the prompt's prefill included; what of it fell in decoding
+    lies in whichever part it interrupted).
     Configurations are named ``plain`` or by their short spec without ``/noharm``."""
     threads = record["settings"]["threads"]
     plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
@@ -278,7 +279,9 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
       rounds that drafted;
     * ``fixed``: (configuration, temperature) -> (estimate, low, high) of the configurations run at a
       fixed budget (tasks pooled, simultaneous intervals);
-    * ``gc_ms``: configuration -> the cyclic collector's ms per token over every run."""
+    * ``gc_ms``: configuration (short spec; ``plain`` the plain decoder at the record's threads) -> the
+      cyclic collector's seconds over all its runs per generated token, in ms (each run's ``gc_s`` counts
+      the whole call, the prompt's prefill included)."""
     from specdec.analysis.treetables import fixed_rows
 
     goals = goals_self(record, network)
@@ -323,7 +326,10 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
              for f in fixed_rows(simultaneous_of(record)) if not f["config"].endswith("/noharm")}  # fmt: skip
     gc_ms: dict[str, float] = {}
     for cid in dict.fromkeys(r["config"] for r in record["runs"]):
+        if cid != plain and any(c["id"] == cid and c["plain"] for c in record["configs"]):
+            continue  # a plain decoder at another thread count
         runs = [r for r in record["runs"] if r["config"] == cid]
-        gc_ms[short(cid)] = 1e3 * sum(r.get("gc_s", 0.0) for r in runs) / sum(r["new_tokens"] for r in runs)
+        name = "plain" if cid == plain else short(cid)
+        gc_ms[name] = 1e3 * sum(r.get("gc_s", 0.0) for r in runs) / sum(r["new_tokens"] for r in runs)
     return {"goals": goals, "cells": cells, "pooled": pooled, "never": never, "failing": failing,
             "fixed": fixed, "gc_ms": gc_ms}  # fmt: skip

@@ -6,9 +6,9 @@ tokens, how many times ``s`` occurs in the sequences it holds (a suffix trie tru
 tokens). Appending a token to a sequence extends the at most ``max_depth`` suffixes that end at
 its end: one child lookup and one count increment each, ``O(max_depth)`` dict operations per
 token, kept in the sequence's list of *active* nodes (arctic-inference's ``_active_nodes``). The
-trie is not path-compressed (arctic's is): it holds up to ``max_depth`` nodes per token of text
-(about 90 per token at ``max_depth=64``: 178k for 2000 bytes of code), in flat integer arrays rather
-than one Python object per node, so that Python's cyclic garbage collector has nothing to walk in it
+trie is not path-compressed (arctic's is): each token appended adds up to ``max_depth`` nodes (one per
+suffix it extends that the text has not held before), kept in flat integer arrays rather than as one
+Python object per node, so that Python's cyclic garbage collector has nothing to walk in it
 (:class:`SuffixTree`).
 
 **Speculation** (:meth:`SuffixTree.speculate`, arctic's ``SuffixTree::speculate``): for every

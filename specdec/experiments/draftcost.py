@@ -76,13 +76,19 @@ class DraftCostRun(Program):
         from specdec.drafting.registry import parse_spec
         from specdec.measure.draftcost import CONFIGS
 
-        out = []
-        for text in (t.strip() for t in self.configs.split(";") if t.strip()):
+        out: list[tuple[str, int]] = []
+        texts = [t.strip() for t in self.configs.split(";") if t.strip()]
+        if self.configs.strip() and not texts:
+            raise ValueError(f"configs: name at least one SPEC@BUDGET, or leave it out; got {self.configs!r}")
+        for text in texts:
             spec, at, budget = text.rpartition("@")
             if not at or not budget.isdigit():
                 raise ValueError(f"configs: each must be SPEC@BUDGET (a budget >= 1); got {text!r}")
             parse_spec(spec)
-            out.append((spec, check_int(f"the budget of {spec}", int(budget), low=1)))
+            pair = (spec, check_int(f"the budget of {spec}", int(budget), low=1, high=1024))
+            if pair in out:
+                raise ValueError(f"configs: {text!r} is named twice")
+            out.append(pair)
         return tuple(out) or CONFIGS
 
     def run(self) -> int:

@@ -68,7 +68,8 @@ def measure(
     """One process's samples: per prompt, the plain step, then every configuration (each at every
     ``drafter_threads``) decoded greedily from that prompt: its draft seconds, rounds and calls, and the
     whole generation's decoding seconds (the call's wall time less its prefill) and the cyclic garbage
-    collector's share of them (``gc_s``), the plain run's too."""
+    collector's seconds during the whole call (``gc_s``: the prompt's prefill included, where a drafter's
+    ``start`` builds its tables), the plain run's too."""
     import specdec.theory
     from specdec.drafting.registry import KINDS, build_drafter
     from specdec.engine.builder import EngineSpec, open_engine
@@ -90,7 +91,7 @@ def measure(
                 name = f"{spec},threads={dt}"
             built[(name, budget)] = build_drafter(name, context)
 
-    def timed(call: Any) -> tuple[Any, float, float]:  # stats, decoding seconds, collector seconds
+    def timed(call: Any) -> tuple[Any, float, float]:  # stats, decoding seconds, the call's collector seconds
         g0, t0 = gc_seconds(), time.perf_counter()
         st = call().stats
         return st, time.perf_counter() - t0 - st.prefill_s, gc_seconds() - g0
@@ -415,6 +416,7 @@ def _side(rows: list[dict]) -> dict[str, float]:
             {  # records made before the whole generation was timed have none of these
                 "decode_ms_per_token": med([r["decode_s"] / r["new_tokens"] for r in rows]) * 1e3,
                 "gc_ms_per_token": med([r["gc_s"] / r["new_tokens"] for r in rows]) * 1e3,
+                "gc_ms_per_token_mean": float(np.mean([r["gc_s"] / r["new_tokens"] for r in rows])) * 1e3,
                 "plain_decode_ms_per_token": med([r["plain_decode_s"] / r["plain_new_tokens"] for r in rows])
                 * 1e3,
             }
@@ -426,10 +428,11 @@ def _side(rows: list[dict]) -> dict[str, float]:
 
 def compare(before: list[dict], after: list[dict], *, seed: int = 0) -> list[dict]:
     """Per configuration: c_round, c_call and calls per round of each side (medians over prompts and
-    repetitions; where the samples have them, the whole generation's time and the collector's share per
-    token, and ``decode_speedup``: before / after time per generated token by the same estimator), and
-    how much faster a round's drafting got, ``draft_speedup`` = before / after time per round by
-    :func:`specdec.theory.intervals.paired_speedup` (the book's one estimator: per prompt the median
+    repetitions; where the samples have them, the whole generation's decoding time per token, the
+    collector's time per generated token over the whole call, prefill included (median, and mean: it
+    is heavy-tailed), and ``decode_speedup``: before / after time per generated token by the same
+    estimator), and how much faster a round's drafting got, ``draft_speedup`` = before / after time per
+    round by :func:`specdec.theory.intervals.paired_speedup` (the book's one estimator: per prompt the median
     over repetitions, the geometric mean over prompts, a bootstrap interval over prompts).
     Prompts missing on either side are left out, not guessed."""
 
@@ -485,7 +488,12 @@ def side_main(argv: list[str]) -> int:
     prompts = check_int("--prompts", int(argv[4]), low=1)
     dts = tuple(check_int("--drafter-threads", int(x), low=1) for x in argv[6].split(","))
     new_tokens = check_int("--new-tokens", int(argv[8]), low=1)
-    pairs = json.loads(argv[10])
+    try:
+        pairs = json.loads(argv[10])
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"--configs must be a JSON list of [spec, budget] pairs; got {argv[10]!r} ({exc})"
+        ) from None
     configs = tuple((str(spec), check_int("a budget", budget, low=1)) for spec, budget in pairs)
     sys.stdout.write(json.dumps(measure(
         configs, threads=threads, prompts=prompts, drafter_threads=dts, new_tokens=new_tokens
