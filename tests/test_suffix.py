@@ -264,3 +264,55 @@ def test_token_ids_beyond_32_bits_are_refused():
     drafter = SuffixDecodingDrafter(8)
     with pytest.raises(ValueError, match="prompt_ids must hold token ids below 2"):
         drafter.start([1, 2**33])
+
+
+def _arctic_best(tree, nodes, budget, factor, offset, threshold, use_tree):
+    """Arctic's walk over match lengths, m = 1, 2, ...: every match grown, a draft kept when its score is
+    >= the best so far (so the longest among equal scores, and the longest m when all are empty)."""
+    from specdec.drafting.suffix import _F32, SuffixDraft, _max_tokens
+
+    grow = tree._grow_tree if use_tree else tree._grow_path
+    best, best_m, best_score = None, 0, 0.0
+    for m, node in enumerate(nodes, start=1):
+        n = 0 if not tree._nchild[node] else _max_tokens(m, _F32(factor), _F32(offset), budget)
+        if n == 0:
+            if best_score == 0:
+                best, best_m = None, m
+            continue
+        draft = grow(node, n, _F32(threshold))
+        if draft.score >= best_score:
+            best, best_m, best_score = draft, m, draft.score
+    out = SuffixDraft() if best is None else best
+    out.match_len = best_m
+    return out
+
+
+def test_the_longest_first_walk_that_skips_matches_that_cannot_win_chooses_as_arctic_does():
+    """speculate_at walks the match lengths from the longest down and grows no match whose draft cannot
+    score more than the best so far: the same draft and match length as arctic's walk that grows every
+    match (ties to the longer match), on random trees of skewed and flat vocabularies."""
+    rng = RNG(11)
+    for _ in range(300):
+        depth, vocab = int(rng.integers(1, 16)), int(rng.choice([2, 3, 6, 20]))
+        tree = SuffixTree(depth)
+        for _ in range(int(rng.integers(1, 5))):
+            weights = rng.dirichlet(np.ones(vocab) * 0.5)
+            tree.extend(
+                int(rng.integers(0, 3)), rng.choice(vocab, size=int(rng.integers(1, 150)), p=weights).tolist()
+            )
+        for _ in range(4):
+            context = rng.choice(vocab, size=int(rng.integers(2, 25))).tolist()
+            nodes = tree.match_nodes(context[1:])
+            budget = int(rng.integers(0, 20))
+            factor, offset = float(rng.choice([0.5, 1.0, 2.0])), float(rng.choice([-1.0, 0.0, 1.0]))
+            threshold = float(rng.choice([0.0, 0.1, 0.3]))
+            for use_tree in (True, False):
+                got = tree.speculate_at(nodes, budget, factor, offset, threshold, use_tree, "best")
+                want = _arctic_best(tree, nodes, budget, factor, offset, threshold, use_tree)
+                assert (got.token_ids, got.parents, got.probs, got.score, got.match_len) == (
+                    want.token_ids,
+                    want.parents,
+                    want.probs,
+                    want.score,
+                    want.match_len,
+                )

@@ -325,16 +325,22 @@ class SuffixTree:
                     draft.match_len = m
                     return draft
             return SuffixDraft()
+        # Arctic walks m = 1, 2, ... and keeps a draft whose score is >= the best so far: the highest
+        # score, the longest match among equal ones (and the longest m when every draft is empty). The
+        # same choice, walked from the longest match down: a draft replaces the best only with a higher
+        # score, and a match whose draft cannot score more than the best is not grown at all (a draft of
+        # at most n nodes, each of probability <= 1 in float32, scores <= n).
         best: SuffixDraft | None = None
         best_m, best_score = 0, 0.0
-        for m, node in enumerate(nodes, start=1):
+        for m in range(len(nodes), 0, -1):
+            node = nodes[m - 1]
             max_tokens = 0 if not nchild[node] else _max_tokens(m, factor, offset, max_spec_tokens)
-            if max_tokens == 0:  # an empty draft, score 0 (no queue needed): the best while all are
-                if best_score == 0:
-                    best, best_m = None, m
+            if max_tokens <= best_score:  # cannot beat the best; an empty draft while none scored
+                if not best_m:
+                    best_m = m
                 continue
             draft = grow(node, max_tokens, threshold)
-            if draft.score >= best_score:
+            if draft.score > best_score or not best_m:
                 best, best_m, best_score = draft, m, draft.score
         out = SuffixDraft() if best is None else best
         out.match_len = best_m
