@@ -389,3 +389,89 @@ def test_a_plain_round_is_autoregressives_step(pair, monkeypatch):
             assert len(steps) == gen.stats.rounds == 20 and gen.stats.drafted == [0] * 20
         assert drafter.asked == 19 and gen.stats.draft_calls == 19  # every round but the last (no room)
         steps.clear()
+
+
+def _choices(policy, outcomes, run_ahead):
+    """The budgets a policy gives over rounds whose outcomes come from ``outcomes`` (nodes, depth,
+    accepted for a round that drafts), asked every round or, with ``run_ahead``, once per run of plain
+    rounds it commits to (as the loop asks it)."""
+    out, i, ended = [], 0, False
+    while len(out) < 400:
+        b = policy.next()
+        assert not (ended and b == 0), "a committed run of plain rounds ended before the policy's last one"
+        if b == 0:
+            run = policy.plain_rounds() if run_ahead else 1
+            ended = run_ahead and run <= 400 - len(out)  # the run's end is the policy's, not the test's cap
+            run = min(run, 400 - len(out))
+            out += [0] * run
+            if run_ahead:
+                policy.update_plain(run)
+            else:
+                policy.update(0, 0, 0)
+        else:
+            ended = False
+            nodes, depth, accepted = outcomes[i % len(outcomes)]
+            i += 1
+            out.append(b)
+            policy.update(min(nodes, b), min(depth, b, nodes), min(accepted, depth, b, nodes))
+    return out
+
+
+EXPLORE = [(0.0, 0.0), (0.05, 0.001), (0.05, 0.03), (0.1, 0.08), (0.01, 0.02), (0.2, 0.0)]
+
+
+@pytest.mark.parametrize("explore, catch_up", EXPLORE)
+def test_a_run_of_plain_rounds_is_the_rounds_the_policy_would_give_one_by_one(explore, catch_up):
+    """DoNoHarm.plain_rounds commits to exactly the plain rounds that asking next() round by round gives
+    (probes at the same rounds, the same budgets after them), for drafters that pay, that never pay and
+    that pay now and then, with and without the explore bound; update_plain refuses a probe's round."""
+    rng = np.random.default_rng(0)
+    cheap = {2: (1.15, 0.1, 2), 4: (1.3, 0.15, 3)}
+    dear = {2: (3.0, 1.0, 2)}  # a probe loses plain steps: the explore bound sets the wait
+    for costs in (cheap, dear):
+        for rates in ((0.9, 0.9), (0.05, 0.0), (0.5, 0.2)):
+            outcomes = [
+                (4, 3, int(rng.random() < rates[0]) + int(rng.random() < rates[1])) for _ in range(50)
+            ]
+            kw = {"prior_rate": 0.3, "probe_every": 4, "explore": explore, "catch_up": catch_up}
+            one, run = DoNoHarm(costs, **kw), DoNoHarm(costs, **kw)
+            one.begin(0.0, 30), run.begin(0.0, 30)
+            assert _choices(one, outcomes, False) == _choices(run, outcomes, True)
+            assert (one.plain_run, one.untold, one.wait) == (run.plain_run, run.untold, run.wait)
+    probing = DoNoHarm({4: (100.0, 0.0, 4)}, probe_every=1)
+    assert probing.next() == 4 and probing.plain_rounds() == 1  # a probe: no run
+    with pytest.raises(ValueError, match="not a probe or a draft"):
+        probing.update_plain(2)
+    assert FixedBudget(0).plain_rounds() > 10**6 and FixedBudget(3).plain_rounds() == 1
+
+
+def test_the_loop_takes_a_committed_run_without_asking_again(pair):
+    """Under a policy that commits to runs of plain rounds, the loop asks it once per run, and decodes
+    the same tokens with the same rounds as when it asks every round (its plain_rounds left at 1)."""
+    target, draft = pair
+    prompt = np.random.default_rng(6).integers(0, VOCAB, 9).tolist()
+
+    class Counted(DoNoHarm):
+        one_by_one = False
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.asked = 0
+
+        def next(self):
+            self.asked += 1
+            return super().next()
+
+        def plain_rounds(self):
+            return 1 if self.one_by_one else super().plain_rounds()
+
+    for temperature in (0.0, 1.0):
+        runs = {}
+        for one_by_one in (False, True):
+            policy = Counted({2: (1.1, 0.05, 2)}, prior_rate=0.02, probe_every=6)
+            policy.one_by_one = one_by_one
+            gen = speculative_tree(target, draft, prompt, budget=policy, max_new_tokens=40,
+                                   temperature=temperature, seed=3)  # fmt: skip
+            runs[one_by_one] = (gen.tokens, gen.stats.drafted, gen.stats.accepted, policy.asked)
+        assert runs[False][:3] == runs[True][:3]
+        assert runs[False][3] < runs[True][3]

@@ -225,9 +225,12 @@ def _decode(
     A round with no node to verify (budget 0, or a drafter that proposed nothing or only nodes that
     were cut) is :func:`autoregressive`'s own step (:func:`_plain_step`: the same call, the same draw,
     the same timers), followed by the round's counts, so that a policy that chooses plain steps costs
-    what plain decoding costs plus its bookkeeping. (With lenience l < 1 at temperature 0 such a round
-    takes the argmax of the logits, which is A.5's argmax of p at T = 1 but for a tie that rounding
-    in the softmax would make.)
+    what plain decoding costs plus its bookkeeping. When the policy chose the plain round, it may commit
+    to a run of them (:meth:`~specdec.theory.policies.BudgetPolicy.plain_rounds`: the rounds it would give
+    anyway, since a plain round tells it nothing of the drafter); the loop takes them without asking it
+    again and tells it of them at once (``update_plain``): the same rounds and tokens, less bookkeeping.
+    (With lenience l < 1 at temperature 0 such a round takes the argmax of the logits, which is A.5's
+    argmax of p at T = 1 but for a tie that rounding in the softmax would make.)
 
     The call's generator: the drafter draws its samples, then verification its uniforms (none at
     temperature 0: exact matching on the argmax), then the round's token; a drafter is not called in a
@@ -262,7 +265,7 @@ def _decode(
             drafter.extend(lm.features if len(prompt) > 1 else np.zeros((0, 1), np.float32), prompt[1:])
     while (left := max_new_tokens - (len(tokens) - len(prompt))) > 0:
         with stats.timer("draft_s", lm.device):
-            limit = _next_budget(policy) if left > 1 else 0
+            chosen = limit = _next_budget(policy) if left > 1 else 0
             if chain_drafter:  # a chain's depth is its budget: no draft that the tokens left would cut
                 limit = min(limit, left - 1)
             if context is not None:  # a tree call holds 1 + N slots after the cached tokens
@@ -282,12 +285,22 @@ def _decode(
                     )
                 tree, q = _cut(tree, q, left - 1, eos_token_id)
         if not limit or not len(tree):  # no node to verify: the step autoregressive() takes (a drafter
-            # not called catches up on these positions when next asked)
-            token = _plain_step(lm, tokens, stats, temperature, warp_fn, rng)
-            stats.record_tree_round(0, 0, 0, calls)
-            policy.update(0, 0, 0)
-            if conditioned and token != eos_token_id and len(tokens) - len(prompt) < max_new_tokens:
-                pending.append((lm.features[:1], [token]))
+            # not called catches up on these positions when next asked); a policy that chose a plain round
+            # may commit to a run of them, which the loop takes without asking again and reports at once
+            run = _plain_run(policy, left) if left > 1 and chosen == 0 else 1
+            done = 0
+            while done < run:
+                token = _plain_step(lm, tokens, stats, temperature, warp_fn, rng)
+                stats.record_tree_round(0, 0, 0, calls if not done else 0)
+                done += 1
+                if token == eos_token_id:
+                    break
+                if conditioned and len(tokens) - len(prompt) < max_new_tokens:
+                    pending.append((lm.features[:1], [token]))
+            if run == 1:
+                policy.update(0, 0, 0)
+            else:
+                policy.update_plain(done)
             if token == eos_token_id:
                 break
             continue
@@ -434,6 +447,15 @@ def _next_budget(policy: BudgetPolicy) -> int:
             f"{policy.describe()} asked for a budget of {n!r}; it must give 0..{policy.max_budget}"
         )
     return int(n)
+
+
+def _plain_run(policy: BudgetPolicy, left: int) -> int:
+    """The plain rounds the policy commits to after choosing one (:meth:`BudgetPolicy.plain_rounds`), at
+    most the tokens left."""
+    n = policy.plain_rounds()
+    if not is_int(n) or n < 1:
+        raise ValueError(f"{policy.describe()} committed to {n!r} plain rounds; it must give an integer >= 1")
+    return min(int(n), left)
 
 
 def _context(target: torch.nn.Module) -> int | None:

@@ -149,8 +149,24 @@ class BudgetPolicy:
     def update(self, nodes: int, depth: int, accepted: int) -> None:  # noqa: B027 (optional hook)
         pass
 
+    def plain_rounds(self) -> int:
+        """Right after :meth:`next` gave 0: how many plain rounds in a row, this one included, the policy
+        gives whatever those rounds bring (a plain round tells it nothing of the drafter). The loop then
+        runs them without asking again and reports them with one :meth:`update_plain`. Default 1: ask
+        every round."""
+        return 1
+
+    def update_plain(self, rounds: int) -> None:
+        """``rounds`` plain rounds: as many ``update(0, 0, 0)`` (a policy may do it in one step)."""
+        for _ in range(rounds):
+            self.update(0, 0, 0)
+
     def describe(self) -> str:
         return type(self).__name__
+
+
+#: A run of plain rounds with no end the policy can see (bounded by the loop's tokens left).
+ENDLESS = 2**31 - 1
 
 
 class FixedBudget(BudgetPolicy):
@@ -161,6 +177,12 @@ class FixedBudget(BudgetPolicy):
 
     def next(self) -> int:
         return self.max_budget
+
+    def plain_rounds(self) -> int:
+        return ENDLESS if self.max_budget == 0 else 1
+
+    def update_plain(self, rounds: int) -> None:
+        pass
 
     def describe(self) -> str:
         return f"fixed budget = {self.max_budget}"
@@ -394,6 +416,33 @@ class DoNoHarm(BudgetPolicy):
             self.wait = self.probe_every
         self._asked = choice
         return choice
+
+    def plain_rounds(self) -> int:
+        """After :meth:`next` gave a plain round by choice (no probe): the rounds until the next probe, this
+        one included, evaluated round by round as :meth:`next` would evaluate them (a plain round changes
+        only the run's length and the positions not told to the drafter); :data:`ENDLESS` when no probe
+        comes."""
+        if self._asked or self.probing or self._choice != 0:
+            return 1
+        if self.probe_every == 0:
+            return ENDLESS
+        run, untold = self.plain_run, self.untold
+        j = max(1, self.wait - run - 1)  # the first later round that may probe
+        if not self.explore:
+            return j
+        while True:  # round j probes once the plain rounds since the last draft cover the probe's loss
+            if (run + j + 1) * self.explore >= self._loss + self.catch_up * (untold + j):
+                return j
+            if self.explore <= self.catch_up:  # the two sides never meet once apart
+                return ENDLESS
+            j += 1
+
+    def update_plain(self, rounds: int) -> None:
+        check_int("rounds", rounds, low=0)
+        if rounds and (self._asked or self.probing):
+            raise ValueError("update_plain reports plain rounds chosen by next(), not a probe or a draft")
+        self.plain_run += rounds
+        self.untold += rounds
 
     def update(self, nodes: int, depth: int, accepted: int) -> None:
         check_int("nodes", nodes, low=0)
