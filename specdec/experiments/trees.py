@@ -189,6 +189,16 @@ SETS = {
         HELDOUT.with_name("noharm-v4.jsonl"),
         kind="noharm",
     ),
+    # a fifth time, after suffix speculation's longest-first walk (27d6341) and the policy's runs of plain
+    # rounds (048477e): the same design on prompts frozen for it
+    "noharm-v5": ConfigSet(
+        NOHARM_V4_CONFIGS,
+        {"suffix": (8,)},
+        V3_POLICIES,
+        {"lookup": (4,)},
+        HELDOUT.with_name("noharm-v5.jsonl"),
+        kind="noharm",
+    ),
 }
 
 
@@ -442,7 +452,8 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4``: ``noharm-v4.jsonl``; a ``--quick`` smoke run uses
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` / ``noharm-v5``: ``noharm-v4.jsonl`` / ``noharm-v5.jsonl``;
+    a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
     (issue 30: Medusa, the MLP speculator, EAGLE / EAGLE-2), ``self`` (issue 42: the drafters
@@ -450,7 +461,8 @@ class TreesRun(Program):
     goal 2 again: campaign v3's policies once the loop's plain round is the plain decoder's own step,
     beside eagle-3m and medusa-self at one budget each: :data:`NOHARM_CONFIGS`) or ``noharm-v4`` (the
     same after the suffix tree's change, with suffix decoding and mlp-3m added, on prompts frozen for it:
-    :data:`NOHARM_V4_CONFIGS`, records of kind ``noharm``). The record is
+    :data:`NOHARM_V4_CONFIGS`, records of kind ``noharm``; ``noharm-v5`` the same again after the
+    suffix walk and the policy's runs of plain rounds, on its own frozen prompts). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
