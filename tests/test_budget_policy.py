@@ -400,9 +400,8 @@ def _choices(policy, outcomes, run_ahead):
         b = policy.next()
         assert not (ended and b == 0), "a committed run of plain rounds ended before the policy's last one"
         if b == 0:
-            run = policy.plain_rounds() if run_ahead else 1
-            ended = run_ahead and run <= 400 - len(out)  # the run's end is the policy's, not the test's cap
-            run = min(run, 400 - len(out))
+            run = policy.plain_rounds(400 - len(out)) if run_ahead else 1
+            ended = run_ahead and run < 400 - len(out)  # the run's end is the policy's, not the test's cap
             out += [0] * run
             if run_ahead:
                 policy.update_plain(run)
@@ -439,10 +438,25 @@ def test_a_run_of_plain_rounds_is_the_rounds_the_policy_would_give_one_by_one(ex
             assert _choices(one, outcomes, False) == _choices(run, outcomes, True)
             assert (one.plain_run, one.untold, one.wait) == (run.plain_run, run.untold, run.wait)
     probing = DoNoHarm({4: (100.0, 0.0, 4)}, probe_every=1)
-    assert probing.next() == 4 and probing.plain_rounds() == 1  # a probe: no run
+    assert probing.next() == 4 and probing.plain_rounds(9) == 1  # a probe: no run
     with pytest.raises(ValueError, match="not a probe or a draft"):
         probing.update_plain(2)
-    assert FixedBudget(0).plain_rounds() > 10**6 and FixedBudget(3).plain_rounds() == 1
+    assert FixedBudget(0).plain_rounds(50) == 50 and FixedBudget(3).plain_rounds(50) == 1
+    for policy in (FixedBudget(0), DoNoHarm({2: (1.1, 0.0, 2)})):
+        with pytest.raises(ValueError, match="most"):
+            policy.plain_rounds(0)
+
+
+def test_a_run_of_plain_rounds_tests_each_round_as_next_does_where_the_two_sides_tie():
+    """explore equal to catch_up: the probe's test compares two sums whose real difference never changes,
+    yet in floating point it can flip a few rounds on; the run tests each round with next()'s own
+    expression, so it ends where asking round by round probes."""
+    outcomes = [(1, 1, 0)]
+    for prompt in range(2, 40):
+        one, run = (DoNoHarm({1: (1.0, 0.0, 1)}, prior_rate=0.5, margin=5, probe_every=1, explore=0.1,
+                             catch_up=0.1) for _ in "ab")  # fmt: skip
+        one.begin(0.0, prompt), run.begin(0.0, prompt)
+        assert _choices(one, outcomes, False) == _choices(run, outcomes, True), prompt
 
 
 def test_the_loop_takes_a_committed_run_without_asking_again(pair):
@@ -462,16 +476,39 @@ def test_the_loop_takes_a_committed_run_without_asking_again(pair):
             self.asked += 1
             return super().next()
 
-        def plain_rounds(self):
-            return 1 if self.one_by_one else super().plain_rounds()
+        def plain_rounds(self, most):
+            return 1 if self.one_by_one else super().plain_rounds(most)
+
+    def state(policy):
+        return (policy.plain_run, policy.untold, policy.wait, policy.probing, policy._asked, policy.tried,
+                policy.passed)  # fmt: skip
 
     for temperature in (0.0, 1.0):
-        runs = {}
-        for one_by_one in (False, True):
-            policy = Counted({2: (1.1, 0.05, 2)}, prior_rate=0.02, probe_every=6)
-            policy.one_by_one = one_by_one
-            gen = speculative_tree(target, draft, prompt, budget=policy, max_new_tokens=40,
-                                   temperature=temperature, seed=3)  # fmt: skip
-            runs[one_by_one] = (gen.tokens, gen.stats.drafted, gen.stats.accepted, policy.asked)
-        assert runs[False][:3] == runs[True][:3]
-        assert runs[False][3] < runs[True][3]
+        for explore, catch_up in ((0.0, 0.0), (0.05, 0.01)):
+            runs = {}
+            for one_by_one in (False, True):
+                policy = Counted({2: (1.1, 0.05, 2)}, prior_rate=0.02, probe_every=6, explore=explore,
+                                 catch_up=catch_up)  # fmt: skip
+                policy.one_by_one = one_by_one
+                gen = speculative_tree(target, draft, prompt, budget=policy, max_new_tokens=40,
+                                       temperature=temperature, seed=3)  # fmt: skip
+                counts = {k: v for k, v in gen.stats.summary().items() if not k.endswith("_s")}
+                runs[one_by_one] = (gen.tokens, counts, state(policy), policy.asked)
+            assert runs[False][:3] == runs[True][:3]
+            assert runs[False][3] < runs[True][3]
+
+
+def test_an_eos_inside_a_run_of_plain_rounds_ends_the_generation_as_plain_decoding_does(pair):
+    """A run of plain rounds stops at the EOS: the tokens and rounds of plain decoding with that EOS, under
+    an endless run (a fixed budget of 0) and a policy that never drafts."""
+    target, draft = pair
+    prompt = np.random.default_rng(8).integers(0, VOCAB, 9).tolist()
+    free = autoregressive(target, prompt, max_new_tokens=30, seed=2)
+    eos = free.tokens[12]  # reached at the 13th token (or earlier, where it came before)
+    plain = autoregressive(target, prompt, max_new_tokens=30, seed=2, eos_token_id=eos)
+    assert len(plain.tokens) < 30
+    for policy in (FixedBudget(0), DoNoHarm({4: (40.0, 40.0, 3)}, probe_every=0)):
+        gen = speculative_tree(
+            target, draft, prompt, budget=policy, max_new_tokens=30, seed=2, eos_token_id=eos
+        )
+        assert gen.tokens == plain.tokens and gen.stats.rounds == plain.stats.rounds, policy.describe()

@@ -452,10 +452,10 @@ def _next_budget(policy: BudgetPolicy) -> int:
 def _plain_run(policy: BudgetPolicy, left: int) -> int:
     """The plain rounds the policy commits to after choosing one (:meth:`BudgetPolicy.plain_rounds`), at
     most the tokens left."""
-    n = policy.plain_rounds()
-    if not is_int(n) or n < 1:
-        raise ValueError(f"{policy.describe()} committed to {n!r} plain rounds; it must give an integer >= 1")
-    return min(int(n), left)
+    n = policy.plain_rounds(left)
+    if not is_int(n) or not 1 <= n <= left:
+        raise ValueError(f"{policy.describe()} committed to {n!r} plain rounds; it must give 1..{left}")
+    return int(n)
 
 
 def _context(target: torch.nn.Module) -> int | None:

@@ -149,11 +149,11 @@ class BudgetPolicy:
     def update(self, nodes: int, depth: int, accepted: int) -> None:  # noqa: B027 (optional hook)
         pass
 
-    def plain_rounds(self) -> int:
-        """Right after :meth:`next` gave 0: how many plain rounds in a row, this one included, the policy
-        gives whatever those rounds bring (a plain round tells it nothing of the drafter). The loop then
-        runs them without asking again and reports them with one :meth:`update_plain`. Default 1: ask
-        every round."""
+    def plain_rounds(self, most: int) -> int:
+        """Right after :meth:`next` gave 0: how many plain rounds in a row, this one included and at most
+        ``most`` (the rounds the loop has left), the policy gives whatever those rounds bring (a plain
+        round tells it nothing of the drafter). The loop then runs them without asking again and reports
+        them with one :meth:`update_plain`. Default 1: ask every round."""
         return 1
 
     def update_plain(self, rounds: int) -> None:
@@ -165,10 +165,6 @@ class BudgetPolicy:
         return type(self).__name__
 
 
-#: A run of plain rounds with no end the policy can see (bounded by the loop's tokens left).
-ENDLESS = 2**31 - 1
-
-
 class FixedBudget(BudgetPolicy):
     """``budget`` nodes every round (0 included: plain decoding through the tree loop)."""
 
@@ -178,8 +174,8 @@ class FixedBudget(BudgetPolicy):
     def next(self) -> int:
         return self.max_budget
 
-    def plain_rounds(self) -> int:
-        return ENDLESS if self.max_budget == 0 else 1
+    def plain_rounds(self, most: int) -> int:
+        return check_int("most", most, low=1) if self.max_budget == 0 else 1
 
     def update_plain(self, rounds: int) -> None:
         pass
@@ -417,25 +413,25 @@ class DoNoHarm(BudgetPolicy):
         self._asked = choice
         return choice
 
-    def plain_rounds(self) -> int:
+    def plain_rounds(self, most: int) -> int:
         """After :meth:`next` gave a plain round by choice (no probe): the rounds until the next probe, this
-        one included, evaluated round by round as :meth:`next` would evaluate them (a plain round changes
-        only the run's length and the positions not told to the drafter); :data:`ENDLESS` when no probe
-        comes."""
+        one included, at most ``most``, each later round tested as :meth:`next` would test it, with the
+        same floating-point expression (a plain round changes only the run's length and the positions not
+        told to the drafter)."""
+        check_int("most", most, low=1)
         if self._asked or self.probing or self._choice != 0:
             return 1
         if self.probe_every == 0:
-            return ENDLESS
+            return most
         run, untold = self.plain_run, self.untold
         j = max(1, self.wait - run - 1)  # the first later round that may probe
-        if not self.explore:
-            return j
-        while True:  # round j probes once the plain rounds since the last draft cover the probe's loss
+        if not self.explore or j >= most:
+            return min(j, most)
+        while j < most:  # round j probes once the plain rounds since the last draft cover the probe's loss
             if (run + j + 1) * self.explore >= self._loss + self.catch_up * (untold + j):
                 return j
-            if self.explore <= self.catch_up:  # the two sides never meet once apart
-                return ENDLESS
             j += 1
+        return most
 
     def update_plain(self, rounds: int) -> None:
         check_int("rounds", rounds, low=0)
