@@ -82,7 +82,8 @@ class DraftCostRun(Program):
             raise ValueError(f"configs: name at least one SPEC@BUDGET, or leave it out; got {self.configs!r}")
         for text in texts:
             spec, at, budget = text.rpartition("@")
-            if not at or not budget.isdigit():
+            spec, budget = spec.strip(), budget.strip()
+            if not at or not (budget.isascii() and budget.isdigit()):
                 raise ValueError(f"configs: each must be SPEC@BUDGET (a budget >= 1); got {text!r}")
             parse_spec(spec)
             pair = (spec, check_int(f"the budget of {spec}", int(budget), low=1, high=1024))

@@ -416,7 +416,6 @@ def _side(rows: list[dict]) -> dict[str, float]:
             {  # records made before the whole generation was timed have none of these
                 "decode_ms_per_token": med([r["decode_s"] / r["new_tokens"] for r in rows]) * 1e3,
                 "gc_ms_per_token": med([r["gc_s"] / r["new_tokens"] for r in rows]) * 1e3,
-                "gc_ms_per_token_mean": float(np.mean([r["gc_s"] / r["new_tokens"] for r in rows])) * 1e3,
                 "plain_decode_ms_per_token": med([r["plain_decode_s"] / r["plain_new_tokens"] for r in rows])
                 * 1e3,
             }
@@ -429,8 +428,8 @@ def _side(rows: list[dict]) -> dict[str, float]:
 def compare(before: list[dict], after: list[dict], *, seed: int = 0) -> list[dict]:
     """Per configuration: c_round, c_call and calls per round of each side (medians over prompts and
     repetitions; where the samples have them, the whole generation's decoding time per token, the
-    collector's time per generated token over the whole call, prefill included (median, and mean: it
-    is heavy-tailed), and ``decode_speedup``: before / after time per generated token by the same
+    collector's time per generated token over the whole call, prefill included (median; it is
+    heavy-tailed), and ``decode_speedup``: before / after time per generated token by the same
     estimator), and how much faster a round's drafting got, ``draft_speedup`` = before / after time per
     round by :func:`specdec.theory.intervals.paired_speedup` (the book's one estimator: per prompt the median
     over repetitions, the geometric mean over prompts, a bootstrap interval over prompts).
