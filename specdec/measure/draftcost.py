@@ -73,9 +73,8 @@ def measure(
     import specdec.theory
     from specdec.drafting.registry import KINDS, build_drafter
     from specdec.engine.builder import EngineSpec, open_engine
-    from specdec.engine.decoding import autoregressive, speculative, speculative_tree
-    from specdec.measure.core import gc_seconds
     from specdec.measure.modes import draft_context
+    from specdec.measure.pairedrun import timed_generation
 
     engine = open_engine(EngineSpec("lean", "q4q8", threads))
     context, _ = draft_context(engine)
@@ -90,30 +89,20 @@ def measure(
             else:  # explicit, as the default differs between checkouts (1 before 0691db0's successor)
                 name = f"{spec},threads={dt}"
             built[(name, budget)] = build_drafter(name, context)
-
-    def timed(call: Any) -> tuple[Any, float, float]:  # stats, decoding seconds, the call's collector seconds
-        g0, t0 = gc_seconds(), time.perf_counter()
-        st = call().stats
-        return st, time.perf_counter() - t0 - st.prefill_s, gc_seconds() - g0
-
     rows = []
-    for p, prompt in enumerate(ids):
-        plain, plain_s, plain_gc = timed(
-            lambda: autoregressive(engine.model, prompt, max_new_tokens=new_tokens)  # noqa: B023
-        )
+    for p, prompt in enumerate(ids):  # the one timed generation (its stats carry the collector's gc_s)
+        _, plain, plain_total = timed_generation(engine.model, None, prompt, new_tokens=new_tokens)
         step = (plain.target_s + plain.verify_s) / plain.rounds
-        for (name, budget), drafter in built.items():
-            tree = KINDS[name.split(":")[0].split(",")[0]].shape == "tree"
-            loop = speculative_tree if tree else speculative
-            size = {"budget": budget} if tree else {"gamma": budget}
-            st, decode_s, gc_s = timed(
-                lambda: loop(engine.model, drafter, prompt, max_new_tokens=new_tokens, **size)  # noqa: B023
+        for (name, budget), drafter in built.items():  # a tree drafter's budget, a chain drafter's gamma
+            _, st, total = timed_generation(
+                engine.model, drafter, prompt, gamma=budget, new_tokens=new_tokens
             )
             rows.append({
                 "config": name, "budget": budget, "prompt": p, "plain_step_s": step, "draft_s": st.draft_s,
                 "rounds": st.rounds, "draft_calls": st.draft_calls, "target_s": st.target_s,
-                "decode_s": decode_s, "gc_s": gc_s, "new_tokens": st.new_tokens,
-                "plain_decode_s": plain_s, "plain_gc_s": plain_gc, "plain_new_tokens": plain.new_tokens,
+                "decode_s": total - st.prefill_s, "gc_s": st.gc_s, "new_tokens": st.new_tokens,
+                "plain_decode_s": plain_total - plain.prefill_s, "plain_gc_s": plain.gc_s,
+                "plain_new_tokens": plain.new_tokens,
             })  # fmt: skip
     package = Path(specdec.theory.__file__).resolve().parents[1]  # the checkout this process imported
     return {"specdec": str(package), "threads": threads, "rows": rows}
