@@ -169,6 +169,13 @@ class ConfigSet:
     kind: str | None = None  # the record's kind (default: the set's name)
 
 
+def _noharm_again(prompts: str) -> ConfigSet:
+    """The do-no-harm judgement after ``noharm`` (:data:`NOHARM_V4_CONFIGS`, campaign v3's policies) on
+    the held-out file ``prompts``, its records of kind ``noharm``."""
+    return ConfigSet(NOHARM_V4_CONFIGS, {"suffix": (8,)}, V3_POLICIES, {"lookup": (4,)},
+                     HELDOUT.with_name(prompts), kind="noharm")  # fmt: skip
+
+
 #: The configuration sets ``specdec run trees --set`` runs.
 SETS = {
     "trees": ConfigSet(CONFIGS, QUICK_CONFIGS, {}, {}),
@@ -181,24 +188,10 @@ SETS = {
         {"lookup": (4,)},
         HELDOUT.with_name("campaign-v2.jsonl"),
     ),
-    "noharm-v4": ConfigSet(
-        NOHARM_V4_CONFIGS,
-        {"suffix": (8,)},
-        V3_POLICIES,
-        {"lookup": (4,)},
-        HELDOUT.with_name("noharm-v4.jsonl"),
-        kind="noharm",
-    ),
+    "noharm-v4": _noharm_again("noharm-v4.jsonl"),
     # a fifth time, after suffix speculation's longest-first walk (27d6341) and the policy's runs of plain
     # rounds (048477e): the same design on prompts frozen for it
-    "noharm-v5": ConfigSet(
-        NOHARM_V4_CONFIGS,
-        {"suffix": (8,)},
-        V3_POLICIES,
-        {"lookup": (4,)},
-        HELDOUT.with_name("noharm-v5.jsonl"),
-        kind="noharm",
-    ),
+    "noharm-v5": _noharm_again("noharm-v5.jsonl"),
 }
 
 
