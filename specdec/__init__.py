@@ -99,7 +99,7 @@ Measurement:
 * :mod:`specdec.measure.verifykernels` -- the q4q8 engine's verify curve and its floor, an earlier commit's
   C kernels against this checkout's in one run (``verify-kernels``'s).
 * :mod:`specdec.measure.draftcost` -- a drafter's c inside the decoding loop, two checkouts alternated;
-  the per-budget costs :class:`~specdec.theory.policies.DoNoHarm` needs (``calibrate``).
+  the per-budget costs :class:`~specdec.theory.policies.DoNoHarm` needs (``calibrate_policy``).
 * :mod:`specdec.measure.device`  -- the accelerator's identity, its memory, its measured roofline.
 * :mod:`specdec.measure.devicechecks` -- greedy equality and losslessness checked on a device.
 * :mod:`specdec.measure.batchruns` -- the batch surface's timed runs: T(b, k) block by block and batched

@@ -229,6 +229,59 @@ def test_do_no_harm_predicts_from_the_measured_tokens_per_round():
         DoNoHarm({4: (1.2, 0.1, 4)}, catch_up=-1.0)
 
 
+def test_do_no_harm_learns_how_often_the_drafter_proposes():
+    """Rounds whose drafter comes back empty (prompt lookup without a match) bring one token and cost a
+    plain call and the draft call: the share s of rounds that proposed is learnt (pooled, shrunk towards
+    the calibrated share) and both sides of R(b) move with it, so the policy stops asking a drafter that
+    keeps proposing nothing (a policy blind to empty rounds would ask it for ever)."""
+    verify = [1.0, 1.3, 1.5, 1.7, 1.9]
+    policy = DoNoHarm({4: (1.9, 0.07, 4)}, prior=4, prior_rate=0.6, proposes={0.0: 0.9}, probe_every=0,
+                      verify=verify)  # fmt: skip
+    policy.begin(0.0)
+    g = 0.6 + 0.6**2 + 0.6**3 + 0.6**4
+    asked = 0
+    while policy.next():
+        policy.update(0, 0, 0)  # asked, proposed nothing
+        asked += 1
+        s = 4 * 0.9 / (asked + 4)
+        assert policy.predicted()[4] == pytest.approx((1 + s * g) / (1 - s + s * 1.9 + 0.07))
+        assert asked < 40
+    assert asked >= 3 and all(policy.next() == 0 for _ in range(50))
+    with pytest.raises(
+        ValueError, match=r"proposes\[0\.0\] must be a finite number in \[0\.0, 1\.0\]; got 1\.5"
+    ):
+        DoNoHarm({4: (1.9, 0.07, 4)}, proposes={0.0: 1.5})
+
+
+def test_do_no_harm_prices_a_round_by_the_nodes_its_drafter_proposed():
+    """With the verify curve, a round is priced at v(n + 1) for the n nodes proposed (the mean over the
+    rounds at b that proposed, shrunk towards the calibrated v): a drafter that proposes 2 of its 4 nodes
+    on a curve that is steep past 3 rows keeps paying, where pricing at the budget's v(5) says it does
+    not (and without the curve the calibrated v stays)."""
+    verify = [1.0, 1.2, 1.4, 3.0, 3.0]
+    rates = [0.9, 0.9, 0.0, 0.0]  # a drafter whose drafts stop at depth 2
+    priced, fixed = (DoNoHarm({4: (3.0, 0.05, 4)}, prior=4, prior_rate=rates, probe_every=1, verify=curve)
+                     for curve in (verify, None))  # fmt: skip
+    for policy in (priced, fixed):
+        policy.begin(0.0)
+        for _ in range(20):
+            policy.next()
+            policy.update(2, 2, 2)  # a probe (every round): two nodes proposed, both accepted
+    n = priced.filled[4][0]  # the probes (the first round only waits)
+    assert n >= 15
+    v = (n * 1.4 + 4 * 3.0) / (n + 4)
+    assert priced.priced()[4][1] == pytest.approx(v + 0.05)
+    assert fixed.priced()[4][1] == pytest.approx(3.0 + 0.05)
+    assert priced.predicted()[4] > 1.02 > fixed.predicted()[4]  # the margin: speculate, and not
+    with pytest.raises(ValueError, match=r"verify must give v\(k\) for k = 1 \.\. 5"):
+        DoNoHarm({4: (3.0, 0.05, 4)}, verify=verify[:4])
+    with pytest.raises(ValueError, match=r"v\(2\) must be"):
+        DoNoHarm({4: (3.0, 0.05, 4)}, verify=[1.0, 0.0, 1.4, 3.0, 3.0])
+    priced.next()
+    with pytest.raises(ValueError, match=r"nodes must be at most the budget asked \(4\); got 5"):
+        priced.update(5, 5, 0)
+
+
 def test_policies_refuse_bad_arguments():
     with pytest.raises(ValueError, match="budget must be an integer >= 0"):
         FixedBudget(-1)

@@ -56,7 +56,14 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
     assert set(cal["budgets"]) == {"2", "4"} and set(cal["plain_round"]) == {"0", "1"}
     assert all(math.isfinite(v) and v > 0 for v in cal["plain_round"].values())
     assert set(cal["tokens_per_round"]) == {"0", "1"} and cal["catch_up"] >= 0
-    assert no_harm_policy(cal).max_budget == 4
+    assert len(cal["verify"]) == 5 and cal["verify"][0] == 1.0 and min(cal["verify"]) > 0
+    assert all(0 <= cal["proposes"][t] <= 1 for t in ("0", "1"))
+    policy = no_harm_policy(cal)
+    assert (
+        policy.max_budget == 4
+        and policy.verify == cal["verify"]
+        and policy.shares == {0.0: cal["proposes"]["0"], 1.0: cal["proposes"]["1"]}
+    )
 
 
 def test_the_draft_cost_program_checks_its_options_and_its_worker_its_form(capsys):

@@ -12,6 +12,7 @@ import pytest
 from specdec.analysis import treetables as tt
 from specdec.engine.lean import LeanLlama
 from specdec.experiments import trees as tb
+from specdec.measure.verifykernels import target_verify_curves
 from tests.tiny_models import tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,7 @@ def test_a_malformed_prompt_file_is_refused(tmp_path):
 
 def test_verify_curves_time_chain_and_tree_calls_on_a_tiny_model():
     model = LeanLlama(tiny_llama(0), "float32")
-    v = tb.verify_curves(model, prefix_len=8, ks=(1, 2, 5), repeats=2)
+    v = target_verify_curves(model, prefix_len=8, ks=(1, 2, 5), repeats=2)
     assert v["ks"] == [1, 2, 5] and v["v_chain"][0] == 1.0
     assert len(v["samples_s"]["tree"][2]) == 2 and all(t > 0 for t in v["median_s"]["tree"])
 

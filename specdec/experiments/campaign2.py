@@ -363,11 +363,12 @@ class Campaign2Run(Program):
         from specdec.engine import native
         from specdec.engine.models import set_threads
         from specdec.experiments.campaign import evaluation_cells, partial_path, resumable
-        from specdec.experiments.trees import heldout_prompts, verify_curves
+        from specdec.experiments.trees import heldout_prompts
         from specdec.measure.benchargs import ROOT
         from specdec.measure.core import cpu_name, environment
         from specdec.measure.device import device_slug
         from specdec.measure.modes import machine_identity
+        from specdec.measure.verifykernels import target_verify_curves
 
         env = environment()
         if env.get("git_dirty") and not self.quick:
@@ -407,7 +408,7 @@ class Campaign2Run(Program):
         target = built["engines"][0].model
         set_threads(threads)
         print("[campaign2] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)
-        curves = verify_curves(target, repeats=3 if self.quick else 15)
+        curves = target_verify_curves(target, repeats=3 if self.quick else 15)
         header = {
             "kind": "campaign-v2",
             "command": self.command(),

@@ -256,14 +256,14 @@ class Campaign3Run(Program):
         from specdec.engine import native
         from specdec.engine.models import set_threads
         from specdec.experiments.campaign import evaluation_cells, partial_path, resumable
-        from specdec.experiments.trees import heldout_prompts, verify_curves
+        from specdec.experiments.trees import heldout_prompts
         from specdec.measure.benchargs import ROOT
         from specdec.measure.core import cpu_name, environment
         from specdec.measure.device import device_slug
         from specdec.measure.draftcost import draft_work
         from specdec.measure.modes import machine_identity
         from specdec.measure.roofline import measure_bandwidth
-        from specdec.measure.verifykernels import measure_peaks, model_counts
+        from specdec.measure.verifykernels import measure_peaks, model_counts, target_verify_curves
 
         env = environment()
         if env.get("git_dirty") and not self.quick:
@@ -300,7 +300,7 @@ class Campaign3Run(Program):
             "command": self.command(),
             "environment": env,
             "machine": machine,
-            "verify_curves": verify_curves(target, repeats=3 if self.quick else 15),
+            "verify_curves": target_verify_curves(target, repeats=3 if self.quick else 15),
             "peaks": measure_peaks(threads),
             "bandwidth": measure_bandwidth(threads),
             "model_counts": model_counts(target),

@@ -27,6 +27,7 @@ import numpy as np
 from specdec.experiments.campaign import Config, Engine, spec_configs
 from specdec.experiments.options import INCOMPLETE, Program, Refused, option, read_record
 from specdec.measure.runner import RunSettings
+from specdec.measure.verifykernels import target_verify_curves
 from specdec.theory.checks import check_float, check_int, check_ints
 
 __all__ = [
@@ -48,11 +49,9 @@ __all__ = [
     "policy_configs",
     "reanalyse",
     "tree_summary",
-    "verify_curves",
 ]
 
 #: Rows of the verify calls timed for v(N) (the root included: a tree of N - 1 drafts is a call of N rows).
-VERIFY_KS = (1, 2, 3, 4, 6, 8, 10, 12, 17, 24, 33)
 
 HELDOUT = Path(__file__).resolve().parents[1] / "data" / "workloads" / "heldout" / "trees-v1.jsonl"
 
@@ -387,59 +386,6 @@ def tree_summary(record: Mapping[str, Any]) -> dict[str, Any]:
     return {"rows": out, "note": "rep-0 Stats pooled over prompts; c_round over every repetition"}
 
 
-class _TreeCalls:
-    """A session whose ``forward(ids)`` is one tree call over ``ids`` shaped as a binary tree (node i's
-    parent (i - 1) // 2): what :func:`specdec.measure.core.time_forwards` times for a tree."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-
-    def __len__(self) -> int:
-        return len(self.session)
-
-    def forward(self, ids: Sequence[int]) -> Any:
-        return self.session.forward_tree(list(ids), [-1, *((i - 1) // 2 for i in range(1, len(ids)))])
-
-    def crop(self, n: int) -> None:
-        self.session.crop(n)
-
-
-def verify_curves(
-    target: Any, *, prefix_len: int = 200, ks: Sequence[int] = VERIFY_KS, repeats: int = 15, seed: int = 0
-) -> dict[str, Any]:
-    """T(N) of one verify call of N rows after ``prefix_len`` cached tokens, as a chain and as a binary
-    tree (tree attention), interleaved pass by pass in the one T(k) loop
-    (:func:`specdec.measure.core.time_forwards`, 2 warm-up passes); medians and v(N) = T(N) / T(1) of the
-    chain (a tree of one row is a chain). Runs on ``target``'s own threads (q4q8: the C pool)."""
-    from specdec.engine.cores import torch_threads_for
-    from specdec.engine.lm import open_lm
-    from specdec.measure.core import time_forwards
-
-    check_int("prefix_len", prefix_len, low=1)
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, min(1000, int(target.vocab_size)), prefix_len + max(ks)).tolist()
-    chain, tree = open_lm(target), open_lm(target)
-    chain.forward(ids[:prefix_len])
-    tree.forward(ids[:prefix_len])
-    new = ids[prefix_len:]
-    with torch_threads_for(target):
-        times = time_forwards(
-            {"chain": chain, "tree": _TreeCalls(tree)}, {"chain": new, "tree": new}, list(ks),
-            repeats=repeats, warmup=2, rng=rng,
-        )  # fmt: skip
-    med = {name: {k: float(np.median(v)) for k, v in by_k.items()} for name, by_k in times.items()}
-    one = med["chain"][1]
-    return {
-        "prefix_len": prefix_len,
-        "ks": list(ks),
-        "median_s": {name: [med[name][k] for k in ks] for name in med},
-        "v_chain": [med["chain"][k] / one for k in ks],
-        "v_tree": [med["tree"][k] / one for k in ks],
-        "samples_s": {name: [times[name][k] for k in ks] for name in times},
-        "rule": "median over passes; v(N) = T(N) / T(1) of the chain",
-    }
-
-
 @dataclass(frozen=True)
 class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
@@ -540,7 +486,7 @@ class TreesRun(Program):
         resumable(out, built["engines"], built["configs"], settings, fresh=self.fresh)  # before any timing
         target = built["engines"][0].model
         print("[trees] timing verify calls of N rows, chain and tree (v(N))", file=sys.stderr)
-        curves = verify_curves(target, repeats=3 if self.quick else 15)
+        curves = target_verify_curves(target, repeats=3 if self.quick else 15)
         header = {
             "kind": chosen.kind or self.set,
             "verify_curves": curves,

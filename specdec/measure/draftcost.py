@@ -123,55 +123,50 @@ def _deepest(budget: int) -> Any:
     return Deepest(budget)
 
 
-def calibrate(
-    target: Any,
-    drafter: Any,
-    prompts: list[list[int]],
-    budgets: tuple[int, ...],
-    *,
-    new_tokens: int = 32,
-    temperature: float = 0.0,
-) -> dict[int, tuple[float, float, int]]:
-    """What :class:`specdec.theory.policies.DoNoHarm` needs per budget b, measured here in the tree loop
-    on ``prompts`` (development prompts, never those a result is reported on): (v(b + 1), c(b), depth(b))
-    in plain steps. The plain step is a whole plain decoding's time per token (``autoregressive``, its
-    prefill left out: the target call, sampling and the loop), measured just before on the same
-    prompt; c(b) is the round's draft time (``draft_s`` per round) and v(b + 1) the rest of the round,
-    the loop included (the whole generation's time less prefill and drafting, per round): Theorem 3.8's
-    denominator with every cost of a round in it, so that a round the policy predicts to pay does.
-    Medians over prompts; depth(b) is the deepest tree the drafter proposed at b (at least 1)."""
-    out = _calibration(target, drafter, prompts, budgets, new_tokens=new_tokens, temperature=temperature)
-    return out[0]
-
-
 def _calibration(
-    target: Any, drafter: Any, prompts: list[list[int]], budgets: tuple[int, ...], *, new_tokens: int,
-    temperature: float,
-) -> tuple[dict[int, tuple[float, float, int]], list[list[int]], dict[int, float], float, float]:  # fmt: skip
-    """:func:`calibrate`'s costs; the deepest budget's rounds per depth: (examined, accepted) counts
-    pooled over prompts (accepted / examined is the a_d of :class:`~specdec.theory.policies.DoNoHarm`);
-    the new tokens per round at each budget (mean over prompts, every round counted); the catch-up
-    per position: the tree loop's prefill beyond plain decoding's (where a fixed budget tells the drafter
-    the prompt), per prompt position, in plain steps (median over prompts and budgets); and what a plain
-    round of the tree loop with this drafter (budget 0: the drafter never called, its bookkeeping kept)
-    costs in plain steps (median over prompts; after one untimed warm-up of both, the two runs of a
-    prompt in alternating order): the policy's R(0) = 1 assumes 1, and a loop that costs more than its
-    step shows here before it shows in a record. A diagnostic with its limits: a fixed budget 0 skips
-    the policy's own choice each round, a call's fixed costs are spread over its ``new_tokens`` rounds,
-    and a few short generations resolve a few percent at best."""
+    target: Any, drafter: Any, prompts: list[list[int]], budgets: tuple[int, ...], verify: list[float], *,
+    new_tokens: int, temperature: float,
+) -> dict[str, Any]:  # fmt: skip
+    """What :class:`specdec.theory.policies.DoNoHarm` needs, measured in the tree loop on ``prompts``
+    (development prompts, never those a result is reported on) at one temperature, in plain steps (the
+    plain step: a whole plain decoding's time per token, ``autoregressive`` with its prefill left out:
+    the target call, sampling and the loop, measured just before on the same prompt):
+
+    * ``budgets``: b -> (v, c, depth): v the verify cost of a round whose drafter proposed, by the nodes it
+      actually proposed: the mean of v(n + 1) from ``verify`` (the verify curve) over the rounds with
+      n >= 1 (median over the prompts that had one; v(b + 1) where none had); c the
+      round's drafting (``draft_s`` per round) plus its verification's work beyond a plain step's
+      (``verify_s`` per round less plain decoding's: accepting, rejecting, sampling the rows); depth the
+      deepest tree the drafter proposed at b (at least 1). Medians over prompts.
+    * ``loop_v``: b -> the rest of the round as the loop's clock saw it (the generation's time less prefill
+      and drafting, per round; median over prompts): a diagnostic beside v, since a few short
+      generations put a call's fixed costs on their few rounds.
+    * ``counts``: the deepest budget's rounds per depth, (examined, accepted) pooled over prompts
+      (accepted / examined is the a_d of the policy).
+    * ``tokens``: b -> the new tokens per round (mean over prompts, every round counted).
+    * ``proposes``: the share of rounds whose drafter proposed at least one node (pooled over prompts
+      and budgets).
+    * ``catch_up``: the tree loop's prefill beyond plain decoding's (where a fixed budget tells the drafter
+      the prompt), per prompt position (median over prompts and budgets).
+    * ``plain_round``: what a plain round of the tree loop with this drafter (budget 0: the drafter never
+      called, its bookkeeping kept) costs (median over prompts; after one untimed warm-up of both, the
+      two runs of a prompt in alternating order): the policy's R(0) = 1 assumes 1, and a loop that costs
+      more than its step shows here before it shows in a record. A diagnostic with its limits: a fixed
+      budget 0 skips the policy's own choice each round, and a few short generations resolve a few
+      percent at best."""
     from functools import partial
 
     import numpy as np
 
     from specdec.engine.decoding import autoregressive, speculative_tree
     from specdec.theory.checks import check_int
-    from specdec.theory.speedup import cost_coefficient
 
     if not prompts:
-        raise ValueError("calibrate needs at least one development prompt")
+        raise ValueError("calibrate_policy needs at least one development prompt")
     for b in budgets:
         check_int("a budget", b, low=1)
-    samples: dict[int, list[tuple[float, float, int]]] = {b: [] for b in budgets}
+    samples: dict[int, list[tuple[float, float, float, int]]] = {b: [] for b in budgets}
+    proposed = [0, 0]  # rounds, and rounds whose drafter proposed
     per_round: dict[int, list[float]] = {b: [] for b in budgets}  # new tokens per round
     catch_up: list[float] = []  # the drafter's prefill share per prompt position told, in plain steps
     examined: list[int] = []
@@ -195,6 +190,7 @@ def _calibration(
         else:
             (zero, _), (step, plain) = timed(zero_run), timed(plain_run)
         plain_round.append(zero / step)
+        plain_verify = plain.verify_s / plain.rounds
         for b in budgets:
             policy = _deepest(b)
             t0 = time.perf_counter()
@@ -203,8 +199,12 @@ def _calibration(
             ).stats
             round_s = (time.perf_counter() - t0 - st.prefill_s) / st.rounds
             draft_s = st.draft_s / st.rounds
-            c_b = cost_coefficient(st.draft_s, st.rounds, 1, step)  # c per round, loop-step unit
-            samples[b].append(((round_s - draft_s) / step, c_b, max(1, policy.deepest)))
+            c_b = (draft_s + st.verify_s / st.rounds - plain_verify) / step
+            full = [verify[n] for n in st.drafted if n]
+            v_b = float(np.mean(full)) if full else float("nan")
+            proposed[0] += len(st.drafted)
+            proposed[1] += len(full)
+            samples[b].append((v_b, c_b, (round_s - draft_s) / step, max(1, policy.deepest)))
             per_round[b].append(st.new_tokens / st.rounds)
             # a fixed budget tells the drafter the prompt's positions in the prefill (start, extend)
             catch_up.append(max(0.0, st.prefill_s - plain.prefill_s) / max(len(prompt) - 1, 1) / step)
@@ -214,17 +214,22 @@ def _calibration(
                 for d, (e, a) in enumerate(zip(st.examined_at, st.accepted_at, strict=True)):
                     examined[d] += e
                     accepted[d] += a
-    costs = {
-        b: (
-            float(np.median([v for v, _, _ in rows])),
-            float(np.median([c for _, c, _ in rows])),
-            min(b, max(d for _, _, d in rows)),
-        )
-        for b, rows in samples.items()
+    return {
+        "budgets": {
+            b: (
+                float(np.median([r[0] for r in rows if r[0] == r[0]] or [verify[b]])),  # NaN: none proposed
+                float(np.median([r[1] for r in rows])),
+                min(b, max(r[3] for r in rows)),
+            )
+            for b, rows in samples.items()
+        },
+        "loop_v": {b: float(np.median([r[2] for r in rows])) for b, rows in samples.items()},
+        "counts": [[e, a] for e, a in zip(examined, accepted, strict=True)],
+        "tokens": {b: float(np.mean(rows)) for b, rows in per_round.items()},
+        "proposes": proposed[1] / proposed[0],
+        "catch_up": float(np.median(catch_up)),
+        "plain_round": float(np.median(plain_round)),
     }
-    counts = [[e, a] for e, a in zip(examined, accepted, strict=True)]
-    tokens = {b: float(np.mean(rows)) for b, rows in per_round.items()}
-    return costs, counts, tokens, float(np.median(catch_up)), float(np.median(plain_round))
 
 
 def _rates(counts: dict[str, list[list[int]]], depth: int) -> dict[str, list[float]]:
@@ -252,46 +257,74 @@ def calibrate_policy(
     *,
     new_tokens: int = 32,
     temperatures: tuple[float, ...] = (0.0, 1.0),
+    verify_repeats: int = 15,
 ) -> dict[str, Any]:
     """Everything a :class:`~specdec.theory.policies.DoNoHarm` is built from (:func:`no_harm_policy`),
-    measured on development ``prompts`` at each of ``temperatures``, as a record stores it: per budget,
-    the median over temperatures of (v(b + 1), c(b)) and the deepest depth(b); the prior acceptance
-    per depth at each temperature (the policy takes the one nearest a generation's temperature:
-    :meth:`~specdec.theory.policies.DoNoHarm.begin`), with the counts it came from."""
+    measured on development ``prompts`` at each of ``temperatures``, as a record stores it: the target's
+    verify curve v(k), k = 1 .. max budget + 1, by the one T(k) loop
+    (:func:`specdec.measure.verifykernels.target_verify_curves`, ``verify_repeats`` passes; tree calls
+    over the chain's one-row call, v(1) = 1: a plain step), which prices each round by the nodes its
+    drafter proposed; per budget, the median over temperatures of (v, c) and the deepest depth
+    (:func:`_calibration`); the prior acceptance per depth at each temperature (the policy takes the one
+    nearest a generation's temperature: :meth:`~specdec.theory.policies.DoNoHarm.begin`), with the counts
+    it came from."""
     import numpy as np
 
+    from specdec.measure.verifykernels import target_verify_curves
+    from specdec.theory.checks import check_int
+
+    check_int("verify_repeats", verify_repeats, low=1)
+    if not budgets:
+        raise ValueError("budgets must hold at least one positive budget")
+    ks = list(range(1, max(budgets) + 2))
+    curve = target_verify_curves(target, ks=ks, repeats=verify_repeats)
+    verify = [1.0, *curve["v_tree"][1:]]
     runs = {
-        f"{t:g}": _calibration(target, drafter, prompts, budgets, new_tokens=new_tokens, temperature=t)
+        f"{t:g}": _calibration(
+            target, drafter, prompts, budgets, verify, new_tokens=new_tokens, temperature=t
+        )  # fmt: skip
         for t in temperatures
     }
     costs = {
         str(b): [
-            float(np.median([r[0][b][0] for r in runs.values()])),
-            float(np.median([r[0][b][1] for r in runs.values()])),
-            max(r[0][b][2] for r in runs.values()),
+            float(np.median([r["budgets"][b][0] for r in runs.values()])),
+            float(np.median([r["budgets"][b][1] for r in runs.values()])),
+            max(r["budgets"][b][2] for r in runs.values()),
         ]
         for b in budgets
     }
     depth = max(c[2] for c in costs.values())
-    rates = _rates({t: r[1] for t, r in runs.items()}, depth)
+    rates = _rates({t: r["counts"] for t, r in runs.items()}, depth)
     return {
         "budgets": costs,
+        "verify": verify,
+        "verify_curve": {k: curve[k] for k in ("prefix_len", "ks", "median_s", "v_chain", "v_tree", "rule")},
         "prior_rates": rates,
-        "tokens_per_round": {t: {str(b): e for b, e in r[2].items()} for t, r in runs.items()},
-        "catch_up": float(np.median([r[3] for r in runs.values()])),
-        "plain_round": {t: r[4] for t, r in runs.items()},
+        "tokens_per_round": {t: {str(b): e for b, e in r["tokens"].items()} for t, r in runs.items()},
+        "proposes": {t: r["proposes"] for t, r in runs.items()},
+        "catch_up": float(np.median([r["catch_up"] for r in runs.values()])),
+        "plain_round": {t: r["plain_round"] for t, r in runs.items()},
         "prompts": len(prompts),
         "new_tokens": new_tokens,
         "per_temperature": {
-            t: {"budgets": {str(b): list(c) for b, c in r[0].items()}, "counts": r[1], "catch_up": r[3]}
+            t: {
+                "budgets": {str(b): list(c) for b, c in r["budgets"].items()},
+                "loop_v": {str(b): v for b, v in r["loop_v"].items()},
+                "counts": r["counts"],
+                "catch_up": r["catch_up"],
+            }
             for t, r in runs.items()
-        },  # fmt: skip
-        "rule": "v, c: medians over prompts, then over temperatures; rates per temperature: accepted / "
-        "examined per depth at the largest budget, pooled over prompts (a depth a temperature never "
-        "examined: pooled over temperatures, else the depth above's); tokens per round per temperature "
-        "and budget: mean over prompts; catch_up: per prompt position, the median over prompts and "
-        "budgets, then over temperatures; plain_round per temperature: a budget-0 round of the tree "
-        "loop over plain decoding's step, median over prompts",
+        },
+        "rule": "verify: v(k) = T(k) / T(1), tree calls over the chain's one-row call, medians over "
+        "passes, v(1) = 1; per budget v: the mean of v(n + 1) over a generation's rounds whose drafter "
+        "proposed n >= 1 nodes; proposes per temperature: the share of rounds that proposed, pooled; "
+        "c: drafting plus verification beyond a plain step's, per round; v, c: medians over "
+        "prompts, then over temperatures; loop_v: the round less drafting as the loop's clock saw it "
+        "(a diagnostic); rates per temperature: accepted / examined per depth at the largest budget, "
+        "pooled over prompts (a depth a temperature never examined: pooled over temperatures, else the "
+        "depth above's); tokens per round per temperature and budget: mean over prompts; catch_up: per "
+        "prompt position, the median over prompts and budgets, then over temperatures; plain_round per "
+        "temperature: a budget-0 round of the tree loop over plain decoding's step, median over prompts",
     }
 
 
@@ -302,19 +335,22 @@ def no_harm_policy(
     per budget, its prior acceptance per depth (per temperature) at ``prior`` pseudo-rounds; every
     generation starts from that prior (``remember`` 0), so a generation's budgets depend on its own past
     only; probes spend about ``explore`` of the time while speculation does not pay, the drafter's
-    catch-up included; E[tokens | b] is the measured tokens per round where the calibration has them. A
-    calibration of an earlier format (one list of rates for every temperature, no tokens per round, no
-    catch-up) is read as it is."""
+    catch-up included; E[tokens | b] is the measured tokens per round where the calibration has them, and
+    each round is priced by the verify curve at the nodes its drafter proposed where the calibration
+    has the curve (``verify``). A calibration of an earlier format (one list of rates for every
+    temperature, no tokens per round, no catch-up, no verify curve) is read as it is."""
     from specdec.theory.policies import DoNoHarm
 
     budgets = {int(b): (float(v), float(c), int(d)) for b, (v, c, d) in calibration["budgets"].items()}
     rates = calibration["prior_rates"]
     rates = {float(t): list(r) for t, r in rates.items()} if isinstance(rates, dict) else list(rates)
     per_t = calibration.get("tokens_per_round") or {}
+    shares = {float(t): float(x) for t, x in (calibration.get("proposes") or {}).items()} or None
     tokens = {float(t): {int(b): float(e) for b, e in per.items()} for t, per in per_t.items()} or None
     return DoNoHarm(
         budgets, prior=prior, prior_rate=rates, probe_every=probe_every, explore=explore,
-        catch_up=float(calibration.get("catch_up", 0.0)), tokens=tokens,
+        catch_up=float(calibration.get("catch_up", 0.0)), tokens=tokens, verify=calibration.get("verify"),
+        proposes=shares,
     )  # fmt: skip
 
 

@@ -52,6 +52,7 @@ from specdec.measure.runner import RunSettings, not_key
 from specdec.theory.checks import check_int
 
 __all__ = [
+    "VERIFY_KS",
     "TreeCalls",
     "VerifyKernels",
     "call_shape",
@@ -62,12 +63,15 @@ __all__ = [
     "measure_peaks",
     "model_counts",
     "run_record",
+    "target_verify_curves",
     "tree_parents",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The C sources of the q4q8 forward, relative to the repository (all of them make a build).
 CSRC = "specdec/engine/csrc"
+#: The call sizes of a target's verify curve in the runners' records (:func:`target_verify_curves`).
+VERIFY_KS = (1, 2, 3, 4, 6, 8, 10, 12, 17, 24, 33)
 Log = Callable[[str], None]
 
 
@@ -214,6 +218,42 @@ def _sessions(views: Mapping[str, Any], prompt: Sequence[int]) -> dict[str, Any]
 
 
 # --------------------------------------------------------------------------- the measurements
+def target_verify_curves(
+    target: Any, *, prefix_len: int = 200, ks: Sequence[int] = VERIFY_KS, repeats: int = 15, seed: int = 0
+) -> dict[str, Any]:
+    """T(N) of one verify call of N rows after ``prefix_len`` cached tokens, as a chain and as a binary
+    tree (tree attention), interleaved pass by pass in the one T(k) loop
+    (:func:`specdec.measure.core.time_forwards`, 2 warm-up passes); medians and v(N) = T(N) / T(1) of the
+    chain (a tree of one row is a chain). Runs on ``target``'s own threads (q4q8: the C pool)."""
+    from specdec.engine.cores import torch_threads_for
+    from specdec.engine.lm import open_lm
+    from specdec.measure.core import time_forwards
+
+    check_int("prefix_len", prefix_len, low=1)
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, min(1000, int(target.vocab_size)), prefix_len + max(ks)).tolist()
+    chain, tree = open_lm(target), open_lm(target)
+    chain.forward(ids[:prefix_len])
+    tree.forward(ids[:prefix_len])
+    new = ids[prefix_len:]
+    with torch_threads_for(target):
+        times = time_forwards(
+            {"chain": chain, "tree": TreeCalls(tree)}, {"chain": new, "tree": new}, list(ks),
+            repeats=repeats, warmup=2, rng=rng,
+        )  # fmt: skip
+    med = {name: {k: float(np.median(v)) for k, v in by_k.items()} for name, by_k in times.items()}
+    one = med["chain"][1]
+    return {
+        "prefix_len": prefix_len,
+        "ks": list(ks),
+        "median_s": {name: [med[name][k] for k in ks] for name in med},
+        "v_chain": [med["chain"][k] / one for k in ks],
+        "v_tree": [med["tree"][k] / one for k in ks],
+        "samples_s": {name: [times[name][k] for k in ks] for name in times},
+        "rule": "median over passes; v(N) = T(N) / T(1) of the chain",
+    }
+
+
 def verify_curves(
     views: Mapping[str, Any], prompt: Sequence[int], ks: Sequence[int], passes: int, seed: int
 ) -> dict[str, Any]:

@@ -242,6 +242,21 @@ class DoNoHarm(BudgetPolicy):
     nearest the generation's. depth(b) is ``depth[b]`` (the drafter's deepest tree at budget b; a
     chain's is b). Speculation must beat plain decoding by ``margin`` (R(b) >= 1 + margin) to be chosen.
 
+    A drafter does not always propose what it is asked for: prompt lookup finds no match, a suffix tree no
+    suffix. Two things are learnt from the rounds that asked (probes included): s, the share whose
+    drafter proposed at least one node (pooled over budgets, shrunk towards the calibrated share,
+    ``proposes``, by ``prior`` pseudo-rounds; 1 where none is given), and, where ``verify`` (v(k) for
+    k = 1 .. max budget + 1, the verify curve in plain steps) is given, the verify cost of a round that
+    proposed, the mean of v(n + 1) over the rounds at b whose drafter proposed n >= 1 nodes (shrunk towards
+    the calibrated v by ``prior`` pseudo-rounds). A round asked at b then brings
+
+        E[tokens | b] = 1 + s * g(b),     and costs (1 - s) * 1 + s * V(b) + c(b),
+
+    with g(b) the accepted drafts of a round that proposed (the depth rates' sum above, or the measured
+    tokens per round over the calibrated share, moved as acceptance moved) and V(b) its verify cost: a
+    drafter that keeps coming back empty is priced at its draft call, and a full round at the verify
+    curve's cost of its nodes, whatever a calibration's mix of empty and full rounds averaged.
+
     While it chooses 0 it learns nothing of the drafter, so after ``probe_every`` plain rounds in a row it
     drafts at the smallest positive budget instead (a probe; ``probe_every = 0``: never); a probe after
     which speculation still does not pay doubles the wait before the next (up to ``max_probe_every``),
@@ -271,13 +286,20 @@ class DoNoHarm(BudgetPolicy):
         explore: float = 0.0,
         catch_up: float = 0.0,
         tokens: Mapping[float, Mapping[int, float]] | None = None,
+        verify: Sequence[float] | None = None,
+        proposes: Mapping[float, float] | None = None,
     ) -> None:
         """``budgets``: b -> (v(b + 1), c(b), depth(b)) for each positive budget b tried (b = 0, a plain
         step, is (1, 0, 0) and is always there). ``catch_up``: what telling the drafter one position it
         has not seen costs, in plain steps (a probe after a run of plain rounds pays it for each).
         ``tokens``: temperature -> b -> the tokens per round measured at budget b (every round, those
         whose drafter proposed nothing too); when given, E[tokens | b] is that, scaled by how the online
-        acceptance moved from the prior (the drafter's empty proposals stay as measured)."""
+        acceptance moved from the prior (the drafter's empty proposals stay as measured). ``verify``: v(k)
+        for k = 1 .. at least the largest budget + 1 (v(1) = 1), the verify curve a round's actual nodes
+        are priced by (None: every round at b costs the calibrated v(b + 1)); ``budgets``' v is then the
+        verify cost of a round whose drafter proposed. ``proposes``: temperature -> the share of rounds
+        whose drafter proposed at least one node, as calibrated (None: 1, a drafter that always proposes;
+        ``tokens`` counts every round, so it is read over this share)."""
         from specdec.theory.checks import check_float
 
         if not isinstance(budgets, dict) or not budgets:
@@ -311,6 +333,20 @@ class DoNoHarm(BudgetPolicy):
                 int(b): check_float(f"tokens[{t!r}][{b}]", e, low=1.0) for b, e in per_b.items()
             }
         self.tokens_now: dict[int, float] | None = None
+        self.verify: list[float] | None = None
+        if verify is not None:
+            if isinstance(verify, (str, bytes)) or not hasattr(verify, "__len__"):
+                raise ValueError(
+                    f"verify must be a sequence of v(k), k = 1 .. {self.max_budget + 1}; got {verify!r}"
+                )
+            if len(verify) < self.max_budget + 1:
+                raise ValueError(
+                    f"verify must give v(k) for k = 1 .. {self.max_budget + 1} (the largest budget + 1); "
+                    f"got {len(verify)} values"
+                )
+            self.verify = [
+                check_float(f"v({k + 1})", x, low=0.0, open_low=True) for k, x in enumerate(verify)
+            ]
         depth = max(d for _, _, d in self.costs.values())
 
         def per_depth(rates: float | Sequence[float], name: str) -> list[float]:
@@ -335,6 +371,15 @@ class DoNoHarm(BudgetPolicy):
         self.prior_rates = self.priors[min(self.priors)]
         self.tried: list[float] = [0.0] * depth  # rounds whose tree reached depth d + 1 (had a node there)
         self.passed: list[float] = [0.0] * depth  # of those, rounds whose accepted path reached depth d + 1
+        self.shares: dict[float, float] = {}
+        for t, share in (proposes or {}).items():
+            self.shares[check_float("a proposes temperature", t, low=0.0)] = check_float(
+                f"proposes[{t!r}]", share, low=0.0, high=1.0
+            )
+        self.share_now = 1.0
+        self.drafted = [0.0, 0.0]  # rounds that asked the drafter, and of those the ones it proposed in
+        # per budget: rounds whose drafter proposed, and the sum of their verify costs v(nodes + 1)
+        self.filled: dict[int, list[float]] = {b: [0.0, 0.0] for b in self.costs if b}
         self.reset()
 
     def begin(self, temperature: float, prompt_tokens: int = 0) -> None:
@@ -352,12 +397,15 @@ class DoNoHarm(BudgetPolicy):
         self.prior_rates = self.priors[nearest(self.priors)]
         if self.measured:
             self.tokens_now = self.measured[nearest(self.measured)]
+        self.share_now = self.shares[nearest(self.shares)] if self.shares else 1.0
         self.reset()
         self.untold = max(prompt_tokens - 1, 0)
 
     def reset(self) -> None:
         self.tried = [self.remember * t for t in self.tried]
         self.passed = [self.remember * p for p in self.passed]
+        self.drafted = [self.remember * x for x in self.drafted]
+        self.filled = {b: [self.remember * x for x in row] for b, row in self.filled.items()}
         self.plain_run = 0
         self.wait = self.probe_every  # plain rounds in a row before the next probe
         self.probing = False
@@ -373,8 +421,9 @@ class DoNoHarm(BudgetPolicy):
             for t, p, r in zip(self.tried, self.passed, self.prior_rates, strict=True)
         ]
 
-    def predicted(self) -> dict[int, float]:
-        """R(b) for every budget, from the rounds so far."""
+    def priced(self) -> dict[int, tuple[float, float]]:
+        """(E[tokens | b], the round's cost) per budget, in plain steps, from the rounds so far: 1 + s g(b)
+        and (1 - s) + s V(b) + c(b) (the class's docstring)."""
         rates = self.rates()
 
         def gain(rs: list[float], d: int) -> float:  # expected accepted drafts: sum of a_1 ... a_k
@@ -384,23 +433,35 @@ class DoNoHarm(BudgetPolicy):
                 total += reach
             return total
 
-        out = {}
+        asked, proposed = self.drafted
+        share = (proposed + self.prior * self.share_now) / (asked + self.prior) if asked else self.share_now
+        out = {0: (1.0, 1.0)}
         for b, (v, c, d) in self.costs.items():
-            expected = 1.0 + gain(rates, d)
+            if not b:
+                continue
+            g = gain(rates, d)
             base = gain(self.prior_rates, d)
-            if self.tokens_now is not None and b > 0 and base > 0:  # measured, moved as acceptance moved
-                expected = min(1.0 + (self.tokens_now[b] - 1.0) * gain(rates, d) / base, 1.0 + d)
-            out[b] = expected / (v + c)
+            if self.tokens_now is not None and base > 0 and self.share_now > 0:
+                # the measured tokens per round that proposed, moved as acceptance moved
+                g = min((self.tokens_now[b] - 1.0) / self.share_now * g / base, float(d))
+            n, total = self.filled[b]
+            if self.verify is not None and n:  # the rounds that proposed, v as ``prior`` pseudo-rounds
+                v = (total + self.prior * v) / (n + self.prior)
+            out[b] = (1.0 + share * g, 1.0 - share + share * v + c)
         return out
+
+    def predicted(self) -> dict[int, float]:
+        """R(b) for every budget, from the rounds so far (:meth:`priced`)."""
+        return {b: tokens / cost for b, (tokens, cost) in self.priced().items()}
 
     def next(self) -> int:
         if self._choice is None:  # the counts changed since the last choice (plain rounds change none)
-            r = self.predicted()
+            priced = self.priced()
+            r = {b: tokens / cost for b, (tokens, cost) in priced.items()}
             best = max((b for b in r if b > 0), key=lambda b: (r[b], -b))
             self._choice = best if r[best] >= 1.0 + self.margin else 0
             smallest = min(b for b in r if b > 0)
-            v, c, _ = self.costs[smallest]
-            self._loss = (v + c) * (1.0 - r[smallest])  # a probe's predicted loss, in plain steps
+            self._loss = priced[smallest][1] * (1.0 - r[smallest])  # a probe's predicted loss, in plain steps
         choice = self._choice
         self.probing = choice == 0 and self.probe_every > 0 and self.plain_run + 1 >= self.wait
         if self.probing and self.explore > 0:  # the share of the plain rounds since the last draft
@@ -447,6 +508,15 @@ class DoNoHarm(BudgetPolicy):
         probed, self.probing = self.probing, False
         asked, self._asked = self._asked, 0
         self.untold = accepted + 1 if asked else self.untold + 1  # a drafter asked has caught up
+        if asked:  # a round that asked the drafter: whether it proposed, and what its nodes cost
+            if nodes > asked:
+                raise ValueError(f"nodes must be at most the budget asked ({asked}); got {nodes}")
+            self.drafted[0] += 1
+            if nodes:
+                self.drafted[1] += 1
+                self.filled[asked][0] += 1
+                self.filled[asked][1] += self.verify[nodes] if self.verify is not None else 0.0
+            self._choice = None
         if nodes == 0:  # nothing drafted: a plain step, or a drafter that proposed nothing
             if probed:  # an empty probe: wait again (longer) before the next
                 self.plain_run = 0
@@ -470,5 +540,6 @@ class DoNoHarm(BudgetPolicy):
             f"do no harm over budgets {sorted(self.costs)} (margin {self.margin:g}, "
             f"probe every {self.probe_every}"
             + (f", explore {self.explore:g}, catch-up {self.catch_up:.3g}" if self.explore else "")
-            + (", tokens per round as measured)" if self.measured else ")")
+            + (", tokens per round as measured" if self.measured else "")
+            + (", rounds priced by the verify curve)" if self.verify is not None else ")")
         )
