@@ -191,6 +191,9 @@ SETS = {
     # a fifth time, after suffix speculation's longest-first walk (27d6341) and the policy's runs of plain
     # rounds (048477e): the same design on prompts frozen for it
     "noharm-v5": _noharm_again("noharm-v5.jsonl"),
+    # a sixth time, after the policy learns how often its drafter proposes and prices a round by the verify
+    # curve at the nodes proposed (61c2a98): the same design on prompts frozen for it
+    "noharm-v6": _noharm_again("noharm-v6.jsonl"),
 }
 
 
@@ -391,7 +394,7 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4`` / ``noharm-v5``: ``noharm-v4.jsonl`` / ``noharm-v5.jsonl``;
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` / ``noharm-v5`` / ``noharm-v6``: the file of that name;
     a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
@@ -401,7 +404,8 @@ class TreesRun(Program):
     beside eagle-3m and medusa-self at one budget each: :data:`NOHARM_CONFIGS`) or ``noharm-v4`` (the
     same after the suffix tree's change, with suffix decoding and mlp-3m added, on prompts frozen for it:
     :data:`NOHARM_V4_CONFIGS`, records of kind ``noharm``; ``noharm-v5`` the same again after the
-    suffix walk and the policy's runs of plain rounds, on its own frozen prompts). The record is
+    suffix walk and the policy's runs of plain rounds, on its own frozen prompts; ``noharm-v6`` again after
+    the policy's pricing of empty and partial proposals). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
