@@ -664,3 +664,34 @@ def test_a_medusa_draft_and_an_mlp_stage_refuse_bad_arguments(small):
     nan_bias[0, 0] = np.nan
     with pytest.raises(ValueError, match="bias must hold finite values"):
         leannative.MedusaHeads(medusa.w, nan_bias, *args[2:])
+
+
+def test_round_costs_recovers_what_each_row_count_cost_and_counts_the_empty_calls():
+    """Runs built from known costs per row count (1 row: 1.0, 3 rows: 1.4, 5 rows: 1.9 plain calls) give
+    those costs back by least squares, and the drafter's empty calls are counted; a configuration with
+    no Stats is refused by name."""
+    from specdec.analysis.condtables import round_costs
+
+    rng = np.random.default_rng(0)
+    cost = {0: 1.0, 2: 1.4, 4: 1.9}
+    configs = [
+        {"id": "e/plain", "plain": True, "threads": 2},
+        {"id": "e/lookup/noharm", "plain": False, "threads": 2},
+    ]
+    runs = []
+    for p in range(6):
+        per_call = 0.002 * (1 + 0.1 * p)
+        runs.append({"config": "e/plain", "prompt": p, "rep": 0, "temperature": 0.0,
+                     "target_s": 50 * per_call, "target_calls": 50})  # fmt: skip
+        drafted = list(rng.choice([0, 2, 4], size=40))
+        runs.append({"config": "e/lookup/noharm", "prompt": p, "rep": 0, "temperature": 0.0,
+                     "target_s": per_call * sum(cost[n] for n in drafted),
+                     "stats": {"drafted": [int(n) for n in drafted], "draft_calls": 30}})  # fmt: skip
+    record = {"configs": configs, "runs": runs, "settings": {"threads": 2}}
+    out = round_costs(record, "lookup/noharm")
+    assert out["cost"] == pytest.approx({1: 1.0, 3: 1.4, 5: 1.9})
+    assert sum(out["rounds"].values()) == 240
+    nonempty = sum(1 for r in runs if "stats" in r for n in r["stats"]["drafted"] if n)
+    assert out["draft_calls"] == 180 and out["empty_calls"] == 180 - nonempty
+    with pytest.raises(ValueError, match="no run of 'lookup/noharm' in the record kept its Stats"):
+        round_costs(record, "lookup/noharm", temperature=1.0)

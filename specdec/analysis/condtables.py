@@ -35,6 +35,7 @@ __all__ = [
     "greedy_equal",
     "greedy_handicap",
     "noharm_judgement",
+    "round_costs",
     "simultaneous_of",
     "time_per_token",
 ]
@@ -333,3 +334,53 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
         gc_ms[name] = 1e3 * sum(r.get("gc_s", 0.0) for r in runs) / sum(r["new_tokens"] for r in runs)
     return {"goals": goals, "cells": cells, "pooled": pooled, "never": never, "failing": failing,
             "fixed": fixed, "gc_ms": gc_ms}  # fmt: skip
+
+
+def round_costs(record: Mapping[str, Any], config: str, temperature: float | None = None) -> dict[str, Any]:
+    """What a round of the configuration ``config`` (its id, or its short spec such as
+    ``lookup/noharm``) cost in the record's own runs, by the rows its verify call had: each run that kept
+    its Stats (repetition 0) gives its target calls' seconds in units of the plain decoder's seconds per
+    target call on the same prompt, repetition and temperature, and its count of rounds by rows (the
+    nodes proposed + 1); a least-squares fit over the runs gives each row count's cost per round (a row
+    count with few rounds is poorly determined: its rounds are given beside it). Also the rounds that
+    asked the drafter (its calls) and those whose drafter proposed nothing. ``temperature``: only runs at
+    it (None: both)."""
+    import numpy as np
+
+    cid = next(c["id"] for c in record["configs"] if config in (c["id"], short(c["id"])))
+    threads = record["settings"]["threads"]
+    plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
+    per_call = {
+        (r["prompt"], r["rep"], r["temperature"]): r["target_s"] / r["target_calls"]
+        for r in record["runs"]
+        if r["config"] == plain
+    }
+    runs = [
+        r
+        for r in record["runs"]
+        if r["config"] == cid and "stats" in r and (temperature is None or r["temperature"] == temperature)
+    ]
+    if not runs:
+        raise ValueError(f"no run of {config!r} in the record kept its Stats")
+    most = max(max(r["stats"]["drafted"], default=0) for r in runs) + 1
+    counts = np.zeros((len(runs), most))
+    y = np.empty(len(runs))
+    calls = empty = 0
+    for i, r in enumerate(runs):
+        for n in r["stats"]["drafted"]:
+            counts[i, n] += 1
+        y[i] = r["target_s"] / per_call[(r["prompt"], r["rep"], r["temperature"])]
+        calls += r["stats"]["draft_calls"]
+        empty += r["stats"]["draft_calls"] - sum(1 for n in r["stats"]["drafted"] if n)
+    used = np.flatnonzero(counts.sum(axis=0))
+    fit, *_ = np.linalg.lstsq(counts[:, used], y, rcond=None)
+    return {
+        "config": cid,
+        "runs": len(runs),
+        "cost": {int(k) + 1: float(c) for k, c in zip(used, fit, strict=True)},
+        "rounds": {int(k) + 1: int(counts[:, k].sum()) for k in used},
+        "draft_calls": int(calls),
+        "empty_calls": int(empty),
+        "rule": "least squares of each run's target seconds, in the plain decoder's seconds per target call "
+        "on the same prompt, repetition and temperature, on its count of rounds by rows",
+    }
