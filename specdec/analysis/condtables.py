@@ -342,9 +342,11 @@ def round_costs(record: Mapping[str, Any], config: str, temperature: float | Non
     its Stats (repetition 0) gives its target calls' seconds in units of the plain decoder's seconds per
     target call on the same prompt, repetition and temperature, and its count of rounds by rows (the
     nodes proposed + 1); a least-squares fit over the runs gives each row count's cost per round (a row
-    count with few rounds is poorly determined: its rounds are given beside it). Also the rounds that
-    asked the drafter (its calls) and those whose drafter proposed nothing. ``temperature``: only runs at
-    it (None: both)."""
+    count with few rounds is poorly determined: its rounds are given beside it). Also the drafter's
+    calls, and ``empty_calls``, the calls less the rounds that had a node: the calls that proposed
+    nothing where the drafter is called once a round it is asked (prompt lookup, suffix decoding; a
+    network drafter calls once per level, so there it is not a count of rounds). ``temperature``: only
+    runs at it (None: both)."""
     import numpy as np
 
     cid = next(c["id"] for c in record["configs"] if config in (c["id"], short(c["id"])))
