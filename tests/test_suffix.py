@@ -294,7 +294,7 @@ def test_the_longest_first_walk_that_skips_matches_that_cannot_win_chooses_as_ar
     rng = RNG(11)
     for _ in range(300):
         depth, vocab = int(rng.integers(1, 16)), int(rng.choice([2, 3, 6, 20]))
-        tree = SuffixTree(depth)
+        tree = SuffixTree(depth, native=False)  # arctic_best reads the Python arrays
         for _ in range(int(rng.integers(1, 5))):
             weights = rng.dirichlet(np.ones(vocab) * 0.5)
             tree.extend(
@@ -316,3 +316,73 @@ def test_the_longest_first_walk_that_skips_matches_that_cannot_win_chooses_as_ar
                     want.score,
                     want.match_len,
                 )
+
+
+def test_the_c_trie_equals_the_python_reference_bit_for_bit():
+    """The trie held in C (``csrc/leanq8_suffix.h``) against the pure-Python one, fed the same appends
+    (several sequences, interleaved, skewed and flat vocabularies, depths from 1): the same nodes in the
+    same sibling order, the same suffix and match nodes, and the same drafts, probabilities, scores and
+    match lengths for both matches and both growths, from a context's matches and from a sequence's own
+    suffix nodes (which the C trie reads in place)."""
+    from specdec.engine import native
+
+    if not native.available("q4q8"):
+        pytest.skip(native.unavailable_reason("q4q8"))
+    rng = RNG(21)
+    for _ in range(120):
+        depth, vocab = int(rng.integers(1, 20)), int(rng.choice([2, 3, 6, 40]))
+        c, py = SuffixTree(depth, native=True), SuffixTree(depth, native=False)
+        assert c.native and not py.native
+        for _ in range(int(rng.integers(1, 6))):
+            seq = int(rng.integers(0, 3))
+            weights = rng.dirichlet(np.ones(vocab) * 0.5)
+            chunk = rng.choice(vocab, size=int(rng.integers(0, 120)), p=weights).tolist()
+            for tree in (c, py):
+                tree.extend(seq, chunk)
+        assert c.num_nodes() == py.num_nodes() and c.total == py.total
+        assert all(c.children(n) == py.children(n) for n in range(py.num_nodes() + 1))
+        assert c.counts() == py.counts()
+        for seq in range(3):
+            assert c.suffix_nodes(seq) == py.suffix_nodes(seq)
+        for _ in range(6):
+            context = rng.choice(vocab, size=int(rng.integers(2, 30))).tolist()
+            assert c.match_nodes(context) == py.match_nodes(context)
+            budget = int(rng.integers(0, 24))
+            factor, offset = float(rng.choice([0.5, 1.0, 2.0])), float(rng.choice([-1.0, 0.0, 1.5]))
+            threshold = float(rng.choice([0.0, 0.05, 0.1, 0.3]))
+            for use_tree in (True, False):
+                for match in ("best", "longest"):
+                    args = (context, budget, factor, offset, threshold, use_tree, match)
+                    assert c.speculate(*args) == py.speculate(*args)
+                    seq, count = int(rng.integers(0, 3)), int(rng.integers(0, depth + 2))
+                    args = (seq, count, budget, factor, offset, threshold, use_tree, match)
+                    assert c.speculate_seq(*args) == py.speculate_seq(*args)  # the sequence's own nodes
+
+
+def test_the_c_trie_refuses_bad_arguments_by_code():
+    """Each C entry point checks its own arguments and returns -2 (nothing read or written out of
+    bounds): a NULL handle, a negative count, a token beyond 32 bits, a node outside the trie."""
+    from specdec.engine import native
+
+    if not native.available("q4q8"):
+        pytest.skip(native.unavailable_reason("q4q8"))
+    lib = native.library("q4q8")
+    assert not lib.specdec_sfx_new(0)
+    tree = SuffixTree(4, native=True)
+    handle = tree._c.handle
+    active, n = np.zeros(4, np.int32), np.zeros(1, np.int32)
+    big = np.array([2**32], np.int64)
+    assert lib.specdec_sfx_append(None, active.ctypes.data, n.ctypes.data, big.ctypes.data, 1) == -2
+    assert lib.specdec_sfx_append(handle, active.ctypes.data, n.ctypes.data, big.ctypes.data, -1) == -2
+    assert lib.specdec_sfx_append(handle, active.ctypes.data, n.ctypes.data, big.ctypes.data, 1) == -2
+    assert tree.num_nodes() == 0 and n[0] == 0
+    out = np.zeros(7, np.int64)
+    assert lib.specdec_sfx_node(handle, 1, out.ctypes.data) == -2
+    nodes = np.array([5], np.int32)
+    tok, par, prob = np.zeros(4, np.int32), np.zeros(4, np.int32), np.zeros(4, np.float32)
+    score, m = np.zeros(1, np.float32), np.zeros(1, np.int32)
+    ptrs = [a.ctypes.data for a in (tok, par, prob, score, m)]
+    assert lib.specdec_sfx_speculate(handle, nodes.ctypes.data, 1, 4, 1.0, 0.0, 0.1, 1, 0, *ptrs) == -2
+    assert lib.specdec_sfx_speculate(handle, nodes.ctypes.data, 0, -1, 1.0, 0.0, 0.1, 1, 0, *ptrs) == -2
+    with pytest.raises(ValueError, match="native must be None, True or False"):
+        SuffixTree(4, native=1)

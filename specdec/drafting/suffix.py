@@ -8,8 +8,8 @@ its end: one child lookup and one count increment each, ``O(max_depth)`` dict op
 token, kept in the sequence's list of *active* nodes (arctic-inference's ``_active_nodes``). The
 trie is not path-compressed (arctic's is): each token appended adds up to ``max_depth`` nodes (one per
 suffix it extends that the text has not held before), kept in flat integer arrays rather than as one
-Python object per node, so that Python's cyclic garbage collector has nothing to walk in it
-(:class:`SuffixTree`).
+Python object per node, so that Python's cyclic garbage collector has nothing to walk in it, and in C
+where the q4q8 library builds (:class:`SuffixTree`).
 
 **Speculation** (:meth:`SuffixTree.speculate`, arctic's ``SuffixTree::speculate``): for every
 match length ``m = 1, 2, ...`` while the last ``m`` tokens of the context occur in the tree (and
@@ -119,10 +119,25 @@ class SuffixTree:
     ``(parent << 32) | token`` to the child. Integers are not tracked by Python's cyclic garbage
     collector, so a tree of a few hundred thousand nodes neither triggers collections as it grows nor
     lengthens them (the earlier trie of ``__slots__`` objects made the collector take 0.27-0.33 ms
-    per generated token in ``results/bench/noharm-amd-epyc-2t.json``)."""
+    per generated token in ``results/bench/noharm-amd-epyc-2t.json``). Where the q4q8 C library builds,
+    the same arrays, edge table and speculation live in C (``csrc/leanq8_suffix.h``, ``native``): the
+    appends and the best-first growth then cost no Python per node, and the tests check that the C trie
+    gives the Python one's nodes, sibling orders and drafts bit for bit."""
 
-    def __init__(self, max_depth: int = 64) -> None:
+    def __init__(self, max_depth: int = 64, *, native: bool | None = None) -> None:
+        """``native``: hold the trie in C (``csrc/leanq8_suffix.h``: the same arrays, sibling order and
+        float32 arithmetic, so the same drafts bit for bit) where the q4q8 library builds (None: where
+        it does, else in Python; True: refuse without it), or in Python (False: the reference the
+        tests compare the C trie with)."""
         self.max_depth = check_int("max_depth", max_depth, low=1)
+        if native is not None and not isinstance(native, bool):
+            raise ValueError(f"native must be None, True or False; got {native!r}")
+        self._c = _CTrie(self.max_depth) if native or (native is None and _native_ok()) else None
+        self._active: dict[int, list[int]] = {}  # per sequence: suffix nodes, longest first
+        self._last_token: dict[int, int] = {}  # per sequence: its last token
+        self._lengths: dict[int, int] = {}
+        if self._c is not None:
+            return
         self._count = [0]
         self._token = [-1]
         self._nchild = [0]
@@ -131,18 +146,20 @@ class SuffixTree:
         self._next = [-1]
         self._prev = [-1]
         self._edge: dict[int, int] = {}
-        self._active: dict[int, list[int]] = {}  # per sequence: suffix nodes, longest first
-        self._last_token: dict[int, int] = {}  # per sequence: its last token
-        self._lengths: dict[int, int] = {}
 
     @property
     def num_seqs(self) -> int:
-        return len(self._active)
+        return len(self._lengths)
+
+    @property
+    def native(self) -> bool:
+        """Whether the trie is held in C."""
+        return self._c is not None
 
     @property
     def total(self) -> int:
         """The root's count: how many tokens the held sequences hold together."""
-        return self._count[0]
+        return self._c.node(0)[0] if self._c is not None else self._count[0]
 
     def length(self, seq_id: int) -> int:
         """How many tokens sequence ``seq_id`` holds (0 for an unknown id)."""
@@ -164,6 +181,11 @@ class SuffixTree:
 
     def _append(self, seq_id: int, tokens: list[int]) -> None:
         if not tokens:
+            return
+        if self._c is not None:
+            self._c.append(seq_id, tokens)
+            self._last_token[seq_id] = tokens[-1]
+            self._lengths[seq_id] = self._lengths.get(seq_id, 0) + len(tokens)
             return
         active = self._active.setdefault(seq_id, [])
         depth = self.max_depth
@@ -225,11 +247,19 @@ class SuffixTree:
         ids = _token_ids("ngram", ngram)
         check_int("len(ngram)", len(ids), low=1, high=self.max_depth, note="max_depth")
         node = self._walk(ids)
-        return 0 if node is None else self._count[node]
+        if node is None:
+            return 0
+        return self._c.node(node)[0] if self._c is not None else self._count[node]
 
     def children(self, node: int) -> list[int]:
         """A node's children in arctic's sibling order (decreasing count; node 0 is the root, whose
         children are in first-seen order)."""
+        if self._c is not None:
+            out, child = [], self._c.node(node)[3]
+            while child >= 0:
+                out.append(child)
+                child = self._c.node(child)[5]
+            return out
         out, child = [], self._first[node]
         while child >= 0:
             out.append(child)
@@ -243,16 +273,20 @@ class SuffixTree:
         while stack:
             path, node = stack.pop()
             for child in self.children(node):
-                key = (*path, self._token[child])
-                out[key] = self._count[child]
+                count, token = self._c.node(child)[:2] if self._c is not None else (
+                    self._count[child], self._token[child])  # fmt: skip
+                key = (*path, token)
+                out[key] = count
                 stack.append((key, child))
         return out
 
     def num_nodes(self) -> int:
         """The nodes below the root: the distinct strings the trie holds."""
-        return len(self._count) - 1
+        return self._c.size() - 1 if self._c is not None else len(self._count) - 1
 
     def _walk(self, ids: Iterable[int]) -> int | None:
+        if self._c is not None:
+            return self._c.walk(list(ids))
         node, edge = 0, self._edge
         for token in ids:
             node = edge.get((node << 32) | token)
@@ -262,6 +296,8 @@ class SuffixTree:
 
     def suffix_nodes(self, seq_id: int) -> list[int]:
         """The nodes of the sequence's last 1, 2, ... min(length, max_depth) tokens, in that order."""
+        if self._c is not None:
+            return self._c.suffix_nodes(seq_id)
         return self._active.get(seq_id, [])[::-1]
 
     def match_nodes(self, context: Sequence[int]) -> list[int]:
@@ -316,6 +352,8 @@ class SuffixTree:
         """Speculation from given match nodes (``nodes[m - 1]``: the match of length m), e.g. a
         sequence's own :meth:`suffix_nodes` (arguments are the caller's to check)."""
         factor, offset, threshold = _F32(max_spec_factor), _F32(max_spec_offset), _F32(min_token_prob)
+        if self._c is not None:
+            return self._c.speculate(nodes, max_spec_tokens, factor, offset, threshold, use_tree_spec, match)
         grow = self._grow_tree if use_tree_spec else self._grow_path
         nchild = self._nchild
         if match == "longest":
@@ -345,6 +383,26 @@ class SuffixTree:
         out = SuffixDraft() if best is None else best
         out.match_len = best_m
         return out
+
+    def speculate_seq(
+        self,
+        seq_id: int,
+        count: int,
+        max_spec_tokens: int,
+        max_spec_factor: float,
+        max_spec_offset: float,
+        min_token_prob: float,
+        use_tree_spec: bool,
+        match: str,
+    ) -> SuffixDraft:
+        """:meth:`speculate_at` from the sequence's own ``count`` shortest suffix nodes (the C trie reads
+        them in place; arguments are the caller's to check)."""
+        if self._c is not None and seq_id in self._c.active:
+            args = (_F32(max_spec_factor), _F32(max_spec_offset), _F32(min_token_prob), use_tree_spec, match)
+            return self._c.speculate(count, max_spec_tokens, *args, seq_id=seq_id)
+        nodes = self.suffix_nodes(seq_id)[:count]
+        args = (max_spec_factor, max_spec_offset, min_token_prob, use_tree_spec, match)
+        return self.speculate_at(nodes, max_spec_tokens, *args)
 
     def _next_in_node(self, node: int) -> int:
         """The child that arctic keeps in the same (path-compressed) node: the only child, of equal
@@ -418,6 +476,113 @@ class SuffixTree:
             score = score + prob
         draft.score = float(score)
         return draft
+
+
+@lru_cache(maxsize=1)
+def _native_ok() -> bool:
+    """Whether the q4q8 library (which holds the C trie) builds and loads on this machine."""
+    from specdec.engine import native
+
+    return native.available("q4q8")
+
+
+class _CTrie:
+    """A trie in C (``csrc/leanq8_suffix.h``): the handle, freed when dropped, and each sequence's active
+    nodes (longest first) in an int32 array of ``max_depth`` entries with its length. The buffers a call
+    passes are allocated once (and grown), their addresses kept: a call costs its C work and one ctypes
+    call, not an allocation per argument."""
+
+    def __init__(self, max_depth: int) -> None:
+        import weakref
+
+        from specdec.engine import native
+
+        lib = native.library("q4q8")
+        self.handle = lib.specdec_sfx_new(max_depth)
+        if not self.handle:
+            raise MemoryError("the C suffix trie could not be allocated")
+        self._free = weakref.finalize(self, lib.specdec_sfx_free, self.handle)
+        self._append_c, self._walk_c = lib.specdec_sfx_append, lib.specdec_sfx_walk
+        self._node_c, self._speculate_c = lib.specdec_sfx_node, lib.specdec_sfx_speculate
+        self.max_depth = max_depth
+        self.active: dict[int, tuple[np.ndarray, np.ndarray, int, int]] = {}  # nodes, length, addresses
+        self.out = np.zeros(7, np.int64)
+        self.out_at = self.out.ctypes.data
+        self._ids(64)
+        self._draft(64)
+
+    def _ids(self, n: int) -> None:  # room for n token ids
+        self.ids = np.zeros(max(n, 64), np.int64)
+        self.ids_at = self.ids.ctypes.data
+
+    def _draft(self, n: int) -> None:  # room for a draft of n nodes and n match nodes
+        n = max(n, 64)
+        self.tok, self.par = np.zeros(n, np.int32), np.zeros(n, np.int32)
+        self.prob, self.nodes = np.zeros(n, np.float32), np.zeros(n, np.int32)
+        self.score, self.m = np.zeros(1, np.float32), np.zeros(1, np.int32)
+        self.draft_at = [a.ctypes.data for a in (self.tok, self.par, self.prob, self.score, self.m)]
+        self.nodes_at = self.nodes.ctypes.data
+
+    def _check(self, code: int, what: str) -> None:
+        if code < 0:
+            raise MemoryError("the C suffix trie ran out of memory") if code == -3 else ValueError(
+                f"the C suffix trie refused {what} (code {code})")  # fmt: skip
+
+    def append(self, seq_id: int, tokens: list[int]) -> None:
+        if seq_id not in self.active:
+            nodes, n = np.zeros(self.max_depth, np.int32), np.zeros(1, np.int32)
+            self.active[seq_id] = (nodes, n, nodes.ctypes.data, n.ctypes.data)
+        _, _, nodes_at, n_at = self.active[seq_id]
+        if len(tokens) > len(self.ids):
+            self._ids(2 * len(tokens))
+        self.ids[: len(tokens)] = tokens
+        self._check(self._append_c(self.handle, nodes_at, n_at, self.ids_at, len(tokens)), "the tokens")
+
+    def node(self, node: int) -> list[int]:
+        """(count, token, children, first, last, next, prev) of ``node``."""
+        if self._node_c(self.handle, node, self.out_at) < 0:
+            raise ValueError(f"node must be a node of the trie (0 .. {self.size() - 1}); got {node}")
+        return self.out.tolist()
+
+    def size(self) -> int:
+        return int(self._node_c(self.handle, 0, self.out_at))
+
+    def walk(self, ids: list[int]) -> int | None:
+        if len(ids) > len(self.ids):
+            self._ids(2 * len(ids))
+        self.ids[: len(ids)] = ids
+        node = self._walk_c(self.handle, self.ids_at, len(ids))
+        return None if node < 0 else int(node)
+
+    def suffix_nodes(self, seq_id: int) -> list[int]:
+        if seq_id not in self.active:
+            return []
+        nodes, n = self.active[seq_id][:2]
+        return nodes[: int(n[0])][::-1].tolist()
+
+    def speculate(
+        self, nodes: Sequence[int], max_spec: int, factor: np.float32, offset: np.float32,
+        threshold: np.float32, tree: bool, match: str, *, seq_id: int | None = None,
+    ) -> SuffixDraft:  # fmt: skip
+        """A draft from the match nodes ``nodes`` (shortest first); ``seq_id``: from that sequence's own
+        suffix nodes instead, the ``nodes`` shortest of them (an int), read in place."""
+        if max_spec > len(self.tok) or (seq_id is None and len(nodes) > len(self.nodes)):
+            self._draft(2 * max(int(max_spec), 0 if seq_id is not None else len(nodes)))
+        if seq_id is None:
+            count, at, longest_first = len(nodes), self.nodes_at, 0
+            self.nodes[:count] = nodes
+        else:
+            held, n, held_at, _ = self.active[seq_id]
+            have = int(n[0])
+            count = min(int(nodes), have)  # the count of matches wanted: held[have - count .. have - 1]
+            at, longest_first = held_at + 4 * (have - count), 1
+        k = self._speculate_c(
+            self.handle, at, count, int(max_spec), float(factor), float(offset), float(threshold), int(tree),
+            int(match == "longest") | 2 * longest_first, *self.draft_at,
+        )  # fmt: skip
+        self._check(k, "the speculation's arguments")
+        return SuffixDraft(self.tok[:k].tolist(), self.par[:k].tolist(), self.prob[:k].astype(float).tolist(),
+                           float(self.score[0]), int(self.m[0]))  # fmt: skip
 
 
 @lru_cache(maxsize=4096)
@@ -545,8 +710,7 @@ class SuffixDecodingDrafter(TreeDrafter):
         args = (*args, self.use_tree_spec, self.match)
         # the per-request tree holds the context itself: its suffix nodes are the matches
         # (arctic matches lengths m < len(context) only)
-        local_nodes = self.local_tree.suffix_nodes(0)[: max(len(context) - 1, 0)]
-        draft = self.local_tree.speculate_at(local_nodes, *args)
+        draft = self.local_tree.speculate_seq(0, max(len(context) - 1, 0), *args)
         if self.use_global and self.global_tree.num_seqs:
             other = self.global_tree.speculate_at(self.global_tree._match_nodes(context[1:]), *args)
             if other.score > draft.score:

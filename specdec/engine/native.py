@@ -33,7 +33,8 @@ verifies a draft tree in one call, each node equal bit for bit to the chain forw
 (:mod:`specdec.engine.leannative`). ABI 5 adds ``specdec_q8_forward_ex`` (embedding rows in place
 of token ids, and every row's pre-final-norm features out, for target-conditioned drafters) and a
 standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`); 8 the tree below earlier calls'
-nodes and top-k; 9 and 10 an EAGLE level, a Medusa draft, an MLP stage in one call each. The cache key
+nodes and top-k; 9 and 10 an EAGLE level, a Medusa draft, an MLP stage in one call each; 11 suffix decoding's trie and
+its speculation (``csrc/leanq8_suffix.h``, :class:`specdec.drafting.suffix.SuffixTree`). The cache key
 covers the C source and every header beside it: ``csrc/lean_common.h`` (the model's structures, the
 error codes and float helpers both forwards share), ``csrc/lean_pool.h`` (the thread pool),
 ``csrc/leanq8_matmul.h`` (the q4q8 int8 products), ``csrc/leanq8_rows.h`` (its row-wise work) and the
@@ -104,7 +105,7 @@ SOURCE_Q8 = Path(__file__).with_name("csrc") / "leanq8.c"
 #: The C forwards, by the lean mode that runs them.
 KINDS = ("q4_1", "q4q8")
 #: The ABI version of leanq8.c's structures (its SPECDEC_Q8_ABI), checked at load.
-Q8_ABI = 10
+Q8_ABI = 11
 #: The ABI version of leanq4.c's structures (its SPECDEC_Q4_ABI), checked at load.
 Q4_ABI = 3
 
@@ -339,6 +340,12 @@ def _declare_q8(lib: ctypes.CDLL, newer: bool = True) -> ctypes.CDLL:
         ),
         "specdec_q8_medusa": ([p, p, p, p, f32, p, i32, i32, p, p, p, i32], i32),  # ABI 10
         "specdec_q8_mlp_stage": ([p, p, p, p, p, p, f32, p, p, i32, p, i32, i32, p, p, p, p, i32], i32),
+        "specdec_sfx_new": ([i32], p),  # ABI 11
+        "specdec_sfx_free": ([p], None),
+        "specdec_sfx_append": ([p, p, p, p, i64], i64),
+        "specdec_sfx_walk": ([p, p, i64], i32),
+        "specdec_sfx_node": ([p, i64, p], i64),
+        "specdec_sfx_speculate": ([p, p, i32, i32, f32, f32, f32, i32, i32, p, p, p, p, p], i32),
     }
     for name, (args, result) in signatures.items():
         if newer or name not in _Q8_NEWER or hasattr(lib, name):
@@ -706,6 +713,12 @@ _Q8_APPENDED: dict[int, tuple[int, dict[int, int]]] = {6: (5, {3: ctypes.sizeof(
 
 #: The q4q8 entry points an earlier ABI may lack (:func:`q8_library_from` lists those missing).
 _Q8_NEWER = (
+    "specdec_sfx_new",
+    "specdec_sfx_free",
+    "specdec_sfx_append",
+    "specdec_sfx_walk",
+    "specdec_sfx_node",
+    "specdec_sfx_speculate",
     "specdec_q8_amx",
     "specdec_q8_peak",
     "specdec_q8_forward_spec",

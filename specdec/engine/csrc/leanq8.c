@@ -44,7 +44,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#define SPECDEC_Q8_ABI 10 /* 10: specdec_q8_medusa, specdec_q8_mlp_stage (a Medusa draft, an MLP stage in one call); 9: specdec_q8_eagle_inputs, specdec_q8_eagle_level (one EAGLE level in one call); 8: specdec_q8_forward_spec (a tree hung below earlier calls' nodes), specdec_q8_linear_topk, specdec_topk; 7: specdec_q8_amx, specdec_q8_peak; 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
+#define SPECDEC_Q8_ABI 11 /* 11: specdec_sfx_* (suffix decoding's trie and speculation); 10: specdec_q8_medusa, specdec_q8_mlp_stage (a Medusa draft, an MLP stage in one call); 9: specdec_q8_eagle_inputs, specdec_q8_eagle_level (one EAGLE level in one call); 8: specdec_q8_forward_spec (a tree hung below earlier calls' nodes), specdec_q8_linear_topk, specdec_topk; 7: specdec_q8_amx, specdec_q8_peak; 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ISA "avx512vnni"
@@ -787,3 +787,5 @@ int32_t specdec_q8_linear(lin_t *l, const float *x, int32_t rows, float *y, int3
 #include "leanq8_eagle.h" /* specdec_q8_eagle_inputs, specdec_q8_eagle_level: one EAGLE level, one call */
 
 #include "leanq8_heads.h" /* specdec_q8_medusa, specdec_q8_mlp_stage: Medusa's heads, an MLP stage, one call */
+
+#include "leanq8_suffix.h" /* specdec_sfx_*: suffix decoding's trie and its speculation */
