@@ -33,11 +33,12 @@ verifies a draft tree in one call, each node equal bit for bit to the chain forw
 (:mod:`specdec.engine.leannative`). ABI 5 adds ``specdec_q8_forward_ex`` (embedding rows in place
 of token ids, and every row's pre-final-norm features out, for target-conditioned drafters) and a
 standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`); 8 the tree below earlier calls'
-nodes and top-k; 9 and 10 an EAGLE level, a Medusa draft, an MLP stage in one call each; 11 suffix decoding's trie and
-its speculation (``csrc/leanq8_suffix.h``, :class:`specdec.drafting.suffix.SuffixTree`). The cache key
-covers the C source and every header beside it: ``csrc/lean_common.h`` (the model's structures, the
-error codes and float helpers both forwards share), ``csrc/lean_pool.h`` (the thread pool),
-``csrc/leanq8_matmul.h`` (the q4q8 int8 products), ``csrc/leanq8_rows.h`` (its row-wise work) and the
+nodes and top-k; 9 and 10 an EAGLE level, a Medusa draft, an MLP stage in one call each; 11 suffix
+decoding's trie and its speculation (``csrc/leanq8_suffix.h``,
+:class:`specdec.drafting.suffix.SuffixTree`). The cache key covers the C source and every header beside
+it: ``csrc/lean_common.h`` (the model's structures, the error codes and float helpers both forwards
+share), ``csrc/lean_pool.h`` (the thread pool), ``csrc/leanq8_matmul.h`` (the q4q8 int8 products),
+``csrc/leanq8_rows.h`` (its row-wise work) and the
 other ``leanq8_*.h`` headers (peaks, top-k, EAGLE's level).
 
 Both libraries report their ABI version and the sizes of the structures they share with Python
