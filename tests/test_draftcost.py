@@ -57,6 +57,7 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
     assert all(math.isfinite(v) and v > 0 for v in cal["plain_round"].values())
     assert set(cal["tokens_per_round"]) == {"0", "1"} and cal["catch_up"] >= 0
     assert len(cal["verify"]) == 5 and cal["verify"][0] == 1.0 and min(cal["verify"]) > 0
+    assert cal["level"] >= 1 and cal["verify"] == [1 + cal["level"] * (x - 1) for x in cal["verify_bare"]]
     assert all(0 <= cal["proposes"][t] <= 1 for t in ("0", "1"))
     policy = no_harm_policy(cal)
     assert (
@@ -140,3 +141,14 @@ def test_the_configs_option_refuses_an_empty_list_a_repeat_and_a_huge_budget(cap
     argv = ["--side", "--threads", "1", "--prompts", "1", "--drafter-threads", "1", "--new-tokens", "8"]
     with pytest.raises(ValueError, match="--configs must be a JSON list"):
         side_main([*argv, "--configs", "[lookup"])
+
+
+def test_the_loops_clock_raises_the_curves_level_never_lowers_it():
+    """curve_level: the median of (loop - 1) / (curve - 1) over budgets and temperatures, at least 1; a
+    pair without a proposing round (NaN) or a curve price of 1 is left out."""
+    from specdec.measure.draftcost import curve_level
+
+    assert curve_level([(1.5, 2.0), (1.2, 1.4), (1.8, 2.6)]) == pytest.approx(2.0)
+    assert curve_level([(1.5, 1.2), (1.9, 1.5)]) == 1.0  # the loop says cheaper: the curve stands
+    assert curve_level([(1.5, float("nan")), (1.0, 3.0)]) == 1.0
+    assert curve_level([(1.5, float("nan")), (1.25, 1.75)]) == pytest.approx(3.0)

@@ -138,9 +138,10 @@ def _calibration(
       round's drafting (``draft_s`` per round) plus its verification's work beyond a plain step's
       (``verify_s`` per round less plain decoding's: accepting, rejecting, sampling the rows); depth the
       deepest tree the drafter proposed at b (at least 1). Medians over prompts.
-    * ``loop_v``: b -> the rest of the round as the loop's clock saw it (the generation's time less prefill
-      and drafting, per round; median over prompts): a diagnostic beside v, since a few short
-      generations put a call's fixed costs on their few rounds.
+    * ``loop_v``: b -> the rest of the round as the loop's clock saw it (the generation's time less prefill,
+      drafting and verification's extra work, per round; median over prompts), and ``loop_full``: b -> the
+      same for a round whose drafter proposed ((loop_v - (1 - s)) / s per prompt, s the prompt's share
+      of proposing rounds; median over the prompts that had one; NaN where none had).
     * ``counts``: the deepest budget's rounds per depth, (examined, accepted) pooled over prompts
       (accepted / examined is the a_d of the policy).
     * ``tokens``: b -> the new tokens per round (mean over prompts, every round counted).
@@ -202,9 +203,12 @@ def _calibration(
             c_b = (draft_s + st.verify_s / st.rounds - plain_verify) / step
             full = [verify[n] for n in st.drafted if n]
             v_b = float(np.mean(full)) if full else float("nan")
+            share = len(full) / len(st.drafted)
+            loop_v = (round_s - draft_s - st.verify_s / st.rounds + plain_verify) / step
+            loop_full = (loop_v - (1.0 - share)) / share if share else float("nan")
             proposed[0] += len(st.drafted)
             proposed[1] += len(full)
-            samples[b].append((v_b, c_b, (round_s - draft_s) / step, max(1, policy.deepest)))
+            samples[b].append((v_b, c_b, loop_v, max(1, policy.deepest), loop_full))
             per_round[b].append(st.new_tokens / st.rounds)
             # a fixed budget tells the drafter the prompt's positions in the prefill (start, extend)
             catch_up.append(max(0.0, st.prefill_s - plain.prefill_s) / max(len(prompt) - 1, 1) / step)
@@ -224,6 +228,10 @@ def _calibration(
             for b, rows in samples.items()
         },
         "loop_v": {b: float(np.median([r[2] for r in rows])) for b, rows in samples.items()},
+        "loop_full": {
+            b: float(np.median(full)) if (full := [r[4] for r in rows if r[4] == r[4]]) else float("nan")
+            for b, rows in samples.items()
+        },
         "counts": [[e, a] for e, a in zip(examined, accepted, strict=True)],
         "tokens": {b: float(np.mean(rows)) for b, rows in per_round.items()},
         "proposes": proposed[1] / proposed[0],
@@ -249,6 +257,17 @@ def _rates(counts: dict[str, list[list[int]]], depth: int) -> dict[str, list[flo
     return out
 
 
+def curve_level(pairs: list[tuple[float, float]]) -> float:
+    """How far the loop's clock raises the verify curve's level (:func:`calibrate_policy`): the median over
+    ``pairs`` of (curve's price of a proposing round, the loop's cost of one) of (loop - 1) / (curve - 1),
+    at least 1; pairs whose curve price is not above 1 or whose loop cost is NaN (no proposing round) are
+    left out, and with none left the level is 1."""
+    import numpy as np
+
+    ratios = [(loop - 1.0) / (curve - 1.0) for curve, loop in pairs if curve > 1.0 and loop == loop]
+    return max(1.0, float(np.median(ratios))) if ratios else 1.0
+
+
 def calibrate_policy(
     target: Any,
     drafter: Any,
@@ -267,7 +286,15 @@ def calibrate_policy(
     drafter proposed; per budget, the median over temperatures of (v, c) and the deepest depth
     (:func:`_calibration`); the prior acceptance per depth at each temperature (the policy takes the one
     nearest a generation's temperature: :meth:`~specdec.theory.policies.DoNoHarm.begin`), with the counts
-    it came from."""
+    it came from.
+
+    A short timing of bare calls can catch the host in a regime where wide calls look cheap (one run's
+    seven calibrations gave v(5) from 1.26 to 1.93 minutes apart; ``noharm-v6``), so the curve gives the
+    shape and the loop's own clock may raise its level: ``level`` = the median over budgets and
+    temperatures of (loop_full - 1) / (v - 1), the loop's cost of a proposing round over the curve's
+    price of it, at least 1; the curve the policy prices by (``verify``) is 1 + level (v(k) - 1), and
+    each budget's v likewise (the bare curve stays as ``verify_bare``). Never below the curve: a
+    do-no-harm price errs towards not drafting."""
     import numpy as np
 
     from specdec.measure.verifykernels import target_verify_curves
@@ -285,9 +312,11 @@ def calibrate_policy(
         )  # fmt: skip
         for t in temperatures
     }
+    level = curve_level([(r["budgets"][b][0], r["loop_full"][b]) for r in runs.values() for b in budgets])
+    bare, verify = verify, [1.0 + level * (x - 1.0) for x in verify]
     costs = {
         str(b): [
-            float(np.median([r["budgets"][b][0] for r in runs.values()])),
+            1.0 + level * (float(np.median([r["budgets"][b][0] for r in runs.values()])) - 1.0),
             float(np.median([r["budgets"][b][1] for r in runs.values()])),
             max(r["budgets"][b][2] for r in runs.values()),
         ]
@@ -298,6 +327,8 @@ def calibrate_policy(
     return {
         "budgets": costs,
         "verify": verify,
+        "verify_bare": bare,
+        "level": level,
         "verify_curve": {k: curve[k] for k in ("prefix_len", "ks", "median_s", "v_chain", "v_tree", "rule")},
         "prior_rates": rates,
         "tokens_per_round": {t: {str(b): e for b, e in r["tokens"].items()} for t, r in runs.items()},
@@ -310,17 +341,21 @@ def calibrate_policy(
             t: {
                 "budgets": {str(b): list(c) for b, c in r["budgets"].items()},
                 "loop_v": {str(b): v for b, v in r["loop_v"].items()},
+                "loop_full": {str(b): v for b, v in r["loop_full"].items()},
                 "counts": r["counts"],
                 "catch_up": r["catch_up"],
             }
             for t, r in runs.items()
         },
-        "rule": "verify: v(k) = T(k) / T(1), tree calls over the chain's one-row call, medians over "
-        "passes, v(1) = 1; per budget v: the mean of v(n + 1) over a generation's rounds whose drafter "
-        "proposed n >= 1 nodes; proposes per temperature: the share of rounds that proposed, pooled; "
-        "c: drafting plus verification beyond a plain step's, per round; v, c: medians over "
-        "prompts, then over temperatures; loop_v: the round less drafting as the loop's clock saw it "
-        "(a diagnostic); rates per temperature: accepted / examined per depth at the largest budget, "
+        "rule": "verify_bare: v(k) = T(k) / T(1), tree calls over the chain's one-row call, medians over "
+        "passes, v(1) = 1; level: the median over budgets and temperatures of (loop_full - 1) / (v - 1), "
+        "at least 1; verify: 1 + level (v(k) - 1); per budget v: 1 + level (the mean of v(n + 1) over a "
+        "generation's rounds whose drafter proposed n >= 1 nodes, median over prompts and temperatures "
+        "- 1); proposes per temperature: the share of rounds that proposed, pooled; "
+        "c: drafting plus verification beyond a plain step's, per round; c: medians over "
+        "prompts, then over temperatures; loop_v: the round less drafting and verification's extra work "
+        "as the loop's clock saw it; loop_full: the same for a proposing round; rates per temperature: "
+        "accepted / examined per depth at the largest budget, "
         "pooled over prompts (a depth a temperature never examined: pooled over temperatures, else the "
         "depth above's); tokens per round per temperature and budget: mean over prompts; catch_up: per "
         "prompt position, the median over prompts and budgets, then over temperatures; plain_round per "
