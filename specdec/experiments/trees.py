@@ -194,6 +194,9 @@ SETS = {
     # a sixth time, after the policy learns how often its drafter proposes and prices a round by the verify
     # curve at the nodes proposed (61c2a98): the same design on prompts frozen for it
     "noharm-v6": _noharm_again("noharm-v6.jsonl"),
+    # a seventh time, after the calibration lets the loop's clock raise the verify curve's level (e8842d8)
+    # and suffix decoding's trie moved into C (2715c07): the same design on prompts frozen for it
+    "noharm-v7": _noharm_again("noharm-v7.jsonl"),
 }
 
 
@@ -394,7 +397,7 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4`` / ``noharm-v5`` / ``noharm-v6``: the file of that name;
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v7``: the file of that name;
     a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
@@ -405,7 +408,8 @@ class TreesRun(Program):
     same after the suffix tree's change, with suffix decoding and mlp-3m added, on prompts frozen for it:
     :data:`NOHARM_V4_CONFIGS`, records of kind ``noharm``; ``noharm-v5`` the same again after the
     suffix walk and the policy's runs of plain rounds, on its own frozen prompts; ``noharm-v6`` again after
-    the policy's pricing of empty and partial proposals). The record is
+    the policy's pricing of empty and partial proposals; ``noharm-v7`` after the calibration's level from
+    the loop's clock and the C trie). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
