@@ -253,6 +253,26 @@ def test_do_no_harm_learns_how_often_the_drafter_proposes():
         DoNoHarm({4: (1.9, 0.07, 4)}, proposes={0.0: 1.5})
 
 
+def test_measured_tokens_per_round_are_read_over_the_calibrated_share_that_proposed():
+    """Calibrated tokens per round count every round, the empty ones too: with a calibrated share s of
+    proposing rounds, a proposing round brings (tokens - 1) / s drafts and a round 1 + s of that, at a
+    cost of (1 - s) + s v + c (here exactly 1: the margin keeps it plain). Without a calibrated share
+    (an earlier calibration's format) the measured tokens already hold the empty rounds, so the share is
+    not learnt again from empty rounds."""
+    policy = DoNoHarm(
+        {4: (1.8, 0.1, 4)}, prior=4, prior_rate=0.5, tokens={0.0: {4: 1.5}}, proposes={0.0: 0.5}
+    )
+    policy.begin(0.0)
+    assert policy.predicted()[4] == pytest.approx(1.5 / (0.5 + 0.5 * 1.8 + 0.1))
+    old = DoNoHarm({4: (1.3, 0.1, 4)}, prior=4, prior_rate=0.5, tokens={0.0: {4: 1.5}}, probe_every=0)
+    old.begin(0.0)
+    before = old.predicted()[4]
+    for _ in range(10):
+        assert old.next() == 4
+        old.update(0, 0, 0)  # asked, proposed nothing
+    assert old.predicted()[4] == pytest.approx(before)
+
+
 def test_do_no_harm_prices_a_round_by_the_nodes_its_drafter_proposed():
     """With the verify curve, a round is priced at v(n + 1) for the n nodes proposed (the mean over the
     rounds at b that proposed, shrunk towards the calibrated v): a drafter that proposes 2 of its 4 nodes

@@ -333,10 +333,11 @@ def test_the_c_trie_equals_the_python_reference_bit_for_bit():
         depth, vocab = int(rng.integers(1, 20)), int(rng.choice([2, 3, 6, 40]))
         c, py = SuffixTree(depth, native=True), SuffixTree(depth, native=False)
         assert c.native and not py.native
+        base = 2**32 - vocab if rng.random() < 0.2 else 0  # token ids up to 2**32 - 1
         for _ in range(int(rng.integers(1, 6))):
             seq = int(rng.integers(0, 3))
             weights = rng.dirichlet(np.ones(vocab) * 0.5)
-            chunk = rng.choice(vocab, size=int(rng.integers(0, 120)), p=weights).tolist()
+            chunk = (base + rng.choice(vocab, size=int(rng.integers(0, 120)), p=weights)).tolist()
             for tree in (c, py):
                 tree.extend(seq, chunk)
         assert c.num_nodes() == py.num_nodes() and c.total == py.total
@@ -345,9 +346,9 @@ def test_the_c_trie_equals_the_python_reference_bit_for_bit():
         for seq in range(3):
             assert c.suffix_nodes(seq) == py.suffix_nodes(seq)
         for _ in range(6):
-            context = rng.choice(vocab, size=int(rng.integers(2, 30))).tolist()
+            context = (base + rng.choice(vocab, size=int(rng.integers(2, 30)))).tolist()
             assert c.match_nodes(context) == py.match_nodes(context)
-            budget = int(rng.integers(0, 24))
+            budget = int(rng.integers(0, 24)) if rng.random() < 0.8 else int(rng.integers(65, 130))
             factor, offset = float(rng.choice([0.5, 1.0, 2.0])), float(rng.choice([-1.0, 0.0, 1.5]))
             threshold = float(rng.choice([0.0, 0.05, 0.1, 0.3]))
             for use_tree in (True, False):
@@ -376,10 +377,13 @@ def test_the_c_trie_refuses_bad_arguments_by_code():
     assert lib.specdec_sfx_append(handle, active.ctypes.data, n.ctypes.data, big.ctypes.data, -1) == -2
     assert lib.specdec_sfx_append(handle, active.ctypes.data, n.ctypes.data, big.ctypes.data, 1) == -2
     assert tree.num_nodes() == 0 and n[0] == 0
+    one, n[0], active[0] = np.array([3], np.int64), 1, 7  # an active node that is not in the trie
+    assert lib.specdec_sfx_append(handle, active.ctypes.data, n.ctypes.data, one.ctypes.data, 1) == -2
+    assert tree.num_nodes() == 0
     out = np.zeros(7, np.int64)
     assert lib.specdec_sfx_node(handle, 1, out.ctypes.data) == -2
     nodes = np.array([5], np.int32)
-    tok, par, prob = np.zeros(4, np.int32), np.zeros(4, np.int32), np.zeros(4, np.float32)
+    tok, par, prob = np.zeros(4, np.int64), np.zeros(4, np.int32), np.zeros(4, np.float32)
     score, m = np.zeros(1, np.float32), np.zeros(1, np.int32)
     ptrs = [a.ctypes.data for a in (tok, par, prob, score, m)]
     assert lib.specdec_sfx_speculate(handle, nodes.ctypes.data, 1, 4, 1.0, 0.0, 0.1, 1, 0, *ptrs) == -2

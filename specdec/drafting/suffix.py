@@ -517,7 +517,7 @@ class _CTrie:
 
     def _draft(self, n: int) -> None:  # room for a draft of n nodes and n match nodes
         n = max(n, 64)
-        self.tok, self.par = np.zeros(n, np.int32), np.zeros(n, np.int32)
+        self.tok, self.par = np.zeros(n, np.int64), np.zeros(n, np.int32)
         self.prob, self.nodes = np.zeros(n, np.float32), np.zeros(n, np.int32)
         self.score, self.m = np.zeros(1, np.float32), np.zeros(1, np.int32)
         self.draft_at = [a.ctypes.data for a in (self.tok, self.par, self.prob, self.score, self.m)]

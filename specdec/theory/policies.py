@@ -377,6 +377,9 @@ class DoNoHarm(BudgetPolicy):
                 f"proposes[{t!r}]", share, low=0.0, high=1.0
             )
         self.share_now = 1.0
+        # measured tokens per round without a calibrated share (an earlier calibration's format) already
+        # hold the drafter's empty rounds: the share is then not learnt again
+        self.learn_share = not (self.measured and not self.shares)
         self.drafted = [0.0, 0.0]  # rounds that asked the drafter, and of those the ones it proposed in
         # per budget: rounds whose drafter proposed, and the sum of their verify costs v(nodes + 1)
         self.filled: dict[int, list[float]] = {b: [0.0, 0.0] for b in self.costs if b}
@@ -505,17 +508,20 @@ class DoNoHarm(BudgetPolicy):
         check_int("nodes", nodes, low=0)
         check_int("depth", depth, low=0, high=nodes)
         check_int("accepted", accepted, low=0, high=depth)
+        if self._asked and nodes > self._asked:  # checked before anything changes
+            raise ValueError(f"nodes must be at most the budget asked ({self._asked}); got {nodes}")
         probed, self.probing = self.probing, False
         asked, self._asked = self._asked, 0
         self.untold = accepted + 1 if asked else self.untold + 1  # a drafter asked has caught up
-        if asked:  # a round that asked the drafter: whether it proposed, and what its nodes cost
-            if nodes > asked:
-                raise ValueError(f"nodes must be at most the budget asked ({asked}); got {nodes}")
+        if asked and self.learn_share:  # a round that asked the drafter: whether it proposed, and what
+            # its nodes cost
             self.drafted[0] += 1
             if nodes:
                 self.drafted[1] += 1
-                self.filled[asked][0] += 1
-                self.filled[asked][1] += self.verify[nodes] if self.verify is not None else 0.0
+        if asked and nodes:
+            self.filled[asked][0] += 1
+            self.filled[asked][1] += self.verify[nodes] if self.verify is not None else 0.0
+        if asked:
             self._choice = None
         if nodes == 0:  # nothing drafted: a plain step, or a drafter that proposed nothing
             if probed:  # an empty probe: wait again (longer) before the next

@@ -100,18 +100,22 @@ sfx_t *specdec_sfx_new(int32_t max_depth) {
 }
 
 /* Appends tokens[0..n-1] (each in [0, 2**32)) to a sequence whose active nodes are active[0..*nactive-1]
- * (longest suffix first; room for max_depth). Returns the trie's node count, ERR_ARGUMENT (-2) for bad
- * arguments (nothing changed) or -3 when out of memory (the tokens before the failing one appended). */
+ * (longest suffix first, each a node of the trie; room for max_depth). Returns the trie's node count,
+ * ERR_ARGUMENT (-2) for bad arguments (nothing changed) or -3 when out of memory or past 2**31 - 1 nodes
+ * (the tokens before the failing one appended). */
 int64_t specdec_sfx_append(sfx_t *t, int32_t *active, int32_t *nactive, const int64_t *tokens, int64_t n) {
     if (!t || !active || !nactive || (n && !tokens) || n < 0 || *nactive < 0 || *nactive > t->max_depth)
         return ERR_ARGUMENT;
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] > 0xffffffffLL) return ERR_ARGUMENT;
+    for (int32_t i = 0; i < *nactive; i++)
+        if (active[i] < 0 || active[i] >= t->n) return ERR_ARGUMENT;
     int64_t *count = t->count;
     for (int64_t q = 0; q < n; q++) {
         const int64_t token = tokens[q];
-        if (sfx_room(t, t->n + t->max_depth) || 2 * (t->used + t->max_depth) > t->slots && sfx_rehash(t))
-            return -3;
+        if (t->n + t->max_depth > INT32_MAX || sfx_room(t, t->n + t->max_depth)) return -3;
+        while (2 * (t->used + t->max_depth) > t->slots)
+            if (sfx_rehash(t)) return -3;
         count = t->count;
         int32_t *nchild = t->nchild, *first = t->first, *last = t->last, *nxt = t->next, *prev = t->prev;
         if (*nactive == t->max_depth) { /* a suffix of max_depth tokens is not extended further */
@@ -255,7 +259,7 @@ static int32_t sfx_next_in_node(const sfx_t *t, int32_t node) { /* arctic's comp
 
 /* A draft below node into tok / par / prob (room for max_tokens); returns its size (-3: out of memory). */
 static int32_t sfx_grow_tree(const sfx_t *t, sfx_heap *h, int32_t node, int32_t max_tokens, float threshold,
-                             int32_t *tok, int32_t *par, float *prob_out, float *score_out) {
+                             int64_t *tok, int32_t *par, float *prob_out, float *score_out) {
     int32_t m = 0;
     float score = 0.0f;
     h->n = 0;
@@ -266,7 +270,7 @@ static int32_t sfx_grow_tree(const sfx_t *t, sfx_heap *h, int32_t node, int32_t 
         if (it.emit) {
             int32_t index;
             for (;;) {
-                tok[m] = (int32_t)t->token[it.at], par[m] = it.parent, prob_out[m] = it.prob;
+                tok[m] = t->token[it.at], par[m] = it.parent, prob_out[m] = it.prob;
                 score = score + it.prob;
                 index = m++;
                 after = sfx_next_in_node(t, it.at);
@@ -289,7 +293,7 @@ static int32_t sfx_grow_tree(const sfx_t *t, sfx_heap *h, int32_t node, int32_t 
     return m;
 }
 
-static int32_t sfx_grow_path(const sfx_t *t, int32_t node, int32_t max_tokens, float threshold, int32_t *tok,
+static int32_t sfx_grow_path(const sfx_t *t, int32_t node, int32_t max_tokens, float threshold, int64_t *tok,
                              int32_t *par, float *prob_out, float *score_out) {
     int32_t m = 0;
     float score = 0.0f, prob = 1.0f;
@@ -299,7 +303,7 @@ static int32_t sfx_grow_path(const sfx_t *t, int32_t node, int32_t max_tokens, f
         if (t->count[child] != t->count[node]) prob = prob * ((float)t->count[child] / (float)t->count[node]);
         if (prob < threshold) break;
         node = child;
-        par[m] = m - 1, tok[m] = (int32_t)t->token[node], prob_out[m] = prob;
+        par[m] = m - 1, tok[m] = t->token[node], prob_out[m] = prob;
         score = score + prob;
         m++;
     }
@@ -310,8 +314,10 @@ static int32_t sfx_grow_path(const sfx_t *t, int32_t node, int32_t max_tokens, f
 static int32_t sfx_max_tokens(int32_t m, float factor, float offset, int32_t cap) { /* suffix.py's */
     float x = (float)m * factor;
     x = x + offset;
-    const int64_t k = (int64_t)((double)x + 1e-6);
-    return (int32_t)(k < cap ? (k > 0 ? k : 0) : cap);
+    const double d = (double)x + 1e-6;
+    if (!(d > 0.0)) return 0; /* also NaN: the cast below is defined only in range */
+    if (d >= (double)cap) return cap;
+    return (int32_t)d; /* truncation, as Python's int() */
 }
 
 /* SuffixTree.speculate_at: a draft from the match nodes (the match of length m = 1 .. nnodes: nodes[m - 1],
@@ -320,7 +326,7 @@ static int32_t sfx_max_tokens(int32_t m, float factor, float offset, int32_t cap
  * arguments, -3 when out of memory. flags 1: draft below the longest match with a child only. */
 int32_t specdec_sfx_speculate(const sfx_t *t, const int32_t *nodes, int32_t nnodes, int32_t max_spec,
                               float factor, float offset, float threshold, int32_t tree, int32_t flags,
-                              int32_t *tok, int32_t *par, float *prob, float *score, int32_t *match_len) {
+                              int64_t *tok, int32_t *par, float *prob, float *score, int32_t *match_len) {
     if (!t || (nnodes && !nodes) || nnodes < 0 || max_spec < 0 || !tok || !par || !prob || !score ||
         !match_len || flags < 0 || flags > 3)
         return ERR_ARGUMENT;
@@ -347,7 +353,7 @@ int32_t specdec_sfx_speculate(const sfx_t *t, const int32_t *nodes, int32_t nnod
     }
     /* arctic's choice by score walked from the longest match down (suffix.py): the draft being grown goes
      * into scratch, then into the output when it beats the best */
-    int32_t *stok = malloc(sizeof(int32_t) * (size_t)(max_spec ? max_spec : 1));
+    int64_t *stok = malloc(sizeof(int64_t) * (size_t)(max_spec ? max_spec : 1));
     int32_t *spar = malloc(sizeof(int32_t) * (size_t)(max_spec ? max_spec : 1));
     float *sprob = malloc(sizeof(float) * (size_t)(max_spec ? max_spec : 1));
     if (!stok || !spar || !sprob) {
@@ -370,7 +376,7 @@ int32_t specdec_sfx_speculate(const sfx_t *t, const int32_t *nodes, int32_t nnod
             break;
         }
         if (s > best_score || !best_m) {
-            memcpy(tok, stok, sizeof(int32_t) * (size_t)k);
+            memcpy(tok, stok, sizeof(int64_t) * (size_t)k);
             memcpy(par, spar, sizeof(int32_t) * (size_t)k);
             memcpy(prob, sprob, sizeof(float) * (size_t)k);
             size = k, best_m = m, best_score = s, have_best = 1;
