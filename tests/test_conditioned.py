@@ -682,7 +682,8 @@ def test_round_costs_recovers_what_each_row_count_cost_and_counts_the_empty_call
     for p in range(6):
         per_call = 0.002 * (1 + 0.1 * p)
         runs.append({"config": "e/plain", "prompt": p, "rep": 0, "temperature": 0.0,
-                     "target_s": 50 * per_call, "target_calls": 50})  # fmt: skip
+                     "target_s": 50 * per_call, "target_calls": 50, "decode_s": 50 * per_call / 0.9,
+                     "new_tokens": 50})  # fmt: skip
         drafted = list(rng.choice([0, 2, 4], size=40))
         runs.append({"config": "e/lookup/noharm", "prompt": p, "rep": 0, "temperature": 0.0,
                      "target_s": per_call * sum(cost[n] for n in drafted),
@@ -690,6 +691,7 @@ def test_round_costs_recovers_what_each_row_count_cost_and_counts_the_empty_call
     record = {"configs": configs, "runs": runs, "settings": {"threads": 2}}
     out = round_costs(record, "lookup/noharm")
     assert out["cost"] == pytest.approx({1: 1.0, 3: 1.4, 5: 1.9})
+    assert out["cost_steps"] == pytest.approx({1: 0.9, 3: 1.26, 5: 1.71})  # a call is 0.9 of a step
     assert sum(out["rounds"].values()) == 240
     nonempty = sum(1 for r in runs if "stats" in r for n in r["stats"]["drafted"] if n)
     assert out["draft_calls"] == 180 and out["empty_calls"] == 180 - nonempty

@@ -342,7 +342,9 @@ def round_costs(record: Mapping[str, Any], config: str, temperature: float | Non
     its Stats (repetition 0) gives its target calls' seconds in units of the plain decoder's seconds per
     target call on the same prompt, repetition and temperature, and its count of rounds by rows (the
     nodes proposed + 1); a least-squares fit over the runs gives each row count's cost per round (a row
-    count with few rounds is poorly determined: its rounds are given beside it). Also the drafter's
+    count with few rounds is poorly determined: its rounds are given beside it; a point estimate, no
+    interval), and the same in plain steps (``cost_steps``: times ``call_over_step``, the median over the
+    plain decoder's runs of its seconds per target call over its seconds per token). Also the drafter's
     calls, and ``empty_calls``, the calls less the rounds that had a node: the calls that proposed
     nothing where the drafter is called once a round it is asked (prompt lookup, suffix decoding; a
     network drafter calls once per level, so there it is not a count of rounds). ``temperature``: only
@@ -376,10 +378,18 @@ def round_costs(record: Mapping[str, Any], config: str, temperature: float | Non
         empty += r["stats"]["draft_calls"] - sum(1 for n in r["stats"]["drafted"] if n)
     used = np.flatnonzero(counts.sum(axis=0))
     fit, *_ = np.linalg.lstsq(counts[:, used], y, rcond=None)
+    # a plain target call over a plain step (the decoder's whole time per token), for prices in steps
+    call_over_step = float(np.median([
+        (r["target_s"] / r["target_calls"]) / (r["decode_s"] / r["new_tokens"])
+        for r in record["runs"]
+        if r["config"] == plain and (temperature is None or r["temperature"] == temperature)
+    ]))  # fmt: skip
     return {
         "config": cid,
         "runs": len(runs),
         "cost": {int(k) + 1: float(c) for k, c in zip(used, fit, strict=True)},
+        "call_over_step": call_over_step,
+        "cost_steps": {int(k) + 1: float(c) * call_over_step for k, c in zip(used, fit, strict=True)},
         "rounds": {int(k) + 1: int(counts[:, k].sum()) for k in used},
         "draft_calls": int(calls),
         "empty_calls": int(empty),
