@@ -67,7 +67,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -486,6 +486,26 @@ def _native_ok() -> bool:
     return native.available("q4q8")
 
 
+def _declared(lib: Any) -> Any:
+    """The q4q8 library with the C trie's entry points declared (ABI 11; ctypes' declarations are the
+    library object's, so declaring again is harmless)."""
+    import ctypes
+
+    p, i32, f32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_float, ctypes.c_int64
+    signatures = {
+        "specdec_sfx_new": ([i32], p),
+        "specdec_sfx_free": ([p], None),
+        "specdec_sfx_append": ([p, p, p, p, i64], i64),
+        "specdec_sfx_walk": ([p, p, i64], i32),
+        "specdec_sfx_node": ([p, i64, p], i64),
+        "specdec_sfx_speculate": ([p, p, i32, i32, f32, f32, f32, i32, i32, p, p, p, p, p], i32),
+    }
+    for name, (args, result) in signatures.items():
+        function = getattr(lib, name)
+        function.argtypes, function.restype = args, result
+    return lib
+
+
 class _CTrie:
     """A trie in C (``csrc/leanq8_suffix.h``): the handle, freed when dropped, and each sequence's active
     nodes (longest first) in an int32 array of ``max_depth`` entries with its length. The buffers a call
@@ -497,7 +517,7 @@ class _CTrie:
 
         from specdec.engine import native
 
-        lib = native.library("q4q8")
+        lib = _declared(native.library("q4q8"))
         self.handle = lib.specdec_sfx_new(max_depth)
         if not self.handle:
             raise MemoryError("the C suffix trie could not be allocated")

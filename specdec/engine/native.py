@@ -34,12 +34,11 @@ verifies a draft tree in one call, each node equal bit for bit to the chain forw
 of token ids, and every row's pre-final-norm features out, for target-conditioned drafters) and a
 standalone Q8_0 linear (:class:`specdec.engine.leannative.Q8Linear`); 8 the tree below earlier calls'
 nodes and top-k; 9 and 10 an EAGLE level, a Medusa draft, an MLP stage in one call each; 11 suffix
-decoding's trie and its speculation (``csrc/leanq8_suffix.h``,
-:class:`specdec.drafting.suffix.SuffixTree`). The cache key covers the C source and every header beside
+decoding's trie (``csrc/leanq8_suffix.h``, declared by its user, :mod:`specdec.drafting.suffix`). The
+cache key covers the C source and every header beside
 it: ``csrc/lean_common.h`` (the model's structures, the error codes and float helpers both forwards
 share), ``csrc/lean_pool.h`` (the thread pool), ``csrc/leanq8_matmul.h`` (the q4q8 int8 products),
-``csrc/leanq8_rows.h`` (its row-wise work) and the
-other ``leanq8_*.h`` headers (peaks, top-k, EAGLE's level).
+``csrc/leanq8_rows.h`` (its row-wise work) and the other ``leanq8_*.h`` headers.
 
 Both libraries report their ABI version and the sizes of the structures they share with Python
 (``specdec_q4_abi``, ``specdec_q8_abi``; :data:`Q4_ABI`, :data:`Q8_ABI`), checked at load against the
@@ -341,12 +340,6 @@ def _declare_q8(lib: ctypes.CDLL, newer: bool = True) -> ctypes.CDLL:
         ),
         "specdec_q8_medusa": ([p, p, p, p, f32, p, i32, i32, p, p, p, i32], i32),  # ABI 10
         "specdec_q8_mlp_stage": ([p, p, p, p, p, p, f32, p, p, i32, p, i32, i32, p, p, p, p, i32], i32),
-        "specdec_sfx_new": ([i32], p),  # ABI 11
-        "specdec_sfx_free": ([p], None),
-        "specdec_sfx_append": ([p, p, p, p, i64], i64),
-        "specdec_sfx_walk": ([p, p, i64], i32),
-        "specdec_sfx_node": ([p, i64, p], i64),
-        "specdec_sfx_speculate": ([p, p, i32, i32, f32, f32, f32, i32, i32, p, p, p, p, p], i32),
     }
     for name, (args, result) in signatures.items():
         if newer or name not in _Q8_NEWER or hasattr(lib, name):
@@ -714,12 +707,6 @@ _Q8_APPENDED: dict[int, tuple[int, dict[int, int]]] = {6: (5, {3: ctypes.sizeof(
 
 #: The q4q8 entry points an earlier ABI may lack (:func:`q8_library_from` lists those missing).
 _Q8_NEWER = (
-    "specdec_sfx_new",
-    "specdec_sfx_free",
-    "specdec_sfx_append",
-    "specdec_sfx_walk",
-    "specdec_sfx_node",
-    "specdec_sfx_speculate",
     "specdec_q8_amx",
     "specdec_q8_peak",
     "specdec_q8_forward_spec",
