@@ -58,6 +58,12 @@ NETWORK_V3 = (*NETWORK, "eagle:eagle-3m", "eagle:eagle-3m,topk=4,depth=5")
 NETWORK_NOHARM = ("eagle:eagle-3m", "eagle:eagle-3m,topk=4,depth=5", "medusa:medusa-self", "mlp:mlp-3m")
 
 
+def _plain_id(record: Mapping[str, Any]) -> str:
+    """The id of the record's plain decoder at the record's own thread count."""
+    threads = record["settings"]["threads"]
+    return next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
+
+
 def c_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per (temperature, configuration): c per round, draft calls per round and c per draft call."""
     out = []
@@ -202,8 +208,7 @@ def greedy_handicap(record: Mapping[str, Any]) -> dict[str, Any]:
     the plain decoder's whole ms per token, the difference as a share of it, and the do-no-harm
     configurations that never drafted greedily (repetition 0's rounds), whose ratio over plain shows it.
     The tree loop's figure is the first such configuration's; ValueError when there is none."""
-    threads = record["settings"]["threads"]
-    plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
+    plain = _plain_id(record)
 
     def greedy(cid: str) -> list[Mapping[str, Any]]:
         return [r for r in record["runs"] if r["config"] == cid and r["temperature"] == 0.0]
@@ -239,8 +244,7 @@ def time_per_token(
     call per new token (the record's ``gc_s``, the prompt's prefill included; what of it fell in decoding
     lies in whichever part it interrupted).
     Configurations are named ``plain`` or by their short spec without ``/noharm``."""
-    threads = record["settings"]["threads"]
-    plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
+    plain = _plain_id(record)
     out = []
     for cid in [plain, *(c["id"] for c in record["configs"] if c["id"].endswith("/noharm"))]:
         runs = [r for r in record["runs"] if r["config"] == cid and r["temperature"] == temperature
@@ -292,8 +296,7 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
         for t in (0.0, 1.0)
         if (e := [r["estimate"] for r in cells if r["temperature"] == t and r["task"] == "all"])
     }
-    threads = record["settings"]["threads"]
-    plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
+    plain = _plain_id(record)
     plain_sha = {(r["prompt"], r["rep"], r["temperature"]): r["tokens_sha256"]
                  for r in record["runs"] if r["config"] == plain}  # fmt: skip
     by_name = {
@@ -352,8 +355,7 @@ def round_costs(record: Mapping[str, Any], config: str, temperature: float | Non
     import numpy as np
 
     cid = next(c["id"] for c in record["configs"] if config in (c["id"], short(c["id"])))
-    threads = record["settings"]["threads"]
-    plain = next(c["id"] for c in record["configs"] if c["plain"] and c["threads"] == threads)
+    plain = _plain_id(record)
     per_call = {
         (r["prompt"], r["rep"], r["temperature"]): r["target_s"] / r["target_calls"]
         for r in record["runs"]

@@ -133,11 +133,11 @@ class SuffixTree:
         if native is not None and not isinstance(native, bool):
             raise ValueError(f"native must be None, True or False; got {native!r}")
         self._c = _CTrie(self.max_depth) if native or (native is None and _native_ok()) else None
-        self._active: dict[int, list[int]] = {}  # per sequence: suffix nodes, longest first
         self._last_token: dict[int, int] = {}  # per sequence: its last token
         self._lengths: dict[int, int] = {}
-        if self._c is not None:
+        if self._c is not None:  # the C trie holds its sequences' suffix nodes
             return
+        self._active: dict[int, list[int]] = {}  # per sequence: suffix nodes, longest first
         self._count = [0]
         self._token = [-1]
         self._nchild = [0]

@@ -204,7 +204,7 @@ def _calibration(
             full = [verify[n] for n in st.drafted if n]
             v_b = float(np.mean(full)) if full else float("nan")
             share = len(full) / len(st.drafted)
-            loop_v = (round_s - draft_s - st.verify_s / st.rounds + plain_verify) / step
+            loop_v = round_s / step - c_b  # the round less what c holds
             loop_full = (loop_v - (1.0 - share)) / share if share else float("nan")
             proposed[0] += len(st.drafted)
             proposed[1] += len(full)
