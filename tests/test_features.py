@@ -167,6 +167,34 @@ def test_the_session_records_features_of_every_row():
     assert session.features.shape == (2, model.hidden)
 
 
+def test_a_calls_features_stay_until_their_slots_are_written_again():
+    """The decoding loop keeps a call's features (a view of the session's buffer at the call's slots)
+    until a later round tells the drafter: later calls at later slots, the cache's growth past 256
+    slots included, must leave them as they were; a call at the same slots after a crop rewrites them."""
+    needs_q8()
+    model = LeanLlama(wide_model(), "q4q8", threads=1)
+    rng = np.random.default_rng(0)
+    ids = [int(t) for t in rng.integers(0, 70, 300)]
+    session = model.session()
+    session.record_features = True
+    session.forward(ids[:200], keep=1)
+    kept = [(0, session.features, session.features.copy())]
+    for i in range(200, 300):  # one step at a time: the cache grows from 256 slots on the way
+        session.forward([ids[i]])
+        kept.append((i, session.features, session.features.copy()))
+    assert session.cache.shape[3] > 256
+    for _, view, copy in kept:
+        assert np.array_equal(view, copy)
+    whole = model.session()
+    whole.record_features = True
+    whole.forward(ids)
+    assert np.array_equal(whole.features[:200], kept[0][2])
+    assert np.array_equal(whole.features[200:], np.concatenate([c for _, _, c in kept[1:]]))
+    session.crop(299)
+    session.forward([(ids[299] + 1) % 70])  # slot 299 again, another token: its row is rewritten
+    assert not np.array_equal(kept[-1][1], kept[-1][2])
+
+
 def test_bad_arguments_are_refused():
     needs_q8()
     model = LeanLlama(wide_model(), "q4q8", threads=1)
