@@ -144,11 +144,26 @@ def test_the_configs_option_refuses_an_empty_list_a_repeat_and_a_huge_budget(cap
 
 
 def test_the_loops_clock_raises_the_curves_level_never_lowers_it():
-    """curve_level: the median of (loop - 1) / (curve - 1) over budgets and temperatures, at least 1; a
-    pair without a proposing round (NaN) or a curve price of 1 is left out."""
+    """curve_level: the sum of (loop - 1) over the sum of (curve - 1) over budgets and temperatures, at
+    least 1; a pair without a proposing round (NaN) or a curve price of 1 is left out."""
     from specdec.measure.draftcost import curve_level
 
     assert curve_level([(1.5, 2.0), (1.2, 1.4), (1.8, 2.6)]) == pytest.approx(2.0)
+    # a pair barely above 1 weighs by its curve price: the median of the ratios (10, 1.2, 1.1) would say
+    # 1.2, the ratio of sums (0.5 + 1.2 + 1.1) / (0.05 + 1 + 1)
+    assert curve_level([(1.05, 1.5), (2.0, 2.2), (2.0, 2.1)]) == pytest.approx(2.8 / 2.05)
+    assert curve_level([(1.02, 1.6), (3.0, 3.0)]) == pytest.approx(2.6 / 2.02)
     assert curve_level([(1.5, 1.2), (1.9, 1.5)]) == 1.0  # the loop says cheaper: the curve stands
     assert curve_level([(1.5, float("nan")), (1.0, 3.0)]) == 1.0
     assert curve_level([(1.5, float("nan")), (1.25, 1.75)]) == pytest.approx(3.0)
+
+
+def test_a_proposing_rounds_loop_cost_leaves_the_empty_rounds_at_their_own_cost():
+    """proposing_round: loop_v = (1 - s) plain_round + s x solved for x; an empty round costs what a plain
+    round of the tree loop costs (plain_round), not 1; a share of 0 is refused."""
+    from specdec.measure.draftcost import proposing_round
+
+    assert proposing_round(0.4 * 1.05 + 0.6 * 1.3, 0.6, 1.05) == pytest.approx(1.3)
+    assert proposing_round(1.2, 1.0, 1.05) == pytest.approx(1.2)  # every round proposed
+    with pytest.raises(ValueError, match="share"):
+        proposing_round(1.2, 0.0, 1.0)

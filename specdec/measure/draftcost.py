@@ -140,8 +140,9 @@ def _calibration(
       deepest tree the drafter proposed at b (at least 1). Medians over prompts.
     * ``loop_v``: b -> the rest of the round as the loop's clock saw it (the generation's time less prefill,
       drafting and verification's extra work, per round; median over prompts), and ``loop_full``: b -> the
-      same for a round whose drafter proposed ((loop_v - (1 - s)) / s per prompt, s the prompt's share
-      of proposing rounds; median over the prompts that had one; NaN where none had).
+      same for a round whose drafter proposed ((loop_v - (1 - s) r0) / s per prompt, s the prompt's share
+      of proposing rounds, r0 what a round with nothing to verify costs: ``plain_round``, the median
+      over prompts; median over the prompts that had one; NaN where none had).
     * ``counts``: the deepest budget's rounds per depth, (examined, accepted) pooled over prompts
       (accepted / examined is the a_d of the policy).
     * ``tokens``: b -> the new tokens per round (mean over prompts, every round counted).
@@ -205,10 +206,9 @@ def _calibration(
             v_b = float(np.mean(full)) if full else float("nan")
             share = len(full) / len(st.drafted)
             loop_v = round_s / step - c_b  # the round less what c holds
-            loop_full = (loop_v - (1.0 - share)) / share if share else float("nan")
             proposed[0] += len(st.drafted)
             proposed[1] += len(full)
-            samples[b].append((v_b, c_b, loop_v, max(1, policy.deepest), loop_full))
+            samples[b].append((v_b, c_b, loop_v, max(1, policy.deepest), share))
             per_round[b].append(st.new_tokens / st.rounds)
             # a fixed budget tells the drafter the prompt's positions in the prefill (start, extend)
             catch_up.append(max(0.0, st.prefill_s - plain.prefill_s) / max(len(prompt) - 1, 1) / step)
@@ -218,6 +218,7 @@ def _calibration(
                 for d, (e, a) in enumerate(zip(st.examined_at, st.accepted_at, strict=True)):
                     examined[d] += e
                     accepted[d] += a
+    r0 = float(np.median(plain_round))  # an empty round: a plain step in the tree loop
     return {
         "budgets": {
             b: (
@@ -229,15 +230,28 @@ def _calibration(
         },
         "loop_v": {b: float(np.median([r[2] for r in rows])) for b, rows in samples.items()},
         "loop_full": {
-            b: float(np.median(full)) if (full := [r[4] for r in rows if r[4] == r[4]]) else float("nan")
+            b: float(np.median(full))
+            if (full := [proposing_round(r[2], r[4], r0) for r in rows if r[4]])
+            else float("nan")
             for b, rows in samples.items()
         },
         "counts": [[e, a] for e, a in zip(examined, accepted, strict=True)],
         "tokens": {b: float(np.mean(rows)) for b, rows in per_round.items()},
         "proposes": proposed[1] / proposed[0],
         "catch_up": float(np.median(catch_up)),
-        "plain_round": float(np.median(plain_round)),
+        "plain_round": r0,
     }
+
+
+def proposing_round(loop_v: float, share: float, plain_round: float) -> float:
+    """The loop's cost of a round whose drafter proposed, from ``loop_v`` (its cost per round, every round
+    counted), ``share`` (in (0, 1]: the rounds that proposed) and ``plain_round`` (what a round with
+    nothing to verify costs in the tree loop): loop_v = (1 - share) plain_round + share x, solved for x.
+    (The calibrations of noharm-v7 and before put 1 for ``plain_round``.)"""
+    from specdec.theory.checks import check_float
+
+    check_float("share", share, low=0.0, high=1.0, open_low=True)
+    return (loop_v - (1.0 - share) * plain_round) / share
 
 
 def _rates(counts: dict[str, list[list[int]]], depth: int) -> dict[str, list[float]]:
@@ -258,14 +272,15 @@ def _rates(counts: dict[str, list[list[int]]], depth: int) -> dict[str, list[flo
 
 
 def curve_level(pairs: list[tuple[float, float]]) -> float:
-    """How far the loop's clock raises the verify curve's level (:func:`calibrate_policy`): the median over
-    ``pairs`` of (curve's price of a proposing round, the loop's cost of one) of (loop - 1) / (curve - 1),
-    at least 1; pairs whose curve price is not above 1 or whose loop cost is NaN (no proposing round) are
-    left out, and with none left the level is 1."""
-    import numpy as np
-
-    ratios = [(loop - 1.0) / (curve - 1.0) for curve, loop in pairs if curve > 1.0 and loop == loop]
-    return max(1.0, float(np.median(ratios))) if ratios else 1.0
+    """How far the loop's clock raises the verify curve's level (:func:`calibrate_policy`): over ``pairs``
+    of (curve's price of a proposing round, the loop's cost of one), the sum of (loop - 1) over the sum
+    of (curve - 1), at least 1: a ratio of sums, so a pair whose curve price is barely above 1 (a small
+    budget, where one noisy loop time would make its own ratio anything) weighs as little as it says.
+    Pairs whose curve price is not above 1 or whose loop cost is NaN (no proposing round) are left out,
+    and with none left the level is 1. (The calibrations of noharm-v7 and before took the median of
+    the pairs' ratios.)"""
+    kept = [(curve - 1.0, loop - 1.0) for curve, loop in pairs if curve > 1.0 and loop == loop]
+    return max(1.0, sum(x for _, x in kept) / sum(v for v, _ in kept)) if kept else 1.0
 
 
 def calibrate_policy(
@@ -290,11 +305,11 @@ def calibrate_policy(
 
     A short timing of bare calls can catch the host in a regime where wide calls look cheap (one run's
     seven calibrations gave v(5) from 1.26 to 1.93 minutes apart; ``noharm-v6``), so the curve gives the
-    shape and the loop's own clock may raise its level: ``level`` = the median over budgets and
-    temperatures of (loop_full - 1) / (v - 1), the loop's cost of a proposing round over the curve's
-    price of it, at least 1; the curve the policy prices by (``verify``) is 1 + level (v(k) - 1), and
-    each budget's v likewise (the bare curve stays as ``verify_bare``). Never below the curve: a
-    do-no-harm price errs towards not drafting."""
+    shape and the loop's own clock may raise its level: ``level`` = over budgets and temperatures, the
+    sum of (loop_full - 1) over the sum of (v - 1), the loop's cost of a proposing round over the
+    curve's price of it, at least 1 (:func:`curve_level`); the curve the policy prices by (``verify``)
+    is 1 + level (v(k) - 1), and each budget's v likewise (the bare curve stays as ``verify_bare``).
+    Never below the curve: a do-no-harm price errs towards not drafting."""
     import numpy as np
 
     from specdec.measure.verifykernels import target_verify_curves
@@ -348,13 +363,14 @@ def calibrate_policy(
             for t, r in runs.items()
         },
         "rule": "verify_bare: v(k) = T(k) / T(1), tree calls over the chain's one-row call, medians over "
-        "passes, v(1) = 1; level: the median over budgets and temperatures of (loop_full - 1) / (v - 1), "
-        "at least 1; verify: 1 + level (v(k) - 1); per budget v: 1 + level (the mean of v(n + 1) over a "
-        "generation's rounds whose drafter proposed n >= 1 nodes, median over prompts and temperatures "
-        "- 1); proposes per temperature: the share of rounds that proposed, pooled; "
+        "passes, v(1) = 1; level: over budgets and temperatures, the sum of (loop_full - 1) over the sum "
+        "of (v - 1), at least 1; verify: 1 + level (v(k) - 1); per budget v: 1 + level (the mean of "
+        "v(n + 1) over a generation's rounds whose drafter proposed n >= 1 nodes, median over prompts "
+        "and temperatures - 1); proposes per temperature: the share of rounds that proposed, pooled; "
         "c: drafting plus verification beyond a plain step's, per round; c: medians over "
         "prompts, then over temperatures; loop_v: the round less drafting and verification's extra work "
-        "as the loop's clock saw it; loop_full: the same for a proposing round; rates per temperature: "
+        "as the loop's clock saw it; loop_full: the same for a proposing round, an empty round at "
+        "plain_round; rates per temperature: "
         "accepted / examined per depth at the largest budget, "
         "pooled over prompts (a depth a temperature never examined: pooled over temperatures, else the "
         "depth above's); tokens per round per temperature and budget: mean over prompts; catch_up: per "
