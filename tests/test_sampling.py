@@ -333,3 +333,23 @@ def test_bad_input(call, message):
 def test_every_output_cell_reachable():
     # Sanity of the harness itself: the product law has no zero cells here.
     assert all(product_law()[idx] > 0 for idx in itertools.product(range(4), repeat=GAMMA + 1))
+
+
+def test_argmax_gives_torchs_indices_ties_to_the_first():
+    """sampling.argmax reads a float32 CPU tensor with numpy: the same indices as torch's argmax(-1) on
+    rows with ties at the top (the first wins), infinities, a NaN, one row and a 2-D block; other
+    dtypes and numpy arrays go to their own argmax."""
+    import torch
+
+    from specdec.theory.sampling import argmax
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, 6, (64, 300), generator=g).float()  # many ties at the top
+    rows[3, 7], rows[5, :] = float("inf"), float("-inf")
+    rows[9, 10] = float("nan")
+    for x in (rows, rows[0], rows[:, :1], torch.randn(5, 49152, generator=g), rows[::2, 1:]):
+        got = argmax(x)
+        assert got.dtype == torch.int64 and torch.equal(got, x.argmax(-1))
+    assert int(argmax(torch.tensor([1.0, 3.0, 3.0, 2.0]))) == 1
+    assert torch.equal(argmax(rows.double()), rows.double().argmax(-1))
+    assert argmax(np.array([[0.0, 2.0, 2.0]])).tolist() == [1]

@@ -48,7 +48,7 @@ from specdec.theory.policies import (
     as_budget_policy,
     as_policy,
 )
-from specdec.theory.sampling import sample, verify_argmax, warp
+from specdec.theory.sampling import argmax, sample, verify_argmax, warp
 from specdec.theory.trees import DraftTree
 from specdec.theory.treeverify import verify_tree, verify_tree_greedy
 
@@ -361,11 +361,11 @@ def _verify(
     temperature, lenience = sampling.temperature, sampling.lenience
     if temperature == 0 and lenience < 1.0:  # A.5, argmax case (chains): p(x) >= l max p at T = 1
         n_accepted, next_token = verify_argmax(torch.softmax(logits.float(), -1), tree.tokens, lenience)
-        return list(range(n_accepted)), next_token, None, logits.argmax(-1)
+        return list(range(n_accepted)), next_token, None, argmax(logits)
     if temperature == 0 and not len(tree):  # a plain step: the argmax, as autoregressive takes it
-        return [], int(logits[0].argmax()), None, None
+        return [], int(argmax(logits[0])), None, None
     if temperature == 0:  # exact matching: what verify_tree gives on one-hot rows, without them
-        ids = logits.argmax(-1)
+        ids = argmax(logits)
         path, next_token = verify_tree_greedy(ids, tree)
         return path, next_token, None, ids
     if not len(tree):  # what verify_tree does for a tree of no nodes: one draw from p at the root
@@ -432,7 +432,7 @@ def _plain_step(
     with stats.timer("target_s", lm.device):
         logits = lm.forward(tokens[-1:])
     with stats.timer("verify_s", lm.device):
-        token = int(logits[0].argmax()) if temperature == 0 else sample(warp_fn(logits)[0], rng)
+        token = int(argmax(logits[0])) if temperature == 0 else sample(warp_fn(logits)[0], rng)
     tokens.append(token)
     return token
 

@@ -197,6 +197,7 @@ SETS = {
     # a seventh time, after the calibration lets the loop's clock raise the verify curve's level (e8842d8)
     # and suffix decoding's trie moved into C (2715c07): the same design on prompts frozen for it
     "noharm-v7": _noharm_again("noharm-v7.jsonl"),
+    "noharm-v8": _noharm_again("noharm-v8.jsonl"),
 }
 
 
@@ -397,7 +398,7 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v7``: the file of that name;
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v8``: the file of that name;
     a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
@@ -409,7 +410,8 @@ class TreesRun(Program):
     :data:`NOHARM_V4_CONFIGS`, records of kind ``noharm``; ``noharm-v5`` the same again after the
     suffix walk and the policy's runs of plain rounds, on its own frozen prompts; ``noharm-v6`` again after
     the policy's pricing of empty and partial proposals; ``noharm-v7`` after the calibration's level from
-    the loop's clock and the C trie). The record is
+    the loop's clock and the C trie; ``noharm-v8`` after the session's feature buffer, numpy's argmax
+    and the level as a ratio of sums). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)

@@ -23,7 +23,9 @@ import numpy as np
 
 from specdec.theory.checks import check_float, check_optional_float, check_optional_int
 
-__all__ = ["MIN_TEMPERATURE", "check_temperature", "residual", "sample", "verify", "verify_argmax", "warp"]
+__all__ = [
+    "MIN_TEMPERATURE", "argmax", "check_temperature", "residual", "sample", "verify", "verify_argmax", "warp",
+]  # fmt: skip
 
 #: The smallest positive temperature: below it logits / T leave float32's range for the logits of a
 #: real model (a softmax of +-inf rows has no mass), and sampling is greedy decoding up to rounding
@@ -48,6 +50,22 @@ Array = Any  # numpy.ndarray or torch.Tensor
 
 def _is_torch(x: object) -> bool:
     return type(x).__module__.startswith("torch")
+
+
+def argmax(x: Array) -> Array:
+    """The index of the largest entry over the last axis, the first of equal ones (a NaN counts as the
+    largest): torch's ``argmax(-1)`` and numpy's rule alike, so the same indices. A float32 CPU torch
+    tensor is read by numpy's argmax in place and the result handed back as a torch int64 tensor
+    (torch's took 29 us on one 49,152-logit row where numpy's took 3, and 136 us against 11 on five
+    rows, on a 2-core EPYC: a greedy step's or a greedy verification's whole cost beyond the forward);
+    anything else (another device or dtype, a numpy array) goes to its own library's argmax."""
+    if _is_torch(x):
+        import torch
+
+        if x.device.type == "cpu" and x.dtype == torch.float32 and not x.requires_grad:
+            return torch.from_numpy(np.asarray(x.numpy().argmax(-1), dtype=np.int64))
+        return x.argmax(-1)
+    return np.asarray(x).argmax(-1)
 
 
 def _draft_ids(p: Array, draft: Array) -> list[int]:
@@ -187,11 +205,11 @@ def verify_argmax(p: Array, draft: Array, lenience: float = 1.0) -> tuple[int, i
     draft_ids = _draft_ids(p, draft)
     gamma = len(draft_ids)
     for i, x in enumerate(draft_ids):
-        best = int(p[i].argmax())
+        best = int(argmax(p[i]))
         if x == best or (lenience < 1.0 and _to_float(p[i, x]) >= lenience * _to_float(p[i, best])):
             continue
         return i, best
-    return gamma, int(p[gamma].argmax())
+    return gamma, int(argmax(p[gamma]))
 
 
 def warp(
@@ -216,7 +234,7 @@ def warp(
 
         x = logits.float()
         if temperature == 0:
-            return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(x.dtype)
+            return torch.nn.functional.one_hot(argmax(x), x.shape[-1]).to(x.dtype)
         x = x / temperature
         if top_k is not None and top_k < x.shape[-1]:
             kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
