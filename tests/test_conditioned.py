@@ -19,6 +19,7 @@ from specdec.engine.drafters import TreeProposal
 from specdec.engine.lean import LeanLlama
 from specdec.engine.lm import open_lm
 from specdec.theory.chisquare import chi_square_pvalue
+from specdec.theory.policies import BudgetPolicy
 from specdec.theory.sampling import warp
 from specdec.train.condnets import build_conditioned
 from tests.tiny_models import VOCAB, tiny_llama
@@ -75,8 +76,29 @@ def test_greedy_decoding_with_every_conditioned_drafter_equals_plain(small, mode
     assert all(n > 0 for n in drafted.values()), drafted  # every drafter drafted
 
 
+class EveryThird(BudgetPolicy):
+    """Two plain rounds, then a round of 6 nodes, over and over: the loop keeps the plain rounds' features
+    (views of the session's buffer) until the drafting round tells the drafter. Depends on its own past
+    only, so lossless."""
+
+    max_budget = 6
+
+    def reset(self) -> None:
+        self.rounds = 0
+
+    def next(self) -> int:
+        self.rounds += 1
+        return 6 if self.rounds % 3 == 0 else 0
+
+    def update(self, nodes: int, depth: int, accepted: int) -> None:
+        pass
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_the_loop_hands_the_drafter_the_features_of_the_committed_positions(small, mode, monkeypatch):
+@pytest.mark.parametrize("budget", [6, "every third"])
+def test_the_loop_hands_the_drafter_the_features_of_the_committed_positions(small, mode, budget, monkeypatch):
+    """Every pair (f_j, x_{j+1}) the drafter is told equals the chain forward's features at j, under a
+    fixed budget and under a policy whose plain rounds' features wait in the loop for a drafting round."""
     target = LeanLlama(small, mode, threads=1)
     drafter = build_drafter("eagle:e,topk=3,depth=3", _context(small, target))
     seen: list[tuple[np.ndarray, list[int]]] = []
@@ -88,7 +110,10 @@ def test_the_loop_hands_the_drafter_the_features_of_the_committed_positions(smal
 
     monkeypatch.setattr(type(drafter), "extend", spy)
     prompt = _prompt(5)
-    gen = speculative_tree(target, drafter, prompt, budget=6, max_new_tokens=20, temperature=1.0, seed=3)
+    policy = 6 if budget == 6 else EveryThird()
+    gen = speculative_tree(target, drafter, prompt, budget=policy, max_new_tokens=20, temperature=1.0, seed=3)
+    if budget != 6:
+        assert sum(1 for d in gen.stats.drafted if d == 0) >= 10  # plain rounds whose features waited
     feats = np.concatenate([f for f, _ in seen])
     nexts = [t for _, ids in seen for t in ids]
     tokens = prompt + gen.tokens

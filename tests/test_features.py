@@ -170,7 +170,8 @@ def test_the_session_records_features_of_every_row():
 def test_a_calls_features_stay_until_their_slots_are_written_again():
     """The decoding loop keeps a call's features (a view of the session's buffer at the call's slots)
     until a later round tells the drafter: later calls at later slots, the cache's growth past 256
-    slots included, must leave them as they were; a call at the same slots after a crop rewrites them."""
+    slots included, must leave them as they were; a call at the same slot after a crop gives that call's
+    token's features."""
     needs_q8()
     model = LeanLlama(wide_model(), "q4q8", threads=1)
     rng = np.random.default_rng(0)
@@ -191,8 +192,13 @@ def test_a_calls_features_stay_until_their_slots_are_written_again():
     assert np.array_equal(whole.features[:200], kept[0][2])
     assert np.array_equal(whole.features[200:], np.concatenate([c for _, _, c in kept[1:]]))
     session.crop(299)
-    session.forward([(ids[299] + 1) % 70])  # slot 299 again, another token: its row is rewritten
-    assert not np.array_equal(kept[-1][1], kept[-1][2])
+    other = (ids[299] + 1) % 70
+    session.forward([other])  # slot 299 again, another token: its features are that token's
+    fresh = model.session()
+    fresh.record_features = True
+    fresh.forward([*ids[:299], other])
+    assert np.array_equal(session.features, fresh.features[-1:])
+    assert not np.array_equal(session.features, kept[-1][2])
 
 
 def test_bad_arguments_are_refused():

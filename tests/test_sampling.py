@@ -347,7 +347,11 @@ def test_argmax_gives_torchs_indices_ties_to_the_first():
     rows = torch.randint(0, 6, (64, 300), generator=g).float()  # many ties at the top
     rows[3, 7], rows[5, :] = float("inf"), float("-inf")
     rows[9, 10] = float("nan")
-    for x in (rows, rows[0], rows[:, :1], torch.randn(5, 49152, generator=g), rows[::2, 1:]):
+    rows[11, 4], rows[11, 2] = float("nan"), float("nan")  # two NaNs: the first
+    rows[13, 8], rows[13, 20] = float("inf"), float("nan")  # a NaN beats +inf
+    with torch.inference_mode():  # logits come out of the forward as inference tensors
+        made = torch.randn(3, 1000, generator=g)
+    for x in (rows, rows[0], rows[:, :1], torch.randn(5, 49152, generator=g), rows[::2, 1:], made):
         got = argmax(x)
         assert got.dtype == torch.int64 and torch.equal(got, x.argmax(-1))
     assert int(argmax(torch.tensor([1.0, 3.0, 3.0, 2.0]))) == 1

@@ -244,6 +244,40 @@ def test_time_per_token_splits_each_configurations_time_by_the_loops_timers():
     assert np.isnan(ct.time_per_token(record, 1.0, "code")[1]["rounds that draft"])
 
 
+def test_never_drafting_pairs_the_policies_prompts_that_drafted_nothing_with_plain():
+    """condtables.never_drafting: per temperature, the (policy, prompt) pairs whose repetition-0 run drafted
+    nothing, each against the plain decoder at the record's threads on its prompt (medians over
+    repetitions, geometric mean of plain's time over the policy's); a prompt on which the policy drafted
+    is left out, and so is the plain decoder at other threads."""
+    from specdec.analysis import condtables as ct
+
+    def run(config, prompt, t, rep, decode, drafted=None):
+        r = {"config": config, "prompt": prompt, "temperature": t, "rep": rep, "new_tokens": 100,
+             "decode_s": decode}  # fmt: skip
+        return r | ({"stats": {"drafted": drafted}} if drafted is not None else {})
+
+    configs = [
+        {"id": "e-2t/plain", "plain": True, "threads": 2},
+        {"id": "e-1t/plain", "plain": True, "threads": 1},
+        {"id": "e-2t/a/noharm", "plain": False, "threads": 2},
+    ]
+    runs = []
+    for p, (plain_s, mine_s, drafted) in enumerate(
+        [(0.20, 0.25, [0, 0]), (0.20, 0.16, [0]), (0.2, 0.1, [3, 0])]
+    ):
+        for rep in range(3):
+            runs += [
+                run("e-2t/plain", p, 1.0, rep, plain_s + 0.01 * rep),
+                run("e-1t/plain", p, 1.0, rep, 0.01),
+                run("e-2t/a/noharm", p, 1.0, rep, mine_s + 0.01 * rep, drafted if rep == 0 else None),
+            ]
+    out = ct.never_drafting({"settings": {"threads": 2}, "configs": configs, "runs": runs}, n_boot=200)
+    assert out[1.0]["pairs"] == 2  # the third prompt drafted
+    assert out[1.0]["estimate"] == pytest.approx(((0.21 / 0.26) * (0.21 / 0.17)) ** 0.5)
+    assert out[1.0]["low"] <= out[1.0]["estimate"] <= out[1.0]["high"]
+    assert out[0.0]["pairs"] == 0 and np.isnan(out[0.0]["estimate"])
+
+
 def test_the_noharm_judgement_of_a_committed_record_and_a_broken_copy():
     """condtables.noharm_judgement on the committed do-no-harm record of campaign v2's prompts: goal 2's
     cells are the simultaneous analysis's family rows under the policy, a failing cell's parts add up to

@@ -34,6 +34,7 @@ __all__ = [
     "goals_self",
     "greedy_equal",
     "greedy_handicap",
+    "never_drafting",
     "noharm_judgement",
     "round_costs",
     "simultaneous_of",
@@ -337,6 +338,41 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
         gc_ms[name] = 1e3 * sum(r.get("gc_s", 0.0) for r in runs) / sum(r["new_tokens"] for r in runs)
     return {"goals": goals, "cells": cells, "pooled": pooled, "never": never, "failing": failing,
             "fixed": fixed, "gc_ms": gc_ms}  # fmt: skip
+
+
+def never_drafting(record: Mapping[str, Any], *, n_boot: int = 4000) -> dict[float, dict[str, Any]]:
+    """What the loop costs where a do-no-harm policy never drafted, under the cells' own estimator: per
+    temperature, every (policy configuration, prompt) whose repetition-0 run drafted in none of its
+    rounds (every repetition runs the same seed, so the same rounds), paired with the plain decoder at
+    the record's threads on the same prompt: :func:`specdec.theory.intervals.paired_speedup` of their
+    times per token (medians over repetitions; the geometric mean over the pairs of plain's time over the
+    policy's, so below 1 is slower than plain; the interval resamples the pairs, which share prompts
+    across configurations, so it is narrower than one over prompts would be). Returns temperature ->
+    ``pairs``, ``estimate``, ``low``, ``high`` (NaN where fewer than two pairs)."""
+    from specdec.theory.intervals import paired_speedup
+
+    plain = _plain_id(record)
+    times: dict[tuple[str, str, float], list[float]] = {}
+    for r in record["runs"]:
+        times.setdefault((r["config"], r["prompt"], float(r["temperature"])), []).append(
+            r["decode_s"] / r["new_tokens"]
+        )
+    never = [
+        (r["config"], r["prompt"], float(r["temperature"]))
+        for r in record["runs"]
+        if r["config"].endswith("/noharm")
+        and r["rep"] == 0
+        and "stats" in r
+        and not any(r["stats"]["drafted"])
+    ]
+    out = {}
+    for t in (0.0, 1.0):
+        keys = [k for k in never if k[2] == t]
+        base = [times[(plain, p, t)] for _, p, _ in keys]
+        mine = [times[k] for k in keys]
+        est, low, high = paired_speedup(base, mine, n_boot=n_boot) if len(keys) > 1 else (float("nan"),) * 3
+        out[t] = {"pairs": len(keys), "estimate": est, "low": low, "high": high}
+    return out
 
 
 def round_costs(record: Mapping[str, Any], config: str, temperature: float | None = None) -> dict[str, Any]:

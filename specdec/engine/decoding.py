@@ -320,7 +320,9 @@ def _decode(
         start = len(tokens) - 1  # the cache held the committed tokens minus the last (the root)
         rows = [0, *(i + 1 for i in path)]
         if conditioned:  # the root's and the accepted nodes' features, each with the token after it
-            feats = lm.features[: len(rows)] if chain else lm.features[rows]  # a chain's rows: 0 .. A
+            # a chain's rows 0 .. A: a view of the session's buffer at slots the crop below keeps, so it holds
+            # until the next drafting round tells the drafter; a tree's: a copy, taken before keep_path
+            feats = lm.features[: len(rows)] if chain else lm.features[rows]
         tokens += new
         if chain and len(tree):  # the cache must not hold the round's own token yet
             lm.crop(len(tokens) - 1)

@@ -701,9 +701,10 @@ class LeanSession(Session):
     residuals before the final norm of the call's rows (every row, whatever ``keep``): a view of the
     session's feature buffer at the call's cache slots, so it stays as it is until a later call writes
     those slots (one at or below them after a :meth:`crop`; copy it to keep it longer). The buffer is
-    allocated, touched, once per session and grows with the cache: a fresh array per call cost a step
-    about 1 % on a 2-core EPYC (dev probe), its pages first touched by the C forward while the loop
-    kept the earlier ones alive.
+    allocated and touched when features are first recorded and again when the cache grows (a fresh
+    buffer: views of the old one stay valid) or the session is reset: a fresh array per call cost a
+    step about 1 % on a 2-core EPYC (dev probe), its pages first touched by the C forward while the
+    loop kept the earlier ones alive.
     """
 
     def __init__(self, model: LeanLlama) -> None:

@@ -197,6 +197,9 @@ SETS = {
     # a seventh time, after the calibration lets the loop's clock raise the verify curve's level (e8842d8)
     # and suffix decoding's trie moved into C (2715c07): the same design on prompts frozen for it
     "noharm-v7": _noharm_again("noharm-v7.jsonl"),
+    # an eighth time, after the session's one feature buffer (28bb86b), the calibration's level as a ratio
+    # of sums with empty rounds at their own cost (52e399d) and numpy's argmax (0e00f1a): on prompts frozen
+    # for it
     "noharm-v8": _noharm_again("noharm-v8.jsonl"),
 }
 

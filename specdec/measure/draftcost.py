@@ -167,7 +167,8 @@ def _calibration(
         raise ValueError("calibrate_policy needs at least one development prompt")
     for b in budgets:
         check_int("a budget", b, low=1)
-    samples: dict[int, list[tuple[float, float, float, int]]] = {b: [] for b in budgets}
+    # per budget and prompt: v, c, loop_v, the deepest depth, the share of rounds that proposed
+    samples: dict[int, list[tuple[float, float, float, int, float]]] = {b: [] for b in budgets}
     proposed = [0, 0]  # rounds, and rounds whose drafter proposed
     per_round: dict[int, list[float]] = {b: [] for b in budgets}  # new tokens per round
     catch_up: list[float] = []  # the drafter's prefill share per prompt position told, in plain steps
