@@ -59,6 +59,9 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
     assert len(cal["verify"]) == 5 and cal["verify"][0] == 1.0 and min(cal["verify"]) > 0
     assert cal["level"] >= 1 and cal["verify"] == [1 + cal["level"] * (x - 1) for x in cal["verify_bare"]]
     assert all(0 <= cal["proposes"][t] <= 1 for t in ("0", "1"))
+    assert cal["verify_bare"] == cal["verify_timed"]  # priced by its own timing until a run pools curves
+    rounds = sum(len([n for n in h]) for t in ("0", "1") for h in cal["per_temperature"][t]["nodes"].values())
+    assert rounds > 0  # the proposing rounds' node counts, by budget, that price_calibration reads
     policy = no_harm_policy(cal)
     assert (
         policy.max_budget == 4
@@ -167,3 +170,81 @@ def test_a_proposing_rounds_loop_cost_leaves_the_empty_rounds_at_their_own_cost(
     assert proposing_round(1.2, 1.0, 1.05) == pytest.approx(1.2)  # every round proposed
     with pytest.raises(ValueError, match="share"):
         proposing_round(1.2, 0.0, 1.0)
+
+
+def _raw_calibration():
+    """A calibration as calibrate_policy stores it, before pricing: budgets 2 and 4, two temperatures."""
+    return {
+        "budgets": {"2": [float("nan"), 0.1, 2], "4": [float("nan"), 0.2, 3]},
+        "verify_timed": [1.0, 1.1, 1.2, 1.3, 1.4],
+        "per_temperature": {
+            "0": {"nodes": {"2": {"1": 1, "2": 3}, "4": {"4": 2}}, "loop_full": {"2": 1.5, "4": 2.0}},
+            "1": {"nodes": {"2": {}, "4": {"2": 1, "4": 1}}, "loop_full": {"2": float("nan"), "4": 1.8}},
+        },
+    }
+
+
+def test_a_calibration_is_priced_by_the_nodes_its_rounds_proposed_and_a_steeper_curve_raises_the_price():
+    """price_calibration: a proposing round's bare price is the mean of v(n + 1) over the rounds by nodes
+    proposed (v(b + 1) with none), the level the loop's clock sets is curve_level of those prices, and
+    verify and each budget's v are raised by it; a steeper curve raises every price and lowers the level;
+    pricing again by the same curve changes nothing; a calibration without node counts is refused."""
+    from specdec.measure.draftcost import curve_level, price_calibration
+
+    raw = _raw_calibration()
+    cal = price_calibration(raw, raw["verify_timed"])
+    p0 = {2: (1.1 + 3 * 1.2) / 4, 4: 1.4}  # temperature 0: by nodes proposed
+    p1 = {2: 1.2, 4: (1.2 + 1.4) / 2}  # temperature 1: budget 2 proposed nothing, v(3)
+    level = curve_level([(p0[2], 1.5), (p0[4], 2.0), (p1[2], float("nan")), (p1[4], 1.8)])
+    assert cal["level"] == pytest.approx(level) and level > 1
+    assert cal["budgets"]["2"][0] == pytest.approx(1 + level * ((p0[2] + p1[2]) / 2 - 1))
+    assert cal["budgets"]["4"][1:] == [0.2, 3] and cal["verify_bare"] == raw["verify_timed"]
+    assert cal["verify"] == pytest.approx([1 + level * (x - 1) for x in raw["verify_timed"]])
+    steep = price_calibration(cal, [1.0, 1.3, 1.6, 1.9, 2.2])
+    assert steep["level"] < cal["level"] and steep["verify_timed"] == raw["verify_timed"]
+    assert all(steep["budgets"][b][0] > cal["budgets"][b][0] for b in ("2", "4"))
+    assert price_calibration(steep, steep["verify_bare"]) == steep
+    with pytest.raises(ValueError, match="v\\(k\\) for k = 1 .. 5"):
+        price_calibration(raw, [1.0, 1.1])
+    del raw["per_temperature"]["1"]["nodes"]
+    with pytest.raises(ValueError, match="no node counts"):
+        price_calibration(raw, raw["verify_timed"])
+
+
+def test_the_steepest_curve_of_a_run_reaches_each_calibration_as_far_as_its_own():
+    """steepest_curves: each curve's entries replaced by the largest any curve of the run has at that k,
+    over the curves that reach it; a curve keeps its own length."""
+    from specdec.measure.draftcost import steepest_curves
+
+    out = steepest_curves({"a": [1.0, 1.2, 1.3], "b": [1.0, 1.4, 1.25, 1.9, 2.5], "c": [1.0, 1.1]})
+    assert out == {"a": [1.0, 1.4, 1.3], "b": [1.0, 1.4, 1.3, 1.9, 2.5], "c": [1.0, 1.4]}
+
+
+def test_a_runs_policies_are_priced_by_the_steepest_curve_their_calibrations_timed():
+    """trees.policy_configs prices each calibration of the run by steepest_curves of their own timings
+    (verify_timed): the one timed when wide calls looked cheap takes the other's curve, its own timing
+    kept; a resumed run (the calibrations given, already priced) prices them the same again."""
+    from tiny_models import perturbed_copy, tiny_llama
+
+    from specdec.drafting.modeltree import ModelTreeDrafter
+    from specdec.engine.drafters import ModelDrafter
+    from specdec.engine.lean import LeanLlama
+    from specdec.experiments.trees import policy_configs
+    from specdec.measure.draftcost import calibrate_policy
+
+    one = tiny_llama(0, layers=1)
+    target = LeanLlama(one, "float32")
+    drafter = ModelTreeDrafter(ModelDrafter(LeanLlama(perturbed_copy(one, 0.3, 7), "float32")), branch=2)
+    cal = calibrate_policy(target, drafter, [[3, 14, 15, 92, 65]], (2, 4), new_tokens=8)
+    flat = dict(cal, verify_timed=[1.0, 1.05, 1.1, 1.15, 1.2])
+    steep = dict(cal, verify_timed=[1.0, 1.3, 1.6, 1.9, 2.2])
+    given = {"flat": flat, "steep": steep}
+    configs, priced = policy_configs("e", target, None, {"flat": drafter, "steep": drafter},
+                                     {"flat": (2, 4), "steep": (2, 4)}, given)  # fmt: skip
+    assert [c.id for c in configs] == ["e/flat/noharm", "e/steep/noharm"]
+    assert priced["flat"]["verify_bare"] == steep["verify_timed"] == priced["steep"]["verify_bare"]
+    assert priced["flat"]["verify_timed"] == flat["verify_timed"]
+    assert configs[0].gamma.verify == priced["flat"]["verify"]  # the policy prices by the steep curve
+    _, again = policy_configs("e", target, None, {"flat": drafter, "steep": drafter},
+                              {"flat": (2, 4), "steep": (2, 4)}, priced)  # fmt: skip
+    assert again == priced

@@ -323,10 +323,18 @@ def policy_configs(
     branch, :class:`specdec.engine.drafters.ChainTree`), calibrated on ``dev_prompts`` development prompts
     on ``target`` unless ``calibration`` (spec -> a :func:`~specdec.measure.draftcost.calibrate_policy`
     result, e.g. from a partial record: a resumed run keeps its choices) has it. Returns the
-    configurations and the calibration of every policy."""
+    configurations and the calibration of every policy, each priced by the elementwise steepest of the
+    verify curves the run's calibrations timed (:func:`~specdec.measure.draftcost.steepest_curves`:
+    the host's wide calls can look cheap for minutes at a time)."""
     from specdec.engine.cores import torch_threads_for
     from specdec.engine.drafters import ChainTree
-    from specdec.measure.draftcost import calibrate_policy, dev_texts, no_harm_policy
+    from specdec.measure.draftcost import (
+        calibrate_policy,
+        dev_texts,
+        no_harm_policy,
+        price_calibration,
+        steepest_curves,
+    )
     from specdec.train.workloads import chat_prompt_ids
 
     calibration = dict(calibration or {})
@@ -342,6 +350,11 @@ def policy_configs(
         with torch_threads_for(target):
             for text in missing:
                 calibration[text] = calibrate_policy(target, as_tree[text], dev, tuple(policies[text]))
+    # every calibration of the run priced by the steepest verify curve any of them timed (new-format ones:
+    # an earlier record's calibrations are read as they were made)
+    timed = {t: c["verify_timed"] for t, c in calibration.items() if t in policies and "verify_timed" in c}
+    for text, curve in steepest_curves(timed).items():
+        calibration[text] = price_calibration(calibration[text], curve)
     out = []
     for text in policies:
         policy = no_harm_policy(calibration[text])

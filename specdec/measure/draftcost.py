@@ -22,6 +22,7 @@ import gzip
 import json
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,8 @@ def _calibration(
       over prompts; median over the prompts that had one; NaN where none had).
     * ``counts``: the deepest budget's rounds per depth, (examined, accepted) pooled over prompts
       (accepted / examined is the a_d of the policy).
+    * ``nodes``: b -> {n: the rounds whose drafter proposed n >= 1 nodes}, pooled over prompts (what
+      :func:`price_calibration` prices a budget's proposing round by).
     * ``tokens``: b -> the new tokens per round (mean over prompts, every round counted).
     * ``proposes``: the share of rounds whose drafter proposed at least one node (pooled over prompts
       and budgets).
@@ -169,6 +172,9 @@ def _calibration(
         check_int("a budget", b, low=1)
     # per budget and prompt: v, c, loop_v, the deepest depth, the share of rounds that proposed
     samples: dict[int, list[tuple[float, float, float, int, float]]] = {b: [] for b in budgets}
+    nodes: dict[int, dict[int, int]] = {
+        b: {} for b in budgets
+    }  # per budget: proposing rounds by nodes proposed
     proposed = [0, 0]  # rounds, and rounds whose drafter proposed
     per_round: dict[int, list[float]] = {b: [] for b in budgets}  # new tokens per round
     catch_up: list[float] = []  # the drafter's prefill share per prompt position told, in plain steps
@@ -204,6 +210,9 @@ def _calibration(
             draft_s = st.draft_s / st.rounds
             c_b = (draft_s + st.verify_s / st.rounds - plain_verify) / step
             full = [verify[n] for n in st.drafted if n]
+            for n in st.drafted:
+                if n:
+                    nodes[b][n] = nodes[b].get(n, 0) + 1
             v_b = float(np.mean(full)) if full else float("nan")
             share = len(full) / len(st.drafted)
             loop_v = round_s / step - c_b  # the round less what c holds
@@ -237,6 +246,7 @@ def _calibration(
             for b, rows in samples.items()
         },
         "counts": [[e, a] for e, a in zip(examined, accepted, strict=True)],
+        "nodes": nodes,
         "tokens": {b: float(np.mean(rows)) for b, rows in per_round.items()},
         "proposes": proposed[1] / proposed[0],
         "catch_up": float(np.median(catch_up)),
@@ -328,11 +338,9 @@ def calibrate_policy(
         )  # fmt: skip
         for t in temperatures
     }
-    level = curve_level([(r["budgets"][b][0], r["loop_full"][b]) for r in runs.values() for b in budgets])
-    bare, verify = verify, [1.0 + level * (x - 1.0) for x in verify]
-    costs = {
+    costs = {  # v is set by price_calibration
         str(b): [
-            1.0 + level * (float(np.median([r["budgets"][b][0] for r in runs.values()])) - 1.0),
+            float("nan"),
             float(np.median([r["budgets"][b][1] for r in runs.values()])),
             max(r["budgets"][b][2] for r in runs.values()),
         ]
@@ -340,11 +348,9 @@ def calibrate_policy(
     }
     depth = max(c[2] for c in costs.values())
     rates = _rates({t: r["counts"] for t, r in runs.items()}, depth)
-    return {
+    raw = {
         "budgets": costs,
-        "verify": verify,
-        "verify_bare": bare,
-        "level": level,
+        "verify_timed": verify,
         "verify_curve": {k: curve[k] for k in ("prefix_len", "ks", "median_s", "v_chain", "v_tree", "rule")},
         "prior_rates": rates,
         "tokens_per_round": {t: {str(b): e for b, e in r["tokens"].items()} for t, r in runs.items()},
@@ -358,16 +364,20 @@ def calibrate_policy(
                 "budgets": {str(b): list(c) for b, c in r["budgets"].items()},
                 "loop_v": {str(b): v for b, v in r["loop_v"].items()},
                 "loop_full": {str(b): v for b, v in r["loop_full"].items()},
+                "nodes": {str(b): {str(n): k for n, k in sorted(h.items())} for b, h in r["nodes"].items()},
                 "counts": r["counts"],
                 "catch_up": r["catch_up"],
             }
             for t, r in runs.items()
         },
-        "rule": "verify_bare: v(k) = T(k) / T(1), tree calls over the chain's one-row call, medians over "
-        "passes, v(1) = 1; level: over budgets and temperatures, the sum of (loop_full - 1) over the sum "
-        "of (v - 1), at least 1; verify: 1 + level (v(k) - 1); per budget v: 1 + level (the mean of "
-        "v(n + 1) over a generation's rounds whose drafter proposed n >= 1 nodes, median over prompts "
-        "and temperatures - 1); proposes per temperature: the share of rounds that proposed, pooled; "
+        "rule": "verify_timed: v(k) = T(k) / T(1), tree calls over the chain's one-row call, medians over "
+        "passes, v(1) = 1; verify_bare: the curve it is priced by (verify_timed, or the elementwise "
+        "steepest of several: price_calibration); per budget and temperature, the bare price of a "
+        "proposing round: the mean of verify_bare(n + 1) over the rounds whose drafter proposed n >= 1 "
+        "nodes (nodes, pooled over prompts); level: over budgets and temperatures, the sum of "
+        "(loop_full - 1) over the sum of (that price - 1), at least 1; verify: 1 + level (verify_bare - 1); "
+        "per budget v: 1 + level (the median over temperatures of that price - 1); "
+        "proposes per temperature: the share of rounds that proposed, pooled; "
         "c: drafting plus verification beyond a plain step's, per round; c: medians over "
         "prompts, then over temperatures; loop_v: the round less drafting and verification's extra work "
         "as the loop's clock saw it; loop_full: the same for a proposing round, an empty round at "
@@ -378,6 +388,60 @@ def calibrate_policy(
         "prompt position, the median over prompts and budgets, then over temperatures; plain_round per "
         "temperature: a budget-0 round of the tree loop over plain decoding's step, median over prompts",
     }
+    return price_calibration(raw, verify)
+
+
+def price_calibration(calibration: dict[str, Any], bare: Sequence[float]) -> dict[str, Any]:
+    """A :func:`calibrate_policy` result priced by the bare verify curve ``bare`` (v(k) for k = 1 .. at
+    least the largest budget + 1, v(1) = 1; its first entries are used): per temperature and budget, a
+    proposing round's bare price is the mean of v(n + 1) over the calibration's proposing rounds by the
+    nodes they proposed (``nodes``; v(b + 1) where none proposed); ``level`` is :func:`curve_level` of
+    those prices against the loop's clock (``loop_full``); ``verify`` = 1 + level (v(k) - 1) and each
+    budget's v = 1 + level (its median price over temperatures - 1). Returns a new dict with
+    ``verify_bare`` = ``bare`` and those three replaced; ``verify_timed`` (the calibration's own timing)
+    stays. A steeper ``bare`` raises the prices and lowers the level the loop's clock needs, never
+    below 1: :func:`steepest_curves` pools a run's calibrations so that one timed in a regime where wide
+    calls looked cheap (``noharm-v6``, ``noharm-v8``) is priced by the others'."""
+    import numpy as np
+
+    budgets = sorted(int(b) for b in calibration["budgets"])
+    temps = calibration["per_temperature"]
+    if any("nodes" not in t for t in temps.values()):
+        raise ValueError("the calibration has no node counts per budget (made before price_calibration)")
+    if len(bare) < max(budgets) + 1:
+        raise ValueError(f"bare must give v(k) for k = 1 .. {max(budgets) + 1}; got {len(bare)} values")
+    curve = [float(x) for x in bare[: max(budgets) + 1]]
+
+    def price(t: str, b: int) -> float:
+        hist = {int(n): k for n, k in temps[t]["nodes"][str(b)].items()}
+        total = sum(hist.values())
+        return sum(k * curve[n] for n, k in hist.items()) / total if total else curve[b]
+
+    prices = {t: {b: price(t, b) for b in budgets} for t in temps}
+    level = curve_level([(prices[t][b], temps[t]["loop_full"][str(b)]) for t in temps for b in budgets])
+    out = dict(calibration)
+    out["budgets"] = {
+        str(b): [
+            1.0 + level * (float(np.median([prices[t][b] for t in temps])) - 1.0),
+            *calibration["budgets"][str(b)][1:],
+        ]
+        for b in budgets
+    }
+    out["verify_bare"] = curve
+    out["verify"] = [1.0 + level * (x - 1.0) for x in curve]
+    out["level"] = level
+    return out
+
+
+def steepest_curves(curves: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
+    """For each name -> a bare verify curve timed in one run (v(k), k = 1 ..), the elementwise steepest of
+    every curve that reaches that k: the price a do-no-harm policy errs towards when the host's wide calls
+    cost one thing in one minute and another in the next (one run's calibrations timed v(5) at 1.25 and
+    at 1.89; ``noharm-v8``)."""
+    out = {}
+    for name, own in curves.items():
+        out[name] = [max(float(c[k]) for c in curves.values() if len(c) > k) for k in range(len(own))]
+    return out
 
 
 def no_harm_policy(
