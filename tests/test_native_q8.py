@@ -357,3 +357,27 @@ def test_torch_runs_on_one_thread_while_a_q4q8_model_decodes():
             assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_decoding_loop_keeps_its_freed_memory_where_the_c_library_is_glibc():
+    """keep_freed_memory: glibc's mallopt takes both settings (True; False on another C library), once per
+    process; in a fresh process nothing is set until a decoding loop enters torch_threads_for, and then it
+    is. (The page faults it saves depend on the process's allocation history: a dev probe, not a test.)"""
+    import platform
+    import subprocess
+    import sys
+
+    from specdec.engine import cores
+
+    glibc = platform.libc_ver()[0] == "glibc"
+    assert cores.keep_freed_memory() is glibc and cores.keep_freed_memory() is glibc
+    code = "\n".join([
+        "import sys", "sys.path.insert(0, 'tests')",
+        "from specdec.engine import cores", "assert not cores._MEMORY",
+        "from test_native_q8 import wide_model", "from specdec.engine.lean import LeanLlama",
+        "from specdec.engine.decoding import autoregressive",
+        "autoregressive(LeanLlama(wide_model(), 'float32'), [1, 2, 3], max_new_tokens=4, temperature=1.0)",
+        "print(cores._MEMORY)",
+    ])  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split("\n")[-2] == str({"done": glibc})
