@@ -188,7 +188,8 @@ def test_the_noharm_sets_decode_their_own_frozen_prompts_with_campaign_v3s_polic
 
     names = {"noharm": "campaign-v2.jsonl", "noharm-v4": "noharm-v4.jsonl", "noharm-v5": "noharm-v5.jsonl",
              "noharm-v6": "noharm-v6.jsonl", "noharm-v7": "noharm-v7.jsonl",
-             "noharm-v8": "noharm-v8.jsonl", "noharm-v9": "noharm-v9.jsonl"}  # fmt: skip
+             "noharm-v8": "noharm-v8.jsonl", "noharm-v9": "noharm-v9.jsonl",
+             "noharm-v10": "noharm-v10.jsonl"}  # fmt: skip
     for name, file in names.items():
         assert tb.SETS[name].prompts.name == file and tb.SETS[name].prompts.exists()
         assert tb.SETS[name].policies == tb.V3_POLICIES == campaign3.POLICIES

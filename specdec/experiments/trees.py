@@ -204,6 +204,8 @@ SETS = {
     # a ninth time, after a run's policies are priced by the steepest verify curve their calibrations timed
     # (59367d0): on prompts frozen for it
     "noharm-v9": _noharm_again("noharm-v9.jsonl"),
+    # a tenth time, after decoding keeps its freed memory (b825da2): on prompts frozen for it
+    "noharm-v10": _noharm_again("noharm-v10.jsonl"),
 }
 
 
@@ -417,7 +419,7 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v9``: the file of that name;
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v10``: the file of that name;
     a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
@@ -431,7 +433,7 @@ class TreesRun(Program):
     the policy's pricing of empty and partial proposals; ``noharm-v7`` after the calibration's level from
     the loop's clock and the C trie; ``noharm-v8`` after the session's feature buffer, numpy's argmax
     and the level as a ratio of sums; ``noharm-v9`` after the policies are priced by the steepest curve
-    their calibrations timed). The record is
+    their calibrations timed; ``noharm-v10`` after decoding keeps its freed memory). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
