@@ -4,6 +4,7 @@ partner are left out, not guessed."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -60,8 +61,9 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
     assert cal["level"] >= 1 and cal["verify"] == [1 + cal["level"] * (x - 1) for x in cal["verify_bare"]]
     assert all(0 <= cal["proposes"][t] <= 1 for t in ("0", "1"))
     assert cal["verify_bare"] == cal["verify_timed"]  # priced by its own timing until a run pools curves
-    rounds = sum(len([n for n in h]) for t in ("0", "1") for h in cal["per_temperature"][t]["nodes"].values())
-    assert rounds > 0  # the proposing rounds' node counts, by budget, that price_calibration reads
+    hists = [h for t in ("0", "1") for h in cal["per_temperature"][t]["nodes"].values()]
+    counted = sum(k for h in hists for k in h.values())
+    assert counted > 0  # the proposing rounds by nodes proposed, per budget, that price_calibration reads
     policy = no_harm_policy(cal)
     assert (
         policy.max_budget == 4
@@ -204,6 +206,12 @@ def test_a_calibration_is_priced_by_the_nodes_its_rounds_proposed_and_a_steeper_
     assert steep["level"] < cal["level"] and steep["verify_timed"] == raw["verify_timed"]
     assert all(steep["budgets"][b][0] > cal["budgets"][b][0] for b in ("2", "4"))
     assert price_calibration(steep, steep["verify_bare"]) == steep
+    # a resumed run reads the calibration back from its record, where NaN was stored as null
+    from specdec.theory.recordio import jsonable
+
+    back = json.loads(json.dumps(jsonable(cal)))
+    assert back["per_temperature"]["1"]["loop_full"]["2"] is None
+    assert price_calibration(back, back["verify_bare"])["level"] == pytest.approx(cal["level"])
     with pytest.raises(ValueError, match="v\\(k\\) for k = 1 .. 5"):
         price_calibration(raw, [1.0, 1.1])
     del raw["per_temperature"]["1"]["nodes"]
@@ -213,11 +221,14 @@ def test_a_calibration_is_priced_by_the_nodes_its_rounds_proposed_and_a_steeper_
 
 def test_the_steepest_curve_of_a_run_reaches_each_calibration_as_far_as_its_own():
     """steepest_curves: each curve's entries replaced by the largest any curve of the run has at that k,
-    over the curves that reach it; a curve keeps its own length."""
+    over the curves that reach it, then by the running maximum along k; a curve keeps its own length."""
     from specdec.measure.draftcost import steepest_curves
 
     out = steepest_curves({"a": [1.0, 1.2, 1.3], "b": [1.0, 1.4, 1.25, 1.9, 2.5], "c": [1.0, 1.1]})
-    assert out == {"a": [1.0, 1.4, 1.3], "b": [1.0, 1.4, 1.3, 1.9, 2.5], "c": [1.0, 1.4]}
+    assert out == {"a": [1.0, 1.4, 1.4], "b": [1.0, 1.4, 1.4, 1.9, 2.5], "c": [1.0, 1.4]}
+    # a short steep curve never leaves a longer flat one falling: v(5) above v(4) stays
+    flat = steepest_curves({"short": [1.0, 1.3, 1.6, 1.9], "long": [1.0, 1.1, 1.2, 1.3, 1.35, 1.4]})
+    assert flat["long"] == [1.0, 1.3, 1.6, 1.9, 1.9, 1.9]
 
 
 def test_a_runs_policies_are_priced_by_the_steepest_curve_their_calibrations_timed():

@@ -362,22 +362,31 @@ def test_torch_runs_on_one_thread_while_a_q4q8_model_decodes():
 def test_a_decoding_loop_keeps_its_freed_memory_where_the_c_library_is_glibc():
     """keep_freed_memory: glibc's mallopt takes both settings (True; False on another C library), once per
     process; in a fresh process nothing is set until a decoding loop enters torch_threads_for, and then it
-    is. (The page faults it saves depend on the process's allocation history: a dev probe, not a test.)"""
+    is; SPECDEC_KEEP_FREED_MEMORY=0 leaves the allocator alone. (The page faults it saves depend on the
+    process's allocation history: a dev probe, not a test.)"""
+    import os
     import platform
     import subprocess
     import sys
 
     from specdec.engine import cores
 
-    glibc = platform.libc_ver()[0] == "glibc"
-    assert cores.keep_freed_memory() is glibc and cores.keep_freed_memory() is glibc
+    glibc = platform.libc_ver()[0] == "glibc" and not any(k in os.environ for k in cores._GLIBC_KNOBS)
+    if os.environ.get("SPECDEC_KEEP_FREED_MEMORY") != "0":
+        assert cores.keep_freed_memory() is glibc and cores.keep_freed_memory() is glibc
     code = "\n".join([
-        "import sys", "sys.path.insert(0, 'tests')",
-        "from specdec.engine import cores", "assert not cores._MEMORY",
-        "from test_native_q8 import wide_model", "from specdec.engine.lean import LeanLlama",
-        "from specdec.engine.decoding import autoregressive",
-        "autoregressive(LeanLlama(wide_model(), 'float32'), [1, 2, 3], max_new_tokens=4, temperature=1.0)",
-        "print(cores._MEMORY)",
+        f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r})",
+        "from specdec.engine import cores", "from test_native_q8 import wide_model",
+        "from specdec.engine.lean import LeanLlama", "from specdec.engine.decoding import autoregressive",
+        "model = LeanLlama(wide_model(), 'float32')", "assert not cores._MEMORY, 'set before any decoding'",
+        "autoregressive(model, [1, 2, 3], max_new_tokens=4, temperature=1.0)", "print(cores._MEMORY)",
     ])  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert out.stdout.split("\n")[-2] == str({"done": glibc})
+    unset = (*cores._GLIBC_KNOBS, "SPECDEC_KEEP_FREED_MEMORY")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == str({"done": glibc})
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env=env | {"SPECDEC_KEEP_FREED_MEMORY": "0"})  # fmt: skip
+    assert off.returncode == 0, off.stderr[-2000:]
+    assert off.stdout.strip().splitlines()[-1] == str({"done": False})

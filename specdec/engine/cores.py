@@ -27,7 +27,10 @@ loop that never drafted (dev probe), a percent or two of a step and not the same
 :func:`keep_freed_memory` (glibc's ``mallopt``: no trimming below 256 MiB, no mmap below 32 MiB; once
 per process, where the C library is glibc) runs on entering :func:`torch_threads_for`, so every loop
 and timing that does keeps its freed memory for the next step; after a first generation both loops
-fault about none.
+fault about none. It changes the whole process's allocator for good (up to 256 MiB of freed memory
+stays with it); ``SPECDEC_KEEP_FREED_MEMORY=0`` turns it off, and a process whose environment sets
+glibc's own knobs (``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``, ``GLIBC_TUNABLES``) keeps
+them. Timings made before commit b825da2 ran with glibc's defaults.
 
 The timing loops that call bare forwards (:func:`specdec.measure.core.time_forwards`' ``around``, the
 mode probe, the verify curves) enter :func:`torch_threads_for` themselves. The engine's own thread count
@@ -56,19 +59,26 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _TRIM_BYTES, _MMAP_BYTES = 256 << 20, 32 << 20
 
 
+#: glibc's own allocator knobs: a process whose environment sets one keeps its choice
+_GLIBC_KNOBS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
+
+
 def keep_freed_memory() -> bool:
     """Where the C library is glibc, ask it (``mallopt``) to keep freed memory for the process instead of
-    returning it to the OS between decoding steps (module docstring); once per process. True when
-    both settings took, False elsewhere (another C library, or glibc refused): nothing else changes."""
+    returning it to the OS between decoding steps (module docstring); once per process. True when both
+    settings took; False where the C library is not glibc, where ``SPECDEC_KEEP_FREED_MEMORY=0`` or one
+    of glibc's own knobs is set in the environment (nothing changed then), or where glibc refused the
+    second setting (the first, the trim threshold, then stays)."""
     if "done" not in _MEMORY:
         import ctypes
-        import ctypes.util
+        import os
         import platform
 
         ok = False
-        if platform.libc_ver()[0] == "glibc":
+        wanted = os.environ.get("SPECDEC_KEEP_FREED_MEMORY", "1") != "0"
+        if wanted and platform.libc_ver()[0] == "glibc" and not any(k in os.environ for k in _GLIBC_KNOBS):
             try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+                libc = ctypes.CDLL(None)  # the process's own C library, already loaded (no ldconfig)
                 ok = bool(libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_BYTES)) and bool(
                     libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES)
                 )

@@ -135,7 +135,8 @@ def _calibration(
 
     * ``budgets``: b -> (v, c, depth): v the verify cost of a round whose drafter proposed, by the nodes it
       actually proposed: the mean of v(n + 1) from ``verify`` (the verify curve) over the rounds with
-      n >= 1 (median over the prompts that had one; v(b + 1) where none had); c the
+      n >= 1 (median over the prompts that had one; v(b + 1) where none had; by this timing alone, a
+      diagnostic: the policy's price is :func:`price_calibration`'s, from ``nodes``); c the
       round's drafting (``draft_s`` per round) plus its verification's work beyond a plain step's
       (``verify_s`` per round less plain decoding's: accepting, rejecting, sampling the rows); depth the
       deepest tree the drafter proposed at b (at least 1). Medians over prompts.
@@ -287,10 +288,12 @@ def curve_level(pairs: list[tuple[float, float]]) -> float:
     of (curve's price of a proposing round, the loop's cost of one), the sum of (loop - 1) over the sum
     of (curve - 1), at least 1: a ratio of sums, so a pair whose curve price is barely above 1 (a small
     budget, where one noisy loop time would make its own ratio anything) weighs as little as it says.
-    Pairs whose curve price is not above 1 or whose loop cost is NaN (no proposing round) are left out,
+    Pairs whose curve price is not above 1 or whose loop cost is NaN or None (no proposing round; a
+    record stores NaN as null) are left out,
     and with none left the level is 1. (The calibrations of noharm-v7 and before took the median of
     the pairs' ratios.)"""
-    kept = [(curve - 1.0, loop - 1.0) for curve, loop in pairs if curve > 1.0 and loop == loop]
+    # a loop cost read back from a record is None where it was NaN
+    kept = [(c - 1.0, loop - 1.0) for c, loop in pairs if c > 1.0 and loop is not None and loop == loop]
     return max(1.0, sum(x for _, x in kept) / sum(v for v, _ in kept)) if kept else 1.0
 
 
@@ -308,8 +311,10 @@ def calibrate_policy(
     measured on development ``prompts`` at each of ``temperatures``, as a record stores it: the target's
     verify curve v(k), k = 1 .. max budget + 1, by the one T(k) loop
     (:func:`specdec.measure.verifykernels.target_verify_curves`, ``verify_repeats`` passes; tree calls
-    over the chain's one-row call, v(1) = 1: a plain step), which prices each round by the nodes its
-    drafter proposed; per budget, the median over temperatures of (v, c) and the deepest depth
+    over the chain's one-row call, v(1) = 1: a plain step; kept as ``verify_timed``), which prices each
+    round by the nodes its drafter proposed (:func:`price_calibration`, which sets each budget's v,
+    ``verify_bare``, ``level`` and ``verify``); per budget, the median over temperatures of c and the
+    deepest depth
     (:func:`_calibration`); the prior acceptance per depth at each temperature (the policy takes the one
     nearest a generation's temperature: :meth:`~specdec.theory.policies.DoNoHarm.begin`), with the counts
     it came from.
@@ -319,7 +324,8 @@ def calibrate_policy(
     shape and the loop's own clock may raise its level: ``level`` = over budgets and temperatures, the
     sum of (loop_full - 1) over the sum of (v - 1), the loop's cost of a proposing round over the
     curve's price of it, at least 1 (:func:`curve_level`); the curve the policy prices by (``verify``)
-    is 1 + level (v(k) - 1), and each budget's v likewise (the bare curve stays as ``verify_bare``).
+    is 1 + level (v(k) - 1), and each budget's v likewise (the curve before the level is ``verify_bare``:
+    this timing, or the steepest of a run's, :func:`steepest_curves`).
     Never below the curve: a do-no-harm price errs towards not drafting."""
     import numpy as np
 
@@ -435,12 +441,15 @@ def price_calibration(calibration: dict[str, Any], bare: Sequence[float]) -> dic
 
 def steepest_curves(curves: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
     """For each name -> a bare verify curve timed in one run (v(k), k = 1 ..), the elementwise steepest of
-    every curve that reaches that k: the price a do-no-harm policy errs towards when the host's wide calls
+    every curve that reaches that k, then never falling as k grows (a running maximum: a short steep curve
+    must not leave a longer curve's next entries below the ones it raised, or a wider round would look
+    cheaper than a narrower one): the price a do-no-harm policy errs towards when the host's wide calls
     cost one thing in one minute and another in the next (one run's calibrations timed v(5) at 1.25 and
-    at 1.89; ``noharm-v8``)."""
+    at 1.89; ``noharm-v8``). The largest of a run's timings sets it, so it leans to not drafting."""
     out = {}
     for name, own in curves.items():
-        out[name] = [max(float(c[k]) for c in curves.values() if len(c) > k) for k in range(len(own))]
+        row = [max(float(c[k]) for c in curves.values() if len(c) > k) for k in range(len(own))]
+        out[name] = [max(row[: k + 1]) for k in range(len(row))]
     return out
 
 
