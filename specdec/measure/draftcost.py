@@ -173,9 +173,8 @@ def _calibration(
         check_int("a budget", b, low=1)
     # per budget and prompt: v, c, loop_v, the deepest depth, the share of rounds that proposed
     samples: dict[int, list[tuple[float, float, float, int, float]]] = {b: [] for b in budgets}
-    nodes: dict[int, dict[int, int]] = {
-        b: {} for b in budgets
-    }  # per budget: proposing rounds by nodes proposed
+    # per budget: the proposing rounds by nodes proposed
+    nodes: dict[int, dict[int, int]] = {b: {} for b in budgets}
     proposed = [0, 0]  # rounds, and rounds whose drafter proposed
     per_round: dict[int, list[float]] = {b: [] for b in budgets}  # new tokens per round
     catch_up: list[float] = []  # the drafter's prefill share per prompt position told, in plain steps
@@ -289,9 +288,8 @@ def curve_level(pairs: list[tuple[float, float]]) -> float:
     of (curve - 1), at least 1: a ratio of sums, so a pair whose curve price is barely above 1 (a small
     budget, where one noisy loop time would make its own ratio anything) weighs as little as it says.
     Pairs whose curve price is not above 1 or whose loop cost is NaN or None (no proposing round; a
-    record stores NaN as null) are left out,
-    and with none left the level is 1. (The calibrations of noharm-v7 and before took the median of
-    the pairs' ratios.)"""
+    record stores NaN as null) are left out, and with none left the level is 1. (The calibrations of
+    noharm-v7 and before took the median of the pairs' ratios.)"""
     # a loop cost read back from a record is None where it was NaN
     kept = [(c - 1.0, loop - 1.0) for c, loop in pairs if c > 1.0 and loop is not None and loop == loop]
     return max(1.0, sum(x for _, x in kept) / sum(v for v, _ in kept)) if kept else 1.0
@@ -446,10 +444,12 @@ def steepest_curves(curves: Mapping[str, Sequence[float]]) -> dict[str, list[flo
     cheaper than a narrower one): the price a do-no-harm policy errs towards when the host's wide calls
     cost one thing in one minute and another in the next (one run's calibrations timed v(5) at 1.25 and
     at 1.89; ``noharm-v8``). The largest of a run's timings sets it, so it leans to not drafting."""
+    import itertools
+
     out = {}
     for name, own in curves.items():
         row = [max(float(c[k]) for c in curves.values() if len(c) > k) for k in range(len(own))]
-        out[name] = [max(row[: k + 1]) for k in range(len(row))]
+        out[name] = list(itertools.accumulate(row, max))
     return out
 
 
