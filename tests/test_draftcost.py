@@ -219,20 +219,44 @@ def test_a_calibration_is_priced_by_the_nodes_its_rounds_proposed_and_a_steeper_
         price_calibration(raw, raw["verify_timed"])
 
 
-def test_the_steepest_curve_of_a_run_reaches_each_calibration_as_far_as_its_own():
-    """steepest_curves: each curve's entries replaced by the largest any curve of the run has at that k,
-    over the curves that reach it, then by the running maximum along k; a curve keeps its own length."""
-    from specdec.measure.draftcost import steepest_curves
+def test_the_pooled_curve_of_a_run_reaches_each_calibration_as_far_as_its_own():
+    """pooled_curves at quantile 1 (the steepest): each curve's entries replaced by the largest any curve of
+    the run has at that k, over the curves that reach it, then by the running maximum along k; a curve
+    keeps its own length."""
+    from specdec.measure.draftcost import pooled_curves
 
-    out = steepest_curves({"a": [1.0, 1.2, 1.3], "b": [1.0, 1.4, 1.25, 1.9, 2.5], "c": [1.0, 1.1]})
+    out = pooled_curves({"a": [1.0, 1.2, 1.3], "b": [1.0, 1.4, 1.25, 1.9, 2.5], "c": [1.0, 1.1]}, 1.0)
     assert out == {"a": [1.0, 1.4, 1.4], "b": [1.0, 1.4, 1.4, 1.9, 2.5], "c": [1.0, 1.4]}
     # a short steep curve never leaves a longer flat one falling: v(5) above v(4) stays
-    flat = steepest_curves({"short": [1.0, 1.3, 1.6, 1.9], "long": [1.0, 1.1, 1.2, 1.3, 1.35, 1.4]})
+    flat = pooled_curves({"short": [1.0, 1.3, 1.6, 1.9], "long": [1.0, 1.1, 1.2, 1.3, 1.35, 1.4]}, 1.0)
     assert flat["long"] == [1.0, 1.3, 1.6, 1.9, 1.9, 1.9]
 
 
-def test_a_runs_policies_are_priced_by_the_steepest_curve_their_calibrations_timed():
-    """trees.policy_configs prices each calibration of the run by steepest_curves of their own timings
+def test_the_upper_quartile_leaves_one_spike_out_and_keeps_the_steep_regime():
+    """The default pool (the upper quartile, numpy's linear rule): five calibrations, one of which timed
+    v(2) in a spike (1.9) and one v(3) below v(2); the pooled v(2) is the quartile of the five (1.2), not
+    the spike, and a regime most calibrations timed steep prices every policy steep; a quantile outside
+    [0, 1] is refused."""
+    import numpy as np
+
+    from specdec.measure.draftcost import pooled_curves
+
+    curves = {
+        "flat": [1.0, 1.05, 1.1],
+        "spike": [1.0, 1.9, 0.95],
+        "steep1": [1.0, 1.2, 1.4],
+        "steep2": [1.0, 1.2, 1.45],
+        "steep3": [1.0, 1.15, 1.4],
+    }
+    out = pooled_curves(curves)
+    assert out["flat"][1] == float(np.quantile([1.05, 1.9, 1.2, 1.2, 1.15], 0.75)) == 1.2
+    assert out["flat"][2] == 1.4 and all(c == out["flat"] for c in out.values())
+    with pytest.raises(ValueError, match="quantile"):
+        pooled_curves(curves, 1.5)
+
+
+def test_a_runs_policies_are_priced_by_the_pooled_curve_their_calibrations_timed():
+    """trees.policy_configs prices each calibration of the run by pooled_curves of their own timings
     (verify_timed): the one timed when wide calls looked cheap takes the other's curve, its own timing
     kept; a resumed run (the calibrations given, already priced) prices them the same again."""
     from tiny_models import perturbed_copy, tiny_llama
@@ -251,11 +275,16 @@ def test_a_runs_policies_are_priced_by_the_steepest_curve_their_calibrations_tim
     steep = dict(cal, verify_timed=[1.0, 1.3, 1.6, 1.9, 2.2])
     given = {"flat": flat, "steep": steep}
     configs, priced = policy_configs("e", target, None, {"flat": drafter, "steep": drafter},
-                                     {"flat": (2, 4), "steep": (2, 4)}, given)  # fmt: skip
+                                     {"flat": (2, 4), "steep": (2, 4)}, given, pool=1.0)  # fmt: skip
+    assert priced["flat"]["pooled_quantile"] == 1.0
     assert [c.id for c in configs] == ["e/flat/noharm", "e/steep/noharm"]
     assert priced["flat"]["verify_bare"] == steep["verify_timed"] == priced["steep"]["verify_bare"]
     assert priced["flat"]["verify_timed"] == flat["verify_timed"]
     assert configs[0].gamma.verify == priced["flat"]["verify"]  # the policy prices by the steep curve
     _, again = policy_configs("e", target, None, {"flat": drafter, "steep": drafter},
-                              {"flat": (2, 4), "steep": (2, 4)}, priced)  # fmt: skip
+                              {"flat": (2, 4), "steep": (2, 4)}, priced, pool=1.0)  # fmt: skip
     assert again == priced
+    # the default pool, the upper quartile of two curves: three quarters of the way to the steeper
+    _, quartile = policy_configs("e", target, None, {"flat": drafter, "steep": drafter},
+                                 {"flat": (2, 4), "steep": (2, 4)}, given)  # fmt: skip
+    assert quartile["flat"]["verify_bare"] == pytest.approx([1.0, 1.2375, 1.475, 1.7125, 1.95])

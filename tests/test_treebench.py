@@ -179,7 +179,7 @@ def test_the_greedy_handicap_is_the_plain_step_beyond_a_never_drafting_policy_ro
         ct.greedy_handicap(rec)
 
 
-def test_the_noharm_sets_decode_their_own_frozen_prompts_with_campaign_v3s_policies():
+def test_the_noharm_sets_decode_their_own_frozen_prompts_with_their_policies():
     """``--set noharm`` judges the do-no-harm policies on prompts no policy ran on (campaign v2's),
     ``--set noharm-v4`` on prompts frozen for it, both with campaign v3's policies (one definition) and
     records of one kind; every other set decodes the trees' held-out prompts; each committed noharm
@@ -189,11 +189,16 @@ def test_the_noharm_sets_decode_their_own_frozen_prompts_with_campaign_v3s_polic
     names = {"noharm": "campaign-v2.jsonl", "noharm-v4": "noharm-v4.jsonl", "noharm-v5": "noharm-v5.jsonl",
              "noharm-v6": "noharm-v6.jsonl", "noharm-v7": "noharm-v7.jsonl",
              "noharm-v8": "noharm-v8.jsonl", "noharm-v9": "noharm-v9.jsonl",
-             "noharm-v10": "noharm-v10.jsonl"}  # fmt: skip
+             "noharm-v10": "noharm-v10.jsonl", "noharm-v11": "noharm-v11.jsonl"}  # fmt: skip
     for name, file in names.items():
         assert tb.SETS[name].prompts.name == file and tb.SETS[name].prompts.exists()
-        assert tb.SETS[name].policies == tb.V3_POLICIES == campaign3.POLICIES
+        small = name == "noharm-v11"  # from the eleventh on, budgets of one and two nodes beside v3's
+        assert tb.SETS[name].policies == (tb.SMALL_POLICIES if small else tb.V3_POLICIES)
         assert (tb.SETS[name].kind or name) == "noharm"
+        # the ninth and tenth priced by the steepest of the run's curves, the eleventh by their quartile
+        assert tb.SETS[name].pool == {"noharm-v9": 1.0, "noharm-v10": 1.0}.get(name, 0.75)
+    assert tb.V3_POLICIES == campaign3.POLICIES
+    assert {s: tuple(sorted({1, 2, *b})) for s, b in tb.V3_POLICIES.items()} == tb.SMALL_POLICIES
     assert all(s.prompts == tb.HELDOUT for name, s in tb.SETS.items() if name not in names)
     assert set(tb.NOHARM_CONFIGS) < set(tb.NOHARM_V4_CONFIGS)
     shas = {f: hashlib.sha256(tb.SETS[n].prompts.read_bytes()).hexdigest() for n, f in names.items()}

@@ -151,6 +151,13 @@ NOHARM_V4_CONFIGS: dict[str, tuple[int, ...]] = {
     "suffix": (8,),
     "mlp:mlp-3m": (4,),
 }
+#: Campaign v3's policies (:data:`V3_POLICIES`) with budgets of one and two nodes beside theirs: a round
+#: can draft one token where a longer draft does not pay, and a probe (at the smallest budget) costs one
+#: extra verify row instead of four (``noharm-v10``'s two failing cells lost their speed to probes and
+#: first rounds at four nodes that were rejected).
+SMALL_POLICIES: dict[str, tuple[int, ...]] = {
+    spec: tuple(sorted({1, 2, *budgets})) for spec, budgets in V3_POLICIES.items()
+}
 QUICK_SELF: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (4,), "suffix": (8,)}
 QUICK_SELF_POLICIES: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (2, 4), "lookup": (4,)}
 
@@ -166,13 +173,17 @@ class ConfigSet:
     quick_policies: Mapping[str, tuple[int, ...]]
     prompts: Path = HELDOUT  # the frozen prompts a full run decodes
     kind: str | None = None  # the record's kind (default: the set's name)
+    pool: float = 0.75  # the quantile of the run's verify curves its policies are priced by (policy_configs)
 
 
-def _noharm_again(prompts: str) -> ConfigSet:
-    """The do-no-harm judgement after ``noharm`` (:data:`NOHARM_V4_CONFIGS`, campaign v3's policies) on
-    the held-out file ``prompts``, its records of kind ``noharm``."""
-    return ConfigSet(NOHARM_V4_CONFIGS, {"suffix": (8,)}, V3_POLICIES, {"lookup": (4,)},
-                     HELDOUT.with_name(prompts), kind="noharm")  # fmt: skip
+def _noharm_again(
+    prompts: str, policies: Mapping[str, tuple[int, ...]] = V3_POLICIES, pool: float = 0.75
+) -> ConfigSet:
+    """The do-no-harm judgement after ``noharm`` (:data:`NOHARM_V4_CONFIGS`, ``policies``: campaign v3's
+    unless given) on the held-out file ``prompts``, its records of kind ``noharm``, the policies priced by
+    the ``pool`` quantile of the run's verify curves."""
+    return ConfigSet(NOHARM_V4_CONFIGS, {"suffix": (8,)}, policies, {"lookup": (4,)},
+                     HELDOUT.with_name(prompts), kind="noharm", pool=pool)  # fmt: skip
 
 
 #: The configuration sets ``specdec run trees --set`` runs.
@@ -203,9 +214,13 @@ SETS = {
     "noharm-v8": _noharm_again("noharm-v8.jsonl"),
     # a ninth time, after a run's policies are priced by the steepest verify curve their calibrations timed
     # (59367d0): on prompts frozen for it
-    "noharm-v9": _noharm_again("noharm-v9.jsonl"),
+    "noharm-v9": _noharm_again("noharm-v9.jsonl", pool=1.0),
     # a tenth time, after decoding keeps its freed memory (b825da2): on prompts frozen for it
-    "noharm-v10": _noharm_again("noharm-v10.jsonl"),
+    "noharm-v10": _noharm_again("noharm-v10.jsonl", pool=1.0),
+    # an eleventh time, after the policies may draft one or two nodes (SMALL_POLICIES: a probe at one node
+    # costs a fraction of one at four) and are priced by the upper quartile of the run's verify curves
+    # instead of their maximum: on prompts frozen for it
+    "noharm-v11": _noharm_again("noharm-v11.jsonl", SMALL_POLICIES),
 }
 
 
@@ -273,14 +288,16 @@ def build(
     calibration: Mapping[str, Any] | None = None,
     mode: str = "q4q8",
     dev_prompts: int = 4,
+    pool: float = 0.75,
 ) -> dict[str, Any]:
     """The plain engines (the lean engine in ``mode`` at ``threads``, and at one thread when ``threads``
     > 1: the candidates for the fastest plain decoder, chosen by the cross-fit) and every configuration
     on the first, drafters built by the registry; for each spec in ``policies``, one more configuration
     (``<spec>/noharm``): its drafter under :func:`specdec.measure.draftcost.no_harm_policy` over those
     budgets, calibrated on ``dev_prompts`` development prompts unless ``calibration`` (spec -> a
-    :func:`~specdec.measure.draftcost.calibrate_policy` result, e.g. from a partial record) has it.
-    Returns engines, configs, tokenizer, eos_token_id, what each draft ran in and the calibration."""
+    :func:`~specdec.measure.draftcost.calibrate_policy` result, e.g. from a partial record) has it, priced
+    by the ``pool`` quantile of the run's verify curves (:func:`policy_configs`). Returns engines,
+    configs, tokenizer, eos_token_id, what each draft ran in and the calibration."""
     from specdec.drafting.registry import build_drafter, parse_spec
     from specdec.engine.builder import EngineSpec, open_engine, open_model
     from specdec.measure.modes import draft_context
@@ -298,7 +315,7 @@ def build(
     for text in configs:
         out += spec_configs(name, {text: drafters[text]}, list(configs[text]))
     extra, calibration = policy_configs(
-        name, target, loaded.tokenizer, drafters, policies, calibration, dev_prompts=dev_prompts
+        name, target, loaded.tokenizer, drafters, policies, calibration, dev_prompts=dev_prompts, pool=pool
     )
     out += extra
     engines = [Engine(name, target, threads, {"engine": "lean", "mode": target.mode, "threads": threads})]
@@ -321,6 +338,7 @@ def policy_configs(
     calibration: Mapping[str, Any] | None = None,
     *,
     dev_prompts: int = 4,
+    pool: float = 0.75,
 ) -> tuple[list[Config], dict[str, Any]]:
     """For each spec of ``policies`` (spec -> the budgets it chooses among), the configuration
     ``<name>/<spec>/noharm``: the drafter ``drafters[spec]`` under
@@ -328,17 +346,18 @@ def policy_configs(
     branch, :class:`specdec.engine.drafters.ChainTree`), calibrated on ``dev_prompts`` development prompts
     on ``target`` unless ``calibration`` (spec -> a :func:`~specdec.measure.draftcost.calibrate_policy`
     result, e.g. from a partial record: a resumed run keeps its choices) has it. Returns the
-    configurations and the calibration of every policy, each priced by the elementwise steepest of the
-    verify curves the run's calibrations timed (:func:`~specdec.measure.draftcost.steepest_curves`:
-    the host's wide calls can look cheap for minutes at a time)."""
+    configurations and the calibration of every policy, each priced by the elementwise ``pool`` quantile
+    (default the upper quartile; 1: the steepest) of the verify curves the run's calibrations timed
+    (:func:`~specdec.measure.draftcost.pooled_curves`: the host's wide calls can look cheap for minutes at
+    a time, and one timing can be caught in a spike), stored as ``pooled_quantile``."""
     from specdec.engine.cores import torch_threads_for
     from specdec.engine.drafters import ChainTree
     from specdec.measure.draftcost import (
         calibrate_policy,
         dev_texts,
         no_harm_policy,
+        pooled_curves,
         price_calibration,
-        steepest_curves,
     )
     from specdec.train.workloads import chat_prompt_ids
 
@@ -355,11 +374,11 @@ def policy_configs(
         with torch_threads_for(target):
             for text in missing:
                 calibration[text] = calibrate_policy(target, as_tree[text], dev, tuple(policies[text]))
-    # every calibration of the run priced by the steepest verify curve any of them timed (new-format ones:
-    # an earlier record's calibrations are read as they were made)
+    # every calibration of the run priced by the ``pool`` quantile of the verify curves they timed
+    # (new-format ones: an earlier record's calibrations are read as they were made)
     timed = {t: c["verify_timed"] for t, c in calibration.items() if t in policies and "verify_timed" in c}
-    for text, curve in steepest_curves(timed).items():
-        calibration[text] = price_calibration(calibration[text], curve)
+    for text, curve in pooled_curves(timed, pool).items():
+        calibration[text] = price_calibration(calibration[text], curve) | {"pooled_quantile": pool}
     out = []
     for text in policies:
         policy = no_harm_policy(calibration[text])
@@ -419,7 +438,7 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v10``: the file of that name;
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v11``: the file of that name;
     a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
@@ -433,7 +452,8 @@ class TreesRun(Program):
     the policy's pricing of empty and partial proposals; ``noharm-v7`` after the calibration's level from
     the loop's clock and the C trie; ``noharm-v8`` after the session's feature buffer, numpy's argmax
     and the level as a ratio of sums; ``noharm-v9`` after the policies are priced by the steepest curve
-    their calibrations timed; ``noharm-v10`` after decoding keeps its freed memory). The record is
+    their calibrations timed; ``noharm-v10`` after decoding keeps its freed memory; ``noharm-v11`` with
+    budgets of one and two nodes and the run's curves pooled by their upper quartile). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
@@ -504,7 +524,9 @@ class TreesRun(Program):
         part = partial_path(out)
         if part.exists() and not self.fresh:
             calibration = read_json(part).get("policy_calibration")
-        built = build(threads=threads, configs=configs, policies=policies, calibration=calibration)
+        built = build(
+            threads=threads, configs=configs, policies=policies, calibration=calibration, pool=chosen.pool
+        )
         if self.quick:  # the development prompts: a smoke run never touches the held-out set
             prompts, sha = evaluation_cells(built["tokenizer"], per_task=2), None
         else:

@@ -323,7 +323,7 @@ def calibrate_policy(
     sum of (loop_full - 1) over the sum of (v - 1), the loop's cost of a proposing round over the
     curve's price of it, at least 1 (:func:`curve_level`); the curve the policy prices by (``verify``)
     is 1 + level (v(k) - 1), and each budget's v likewise (the curve before the level is ``verify_bare``:
-    this timing, or the steepest of a run's, :func:`steepest_curves`).
+    this timing, or the upper quantile of a run's, :func:`pooled_curves`).
     Never below the curve: a do-no-harm price errs towards not drafting."""
     import numpy as np
 
@@ -376,7 +376,7 @@ def calibrate_policy(
         },
         "rule": "verify_timed: v(k) = T(k) / T(1), tree calls over the chain's one-row call, medians over "
         "passes, v(1) = 1; verify_bare: the curve it is priced by (verify_timed, or the elementwise "
-        "steepest of several: price_calibration); per budget and temperature, the bare price of a "
+        "upper quantile of several: pooled_curves); per budget and temperature, the bare price of a "
         "proposing round: the mean of verify_bare(n + 1) over the rounds whose drafter proposed n >= 1 "
         "nodes (nodes, pooled over prompts); level: over budgets and temperatures, the sum of "
         "(loop_full - 1) over the sum of (that price - 1), at least 1; verify: 1 + level (verify_bare - 1); "
@@ -404,7 +404,7 @@ def price_calibration(calibration: dict[str, Any], bare: Sequence[float]) -> dic
     budget's v = 1 + level (its median price over temperatures - 1). Returns a new dict with
     ``verify_bare`` = ``bare`` and those three replaced; ``verify_timed`` (the calibration's own timing)
     stays. A steeper ``bare`` raises the prices and lowers the level the loop's clock needs, never
-    below 1: :func:`steepest_curves` pools a run's calibrations so that one timed in a regime where wide
+    below 1: :func:`pooled_curves` pools a run's calibrations so that one timed in a regime where wide
     calls looked cheap (``noharm-v6``, ``noharm-v8``) is priced by the others'."""
     import numpy as np
 
@@ -437,18 +437,29 @@ def price_calibration(calibration: dict[str, Any], bare: Sequence[float]) -> dic
     return out
 
 
-def steepest_curves(curves: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
-    """For each name -> a bare verify curve timed in one run (v(k), k = 1 ..), the elementwise steepest of
-    every curve that reaches that k, then never falling as k grows (a running maximum: a short steep curve
-    must not leave a longer curve's next entries below the ones it raised, or a wider round would look
-    cheaper than a narrower one): the price a do-no-harm policy errs towards when the host's wide calls
-    cost one thing in one minute and another in the next (one run's calibrations timed v(5) at 1.25 and
-    at 1.89; ``noharm-v8``). The largest of a run's timings sets it, so it leans to not drafting."""
+def pooled_curves(curves: Mapping[str, Sequence[float]], quantile: float = 0.75) -> dict[str, list[float]]:
+    """For each name -> a bare verify curve timed in one run (v(k), k = 1 ..), the elementwise
+    ``quantile`` (numpy's linear rule) of every curve that reaches that k, then never falling as k grows
+    (a running maximum: a curve that stops early must not leave a longer curve's next entries below the
+    ones it raised, or a wider round would look cheaper than a narrower one): the price a do-no-harm
+    policy errs towards when the host's wide calls cost one thing in one minute and another in the next
+    (one run's calibrations timed v(5) at 1.25 and at 1.89; ``noharm-v8``). An upper quantile leans to
+    not drafting without letting one timing caught in a spike price the whole run (one calibration of a
+    dev run timed v(2) = 1.39 and v(3) = 0.94 where the other six timed v(2) 1.05-1.26); ``quantile`` = 1
+    is the elementwise steepest curve, the rule of ``noharm-v9`` and ``noharm-v10``."""
     import itertools
 
+    import numpy as np
+
+    from specdec.theory.checks import check_float
+
+    check_float("quantile", quantile, low=0.0, high=1.0)
     out = {}
     for name, own in curves.items():
-        row = [max(float(c[k]) for c in curves.values() if len(c) > k) for k in range(len(own))]
+        row = [
+            float(np.quantile([float(c[k]) for c in curves.values() if len(c) > k], quantile))
+            for k in range(len(own))
+        ]
         out[name] = list(itertools.accumulate(row, max))
     return out
 
