@@ -302,6 +302,45 @@ def test_do_no_harm_prices_a_round_by_the_nodes_its_drafter_proposed():
         priced.update(5, 5, 0)
 
 
+def test_a_one_node_rounds_miss_is_read_against_a_one_node_rounds_rate():
+    """budget_rates: a tree of eight has several guesses at depth 1 (calibrated 0.8), a one-node round one
+    (0.4). Five one-node rounds that pass at exactly their own rate leave the tree's depth-1 estimate at
+    its calibrated 0.8; read as if every round were the tree's (no budget_rates: the broken reading)
+    they pull it down to (2 + 4 x 0.8) / 9. Rounds of eight at 0.8 leave the one-node rate at 0.4."""
+    costs = {1: (1.05, 0.0, 1), 8: (3.0, 0.5, 3)}
+    shaped = DoNoHarm(
+        costs, prior=4, prior_rate=[0.8, 0.6, 0.5], budget_rates={1: [0.4, 0.6, 0.5], 8: [0.8, 0.6, 0.5]}
+    )
+    pooled = DoNoHarm(costs, prior=4, prior_rate=[0.8, 0.6, 0.5])
+    for policy in (shaped, pooled):
+        for accepted in (1, 0, 1, 0, 0):  # two of five pass at depth 1
+            assert policy.next() == 1
+            policy.update(1, 1, accepted)
+    assert shaped.rates(8)[0] == pytest.approx(0.8) and shaped.rates(1)[0] == pytest.approx(0.4)
+    assert pooled.rates(8)[0] == pytest.approx((2 + 4 * 0.8) / 9) == pooled.rates()[0] == pooled.rates(1)[0]
+    assert shaped.rates()[0] == pytest.approx((2 + 4 * 0.8) / 9)  # the pooled counts themselves
+    eight = DoNoHarm(
+        {1: (1.05, 0.0, 1), 8: (1.05, 0.0, 3)},
+        prior=4,
+        prior_rate=[0.8, 0.6, 0.5],
+        budget_rates={1: [0.4, 0.6, 0.5]},
+    )  # fmt: skip  (8: prior_rate's)
+    for accepted in (1, 1, 1, 1, 0):  # four of five pass at depth 1, as the tree's rate says
+        assert eight.next() == 8
+        eight.update(8, 3, accepted)
+    assert eight.rates(1)[0] == pytest.approx(0.4) and eight.rates(8)[0] == pytest.approx(0.8)
+    # per temperature, the nearest calibrated one's
+    hot = DoNoHarm(
+        costs, prior_rate=[0.8, 0.6, 0.5], budget_rates={1: {0.0: [0.4, 0.6, 0.5], 1.0: [0.1, 0.1, 0.1]}}
+    )
+    hot.begin(0.9)
+    assert hot.budget_prior(1) == [0.1, 0.1, 0.1] and hot.budget_prior(8) == [0.8, 0.6, 0.5]
+    with pytest.raises(ValueError, match=r"budget_rates names budget 4; the budgets are \[1, 8\]"):
+        DoNoHarm(costs, budget_rates={4: 0.5})
+    with pytest.raises(ValueError, match=r"budget_rates\[1\] must hold one rate per depth 1\.\.3"):
+        DoNoHarm(costs, budget_rates={1: [0.4]})
+
+
 def test_policies_refuse_bad_arguments():
     with pytest.raises(ValueError, match="budget must be an integer >= 0"):
         FixedBudget(-1)

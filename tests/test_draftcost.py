@@ -53,8 +53,17 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
     one = tiny_llama(0, layers=1)
     target = LeanLlama(one, "float32")
     drafter = ModelTreeDrafter(ModelDrafter(LeanLlama(perturbed_copy(one, 0.3, 7), "float32")), branch=2)
-    cal = calibrate_policy(target, drafter, [[3, 14, 15, 92, 65], [7, 8, 9]], (2, 4), new_tokens=8)
-    assert set(cal["budgets"]) == {"2", "4"} and set(cal["plain_round"]) == {"0", "1"}
+    cal = calibrate_policy(target, drafter, [[3, 14, 15, 92, 65], [7, 8, 9]], (1, 2, 4), new_tokens=8)
+    assert set(cal["budgets"]) == {"1", "2", "4"} and set(cal["plain_round"]) == {"0", "1"}
+    assert cal["budgets"]["1"][2] == 1  # a one-node round is one deep
+    # acceptance per depth from each budget's own rounds; the deepest budget's are the prior_rates
+    depth = max(d for _, _, d in cal["budgets"].values())
+    assert set(cal["budget_rates"]) == {"1", "2", "4"} and cal["budget_rates"]["4"] == cal["prior_rates"]
+    assert all(len(r) == depth for per_t in cal["budget_rates"].values() for r in per_t.values())
+    for t in ("0", "1"):
+        own = cal["per_temperature"][t]
+        assert own["budget_counts"]["4"] == own["counts"] and set(own["budget_counts"]) == {"1", "2", "4"}
+        assert len(own["budget_counts"]["1"]) <= 1  # one node: nothing examined below depth 1
     assert all(math.isfinite(v) and v > 0 for v in cal["plain_round"].values())
     assert set(cal["tokens_per_round"]) == {"0", "1"} and cal["catch_up"] >= 0
     assert len(cal["verify"]) == 5 and cal["verify"][0] == 1.0 and min(cal["verify"]) > 0
@@ -65,6 +74,8 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
     counted = sum(k for h in hists for k in h.values())
     assert counted > 0  # the proposing rounds by nodes proposed, per budget, that price_calibration reads
     policy = no_harm_policy(cal)
+    policy.begin(1.0)
+    assert all(policy.budget_prior(b) == cal["budget_rates"][str(b)]["1"] for b in (1, 2, 4))
     assert (
         policy.max_budget == 4
         and policy.verify == cal["verify"]
@@ -284,7 +295,13 @@ def test_a_runs_policies_are_priced_by_the_pooled_curve_their_calibrations_timed
     _, again = policy_configs("e", target, None, {"flat": drafter, "steep": drafter},
                               {"flat": (2, 4), "steep": (2, 4)}, priced, pool=1.0)  # fmt: skip
     assert again == priced
-    # the default pool, the upper quartile of two curves: three quarters of the way to the steeper
+    # the upper quartile of two curves (noharm-v11's pool): three quarters of the way to the steeper
     _, quartile = policy_configs("e", target, None, {"flat": drafter, "steep": drafter},
-                                 {"flat": (2, 4), "steep": (2, 4)}, given)  # fmt: skip
+                                 {"flat": (2, 4), "steep": (2, 4)}, given, pool=0.75)  # fmt: skip
     assert quartile["flat"]["verify_bare"] == pytest.approx([1.0, 1.2375, 1.475, 1.7125, 1.95])
+    # a partial record priced by one rule is not resumed under another
+    with pytest.raises(ValueError, match="priced by the 1.0 quantile .* this run prices by the 0.75"):
+        policy_configs("e", target, None, {"flat": drafter, "steep": drafter},
+                       {"flat": (2, 4), "steep": (2, 4)}, priced, pool=0.75)  # fmt: skip
+    with pytest.raises(ValueError, match=r"pool must be a finite number in \[0"):
+        policy_configs("e", target, None, {"flat": drafter}, {"flat": (2, 4)}, given, pool=2.0)

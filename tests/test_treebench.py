@@ -195,10 +195,14 @@ def test_the_noharm_sets_decode_their_own_frozen_prompts_with_their_policies():
         small = name == "noharm-v11"  # from the eleventh on, budgets of one and two nodes beside v3's
         assert tb.SETS[name].policies == (tb.SMALL_POLICIES if small else tb.V3_POLICIES)
         assert (tb.SETS[name].kind or name) == "noharm"
-        # the ninth and tenth priced by the steepest of the run's curves, the eleventh by their quartile
-        assert tb.SETS[name].pool == {"noharm-v9": 1.0, "noharm-v10": 1.0}.get(name, 0.75)
+        # the eleventh priced by the upper quartile of the run's curves, the others by the steepest
+        assert tb.SETS[name].pool == (0.75 if small else 1.0)
+        assert tb.SETS[name].quick_policies == {"lookup": (1, 2, 4) if small else (4,)}
     assert tb.V3_POLICIES == campaign3.POLICIES
-    assert {s: tuple(sorted({1, 2, *b})) for s, b in tb.V3_POLICIES.items()} == tb.SMALL_POLICIES
+    assert all(s.pool == 1.0 for name, s in tb.SETS.items() if name != "noharm-v11")
+    assert tb.SMALL_POLICIES["lookup"] == (1, 2, 4, 8) and tb.SMALL_POLICIES["eagle:eagle-ttt"] == (1, 2, 4)
+    assert tb.SMALL_POLICIES["eagle:eagle-3m,topk=4,depth=5"] == (1, 2, 4, 8)
+    assert set(tb.SMALL_POLICIES) == set(tb.V3_POLICIES)
     assert all(s.prompts == tb.HELDOUT for name, s in tb.SETS.items() if name not in names)
     assert set(tb.NOHARM_CONFIGS) < set(tb.NOHARM_V4_CONFIGS)
     shas = {f: hashlib.sha256(tb.SETS[n].prompts.read_bytes()).hexdigest() for n, f in names.items()}
@@ -282,6 +286,29 @@ def test_never_drafting_pairs_the_policies_prompts_that_drafted_nothing_with_pla
     assert out[1.0]["estimate"] == pytest.approx(((0.21 / 0.26) * (0.21 / 0.17)) ** 0.5)
     assert out[1.0]["low"] <= out[1.0]["estimate"] <= out[1.0]["high"]
     assert out[0.0]["pairs"] == 0 and np.isnan(out[0.0]["estimate"])
+
+
+def test_nodes_mix_bins_every_policy_round_of_repetition_zero_by_the_nodes_proposed():
+    """condtables.nodes_mix: per (policy configuration, temperature), the repetition-0 rounds by nodes
+    proposed into NODE_BINS, shares summing to 1; other repetitions and configurations without a policy
+    are left out, and a bin no round fell in is 0."""
+    from specdec.analysis import condtables as ct
+
+    runs = [
+        {"config": "e-2t/a/noharm", "rep": 0, "temperature": 0.0, "stats": {"drafted": [0, 1, 1, 2, 4, 8]}},
+        {"config": "e-2t/a/noharm", "rep": 0, "temperature": 0.0, "stats": {"drafted": [0, 0, 3, 9]}},
+        {"config": "e-2t/a/noharm", "rep": 1, "temperature": 0.0, "stats": {"drafted": [8] * 50}},
+        {"config": "e-2t/a/noharm", "rep": 0, "temperature": 1.0, "stats": {"drafted": [0, 0]}},
+        {"config": "e-2t/a/g4", "rep": 0, "temperature": 0.0, "stats": {"drafted": [4, 4]}},
+    ]
+    rows = ct.nodes_mix({"runs": runs})
+    assert [(r["temperature"], r["config"], r["rounds"]) for r in rows] == [
+        (0.0, "a/noharm", 10),
+        (1.0, "a/noharm", 2),
+    ]
+    assert [rows[0][b] for b, _, _ in ct.NODE_BINS] == pytest.approx([0.3, 0.2, 0.1, 0.2, 0.1, 0.1])
+    assert rows[1]["0"] == 1.0 and rows[1]["5-8"] == 0.0
+    assert sum(rows[0][b] for b, _, _ in ct.NODE_BINS) == pytest.approx(1.0)
 
 
 def test_the_noharm_judgement_of_a_committed_record_and_a_broken_copy():

@@ -36,6 +36,7 @@ __all__ = [
     "greedy_handicap",
     "never_drafting",
     "noharm_judgement",
+    "nodes_mix",
     "round_costs",
     "simultaneous_of",
     "time_per_token",
@@ -372,6 +373,31 @@ def never_drafting(record: Mapping[str, Any], *, n_boot: int = 4000) -> dict[flo
         mine = [times[k] for k in keys]
         est, low, high = paired_speedup(base, mine, n_boot=n_boot) if len(keys) > 1 else (float("nan"),) * 3
         out[t] = {"pairs": len(keys), "estimate": est, "low": low, "high": high}
+    return out
+
+
+#: The bins of :func:`nodes_mix`: (label, fewest nodes, most nodes) proposed in a round.
+NODE_BINS = (("0", 0, 0), ("1", 1, 1), ("2", 2, 2), ("3-4", 3, 4), ("5-8", 5, 8), ("9+", 9, 10**9))
+
+
+def nodes_mix(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """How the do-no-harm policies' rounds were spent: per policy configuration (its short spec) and
+    temperature, the rounds of every repetition-0 run (each repetition runs the same seed, so the same
+    rounds) and the share of them whose drafter proposed 0 nodes (a plain round, by the policy's choice or
+    a drafter that found nothing), 1, 2, 3-4, 5-8 and 9 or more (:data:`NODE_BINS`; a bin no round fell in
+    is 0.0). Rows sorted by temperature, then configuration."""
+    counts: dict[tuple[float, str], list[int]] = {}
+    for r in record["runs"]:
+        if not r["config"].endswith("/noharm") or r["rep"] != 0 or "stats" not in r:
+            continue
+        row = counts.setdefault((float(r["temperature"]), short(r["config"])), [0] * len(NODE_BINS))
+        for n in r["stats"]["drafted"]:
+            row[next(i for i, (_, lo, hi) in enumerate(NODE_BINS) if lo <= n <= hi)] += 1
+    out = []
+    for (t, c), row in sorted(counts.items()):
+        total = sum(row)
+        shares = {label: k / total for (label, _, _), k in zip(NODE_BINS, row, strict=True)}
+        out.append({"temperature": t, "config": c, "rounds": total, **shares})
     return out
 
 

@@ -173,16 +173,20 @@ class ConfigSet:
     quick_policies: Mapping[str, tuple[int, ...]]
     prompts: Path = HELDOUT  # the frozen prompts a full run decodes
     kind: str | None = None  # the record's kind (default: the set's name)
-    pool: float = 0.75  # the quantile of the run's verify curves its policies are priced by (policy_configs)
+    pool: float = 1.0  # the quantile of the run's verify curves its policies are priced by (policy_configs)
 
 
 def _noharm_again(
-    prompts: str, policies: Mapping[str, tuple[int, ...]] = V3_POLICIES, pool: float = 0.75
+    prompts: str,
+    policies: Mapping[str, tuple[int, ...]] = V3_POLICIES,
+    pool: float = 1.0,
+    quick_policies: Mapping[str, tuple[int, ...]] | None = None,
 ) -> ConfigSet:
     """The do-no-harm judgement after ``noharm`` (:data:`NOHARM_V4_CONFIGS`, ``policies``: campaign v3's
     unless given) on the held-out file ``prompts``, its records of kind ``noharm``, the policies priced by
-    the ``pool`` quantile of the run's verify curves."""
-    return ConfigSet(NOHARM_V4_CONFIGS, {"suffix": (8,)}, policies, {"lookup": (4,)},
+    the ``pool`` quantile of the run's verify curves (1: the steepest); the quick run's policy is prompt
+    lookup at ``quick_policies`` (default 4 nodes)."""
+    return ConfigSet(NOHARM_V4_CONFIGS, {"suffix": (8,)}, policies, quick_policies or {"lookup": (4,)},
                      HELDOUT.with_name(prompts), kind="noharm", pool=pool)  # fmt: skip
 
 
@@ -214,13 +218,15 @@ SETS = {
     "noharm-v8": _noharm_again("noharm-v8.jsonl"),
     # a ninth time, after a run's policies are priced by the steepest verify curve their calibrations timed
     # (59367d0): on prompts frozen for it
-    "noharm-v9": _noharm_again("noharm-v9.jsonl", pool=1.0),
+    "noharm-v9": _noharm_again("noharm-v9.jsonl"),
     # a tenth time, after decoding keeps its freed memory (b825da2): on prompts frozen for it
-    "noharm-v10": _noharm_again("noharm-v10.jsonl", pool=1.0),
+    "noharm-v10": _noharm_again("noharm-v10.jsonl"),
     # an eleventh time, after the policies may draft one or two nodes (SMALL_POLICIES: a probe at one node
     # costs a fraction of one at four) and are priced by the upper quartile of the run's verify curves
     # instead of their maximum: on prompts frozen for it
-    "noharm-v11": _noharm_again("noharm-v11.jsonl", SMALL_POLICIES),
+    "noharm-v11": _noharm_again(
+        "noharm-v11.jsonl", SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]}
+    ),
 }
 
 
@@ -288,7 +294,7 @@ def build(
     calibration: Mapping[str, Any] | None = None,
     mode: str = "q4q8",
     dev_prompts: int = 4,
-    pool: float = 0.75,
+    pool: float = 1.0,
 ) -> dict[str, Any]:
     """The plain engines (the lean engine in ``mode`` at ``threads``, and at one thread when ``threads``
     > 1: the candidates for the fastest plain decoder, chosen by the cross-fit) and every configuration
@@ -338,7 +344,7 @@ def policy_configs(
     calibration: Mapping[str, Any] | None = None,
     *,
     dev_prompts: int = 4,
-    pool: float = 0.75,
+    pool: float = 1.0,
 ) -> tuple[list[Config], dict[str, Any]]:
     """For each spec of ``policies`` (spec -> the budgets it chooses among), the configuration
     ``<name>/<spec>/noharm``: the drafter ``drafters[spec]`` under
@@ -347,9 +353,11 @@ def policy_configs(
     on ``target`` unless ``calibration`` (spec -> a :func:`~specdec.measure.draftcost.calibrate_policy`
     result, e.g. from a partial record: a resumed run keeps its choices) has it. Returns the
     configurations and the calibration of every policy, each priced by the elementwise ``pool`` quantile
-    (default the upper quartile; 1: the steepest) of the verify curves the run's calibrations timed
-    (:func:`~specdec.measure.draftcost.pooled_curves`: the host's wide calls can look cheap for minutes at
-    a time, and one timing can be caught in a spike), stored as ``pooled_quantile``."""
+    (default 1: the steepest; ``noharm-v11`` the upper quartile) of the verify curves the run's
+    calibrations timed (:func:`~specdec.measure.draftcost.pooled_curves`: the host's wide calls can look
+    cheap for minutes at a time, and one timing can be caught in a spike), stored as ``pooled_quantile``; a
+    given calibration priced by another quantile (a partial record resumed under another rule) is
+    refused."""
     from specdec.engine.cores import torch_threads_for
     from specdec.engine.drafters import ChainTree
     from specdec.measure.draftcost import (
@@ -361,7 +369,14 @@ def policy_configs(
     )
     from specdec.train.workloads import chat_prompt_ids
 
+    check_float("pool", pool, low=0.0, high=1.0)
     calibration = dict(calibration or {})
+    for text, given in calibration.items():
+        if text in policies and given.get("pooled_quantile", pool) != pool:
+            raise ValueError(
+                f"the calibration of {text} was priced by the {given['pooled_quantile']} quantile of its "
+                f"run's verify curves; this run prices by the {pool} quantile (start afresh)"
+            )
     as_tree = {
         text: drafters[text]
         if callable(getattr(drafters[text], "propose_tree", None))

@@ -146,7 +146,7 @@ def _calibration(
       of proposing rounds, r0 what a round with nothing to verify costs: ``plain_round``, the median
       over prompts; median over the prompts that had one; NaN where none had).
     * ``counts``: the deepest budget's rounds per depth, (examined, accepted) pooled over prompts
-      (accepted / examined is the a_d of the policy).
+      (accepted / examined is the a_d of the policy); ``budget_counts``: the same for every budget.
     * ``nodes``: b -> {n: the rounds whose drafter proposed n >= 1 nodes}, pooled over prompts (what
       :func:`price_calibration` prices a budget's proposing round by).
     * ``tokens``: b -> the new tokens per round (mean over prompts, every round counted).
@@ -178,8 +178,7 @@ def _calibration(
     proposed = [0, 0]  # rounds, and rounds whose drafter proposed
     per_round: dict[int, list[float]] = {b: [] for b in budgets}  # new tokens per round
     catch_up: list[float] = []  # the drafter's prefill share per prompt position told, in plain steps
-    examined: list[int] = []
-    accepted: list[int] = []
+    by_budget: dict[int, list[list[int]]] = {b: [] for b in budgets}
     plain_round: list[float] = []  # a budget-0 round of the tree loop over plain decoding's step
 
     def timed(run: Any) -> tuple[float, Any]:  # a run's time per round (its prefill left out), its Stats
@@ -222,12 +221,11 @@ def _calibration(
             per_round[b].append(st.new_tokens / st.rounds)
             # a fixed budget tells the drafter the prompt's positions in the prefill (start, extend)
             catch_up.append(max(0.0, st.prefill_s - plain.prefill_s) / max(len(prompt) - 1, 1) / step)
-            if b == max(budgets):
-                grow = max(0, len(st.examined_at) - len(examined))
-                examined, accepted = examined + [0] * grow, accepted + [0] * grow
-                for d, (e, a) in enumerate(zip(st.examined_at, st.accepted_at, strict=True)):
-                    examined[d] += e
-                    accepted[d] += a
+            rows = by_budget[b]  # (examined, accepted) per depth, pooled over prompts
+            rows += [[0, 0] for _ in range(len(st.examined_at) - len(rows))]
+            for d, (e, a) in enumerate(zip(st.examined_at, st.accepted_at, strict=True)):
+                rows[d][0] += e
+                rows[d][1] += a
     r0 = float(np.median(plain_round))  # an empty round: a plain step in the tree loop
     return {
         "budgets": {
@@ -245,7 +243,8 @@ def _calibration(
             else float("nan")
             for b, rows in samples.items()
         },
-        "counts": [[e, a] for e, a in zip(examined, accepted, strict=True)],
+        "counts": by_budget[max(budgets)],
+        "budget_counts": by_budget,
         "nodes": nodes,
         "tokens": {b: float(np.mean(rows)) for b, rows in per_round.items()},
         "proposes": proposed[1] / proposed[0],
@@ -314,8 +313,9 @@ def calibrate_policy(
     ``verify_bare``, ``level`` and ``verify``); per budget, the median over temperatures of c and the
     deepest depth
     (:func:`_calibration`); the prior acceptance per depth at each temperature (the policy takes the one
-    nearest a generation's temperature: :meth:`~specdec.theory.policies.DoNoHarm.begin`), with the counts
-    it came from.
+    nearest a generation's temperature: :meth:`~specdec.theory.policies.DoNoHarm.begin`), from the
+    deepest budget's rounds (``prior_rates``) and from each budget's own (``budget_rates``), with the
+    counts they came from.
 
     A short timing of bare calls can catch the host in a regime where wide calls look cheap (one run's
     seven calibrations gave v(5) from 1.26 to 1.93 minutes apart; ``noharm-v6``), so the curve gives the
@@ -352,11 +352,13 @@ def calibrate_policy(
     }
     depth = max(c[2] for c in costs.values())
     rates = _rates({t: r["counts"] for t, r in runs.items()}, depth)
+    by_budget = {str(b): _rates({t: r["budget_counts"][b] for t, r in runs.items()}, depth) for b in budgets}
     raw = {
         "budgets": costs,
         "verify_timed": verify,
         "verify_curve": {k: curve[k] for k in ("prefix_len", "ks", "median_s", "v_chain", "v_tree", "rule")},
         "prior_rates": rates,
+        "budget_rates": by_budget,
         "tokens_per_round": {t: {str(b): e for b, e in r["tokens"].items()} for t, r in runs.items()},
         "proposes": {t: r["proposes"] for t, r in runs.items()},
         "catch_up": float(np.median([r["catch_up"] for r in runs.values()])),
@@ -370,6 +372,7 @@ def calibrate_policy(
                 "loop_full": {str(b): v for b, v in r["loop_full"].items()},
                 "nodes": {str(b): {str(n): k for n, k in sorted(h.items())} for b, h in r["nodes"].items()},
                 "counts": r["counts"],
+                "budget_counts": {str(b): c for b, c in r["budget_counts"].items()},
                 "catch_up": r["catch_up"],
             }
             for t, r in runs.items()
@@ -388,7 +391,8 @@ def calibrate_policy(
         "plain_round; rates per temperature: "
         "accepted / examined per depth at the largest budget, "
         "pooled over prompts (a depth a temperature never examined: pooled over temperatures, else the "
-        "depth above's); tokens per round per temperature and budget: mean over prompts; catch_up: per "
+        "depth above's); budget_rates: the same per budget, from that budget's rounds; tokens per round per "
+        "temperature and budget: mean over prompts; catch_up: per "
         "prompt position, the median over prompts and budgets, then over temperatures; plain_round per "
         "temperature: a budget-0 round of the tree loop over plain decoding's step, median over prompts",
     }
@@ -473,8 +477,10 @@ def no_harm_policy(
     only; probes spend about ``explore`` of the time while speculation does not pay, the drafter's
     catch-up included; E[tokens | b] is the measured tokens per round where the calibration has them, and
     each round is priced by the verify curve at the nodes its drafter proposed where the calibration
-    has the curve (``verify``). A calibration of an earlier format (one list of rates for every
-    temperature, no tokens per round, no catch-up, no verify curve) is read as it is."""
+    has the curve (``verify``); a round's acceptance is read against its own budget's calibrated rates
+    where the calibration has them (``budget_rates``: a one-node round and a tree of eight differ at depth
+    1). A calibration of an earlier format (one list of rates for every temperature, no tokens per round,
+    no catch-up, no verify curve, no rates per budget) is read as it is."""
     from specdec.theory.policies import DoNoHarm
 
     budgets = {int(b): (float(v), float(c), int(d)) for b, (v, c, d) in calibration["budgets"].items()}
@@ -482,11 +488,15 @@ def no_harm_policy(
     rates = {float(t): list(r) for t, r in rates.items()} if isinstance(rates, dict) else list(rates)
     per_t = calibration.get("tokens_per_round") or {}
     shares = {float(t): float(x) for t, x in (calibration.get("proposes") or {}).items()} or None
+    by_budget = {  # an earlier calibration has none: every budget at prior_rates
+        int(b): {float(t): list(r) for t, r in by_t.items()}
+        for b, by_t in (calibration.get("budget_rates") or {}).items()
+    } or None
     tokens = {float(t): {int(b): float(e) for b, e in per.items()} for t, per in per_t.items()} or None
     return DoNoHarm(
         budgets, prior=prior, prior_rate=rates, probe_every=probe_every, explore=explore,
         catch_up=float(calibration.get("catch_up", 0.0)), tokens=tokens, verify=calibration.get("verify"),
-        proposes=shares,
+        proposes=shares, budget_rates=by_budget,
     )  # fmt: skip
 
 

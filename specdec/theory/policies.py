@@ -288,6 +288,7 @@ class DoNoHarm(BudgetPolicy):
         tokens: Mapping[float, Mapping[int, float]] | None = None,
         verify: Sequence[float] | None = None,
         proposes: Mapping[float, float] | None = None,
+        budget_rates: Mapping[int, float | Sequence[float] | Mapping[float, Sequence[float]]] | None = None,
     ) -> None:
         """``budgets``: b -> (v(b + 1), c(b), depth(b)) for each positive budget b tried (b = 0, a plain
         step, is (1, 0, 0) and is always there). ``catch_up``: what telling the drafter one position it
@@ -299,7 +300,11 @@ class DoNoHarm(BudgetPolicy):
         are priced by (None: every round at b costs the calibrated v(b + 1)); ``budgets``' v is then the
         verify cost of a round whose drafter proposed. ``proposes``: temperature -> the share of rounds
         whose drafter proposed at least one node, as calibrated (None: 1, a drafter that always proposes;
-        ``tokens`` counts every round, so it is read over this share)."""
+        ``tokens`` counts every round, so it is read over this share). ``budget_rates``: b -> the
+        acceptance per depth a round at budget b had in calibration (as ``prior_rate``: one rate, one per
+        depth, or per temperature), for drafters whose trees differ in shape between budgets (a one-node
+        round has one guess at depth 1, a tree of eight several): the rounds' counts are then pooled
+        relative to their own budget's rates (:meth:`rates`); None: every budget at ``prior_rate``."""
         from specdec.theory.checks import check_float
 
         if not isinstance(budgets, dict) or not budgets:
@@ -369,8 +374,26 @@ class DoNoHarm(BudgetPolicy):
         else:
             self.priors = {0.0: per_depth(prior_rate, "prior_rate")}
         self.prior_rates = self.priors[min(self.priors)]
+        self.budget_priors: dict[int, dict[float, list[float]]] = {}
+        for b, given in (budget_rates or {}).items():
+            if not is_int(b) or b not in self.costs or b == 0:
+                raise ValueError(f"budget_rates names budget {b!r}; the budgets are {sorted(self.costs)[1:]}")
+            if isinstance(given, Mapping):
+                if not given:
+                    raise ValueError(f"budget_rates[{b}] as a mapping must hold at least one temperature")
+                self.budget_priors[b] = {
+                    check_float("a budget_rates temperature", t, low=0.0): per_depth(
+                        r, f"budget_rates[{b}][{t!r}]"
+                    )
+                    for t, r in given.items()
+                }
+            else:
+                self.budget_priors[b] = {0.0: per_depth(given, f"budget_rates[{b}]")}
+        # b -> its rates at the generation's temperature (begin() takes the nearest; until then the lowest)
+        self.budget_now = {b: rates[min(rates)] for b, rates in self.budget_priors.items()}
         self.tried: list[float] = [0.0] * depth  # rounds whose tree reached depth d + 1 (had a node there)
         self.passed: list[float] = [0.0] * depth  # of those, rounds whose accepted path reached depth d + 1
+        self.expected: list[float] = [0.0] * depth  # of those, the sum of their budgets' rates at d + 1
         self.shares: dict[float, float] = {}
         for t, share in (proposes or {}).items():
             self.shares[check_float("a proposes temperature", t, low=0.0)] = check_float(
@@ -398,6 +421,7 @@ class DoNoHarm(BudgetPolicy):
             return min(keys, key=lambda k: (abs(k - t), k))
 
         self.prior_rates = self.priors[nearest(self.priors)]
+        self.budget_now = {b: rates[nearest(rates)] for b, rates in self.budget_priors.items()}
         if self.measured:
             self.tokens_now = self.measured[nearest(self.measured)]
         self.share_now = self.shares[nearest(self.shares)] if self.shares else 1.0
@@ -407,6 +431,7 @@ class DoNoHarm(BudgetPolicy):
     def reset(self) -> None:
         self.tried = [self.remember * t for t in self.tried]
         self.passed = [self.remember * p for p in self.passed]
+        self.expected = [self.remember * e for e in self.expected]
         self.drafted = [self.remember * x for x in self.drafted]
         self.filled = {b: [self.remember * x for x in row] for b, row in self.filled.items()}
         self.plain_run = 0
@@ -417,17 +442,30 @@ class DoNoHarm(BudgetPolicy):
         self._asked = 0  # the budget the last next() gave
         self.untold = 0  # committed positions the drafter has not been told (it catches up when asked)
 
-    def rates(self) -> list[float]:
-        """a_d for d = 1 .. the deepest budget's depth (the smoothed online estimates)."""
-        return [
-            (p + self.prior * r) / (t + self.prior) if t + self.prior > 0 else r
-            for t, p, r in zip(self.tried, self.passed, self.prior_rates, strict=True)
-        ]
+    def budget_prior(self, budget: int) -> list[float]:
+        """The calibrated acceptance per depth of a round at ``budget`` (``budget_rates`` at the generation's
+        temperature; ``prior_rate``'s where none was given)."""
+        return self.budget_now.get(budget, self.prior_rates)
+
+    def rates(self, budget: int | None = None) -> list[float]:
+        """a_d for d = 1 .. the deepest budget's depth (the smoothed online estimates): at depth d, the
+        rounds that tried d pooled with ``prior`` pseudo-rounds at ``prior_rate``, (passed + prior r) /
+        (tried + prior); for a ``budget`` with its own calibrated rates (``budget_rates``), that times
+        its rate over the mean calibrated rate of the rounds pooled (the pseudo-rounds at r), at most 1, so
+        that a one-node probe's miss counts against a one-node round's rate, not a wide tree's. Without
+        ``budget_rates`` (or ``budget`` None) every budget has the pooled rate."""
+        out = []
+        for d, (t, p, r) in enumerate(zip(self.tried, self.passed, self.prior_rates, strict=True)):
+            pooled = (p + self.prior * r) / (t + self.prior) if t + self.prior > 0 else r
+            if budget is not None and budget in self.budget_now:
+                mean = (self.expected[d] + self.prior * r) / (t + self.prior) if t + self.prior > 0 else r
+                pooled = min(1.0, pooled * self.budget_now[budget][d] / mean) if mean > 0 else pooled
+            out.append(pooled)
+        return out
 
     def priced(self) -> dict[int, tuple[float, float]]:
         """(E[tokens | b], the round's cost) per budget, in plain steps, from the rounds so far: 1 + s g(b)
         and (1 - s) + s V(b) + c(b) (the class's docstring)."""
-        rates = self.rates()
 
         def gain(rs: list[float], d: int) -> float:  # expected accepted drafts: sum of a_1 ... a_k
             total, reach = 0.0, 1.0
@@ -442,8 +480,8 @@ class DoNoHarm(BudgetPolicy):
         for b, (v, c, d) in self.costs.items():
             if not b:
                 continue
-            g = gain(rates, d)
-            base = gain(self.prior_rates, d)
+            g = gain(self.rates(b), d)
+            base = gain(self.budget_prior(b), d)
             if self.tokens_now is not None and base > 0 and self.share_now > 0:
                 # the measured tokens per round that proposed, moved as acceptance moved
                 g = min((self.tokens_now[b] - 1.0) / self.share_now * g / base, float(d))
@@ -532,11 +570,13 @@ class DoNoHarm(BudgetPolicy):
             return
         self.plain_run = 0
         self._choice = None
+        mine = self.budget_prior(asked) if asked else self.prior_rates
         for d in range(min(depth, len(self.tried))):  # depth d + 1 of the tree
             if d > accepted:  # the accepted path stopped before depth d: d + 1 was not tried
                 break
             self.tried[d] += 1
             self.passed[d] += d < accepted
+            self.expected[d] += mine[d]
         if probed:  # wait longer before the next probe unless speculation now pays
             pays = max(v for b, v in self.predicted().items() if b > 0) >= 1.0 + self.margin
             self.wait = self.probe_every if pays else min(2 * self.wait, self.max_probe_every)
