@@ -341,6 +341,30 @@ def test_a_one_node_rounds_miss_is_read_against_a_one_node_rounds_rate():
         DoNoHarm(costs, budget_rates={1: [0.4]})
 
 
+def test_the_choice_after_one_node_rounds_reads_them_against_their_own_rate():
+    """Ten one-node rounds that pass about as often as a one-node round's calibrated rate (0.3): read
+    against that rate (budget_rates, given for both budgets or for budget 1 only, 8 then at prior_rate),
+    the tree of eight still pays and is chosen; pooled as if they were the tree's (the broken reading,
+    no budget_rates) it no longer pays and the policy steps plainly. After a new generation
+    (remember 0) every budget is back at its calibrated rate."""
+
+    def after_ten(budget_rates):
+        policy = DoNoHarm({1: (1.3, 0.05, 1), 8: (1.8, 0.05, 3)}, prior=4, prior_rate=[0.6, 0.7, 0.7],
+                          budget_rates=budget_rates, probe_every=0)  # fmt: skip
+        for accepted in (0, 0, 1, 0, 0, 0, 1, 0, 0, 0):
+            policy._asked = 1  # a one-node round (as next() gives at a probe)
+            policy.update(1, 1, accepted)
+        return policy
+
+    for given in ({1: [0.3, 0.7, 0.7], 8: [0.6, 0.7, 0.7]}, {1: [0.3, 0.7, 0.7]}):
+        shaped = after_ten(given)
+        assert shaped.predicted()[8] == pytest.approx(1.119, abs=1e-3) and shaped.next() == 8
+        shaped.begin(0.0)
+        assert all(shaped.rates(b) == pytest.approx(shaped.budget_prior(b)) for b in (1, 8))
+    pooled = after_ten(None)
+    assert pooled.predicted()[8] == pytest.approx(0.913, abs=1e-3) and pooled.next() == 0
+
+
 def test_policies_refuse_bad_arguments():
     with pytest.raises(ValueError, match="budget must be an integer >= 0"):
         FixedBudget(-1)

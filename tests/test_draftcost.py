@@ -58,7 +58,7 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
     assert cal["budgets"]["1"][2] == 1  # a one-node round is one deep
     # acceptance per depth from each budget's own rounds; the deepest budget's are the prior_rates
     depth = max(d for _, _, d in cal["budgets"].values())
-    assert set(cal["budget_rates"]) == {"1", "2", "4"} and cal["budget_rates"]["4"] == cal["prior_rates"]
+    assert set(cal["budget_rates"]) == {"1", "2", "4"} and set(cal["budget_rates"]["1"]) == {"0", "1"}
     assert all(len(r) == depth for per_t in cal["budget_rates"].values() for r in per_t.values())
     for t in ("0", "1"):
         own = cal["per_temperature"][t]
@@ -81,6 +81,23 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
         and policy.verify == cal["verify"]
         and policy.shares == {0.0: cal["proposes"]["0"], 1.0: cal["proposes"]["1"]}
     )
+
+
+def test_each_budgets_rates_are_shrunk_towards_all_its_budgets_rounds():
+    """_budget_rates: (accepted + 4 x pooled) / (examined + 4) per budget and depth, pooled = the rate of
+    every budget's rounds at that temperature (with _rates' fallbacks): one miss at a depth is not a rate
+    of 0, a depth a budget never examined takes the pooled rate, a budget with many rounds keeps about
+    its own."""
+    from specdec.measure.draftcost import _budget_rates
+
+    counts = {"0": {1: [[10, 4]], 4: [[100, 80], [1, 0]]}}
+    out = _budget_rates(counts, (1, 4), 2)
+    pool1, pool2 = 84 / 110, 0 / 1
+    assert out["1"]["0"] == pytest.approx([(4 + 4 * pool1) / 14, pool2])  # depth 2 never examined at 1
+    assert out["4"]["0"] == pytest.approx([(80 + 4 * pool1) / 104, 0.0])
+    # the lone miss at depth 2 no longer pins it at 0 once another budget's rounds reached it
+    more = _budget_rates({"0": {1: [[10, 4], [5, 5]], 4: [[100, 80], [1, 0]]}}, (1, 4), 2)
+    assert more["4"]["0"][1] == pytest.approx((0 + 4 * 5 / 6) / 5) and more["4"]["0"][1] > 0
 
 
 def test_the_draft_cost_program_checks_its_options_and_its_worker_its_form(capsys):

@@ -222,8 +222,9 @@ SETS = {
     # a tenth time, after decoding keeps its freed memory (b825da2): on prompts frozen for it
     "noharm-v10": _noharm_again("noharm-v10.jsonl"),
     # an eleventh time, after the policies may draft one or two nodes (SMALL_POLICIES: a probe at one node
-    # costs a fraction of one at four) and are priced by the upper quartile of the run's verify curves
-    # instead of their maximum: on prompts frozen for it
+    # costs a fraction of one at four), read a round's acceptance against its own budget's calibrated rates,
+    # and are priced by the upper quartile of the run's verify curves instead of their maximum: on prompts
+    # frozen for it
     "noharm-v11": _noharm_again(
         "noharm-v11.jsonl", SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]}
     ),
@@ -468,7 +469,8 @@ class TreesRun(Program):
     the loop's clock and the C trie; ``noharm-v8`` after the session's feature buffer, numpy's argmax
     and the level as a ratio of sums; ``noharm-v9`` after the policies are priced by the steepest curve
     their calibrations timed; ``noharm-v10`` after decoding keeps its freed memory; ``noharm-v11`` with
-    budgets of one and two nodes and the run's curves pooled by their upper quartile). The record is
+    budgets of one and two nodes, acceptance per budget and the run's curves pooled by their upper
+    quartile). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)

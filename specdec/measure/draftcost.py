@@ -281,6 +281,35 @@ def _rates(counts: dict[str, list[list[int]]], depth: int) -> dict[str, list[flo
     return out
 
 
+def _budget_rates(
+    counts: dict[str, dict[int, list[list[int]]]], budgets: Sequence[int], depth: int, shrink: float = 4.0
+) -> dict[str, dict[str, list[float]]]:
+    """Each budget's acceptance per depth 1..``depth`` at each temperature from ``counts`` (temperature ->
+    budget -> (examined, accepted) per depth), shrunk towards the rate of all the budgets' rounds at that
+    temperature (:func:`_rates` of their pooled counts, with its fallbacks) by ``shrink`` pseudo-rounds:
+    (accepted + shrink x pooled) / (examined + shrink), so that a depth a budget examined a few times
+    (or never) is not read as 0 or 1 (the calibrations of noharm-v11 took the budget's own counts)."""
+    pooled_rows: dict[str, list[list[int]]] = {}
+    for t, per_b in counts.items():
+        rows = [[0, 0] for _ in range(depth)]
+        for b in budgets:
+            for d, (e, a) in enumerate(per_b[b][:depth]):
+                rows[d][0] += e
+                rows[d][1] += a
+        pooled_rows[t] = rows
+    pooled = _rates(pooled_rows, depth)
+    out: dict[str, dict[str, list[float]]] = {str(b): {} for b in budgets}
+    for t, per_b in counts.items():
+        for b in budgets:
+            own = per_b[b]
+            out[str(b)][t] = [
+                ((own[d][1] if d < len(own) else 0) + shrink * pooled[t][d])
+                / ((own[d][0] if d < len(own) else 0) + shrink)
+                for d in range(depth)
+            ]
+    return out
+
+
 def curve_level(pairs: list[tuple[float, float]]) -> float:
     """How far the loop's clock raises the verify curve's level (:func:`calibrate_policy`): over ``pairs``
     of (curve's price of a proposing round, the loop's cost of one), the sum of (loop - 1) over the sum
@@ -314,8 +343,8 @@ def calibrate_policy(
     deepest depth
     (:func:`_calibration`); the prior acceptance per depth at each temperature (the policy takes the one
     nearest a generation's temperature: :meth:`~specdec.theory.policies.DoNoHarm.begin`), from the
-    deepest budget's rounds (``prior_rates``) and from each budget's own (``budget_rates``), with the
-    counts they came from.
+    deepest budget's rounds (``prior_rates``) and from each budget's own, shrunk towards all its budgets'
+    (``budget_rates``, :func:`_budget_rates`), with the counts they came from.
 
     A short timing of bare calls can catch the host in a regime where wide calls look cheap (one run's
     seven calibrations gave v(5) from 1.26 to 1.93 minutes apart; ``noharm-v6``), so the curve gives the
@@ -352,7 +381,7 @@ def calibrate_policy(
     }
     depth = max(c[2] for c in costs.values())
     rates = _rates({t: r["counts"] for t, r in runs.items()}, depth)
-    by_budget = {str(b): _rates({t: r["budget_counts"][b] for t, r in runs.items()}, depth) for b in budgets}
+    by_budget = _budget_rates({t: r["budget_counts"] for t, r in runs.items()}, budgets, depth)
     raw = {
         "budgets": costs,
         "verify_timed": verify,
@@ -391,7 +420,8 @@ def calibrate_policy(
         "plain_round; rates per temperature: "
         "accepted / examined per depth at the largest budget, "
         "pooled over prompts (a depth a temperature never examined: pooled over temperatures, else the "
-        "depth above's); budget_rates: the same per budget, from that budget's rounds; tokens per round per "
+        "depth above's); budget_rates: per budget, its rounds' (accepted + 4 pooled) / (examined + 4), "
+        "pooled: the rate of all the budgets' rounds at that temperature; tokens per round per "
         "temperature and budget: mean over prompts; catch_up: per "
         "prompt position, the median over prompts and budgets, then over temperatures; plain_round per "
         "temperature: a budget-0 round of the tree loop over plain decoding's step, median over prompts",
@@ -450,7 +480,9 @@ def pooled_curves(curves: Mapping[str, Sequence[float]], quantile: float = 0.75)
     (one run's calibrations timed v(5) at 1.25 and at 1.89; ``noharm-v8``). An upper quantile leans to
     not drafting without letting one timing caught in a spike price the whole run (one calibration of a
     dev run timed v(2) = 1.39 and v(3) = 0.94 where the other six timed v(2) 1.05-1.26); ``quantile`` = 1
-    is the elementwise steepest curve, the rule of ``noharm-v9`` and ``noharm-v10``."""
+    is the elementwise steepest curve, the rule every run prices by but ``noharm-v11``
+    (:class:`specdec.experiments.trees.ConfigSet`'s ``pool``; ``noharm-v9`` and ``noharm-v10`` without
+    the running maximum, added after them)."""
     import itertools
 
     import numpy as np

@@ -239,8 +239,11 @@ class DoNoHarm(BudgetPolicy):
     not decide on one sample). ``prior_rate`` is one rate for every depth, one per depth (e.g. the
     acceptance per depth measured on development prompts: :func:`specdec.measure.draftcost.calibrate_policy`),
     or a mapping temperature -> rates per depth: :meth:`begin` then takes the calibrated temperature
-    nearest the generation's. depth(b) is ``depth[b]`` (the drafter's deepest tree at budget b; a
-    chain's is b). Speculation must beat plain decoding by ``margin`` (R(b) >= 1 + margin) to be chosen.
+    nearest the generation's. Trees of different budgets differ in shape (a one-node round has one guess
+    at depth 1, a tree of eight several): with ``budget_rates`` (each budget's calibrated rates) a
+    budget's a_d is the pooled estimate read against that budget's rate (:meth:`rates`). depth(b) is
+    ``depth[b]`` (the drafter's deepest tree at budget b; a chain's is b). Speculation must beat plain
+    decoding by ``margin`` (R(b) >= 1 + margin) to be chosen.
 
     A drafter does not always propose what it is asked for: prompt lookup finds no match, a suffix tree no
     suffix. Two things are learnt from the rounds that asked (probes included): s, the share whose
@@ -450,16 +453,19 @@ class DoNoHarm(BudgetPolicy):
     def rates(self, budget: int | None = None) -> list[float]:
         """a_d for d = 1 .. the deepest budget's depth (the smoothed online estimates): at depth d, the
         rounds that tried d pooled with ``prior`` pseudo-rounds at ``prior_rate``, (passed + prior r) /
-        (tried + prior); for a ``budget`` with its own calibrated rates (``budget_rates``), that times
-        its rate over the mean calibrated rate of the rounds pooled (the pseudo-rounds at r), at most 1, so
-        that a one-node probe's miss counts against a one-node round's rate, not a wide tree's. Without
-        ``budget_rates`` (or ``budget`` None) every budget has the pooled rate."""
+        (tried + prior); where the policy has ``budget_rates``, a ``budget``'s is that times its calibrated
+        rate (:meth:`budget_prior`: ``prior_rate``'s for a budget none was given for) over the mean
+        calibrated rate of the rounds pooled (the pseudo-rounds at r), at most 1, so that a one-node
+        probe's miss counts against a one-node round's rate, not a wide tree's (where that mean is 0, the
+        pooled rate). Without ``budget_rates`` (or ``budget`` None) every budget has the pooled rate. A
+        calibrated rate of 0 stays 0 whatever the rounds show: :func:`specdec.measure.draftcost.
+        calibrate_policy` shrinks each budget's rates towards the rates of all its budgets' rounds."""
         out = []
         for d, (t, p, r) in enumerate(zip(self.tried, self.passed, self.prior_rates, strict=True)):
             pooled = (p + self.prior * r) / (t + self.prior) if t + self.prior > 0 else r
-            if budget is not None and budget in self.budget_now:
+            if budget is not None and self.budget_now:
                 mean = (self.expected[d] + self.prior * r) / (t + self.prior) if t + self.prior > 0 else r
-                pooled = min(1.0, pooled * self.budget_now[budget][d] / mean) if mean > 0 else pooled
+                pooled = min(1.0, pooled * self.budget_prior(budget)[d] / mean) if mean > 0 else pooled
             out.append(pooled)
         return out
 
