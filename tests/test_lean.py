@@ -204,6 +204,44 @@ def test_session_limits_and_bad_input(hf_target, lean):
         assert lean["int4"].weight_bytes() < lean["bfloat16"].weight_bytes() < model.weight_bytes()
 
 
+def test_a_reserved_cache_gives_the_same_logits_and_the_loops_reserve_the_whole_generation(
+    hf_target, lean, monkeypatch
+):
+    """LeanSession.reserve grows the cache now (at most max_position_embeddings; a negative count
+    refused) and the logits are bit for bit those of a session that grows on the way; autoregressive and
+    the tree loop reserve the prompt, the new tokens and the widest round once, at the prefill, so no
+    step grows the cache (the loop's growth, counted through _reserve, never allocates after it)."""
+    model = lean["float32"]
+    seq = [(7 * i) % VOCAB for i in range(300)]
+    grown, ahead = model.session(), model.session()
+    ahead.reserve(300)
+    assert ahead.cache.shape[3] == 300
+    a = [grown.forward(seq[:250]), grown.forward(seq[250:])]
+    b = [ahead.forward(seq[:250]), ahead.forward(seq[250:])]
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)) and ahead.cache.shape[3] == 300
+    ahead.reserve(10 * model.max_positions)  # a hint: at most the model's positions
+    assert ahead.cache.shape[3] == model.max_positions
+    with pytest.raises(ValueError, match=r"n must be an integer >= 0"):
+        ahead.reserve(-1)
+    grows: list[tuple[int, int]] = []
+    original = LeanSession._reserve
+
+    def counted(self, end, **kw):
+        before = self.cache.shape[3]
+        original(self, end, **kw)
+        if self.cache.shape[3] != before:
+            grows.append((len(self.ids), self.cache.shape[3]))
+
+    monkeypatch.setattr(LeanSession, "_reserve", counted)
+    prompt = seq[:200]
+    autoregressive(model, prompt, max_new_tokens=90, temperature=0.0)
+    assert grows == [(0, 200 + 90)]  # once, before the prompt went in
+    grows.clear()
+    drafter = PromptLookupDrafter()
+    speculative(model, drafter, prompt, gamma=4, max_new_tokens=90, temperature=0.0)
+    assert grows == [(0, 200 + 90 + 4)]
+
+
 @pytest.mark.parametrize("mode", SHIPPED)
 def test_a_verify_block_equals_single_steps_bit_for_bit_in_low_precision(mode):
     """Rows of one k-token call against k one-token calls, on a model with a plain LM head

@@ -256,7 +256,7 @@ def _decode(
     tokens = list(prompt)
     pending: list[tuple[np.ndarray, list[int]]] = []  # conditioned: committed pairs not yet told
     with stats.timer("prefill_s", lm.device):
-        _prefill(lm, prompt)
+        _prefill(lm, prompt, len(prompt) + max_new_tokens + policy.max_budget)
         drafter.start(prompt)
         if conditioned and not isinstance(policy, FixedBudget):  # told when a round first drafts
             if len(prompt) > 1:
@@ -415,7 +415,7 @@ def autoregressive(
     warp_fn = partial(warp, temperature=temperature, top_k=top_k, top_p=top_p)
     stats, tokens = Stats(gamma=0), list(prompt)
     with stats.timer("prefill_s", lm.device):
-        _prefill(lm, prompt)
+        _prefill(lm, prompt, len(prompt) + max_new_tokens)
     while len(tokens) - len(prompt) < max_new_tokens:
         token = _plain_step(lm, tokens, stats, temperature, warp_fn, rng)
         stats.record_tree_round(0, 0, 0, 0)
@@ -466,7 +466,10 @@ def _context(target: torch.nn.Module) -> int | None:
     return int(context) if is_int(context) else None
 
 
-def _prefill(lm: CachedLM, prompt: list[int]) -> None:
+def _prefill(lm: CachedLM, prompt: list[int], positions: int) -> None:
+    """The prompt but its last token into the cache, after reserving ``positions`` (the generation's
+    most: prompt, new tokens and the widest round's nodes) so that no step grows the cache."""
+    lm.reserve(positions)
     if len(prompt) > 1:
         lm.forward(prompt[:-1], keep=1)
 

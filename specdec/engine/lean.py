@@ -695,16 +695,15 @@ class LeanLlama:
 class LeanSession(Session):
     """A :class:`LeanLlama` plus the KV cache of the tokens it has seen (CachedLM's interface).
 
-    The cache starts at 256 positions and doubles when full, up to the model's
-    ``max_position_embeddings``; feeding past that limit raises ValueError. With ``record_features``
+    The cache starts at 256 positions and doubles when full (or grows at once: :meth:`reserve`), up to
+    the model's ``max_position_embeddings``; feeding past that raises ValueError. With ``record_features``
     set, :meth:`forward` and :meth:`forward_tree` leave in ``features`` the (n, hidden) float32
     residuals before the final norm of the call's rows (every row, whatever ``keep``): a view of the
     session's feature buffer at the call's cache slots, so it stays as it is until a later call writes
     those slots (one at or below them after a :meth:`crop`; copy it to keep it longer). The buffer is
     allocated and touched when features are first recorded and again when the cache grows (a fresh
-    buffer: views of the old one stay valid) or the session is reset: a fresh array per call cost a
-    step about 1 % on a 2-core EPYC (dev probe), its pages first touched by the C forward while the
-    loop kept the earlier ones alive.
+    buffer: views of the old one stay valid) or the session is reset (a fresh array per call cost a step
+    about 1 % in a dev probe on a 2-core EPYC).
     """
 
     def __init__(self, model: LeanLlama) -> None:
@@ -721,9 +720,8 @@ class LeanSession(Session):
         if self.record_features:  # the call's slots of the feature buffer, numpy's under a torch view
             capacity = int(self.cache.shape[3])
             if self._feats is None or self._feats.shape[0] < capacity:
-                # filled, so its pages are touched once here, not one by one under the C forward (np.zeros
-                # may map untouched zero pages); a grown buffer starts anew (views of the old one stay
-                # valid: they keep it alive)
+                # filled: its pages touched here, not one by one under the C forward (np.zeros may map
+                # untouched pages); a grown buffer starts anew (views of the old one keep it alive)
                 self._feats = np.empty((capacity, self.model.hidden), np.float32)
                 self._feats.fill(0.0)
                 self._feats_t = torch.from_numpy(self._feats)
@@ -741,7 +739,11 @@ class LeanSession(Session):
         self._feats: np.ndarray | None = None
         self._feats_t: torch.Tensor | None = None
 
-    def _reserve(self, end: int) -> None:
+    def reserve(self, n: int) -> None:
+        """Room for ``n`` positions now, at most the model's (:meth:`Session.reserve`)."""
+        self._reserve(min(check_int("n", n, low=0), self.model.max_positions), exact=True)
+
+    def _reserve(self, end: int, *, exact: bool = False) -> None:  # exact: to ``end``, not twice the size
         if end > self.model.max_positions:
             raise ValueError(
                 f"the sequence would reach {end} tokens; the model's max_position_embeddings is "
@@ -749,18 +751,21 @@ class LeanSession(Session):
             )
         capacity = self.cache.shape[3]
         if end > capacity:
-            new = self.model.new_cache(min(self.model.max_positions, max(end, 2 * capacity)))
+            size = end if exact else min(self.model.max_positions, max(end, 2 * capacity))
+            new = self.model.new_cache(size)
             new[:, :, :, : len(self.ids)] = self.cache[:, :, :, : len(self.ids)]
             self.cache = new
 
     def forward(self, new_ids: Sequence[int], keep: int | None = None, *, embeds: Any = None) -> torch.Tensor:
         """Feed ``new_ids`` after the cached tokens in one call; float32 logits (n, V), or the last ``keep``
         rows. ``embeds``: (n, hidden) float32 rows in place of the tokens' embeddings."""
-        n = self._check_forward(new_ids, keep)
-        start = len(self.ids)
-        self._reserve(start + n)
+        self._check_forward(new_ids, keep)
+        return self._feed(new_ids, len(self.ids), keep, None, embeds)
+
+    def _feed(self, new_ids: Sequence[int], start: int, keep: Any, parents: Any, embeds: Any) -> torch.Tensor:
+        self._reserve(start + len(new_ids))
         ids = torch.tensor([int(t) for t in new_ids], dtype=torch.long)
-        logits = self._run(ids, start, keep, None, embeds)
+        logits = self._run(ids, start, keep, parents, embeds)
         self.calls += 1
         self.ids.extend(int(t) for t in new_ids)
         return logits
@@ -773,14 +778,9 @@ class LeanSession(Session):
         chain forward over r's path (every mode but ``"float32"``, where it is close: see
         :meth:`LeanLlama.forward`). The nodes take slots ``len(ids) ..`` and ``ids`` becomes the prefix
         and every node: follow with :meth:`keep_path` (or :meth:`crop`). ``embeds``: as :meth:`forward`."""
-        n = self._check_forward(new_ids, None)
-        tree = tree_layout(parents, n)  # refuse bad parents before the cache grows
+        tree = tree_layout(parents, self._check_forward(new_ids, None))  # refused before the cache grows
         start = len(self.ids)
-        self._reserve(start + n)
-        ids = torch.tensor([int(t) for t in new_ids], dtype=torch.long)
-        logits = self._run(ids, start, None, tree.parents, embeds)
-        self.calls += 1
-        self.ids.extend(int(t) for t in new_ids)
+        logits = self._feed(new_ids, start, None, tree.parents, embeds)
         self._tree_call = (start, list(tree.parents))
         return logits
 

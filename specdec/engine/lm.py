@@ -108,6 +108,11 @@ class Session:
     def crop(self, n: int) -> None:
         raise NotImplementedError
 
+    def reserve(self, n: int) -> None:  # noqa: B027 (an optional hint)
+        """Make room for ``n`` cached positions now, so that a generation's calls do not grow the cache
+        on the way (a hint: the decoding loops give the prompt, the new tokens and the widest round;
+        by default nothing, for a session whose cache needs no growing)."""
+
     def forward_tree(self, new_ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
         """Feed a draft tree after the cached tokens in one call: ``parents[r]`` in ``[-1, r - 1]`` (-1:
         a child of the last cached token); logits (n, V), row r those of the chain over r's path.
