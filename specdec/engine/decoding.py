@@ -466,10 +466,13 @@ def _context(target: torch.nn.Module) -> int | None:
     return int(context) if is_int(context) else None
 
 
-def _prefill(lm: CachedLM, prompt: list[int], positions: int) -> None:
+def _prefill(lm: CachedLM, prompt: list[int], positions: int = 0) -> None:
     """The prompt but its last token into the cache, after reserving ``positions`` (the generation's
-    most: prompt, new tokens and the widest round's nodes) so that no step grows the cache."""
-    lm.reserve(positions)
+    most: prompt, new tokens and the widest round's nodes) so that no step grows the cache (where the
+    session takes the hint: :meth:`specdec.engine.lm.Session.reserve`; a duck-typed session may not)."""
+    reserve = getattr(lm, "reserve", None)
+    if reserve is not None:
+        reserve(positions)
     if len(prompt) > 1:
         lm.forward(prompt[:-1], keep=1)
 
