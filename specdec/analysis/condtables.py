@@ -341,6 +341,12 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
             "fixed": fixed, "gc_ms": gc_ms}  # fmt: skip
 
 
+def _policy_rounds(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The do-no-harm configurations' repetition-0 runs that kept their Stats (every repetition runs the
+    same seed, so the same rounds)."""
+    return [r for r in record["runs"] if r["config"].endswith("/noharm") and r["rep"] == 0 and "stats" in r]
+
+
 def never_drafting(record: Mapping[str, Any], *, n_boot: int = 4000) -> dict[float, dict[str, Any]]:
     """What the loop costs where a do-no-harm policy never drafted, under the cells' own estimator: per
     temperature, every (policy configuration, prompt) whose repetition-0 run drafted in none of its
@@ -360,11 +366,8 @@ def never_drafting(record: Mapping[str, Any], *, n_boot: int = 4000) -> dict[flo
         )
     never = [
         (r["config"], r["prompt"], float(r["temperature"]))
-        for r in record["runs"]
-        if r["config"].endswith("/noharm")
-        and r["rep"] == 0
-        and "stats" in r
-        and not any(r["stats"]["drafted"])
+        for r in _policy_rounds(record)
+        if not any(r["stats"]["drafted"])
     ]
     out = {}
     for t in (0.0, 1.0):
@@ -387,9 +390,7 @@ def nodes_mix(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     a drafter that found nothing), 1, 2, 3-4, 5-8 and 9 or more (:data:`NODE_BINS`; a bin no round fell in
     is 0.0). Rows sorted by temperature, then configuration."""
     counts: dict[tuple[float, str], list[int]] = {}
-    for r in record["runs"]:
-        if not r["config"].endswith("/noharm") or r["rep"] != 0 or "stats" not in r:
-            continue
+    for r in _policy_rounds(record):
         row = counts.setdefault((float(r["temperature"]), short(r["config"])), [0] * len(NODE_BINS))
         for n in r["stats"]["drafted"]:
             row[next(i for i, (_, lo, hi) in enumerate(NODE_BINS) if lo <= n <= hi)] += 1

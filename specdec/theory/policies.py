@@ -367,31 +367,25 @@ class DoNoHarm(BudgetPolicy):
                 return [check_float(f"{name}[{d}]", r, low=0.0, high=1.0) for d, r in enumerate(rates)]
             return [check_float(name, rates, low=0.0, high=1.0)] * depth
 
-        if isinstance(prior_rate, Mapping):  # per temperature
-            if not prior_rate:
-                raise ValueError("prior_rate as a mapping must hold at least one temperature -> rates")
-            self.priors = {
-                check_float("a prior_rate temperature", t, low=0.0): per_depth(r, f"prior_rate[{t!r}]")
-                for t, r in prior_rate.items()
+        def per_temperature(given: Any, name: str, what: str) -> dict[float, list[float]]:
+            """Rates per depth per temperature from one rate, one per depth, or a mapping temperature ->
+            either (``what``: the argument's name in the temperature's check)."""
+            if not isinstance(given, Mapping):
+                return {0.0: per_depth(given, name)}
+            if not given:
+                raise ValueError(f"{name} as a mapping must hold at least one temperature -> rates")
+            return {
+                check_float(f"a {what} temperature", t, low=0.0): per_depth(r, f"{name}[{t!r}]")
+                for t, r in given.items()
             }
-        else:
-            self.priors = {0.0: per_depth(prior_rate, "prior_rate")}
+
+        self.priors = per_temperature(prior_rate, "prior_rate", "prior_rate")
         self.prior_rates = self.priors[min(self.priors)]
         self.budget_priors: dict[int, dict[float, list[float]]] = {}
         for b, given in (budget_rates or {}).items():
             if not is_int(b) or b not in self.costs or b == 0:
                 raise ValueError(f"budget_rates names budget {b!r}; the budgets are {sorted(self.costs)[1:]}")
-            if isinstance(given, Mapping):
-                if not given:
-                    raise ValueError(f"budget_rates[{b}] as a mapping must hold at least one temperature")
-                self.budget_priors[b] = {
-                    check_float("a budget_rates temperature", t, low=0.0): per_depth(
-                        r, f"budget_rates[{b}][{t!r}]"
-                    )
-                    for t, r in given.items()
-                }
-            else:
-                self.budget_priors[b] = {0.0: per_depth(given, f"budget_rates[{b}]")}
+            self.budget_priors[b] = per_temperature(given, f"budget_rates[{b}]", "budget_rates")
         # b -> its rates at the generation's temperature (begin() takes the nearest; until then the lowest)
         self.budget_now = {b: rates[min(rates)] for b, rates in self.budget_priors.items()}
         self.tried: list[float] = [0.0] * depth  # rounds whose tree reached depth d + 1 (had a node there)
