@@ -53,7 +53,7 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
     one = tiny_llama(0, layers=1)
     target = LeanLlama(one, "float32")
     drafter = ModelTreeDrafter(ModelDrafter(LeanLlama(perturbed_copy(one, 0.3, 7), "float32")), branch=2)
-    cal = calibrate_policy(target, drafter, [[3, 14, 15, 92, 65], [7, 8, 9]], (1, 2, 4), new_tokens=8)
+    cal = calibrate_policy(target, drafter, [[3, 14, 15, 92, 65], [7, 8, 9]], (1, 2, 4), new_tokens=18)
     assert set(cal["budgets"]) == {"1", "2", "4"} and set(cal["plain_round"]) == {"0", "1"}
     assert cal["budgets"]["1"][2] == 1  # a one-node round is one deep
     # acceptance per depth from each budget's own rounds; the deepest budget's are the prior_rates
@@ -81,6 +81,12 @@ def test_calibrate_policy_stores_what_the_policy_is_built_from_and_the_plain_rou
         and policy.verify == cal["verify"]
         and policy.shares == {0.0: cal["proposes"]["0"], 1.0: cal["proposes"]["1"]}
     )
+    # a shadow probe's cost as the loop paid it (two per prompt at 18 tokens), the shadow policy's price
+    per_t = [cal["per_temperature"][t]["shadow_c"] for t in ("0", "1")]
+    assert all(math.isfinite(x) and x >= 0 for x in per_t) and cal["shadow_c"] == pytest.approx(
+        sorted(per_t)[0] / 2 + sorted(per_t)[1] / 2
+    )
+    assert policy.probe_cost is None and no_harm_policy(cal, shadow=True).probe_cost == cal["shadow_c"]
 
 
 def test_each_budgets_rates_are_shrunk_towards_all_its_budgets_rounds():

@@ -50,7 +50,7 @@ from specdec.theory.policies import (
 )
 from specdec.theory.sampling import argmax, sample, verify_argmax, warp
 from specdec.theory.trees import DraftTree
-from specdec.theory.treeverify import verify_tree, verify_tree_greedy
+from specdec.theory.treeverify import first_level_chance, verify_tree, verify_tree_greedy
 
 __all__ = ["Generation", "autoregressive", "speculative", "speculative_tree"]
 
@@ -222,6 +222,12 @@ def _decode(
     when the drafter is a chain drafter with q rows (a tree drafter's rounds count none, whatever their
     shape: beta is defined per position of a chain).
 
+    A shadow probe (the policy's :meth:`~specdec.theory.policies.BudgetPolicy.shadows`, after a budget
+    b > 0 and a proposal with a node left after the cut) is the same plain step (:func:`_shadow_step`: the
+    same call and draw) with the drafter's depth-1 guess scored against it, the chance reported to the
+    policy (``update_shadow``); Stats counts it as a plain round with its draft calls, and in
+    ``shadow_rounds``.
+
     A round with no node to verify (budget 0, or a drafter that proposed nothing or only nodes that
     were cut) is :func:`autoregressive`'s own step (:func:`_plain_step`: the same call, the same draw,
     the same timers), followed by the round's counts, so that a policy that chooses plain steps costs
@@ -270,7 +276,7 @@ def _decode(
                 limit = min(limit, left - 1)
             if context is not None:  # a tree call holds 1 + N slots after the cached tokens
                 limit = min(limit, context - len(tokens))
-            calls = 0
+            calls, shadow = 0, False
             if limit:
                 if pending:  # the plain rounds' positions, in one call
                     drafter.extend(
@@ -284,6 +290,17 @@ def _decode(
                         f"the drafter must propose a DraftTree of at most {limit} nodes; got {tree!r}"
                     )
                 tree, q = _cut(tree, q, left - 1, eos_token_id)
+                shadow = bool(len(tree)) and policy.shadows()
+        if shadow:  # a shadow probe: the plain step, the drafter's guess scored against its token
+            token, chance = _shadow_step(lm, tokens, tree, q, stats, temperature, warp_fn, rng)
+            stats.record_tree_round(0, 0, 0, calls)
+            stats.shadow_rounds += 1
+            policy.update_shadow(len(tree), chance)
+            if token == eos_token_id:
+                break
+            if conditioned and len(tokens) - len(prompt) < max_new_tokens:
+                pending.append((lm.features[:1], [token]))
+            continue
         if not limit or not len(tree):  # no node to verify: the step autoregressive() takes (a drafter
             # not called catches up on these positions when next asked); a policy that chose a plain round
             # may commit to a run of them, which the loop takes without asking again and reports at once
@@ -437,6 +454,36 @@ def _plain_step(
         token = int(argmax(logits[0])) if temperature == 0 else sample(warp_fn(logits)[0], rng)
     tokens.append(token)
     return token
+
+
+def _shadow_step(
+    lm: CachedLM,
+    tokens: list[int],
+    tree: DraftTree,
+    q: Any,
+    stats: Stats,
+    temperature: float,
+    warp_fn: Any,
+    rng: np.random.Generator,
+) -> tuple[int, float]:
+    """A shadow probe's round (:meth:`~specdec.theory.policies.BudgetPolicy.shadows`): :func:`_plain_step`'s
+    call and draw (the argmax greedy; one draw from warp(p) with one uniform), then the chance that
+    verifying ``tree`` would have accepted one of the root's children: 1 or 0 greedy (a child's token is
+    the argmax), :func:`~specdec.theory.treeverify.first_level_chance` of p at the root otherwise (no
+    uniform drawn for it). The token is appended to ``tokens``; returns it and the chance."""
+    with stats.timer("target_s", lm.device):
+        logits = lm.forward(tokens[-1:])
+    with stats.timer("verify_s", lm.device):
+        kids = [tree.tokens[i] for i, parent in enumerate(tree.parents) if parent < 0]
+        if temperature == 0:
+            token = int(argmax(logits[0]))
+            chance = float(token in kids)
+        else:
+            p = warp_fn(logits)[0]
+            token = sample(p, rng)
+            chance = first_level_chance(p, q, tree)
+    tokens.append(token)
+    return token, chance
 
 
 # -- helpers -------------------------------------------------------------------------------------

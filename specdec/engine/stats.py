@@ -89,6 +89,9 @@ class Stats:
     dropped_after_eos: int = 0
     target_calls: int = 0
     draft_calls: int = 0
+    #: rounds that were shadow probes: plain steps in which the drafter's guess was scored, not verified
+    #: (:meth:`specdec.theory.policies.BudgetPolicy.shadows`); counted among the rounds as plain ones
+    shadow_rounds: int = 0
     beta_sum: float = 0.0  #: sum of beta over the examined positions that had a q row
     beta_count: int = 0
     prefill_s: float = 0.0

@@ -18,7 +18,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -174,6 +174,7 @@ class ConfigSet:
     prompts: Path = HELDOUT  # the frozen prompts a full run decodes
     kind: str | None = None  # the record's kind (default: the set's name)
     pool: float = 1.0  # the quantile of the run's verify curves its policies are priced by (policy_configs)
+    shadow: bool = False  # the policies' probes are shadow rounds (DoNoHarm's ``shadow``)
 
 
 def _noharm_again(
@@ -227,6 +228,14 @@ SETS = {
     # frozen for it
     "noharm-v11": _noharm_again(
         "noharm-v11.jsonl", SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]}
+    ),
+    # a twelfth time, after the policies probe in shadow rounds (a plain step that scores the drafter's
+    # guess, priced as the calibration's loop paid one) and each budget's calibrated rates are shrunk
+    # towards all its budgets' rounds, and the prefill reserves the generation's cache: on prompts frozen
+    # for it
+    "noharm-v12": replace(
+        _noharm_again("noharm-v12.jsonl", SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]}),
+        shadow=True,
     ),
 }
 
@@ -296,6 +305,7 @@ def build(
     mode: str = "q4q8",
     dev_prompts: int = 4,
     pool: float = 1.0,
+    shadow: bool = False,
 ) -> dict[str, Any]:
     """The plain engines (the lean engine in ``mode`` at ``threads``, and at one thread when ``threads``
     > 1: the candidates for the fastest plain decoder, chosen by the cross-fit) and every configuration
@@ -303,7 +313,8 @@ def build(
     (``<spec>/noharm``): its drafter under :func:`specdec.measure.draftcost.no_harm_policy` over those
     budgets, calibrated on ``dev_prompts`` development prompts unless ``calibration`` (spec -> a
     :func:`~specdec.measure.draftcost.calibrate_policy` result, e.g. from a partial record) has it, priced
-    by the ``pool`` quantile of the run's verify curves (:func:`policy_configs`). Returns engines,
+    by the ``pool`` quantile of the run's verify curves, probing in shadow rounds with ``shadow``
+    (:func:`policy_configs`). Returns engines,
     configs, tokenizer, eos_token_id, what each draft ran in and the calibration."""
     from specdec.drafting.registry import build_drafter, parse_spec
     from specdec.engine.builder import EngineSpec, open_engine, open_model
@@ -322,8 +333,9 @@ def build(
     for text in configs:
         out += spec_configs(name, {text: drafters[text]}, list(configs[text]))
     extra, calibration = policy_configs(
-        name, target, loaded.tokenizer, drafters, policies, calibration, dev_prompts=dev_prompts, pool=pool
-    )
+        name, target, loaded.tokenizer, drafters, policies, calibration, dev_prompts=dev_prompts, pool=pool,
+        shadow=shadow,
+    )  # fmt: skip
     out += extra
     engines = [Engine(name, target, threads, {"engine": "lean", "mode": target.mode, "threads": threads})]
     if threads > 1:  # the same engine at one thread, plain only: a candidate for the fastest plain decoder
@@ -346,6 +358,7 @@ def policy_configs(
     *,
     dev_prompts: int = 4,
     pool: float = 1.0,
+    shadow: bool = False,
 ) -> tuple[list[Config], dict[str, Any]]:
     """For each spec of ``policies`` (spec -> the budgets it chooses among), the configuration
     ``<name>/<spec>/noharm``: the drafter ``drafters[spec]`` under
@@ -358,7 +371,8 @@ def policy_configs(
     calibrations timed (:func:`~specdec.measure.draftcost.pooled_curves`: the host's wide calls can look
     cheap for minutes at a time, and one timing can be caught in a spike), stored as ``pooled_quantile``; a
     given calibration priced by another quantile (a partial record resumed under another rule) is
-    refused."""
+    refused. With ``shadow`` the policies probe in shadow rounds (:meth:`~specdec.theory.policies.
+    BudgetPolicy.shadows`; the calibration is the same)."""
     from specdec.engine.cores import torch_threads_for
     from specdec.engine.drafters import ChainTree
     from specdec.measure.draftcost import (
@@ -397,7 +411,7 @@ def policy_configs(
         calibration[text] = price_calibration(calibration[text], curve) | {"pooled_quantile": pool}
     out = []
     for text in policies:
-        policy = no_harm_policy(calibration[text])
+        policy = no_harm_policy(calibration[text], shadow=shadow)
         out.append(Config(f"{name}/{text}/noharm", name, f"{name}/{text}+noharm", text, as_tree[text],
                           policy, policy.describe()))  # fmt: skip
     return out, {t: calibration[t] for t in policies}
@@ -454,7 +468,7 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v11``: the file of that name;
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v12``: the file of that name;
     a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
@@ -470,7 +484,7 @@ class TreesRun(Program):
     and the level as a ratio of sums; ``noharm-v9`` after the policies are priced by the steepest curve
     their calibrations timed; ``noharm-v10`` after decoding keeps its freed memory; ``noharm-v11`` with
     budgets of one and two nodes, acceptance per budget and the run's curves pooled by their upper
-    quartile). The record is
+    quartile; ``noharm-v12`` the same with shadow probes). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
@@ -542,8 +556,9 @@ class TreesRun(Program):
         if part.exists() and not self.fresh:
             calibration = read_json(part).get("policy_calibration")
         built = build(
-            threads=threads, configs=configs, policies=policies, calibration=calibration, pool=chosen.pool
-        )
+            threads=threads, configs=configs, policies=policies, calibration=calibration, pool=chosen.pool,
+            shadow=chosen.shadow,
+        )  # fmt: skip
         if self.quick:  # the development prompts: a smoke run never touches the held-out set
             prompts, sha = evaluation_cells(built["tokenizer"], per_task=2), None
         else:

@@ -159,7 +159,13 @@ def _calibration(
       two runs of a prompt in alternating order): the policy's R(0) = 1 assumes 1, and a loop that costs
       more than its step shows here before it shows in a record. A diagnostic with its limits: a fixed
       budget 0 skips the policy's own choice each round, and a few short generations resolve a few
-      percent at best."""
+      percent at best.
+    * ``shadow_c``: a shadow probe's cost as the loop pays it, in plain steps: a shadow round at the
+      smallest budget every :data:`SHADOW_EVERY` rounds, plain rounds between (a probe after a run of
+      plain rounds, the drafter's weights no longer in cache), its drafting and its verification's work
+      beyond a plain step's per shadow round (median over prompts). A drafter's call after plain rounds
+      costs more than one right after another (a dev probe of the MLP speculator: 0.42 ms against the
+      calibrated rounds' 0.25), so c at the smallest budget would underprice it."""
     from functools import partial
 
     import numpy as np
@@ -180,6 +186,7 @@ def _calibration(
     catch_up: list[float] = []  # the drafter's prefill share per prompt position told, in plain steps
     by_budget: dict[int, list[list[int]]] = {b: [] for b in budgets}
     plain_round: list[float] = []  # a budget-0 round of the tree loop over plain decoding's step
+    shadow_c: list[float] = []  # a shadow probe's drafting and extra verification, in plain steps
 
     def timed(run: Any) -> tuple[float, Any]:  # a run's time per round (its prefill left out), its Stats
         t0 = time.perf_counter()
@@ -199,6 +206,10 @@ def _calibration(
             (zero, _), (step, plain) = timed(zero_run), timed(plain_run)
         plain_round.append(zero / step)
         plain_verify = plain.verify_s / plain.rounds
+        st = speculative_tree(target, drafter, prompt, budget=_shadow_every(min(budgets)), **kw).stats
+        if st.shadow_rounds:
+            extra = st.draft_s + st.verify_s - plain_verify * st.rounds
+            shadow_c.append(max(0.0, extra) / st.shadow_rounds / step)
         for b in budgets:
             policy = _deepest(b)
             t0 = time.perf_counter()
@@ -250,7 +261,33 @@ def _calibration(
         "proposes": proposed[1] / proposed[0],
         "catch_up": float(np.median(catch_up)),
         "plain_round": r0,
+        "shadow_c": float(np.median(shadow_c)) if shadow_c else float("nan"),
     }
+
+
+#: A calibration's shadow probes come every this many rounds (:func:`_calibration`'s ``shadow_c``).
+SHADOW_EVERY = 8
+
+
+def _shadow_every(budget: int) -> Any:
+    """A shadow probe at ``budget`` every :data:`SHADOW_EVERY` rounds, plain rounds between: how a
+    do-no-harm policy's probes come. A fixed budget (imported here, as :func:`_deepest` does) so that the
+    loop tells a conditioned drafter the prompt at the prefill (a probe's catch-up on the plain rounds
+    before it stays in its cost)."""
+    from specdec.theory.policies import FixedBudget
+
+    class ShadowEvery(FixedBudget):
+        def reset(self) -> None:
+            self.i = 0
+
+        def next(self) -> int:
+            self.i += 1
+            return self.max_budget if self.i % SHADOW_EVERY == 0 else 0
+
+        def shadows(self) -> bool:
+            return self.i % SHADOW_EVERY == 0
+
+    return ShadowEvery(budget)
 
 
 def proposing_round(loop_v: float, share: float, plain_round: float) -> float:
@@ -344,7 +381,8 @@ def calibrate_policy(
     (:func:`_calibration`); the prior acceptance per depth at each temperature (the policy takes the one
     nearest a generation's temperature: :meth:`~specdec.theory.policies.DoNoHarm.begin`), from the
     deepest budget's rounds (``prior_rates``) and from each budget's own, shrunk towards all its budgets'
-    (``budget_rates``, :func:`_budget_rates`), with the counts they came from.
+    (``budget_rates``, :func:`_budget_rates`), with the counts they came from; ``shadow_c``, what a shadow
+    probe costs the loop (the median over temperatures of :func:`_calibration`'s).
 
     A short timing of bare calls can catch the host in a regime where wide calls look cheap (one run's
     seven calibrations gave v(5) from 1.26 to 1.93 minutes apart; ``noharm-v6``), so the curve gives the
@@ -392,6 +430,9 @@ def calibrate_policy(
         "proposes": {t: r["proposes"] for t, r in runs.items()},
         "catch_up": float(np.median([r["catch_up"] for r in runs.values()])),
         "plain_round": {t: r["plain_round"] for t, r in runs.items()},
+        "shadow_c": float(np.median(c))
+        if (c := [r["shadow_c"] for r in runs.values() if r["shadow_c"] == r["shadow_c"]])
+        else float("nan"),
         "prompts": len(prompts),
         "new_tokens": new_tokens,
         "per_temperature": {
@@ -403,6 +444,7 @@ def calibrate_policy(
                 "counts": r["counts"],
                 "budget_counts": {str(b): c for b, c in r["budget_counts"].items()},
                 "catch_up": r["catch_up"],
+                "shadow_c": r["shadow_c"],
             }
             for t, r in runs.items()
         },
@@ -424,7 +466,9 @@ def calibrate_policy(
         "pooled: the rate of all the budgets' rounds at that temperature; tokens per round per "
         "temperature and budget: mean over prompts; catch_up: per "
         "prompt position, the median over prompts and budgets, then over temperatures; plain_round per "
-        "temperature: a budget-0 round of the tree loop over plain decoding's step, median over prompts",
+        "temperature: a budget-0 round of the tree loop over plain decoding's step, median over prompts; "
+        "shadow_c: a shadow probe at the smallest budget every 8 rounds, its drafting and verification "
+        "beyond a plain step's per shadow round, median over prompts, then over temperatures",
     }
     return price_calibration(raw, verify)
 
@@ -501,7 +545,12 @@ def pooled_curves(curves: Mapping[str, Sequence[float]], quantile: float = 0.75)
 
 
 def no_harm_policy(
-    calibration: dict[str, Any], *, prior: float = 4.0, probe_every: int = 16, explore: float = 0.01
+    calibration: dict[str, Any],
+    *,
+    prior: float = 4.0,
+    probe_every: int = 16,
+    explore: float = 0.01,
+    shadow: bool = False,
 ) -> Any:
     """The :class:`~specdec.theory.policies.DoNoHarm` of a :func:`calibrate_policy` result: its costs
     per budget, its prior acceptance per depth (per temperature) at ``prior`` pseudo-rounds; every
@@ -511,8 +560,11 @@ def no_harm_policy(
     each round is priced by the verify curve at the nodes its drafter proposed where the calibration
     has the curve (``verify``); a round's acceptance is read against its own budget's calibrated rates
     where the calibration has them (``budget_rates``: a one-node round and a tree of eight differ at depth
-    1). A calibration of an earlier format (one list of rates for every temperature, no tokens per round,
-    no catch-up, no verify curve, no rates per budget) is read as it is."""
+    1); with ``shadow``, its probes are shadow rounds (a plain step that scores the drafter's guess,
+    :meth:`~specdec.theory.policies.BudgetPolicy.shadows`), each priced at the calibration's ``shadow_c``
+    where it has one. A calibration of an earlier format (one list
+    of rates for every temperature, no tokens per round, no catch-up, no verify curve, no rates per
+    budget) is read as it is."""
     from specdec.theory.policies import DoNoHarm
 
     budgets = {int(b): (float(v), float(c), int(d)) for b, (v, c, d) in calibration["budgets"].items()}
@@ -525,10 +577,12 @@ def no_harm_policy(
         for b, by_t in (calibration.get("budget_rates") or {}).items()
     } or None
     tokens = {float(t): {int(b): float(e) for b, e in per.items()} for t, per in per_t.items()} or None
+    probe_cost = calibration.get("shadow_c")  # a record stores NaN as null; an earlier one has none
+    probe_cost = float(probe_cost) if shadow and probe_cost is not None and probe_cost == probe_cost else None
     return DoNoHarm(
         budgets, prior=prior, prior_rate=rates, probe_every=probe_every, explore=explore,
         catch_up=float(calibration.get("catch_up", 0.0)), tokens=tokens, verify=calibration.get("verify"),
-        proposes=shares, budget_rates=by_budget,
+        proposes=shares, budget_rates=by_budget, shadow=shadow, probe_cost=probe_cost,
     )  # fmt: skip
 
 

@@ -149,6 +149,22 @@ class BudgetPolicy:
     def update(self, nodes: int, depth: int, accepted: int) -> None:  # noqa: B027 (optional hook)
         pass
 
+    def shadows(self) -> bool:
+        """After :meth:`next` gave a budget b > 0: True when the round is a *shadow* probe. The drafter
+        proposes its tree of at most b nodes as in any round, but the round is the plain decoder's step
+        (its nodes are not verified, so no extra row is paid and no draft is committed); the plain step's
+        token is drawn as it always is, and the chance that verifying the tree would have accepted one of
+        the root's children (:func:`specdec.theory.treeverify.first_level_chance`: 0 or 1 greedy) is
+        reported with :meth:`update_shadow`. The round's token is the target's own draw whatever the
+        drafter proposed, so the loop stays lossless. Default False: every round with a budget verifies."""
+        return False
+
+    def update_shadow(self, nodes: int, chance: float) -> None:
+        """A shadow round (:meth:`shadows`) whose drafter proposed ``nodes`` >= 1 nodes, one of the root's
+        children accepted with probability ``chance`` had they been verified (a drafter that proposed
+        nothing is reported by ``update(0, 0, 0)``, as in any round). Default: the plain round it was."""
+        self.update(0, 0, 0)
+
     def plain_rounds(self, most: int) -> int:
         """Right after :meth:`next` gave 0: how many plain rounds in a row, this one included and at most
         ``most`` (the rounds the loop has left), the policy gives whatever those rounds bring (a plain
@@ -269,6 +285,15 @@ class DoNoHarm(BudgetPolicy):
     it waits until ``explore`` times the plain rounds since the last draft covers that loss, so probes
     cost about ``explore`` of the time while speculation does not pay; a drafter whose catch-up per
     position costs ``explore`` or more is then never probed (0: ``probe_every`` alone sets the wait).
+    With ``shadow``, a probe is a shadow round (:meth:`BudgetPolicy.shadows`): the drafter proposes at
+    the smallest budget, the round is a plain step, and the chance that one of the root's children would
+    have been accepted counts at depth 1 (tried once, passed by that chance) in place of a verified
+    outcome; a probe then costs its draft (``explore``'s loss: ``probe_cost``, the shadow round's cost
+    as the loop paid it in calibration, or c at the smallest budget where None), instead of its extra
+    verify rows less the tokens they bring. A verified one-node round after a run of plain
+    rounds cost the loop about twice the curve's price (a dev probe of the MLP speculator: its target
+    call 1.43 plain steps, its draft 0.23, against v(2) = 1.27 and c(1) = 0.13), and a drafter whose
+    acceptance on the prompts at hand falls below its calibration lost the difference on every probe.
     ``remember`` in [0, 1]: the share of the acceptance counts a new generation (:meth:`reset`) keeps
     from the earlier ones on the same policy object (0: each generation starts from the prior alone);
     earlier generations are past too, so the loop stays lossless. Its choice depends on the verified
@@ -292,6 +317,8 @@ class DoNoHarm(BudgetPolicy):
         verify: Sequence[float] | None = None,
         proposes: Mapping[float, float] | None = None,
         budget_rates: Mapping[int, float | Sequence[float] | Mapping[float, Sequence[float]]] | None = None,
+        shadow: bool = False,
+        probe_cost: float | None = None,
     ) -> None:
         """``budgets``: b -> (v(b + 1), c(b), depth(b)) for each positive budget b tried (b = 0, a plain
         step, is (1, 0, 0) and is always there). ``catch_up``: what telling the drafter one position it
@@ -333,6 +360,10 @@ class DoNoHarm(BudgetPolicy):
         self.remember = check_float("remember", remember, low=0.0, high=1.0)
         self.explore = check_float("explore", explore, low=0.0, high=1.0)
         self.catch_up = check_float("catch_up", catch_up, low=0.0)
+        if not isinstance(shadow, bool):
+            raise ValueError(f"shadow must be True or False; got {shadow!r}")
+        self.shadow = shadow
+        self.probe_cost = None if probe_cost is None else check_float("probe_cost", probe_cost, low=0.0)
         self.measured: dict[float, dict[int, float]] = {}
         for t, per_b in (tokens or {}).items():
             if set(per_b) != set(self.costs) - {0}:
@@ -502,7 +533,12 @@ class DoNoHarm(BudgetPolicy):
             best = max((b for b in r if b > 0), key=lambda b: (r[b], -b))
             self._choice = best if r[best] >= 1.0 + self.margin else 0
             smallest = min(b for b in r if b > 0)
-            self._loss = priced[smallest][1] * (1.0 - r[smallest])  # a probe's predicted loss, in plain steps
+            # a probe's predicted loss, in plain steps: a shadow probe's is its draft (``probe_cost``)
+            self._loss = (
+                (self.costs[smallest][1] if self.probe_cost is None else self.probe_cost)
+                if self.shadow
+                else priced[smallest][1] * (1.0 - r[smallest])
+            )
         choice = self._choice
         self.probing = choice == 0 and self.probe_every > 0 and self.plain_run + 1 >= self.wait
         if self.probing and self.explore > 0:  # the share of the plain rounds since the last draft
@@ -514,6 +550,35 @@ class DoNoHarm(BudgetPolicy):
             self.wait = self.probe_every
         self._asked = choice
         return choice
+
+    def shadows(self) -> bool:
+        """Whether the round :meth:`next` just gave is a shadow probe (``shadow`` and a probe)."""
+        return self.shadow and self.probing and self._asked > 0
+
+    def update_shadow(self, nodes: int, chance: float) -> None:
+        """A shadow probe's outcome (:meth:`BudgetPolicy.update_shadow`): depth 1 tried once and passed by
+        ``chance`` (read against the smallest budget's calibrated rate); the drafter proposed; the wait
+        before the next probe as after a verified probe. No verify cost is learnt (none was paid)."""
+        from specdec.theory.checks import check_float
+
+        check_int("nodes", nodes, low=1)
+        check_float("chance", chance, low=0.0, high=1.0)
+        if not self.shadows():
+            raise ValueError("update_shadow reports a shadow probe: the round next() gave was not one")
+        if nodes > self._asked:
+            raise ValueError(f"nodes must be at most the budget asked ({self._asked}); got {nodes}")
+        asked, self._asked, self.probing = self._asked, 0, False
+        self.untold = 1  # the drafter was told everything before it proposed; the step's token is new
+        if self.learn_share:
+            self.drafted[0] += 1
+            self.drafted[1] += 1
+        self.plain_run = 0
+        self._choice = None
+        self.tried[0] += 1
+        self.passed[0] += chance
+        self.expected[0] += self.budget_prior(asked)[0]
+        pays = max(v for b, v in self.predicted().items() if b > 0) >= 1.0 + self.margin
+        self.wait = self.probe_every if pays else min(2 * self.wait, self.max_probe_every)
 
     def plain_rounds(self, most: int) -> int:
         """After :meth:`next` gave a plain round by choice (no probe): the rounds until the next probe, this
@@ -587,5 +652,6 @@ class DoNoHarm(BudgetPolicy):
             f"probe every {self.probe_every}"
             + (f", explore {self.explore:g}, catch-up {self.catch_up:.3g}" if self.explore else "")
             + (", tokens per round as measured" if self.measured else "")
-            + (", rounds priced by the verify curve)" if self.verify is not None else ")")
+            + (", rounds priced by the verify curve" if self.verify is not None else "")
+            + (", shadow probes)" if self.shadow else ")")
         )

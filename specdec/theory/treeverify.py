@@ -196,6 +196,35 @@ def verify_tree_greedy(argmax_ids: Array, tree: DraftTree) -> tuple[list[int], i
         node = match
 
 
+def first_level_chance(p_root: Array, q: Array | None, tree: DraftTree) -> float:
+    """The probability that :func:`verify_tree` accepts one of the root's children, given the drafts:
+    sum over the root's children i, in sibling order, of P(children before i rejected) x min(1, r_i(x_i) /
+    q_i(x_i)), r_i the residual after the earlier ones (the same rule, no uniforms drawn). ``p_root``: p
+    at the root (warped; row 0 of :func:`verify_tree`'s ``p``), ``q`` as there (None: deterministic
+    drafts). What a shadow probe scores (:meth:`specdec.theory.policies.BudgetPolicy.shadows`): the
+    chance the depth-1 rate counts in place of a 0 / 1 outcome, with the same mean (Corollary 3.6's
+    alpha = sum min(p, q) for one child drawn from q)."""
+    tree = _check_tree(tree)
+    vocab = int(p_root.shape[-1])
+    if len(p_root.shape) != 1:
+        raise ValueError(f"p_root must be one row of p (shape (V,)); got shape {tuple(p_root.shape)}")
+    if q is not None:
+        _check_rows("q", q, len(tree), vocab, "one row per node, over p's vocabulary", sums=False)
+    r, stay, total = p_root, 1.0, 0.0
+    for i in _children(tree)[-1]:
+        x = tree.tokens[i]
+        if x >= vocab:
+            raise ValueError(f"tree.tokens[{i}] must lie in [0, {vocab}) (p's vocabulary); got {x}")
+        q_x = 1.0 if q is None else _to_float(q[i, x])
+        a = (1.0 if _to_float(r[x]) > 0 else 0.0) if q_x == 0.0 else min(1.0, _to_float(r[x]) / q_x)
+        total += stay * a
+        stay *= 1.0 - a
+        if stay <= 0.0:
+            break
+        r = residual(r, None if q is None else q[i], 1.0, token=x)
+    return min(total, 1.0)
+
+
 def _acceptance(r: np.ndarray, q_row: np.ndarray | None, x: int) -> float:
     q_x = 1.0 if q_row is None else float(q_row[x])
     if q_x == 0.0:
