@@ -208,3 +208,104 @@ def test_the_base_policy_never_shadows():
             return 1
 
     assert not Any1().shadows()
+
+
+def test_first_level_chance_at_the_rules_edges():
+    """A child the drafter gave no mass (q_x = 0) is accepted iff p has mass there; a child p gives no mass
+    (top-k zeros) never is; torch rows give numpy's value; unnormalised rows are read as verify_tree reads
+    them (its test compares r(x) with q(x) unscaled)."""
+    import torch
+
+    tree = DraftTree((1, 2), (-1, -1))
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    q = np.array(
+        [[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 0.0]]
+    )  # child 0's token has q = 0: accepted iff p > 0
+    assert first_level_chance(p, q, tree) == 1.0
+    zero = DraftTree((3,), (-1,))
+    assert first_level_chance(p, np.array([[0.0, 0.0, 0.0, 1.0]]), zero) == 0.0  # p(x) = 0: never
+    qs = _rows(np.random.default_rng(1), 2, 4)
+    exact = first_level_chance(p, qs, tree)
+    assert first_level_chance(torch.tensor(p), torch.tensor(qs), tree) == pytest.approx(exact)
+    law = output_law(np.vstack([p, _rows(np.random.default_rng(2), 2, 4)]), qs, tree)
+    assert exact == pytest.approx(sum(m for out, m in law.items() if len(out) == 2))
+    assert first_level_chance(2 * p, None, DraftTree((0,), (-1,))) == 1.0  # r(x) = 1.0 >= q = 1
+
+
+def test_a_run_of_plain_rounds_agrees_with_next_under_shadow_probes():
+    """DoNoHarm.plain_rounds commits to the plain rounds next() would give one by one when probes are
+    shadow rounds (their loss is probe_cost), the same probes after them."""
+
+    def choices(policy, chances, run_ahead):
+        out, i = [], 0
+        while len(out) < 300:
+            b = policy.next()
+            if b == 0:
+                run = policy.plain_rounds(300 - len(out)) if run_ahead else 1
+                out += [0] * run
+                policy.update_plain(run) if run_ahead else policy.update(0, 0, 0)
+            else:
+                out.append(b)
+                if policy.shadows():
+                    policy.update_shadow(1, chances[i % len(chances)])
+                else:
+                    policy.update(1, 1, int(chances[i % len(chances)] > 0.5))
+                i += 1
+        return out
+
+    for explore, cost in ((0.0, None), (0.01, 0.3), (0.05, 0.02)):
+        for chances in ((0.0,), (0.9, 0.1), (1.0,)):
+            kw = {"prior_rate": 0.3, "probe_every": 4, "explore": explore, "catch_up": 0.01, "shadow": True}
+            one = DoNoHarm({1: (1.3, 0.2, 1), 4: (2.0, 0.3, 4)}, probe_cost=cost, **kw)
+            run = DoNoHarm({1: (1.3, 0.2, 1), 4: (2.0, 0.3, 4)}, probe_cost=cost, **kw)
+            one.begin(0.0, 20), run.begin(0.0, 20)
+            assert choices(one, chances, False) == choices(run, chances, True), (explore, cost, chances)
+
+
+def test_an_empty_shadow_probe_and_an_eos_in_a_shadow_round(pair):
+    """A probe whose drafter proposed nothing is the plain round it was (no shadow round counted, the
+    policy told of an empty probe); the calibration's probes count it among those asked. A shadow round
+    whose token is the EOS ends the generation as plain decoding does."""
+    from specdec.engine.drafters import TreeProposal
+    from specdec.measure.draftcost import _shadow_every
+
+    target, draft = pair
+    prompt = np.random.default_rng(6).integers(0, VOCAB, 9).tolist()
+
+    class Empty:
+        def start(self, prompt_ids):
+            pass
+
+        def propose_tree(self, prefix_ids, budget, warp_fn, rng):
+            return TreeProposal(DraftTree((), ()), None, 1)
+
+    probes = _shadow_every(1)
+    gen = speculative_tree(target, Empty(), prompt, budget=probes, max_new_tokens=20)
+    assert gen.stats.shadow_rounds == 0 and probes.asked == 2 and gen.stats.draft_calls == 2
+    assert gen.tokens == autoregressive(target, prompt, max_new_tokens=20).tokens
+    probes = _shadow_every(1)
+    gen = speculative_tree(target, draft, prompt, budget=probes, max_new_tokens=20)
+    assert gen.stats.shadow_rounds == probes.asked == 2
+    pol = _always_shadow()
+    pol.next()
+    pol.update(0, 0, 0)  # an empty probe: the wait before the next doubles (capped at 1 here), no depth tried
+    assert pol.tried == [0.0] and pol.drafted == [1.0, 0.0]
+    plain = autoregressive(target, prompt, max_new_tokens=20).tokens
+    eos = plain[6]
+    want = autoregressive(target, prompt, max_new_tokens=20, eos_token_id=eos)
+    got = speculative_tree(
+        target, draft, prompt, budget=_always_shadow(), max_new_tokens=20, eos_token_id=eos
+    )
+    assert got.tokens == want.tokens and got.tokens[-1] == eos and got.stats.shadow_rounds == len(got.tokens)
+
+
+def test_a_shadow_policy_without_a_timed_probe_prices_it_at_c_and_says_so():
+    from specdec.measure.draftcost import no_harm_policy
+
+    cal = {"budgets": {"1": [1.3, 0.2, 1], "4": [2.0, 0.3, 3]}, "prior_rates": [0.3, 0.3, 0.3]}
+    for given in ({}, {"shadow_c": None}, {"shadow_c": float("nan")}):
+        policy = no_harm_policy(cal | given, shadow=True)
+        assert policy.probe_cost is None and "shadow probes at c" in policy.describe()
+    timed = no_harm_policy(cal | {"shadow_c": 0.25}, shadow=True)
+    assert timed.probe_cost == 0.25 and "shadow probes at 0.25" in timed.describe()
+    assert no_harm_policy(cal | {"shadow_c": 0.25}).probe_cost is None  # no shadow: no probe price

@@ -298,7 +298,12 @@ def test_nodes_mix_bins_every_policy_round_of_repetition_zero_by_the_nodes_propo
 
     runs = [
         {"config": "e-2t/a/noharm", "rep": 0, "temperature": 0.0, "stats": {"drafted": [0, 1, 1, 2, 4, 8]}},
-        {"config": "e-2t/a/noharm", "rep": 0, "temperature": 0.0, "stats": {"drafted": [0, 0, 3, 9]}},
+        {
+            "config": "e-2t/a/noharm",
+            "rep": 0,
+            "temperature": 0.0,
+            "stats": {"drafted": [0, 0, 3, 9], "shadow_rounds": 1},
+        },
         {"config": "e-2t/a/noharm", "rep": 1, "temperature": 0.0, "stats": {"drafted": [8] * 50}},
         {"config": "e-2t/a/noharm", "rep": 0, "temperature": 1.0, "stats": {"drafted": [0, 0]}},
         {"config": "e-2t/a/g4", "rep": 0, "temperature": 0.0, "stats": {"drafted": [4, 4]}},
@@ -311,6 +316,7 @@ def test_nodes_mix_bins_every_policy_round_of_repetition_zero_by_the_nodes_propo
     assert [rows[0][b] for b, _, _ in ct.NODE_BINS] == pytest.approx([0.3, 0.2, 0.1, 0.2, 0.1, 0.1])
     assert rows[1]["0"] == 1.0 and rows[1]["5-8"] == 0.0
     assert sum(rows[0][b] for b, _, _ in ct.NODE_BINS) == pytest.approx(1.0)
+    assert rows[0]["shadow"] == pytest.approx(0.1) and rows[1]["shadow"] == 0.0  # a record before them: 0
 
 
 def test_the_noharm_judgement_of_a_committed_record_and_a_broken_copy():

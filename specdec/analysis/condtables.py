@@ -349,13 +349,14 @@ def _policy_rounds(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def never_drafting(record: Mapping[str, Any], *, n_boot: int = 4000) -> dict[float, dict[str, Any]]:
     """What the loop costs where a do-no-harm policy never drafted, under the cells' own estimator: per
-    temperature, every (policy configuration, prompt) whose repetition-0 run drafted in none of its
-    rounds (every repetition runs the same seed, so the same rounds), paired with the plain decoder at
-    the record's threads on the same prompt: :func:`specdec.theory.intervals.paired_speedup` of their
-    times per token (medians over repetitions; the geometric mean over the pairs of plain's time over the
-    policy's, so below 1 is slower than plain; the interval resamples the pairs, which share prompts
-    across configurations, so it is narrower than one over prompts would be). Returns temperature ->
-    ``pairs``, ``estimate``, ``low``, ``high`` (NaN where fewer than two pairs)."""
+    temperature, every (policy configuration, prompt) whose repetition-0 run drafted in none of its rounds
+    (a shadow probe is not a draft: its nodes are not verified; every repetition runs the same seed, so
+    the same rounds), paired with the plain decoder at the record's threads on the same prompt:
+    :func:`specdec.theory.intervals.paired_speedup` of their times per token (medians over repetitions;
+    the geometric mean over the pairs of plain's time over the policy's, so below 1 is slower than plain;
+    the interval resamples the pairs, which share prompts across configurations, so it is narrower than
+    one over prompts would be). Returns temperature -> ``pairs``, ``estimate``, ``low``, ``high`` (NaN
+    where fewer than two pairs)."""
     from specdec.theory.intervals import paired_speedup
 
     plain = _plain_id(record)
@@ -388,17 +389,24 @@ def nodes_mix(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     temperature, the rounds of every repetition-0 run (each repetition runs the same seed, so the same
     rounds) and the share of them whose drafter proposed 0 nodes (a plain round, by the policy's choice or
     a drafter that found nothing), 1, 2, 3-4, 5-8 and 9 or more (:data:`NODE_BINS`; a bin no round fell in
-    is 0.0). Rows sorted by temperature, then configuration."""
+    is 0.0), and ``shadow``: the share of them that were shadow probes (plain rounds in which the drafter's
+    guess was scored, not verified; among the 0 rounds; 0.0 in a record made before them). Rows sorted by
+    temperature, then configuration."""
     counts: dict[tuple[float, str], list[int]] = {}
+    shadow: dict[tuple[float, str], int] = {}
     for r in _policy_rounds(record):
-        row = counts.setdefault((float(r["temperature"]), short(r["config"])), [0] * len(NODE_BINS))
+        key = (float(r["temperature"]), short(r["config"]))
+        row = counts.setdefault(key, [0] * len(NODE_BINS))
         for n in r["stats"]["drafted"]:
             row[next(i for i, (_, lo, hi) in enumerate(NODE_BINS) if lo <= n <= hi)] += 1
+        shadow[key] = shadow.get(key, 0) + int(r["stats"].get("shadow_rounds", 0))
     out = []
     for (t, c), row in sorted(counts.items()):
         total = sum(row)
         shares = {label: k / total for (label, _, _), k in zip(NODE_BINS, row, strict=True)}
-        out.append({"temperature": t, "config": c, "rounds": total, **shares})
+        out.append(
+            {"temperature": t, "config": c, "rounds": total, **shares, "shadow": shadow[(t, c)] / total}
+        )
     return out
 
 
@@ -413,7 +421,8 @@ def round_costs(record: Mapping[str, Any], config: str, temperature: float | Non
     plain decoder's runs of its seconds per target call over its seconds per token). Also the drafter's
     calls, and ``empty_calls``, the calls less the rounds that had a node: the calls that proposed
     nothing where the drafter is called once a round it is asked (prompt lookup, suffix decoding; a
-    network drafter calls once per level, so there it is not a count of rounds). ``temperature``: only
+    network drafter calls once per level, so there it is not a count of rounds; a shadow probe's call
+    counts among them, its nodes not verified). ``temperature``: only
     runs at it (None: both)."""
     import numpy as np
 

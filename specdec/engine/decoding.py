@@ -240,7 +240,9 @@ def _decode(
 
     The call's generator: the drafter draws its samples, then verification its uniforms (none at
     temperature 0: exact matching on the argmax), then the round's token; a drafter is not called in a
-    round with no token left to draft (budget 0), nor is the policy asked. (The chain loop before this
+    round with no token left to draft (budget 0), nor is the policy asked; in a shadow probe the drafter
+    draws its samples, then the step its token's one uniform (none greedy), and scoring the guess draws
+    nothing. (The chain loop before this
     one called ``propose(prefix, 0)`` in such a round and drew verify's uniforms on one-hot rows at
     temperature 0: tokens and counts of every drafter of the package are the same, since each returns
     early at gamma 0 and draws nothing greedy; a drafter that draws from ``rng`` in those two places
@@ -474,14 +476,14 @@ def _shadow_step(
     with stats.timer("target_s", lm.device):
         logits = lm.forward(tokens[-1:])
     with stats.timer("verify_s", lm.device):
-        kids = [tree.tokens[i] for i, parent in enumerate(tree.parents) if parent < 0]
         if temperature == 0:
             token = int(argmax(logits[0]))
+            kids = (tree.tokens[i] for i, parent in enumerate(tree.parents) if parent < 0)
             chance = float(token in kids)
         else:
             p = warp_fn(logits)[0]
             token = sample(p, rng)
-            chance = first_level_chance(p, q, tree)
+            chance = first_level_chance(p, None if q is None else q.to(p.device), tree)
     tokens.append(token)
     return token, chance
 

@@ -163,9 +163,14 @@ def _calibration(
     * ``shadow_c``: a shadow probe's cost as the loop pays it, in plain steps: a shadow round at the
       smallest budget every :data:`SHADOW_EVERY` rounds, plain rounds between (a probe after a run of
       plain rounds, the drafter's weights no longer in cache), its drafting and its verification's work
-      beyond a plain step's per shadow round (median over prompts). A drafter's call after plain rounds
-      costs more than one right after another (a dev probe of the MLP speculator: 0.42 ms against the
-      calibrated rounds' 0.25), so c at the smallest budget would underprice it."""
+      beyond a plain step's per probe asked (a drafter that proposed nothing paid its call too; median
+      over prompts; the calibrations of noharm-v12 divided by the probes whose drafter proposed, which
+      overstates the cost of a drafter that often proposes nothing). A drafter's call after plain rounds
+      can cost more than one right after another, so c at the smallest budget may underprice it. The
+      target call is left out (a shadow round's is a plain step's; what cache it lost to the draft is
+      within a timing's noise here), and so is no catch-up: the drafter is told the plain rounds before
+      each probe inside its draft time, which the policy's ``catch_up`` also prices (an error towards
+      probing less)."""
     from functools import partial
 
     import numpy as np
@@ -206,10 +211,11 @@ def _calibration(
             (zero, _), (step, plain) = timed(zero_run), timed(plain_run)
         plain_round.append(zero / step)
         plain_verify = plain.verify_s / plain.rounds
-        st = speculative_tree(target, drafter, prompt, budget=_shadow_every(min(budgets)), **kw).stats
-        if st.shadow_rounds:
+        probes = _shadow_every(min(budgets))
+        st = speculative_tree(target, drafter, prompt, budget=probes, **kw).stats
+        if probes.asked:  # every probe asked, those whose drafter proposed nothing too (the policy pays both)
             extra = st.draft_s + st.verify_s - plain_verify * st.rounds
-            shadow_c.append(max(0.0, extra) / st.shadow_rounds / step)
+            shadow_c.append(max(0.0, extra) / probes.asked / step)
         for b in budgets:
             policy = _deepest(b)
             t0 = time.perf_counter()
@@ -277,12 +283,17 @@ def _shadow_every(budget: int) -> Any:
     from specdec.theory.policies import FixedBudget
 
     class ShadowEvery(FixedBudget):
+        asked = 0  # the probes asked, over every generation
+
         def reset(self) -> None:
             self.i = 0
 
         def next(self) -> int:
             self.i += 1
-            return self.max_budget if self.i % SHADOW_EVERY == 0 else 0
+            if self.i % SHADOW_EVERY:
+                return 0
+            self.asked += 1
+            return self.max_budget
 
         def shadows(self) -> bool:
             return self.i % SHADOW_EVERY == 0
@@ -467,8 +478,8 @@ def calibrate_policy(
         "temperature and budget: mean over prompts; catch_up: per "
         "prompt position, the median over prompts and budgets, then over temperatures; plain_round per "
         "temperature: a budget-0 round of the tree loop over plain decoding's step, median over prompts; "
-        "shadow_c: a shadow probe at the smallest budget every 8 rounds, its drafting and verification "
-        "beyond a plain step's per shadow round, median over prompts, then over temperatures",
+        f"shadow_c: a shadow probe at the smallest budget every {SHADOW_EVERY} rounds, its drafting and "
+        "verification beyond a plain step's per probe asked, median over prompts, then over temperatures",
     }
     return price_calibration(raw, verify)
 

@@ -128,8 +128,9 @@ class BudgetPolicy:
     length);
     ``begin(temperature, prompt_tokens)`` starts a generation at that sampling temperature from a prompt
     whose positions but the first the drafter has not yet been told (by default: ``reset()``,
-    which forgets the previous generation's rounds). A policy sees only rounds already verified, so the
-    budget of a round is fixed before its verification draws anything: the loop stays lossless
+    which forgets the previous generation's rounds). A policy sees only rounds already committed (verified,
+    or a shadow probe's chance against a token already drawn: :meth:`shadows`), so the budget of a round
+    is fixed before its verification draws anything: the loop stays lossless
     (Appendix A.1 round by round; :mod:`specdec.theory.treeverify` for trees), whatever the policy."""
 
     max_budget: int
@@ -291,12 +292,13 @@ class DoNoHarm(BudgetPolicy):
     outcome; a probe then costs its draft (``explore``'s loss: ``probe_cost``, the shadow round's cost
     as the loop paid it in calibration, or c at the smallest budget where None), instead of its extra
     verify rows less the tokens they bring. A verified one-node round after a run of plain
-    rounds cost the loop about twice the curve's price (a dev probe of the MLP speculator: its target
-    call 1.43 plain steps, its draft 0.23, against v(2) = 1.27 and c(1) = 0.13), and a drafter whose
-    acceptance on the prompts at hand falls below its calibration lost the difference on every probe.
+    rounds cost the loop more than its price (a dev probe of the MLP speculator on development prompts:
+    0.66 plain steps over a plain round, its target call 1.43 and its draft 0.23, against v(2) - 1 +
+    c(1) = 0.40 priced), and a drafter whose acceptance on the prompts at hand falls below its
+    calibration lost the difference on every probe.
     ``remember`` in [0, 1]: the share of the acceptance counts a new generation (:meth:`reset`) keeps
     from the earlier ones on the same policy object (0: each generation starts from the prior alone);
-    earlier generations are past too, so the loop stays lossless. Its choice depends on the verified
+    earlier generations are past too, so the loop stays lossless. Its choice depends on the committed
     rounds only (counts, not times: the same seed gives the same output), so the loop stays lossless
     (:class:`BudgetPolicy`).
     """
@@ -653,5 +655,10 @@ class DoNoHarm(BudgetPolicy):
             + (f", explore {self.explore:g}, catch-up {self.catch_up:.3g}" if self.explore else "")
             + (", tokens per round as measured" if self.measured else "")
             + (", rounds priced by the verify curve" if self.verify is not None else "")
-            + (", shadow probes)" if self.shadow else ")")
+            + (
+                f", shadow probes at {'c' if self.probe_cost is None else f'{self.probe_cost:.3g}'}"
+                if self.shadow
+                else ""
+            )
+            + ")"
         )

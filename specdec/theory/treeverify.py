@@ -61,7 +61,15 @@ from specdec.theory.checks import check_array, check_float, check_int
 from specdec.theory.sampling import residual, sample
 from specdec.theory.trees import DraftTree
 
-__all__ = ["SAMPLINGS", "extend_law", "output_law", "round_law", "verify_tree", "verify_tree_greedy"]
+__all__ = [
+    "SAMPLINGS",
+    "extend_law",
+    "first_level_chance",
+    "output_law",
+    "round_law",
+    "verify_tree",
+    "verify_tree_greedy",
+]
 
 Array = Any  # numpy.ndarray or torch.Tensor
 
@@ -211,7 +219,8 @@ def first_level_chance(p_root: Array, q: Array | None, tree: DraftTree) -> float
     if q is not None:
         _check_rows("q", q, len(tree), vocab, "one row per node, over p's vocabulary", sums=False)
     r, stay, total = p_root, 1.0, 0.0
-    for i in _children(tree)[-1]:
+    kids = _children(tree)[-1]
+    for n, i in enumerate(kids):
         x = tree.tokens[i]
         if x >= vocab:
             raise ValueError(f"tree.tokens[{i}] must lie in [0, {vocab}) (p's vocabulary); got {x}")
@@ -219,7 +228,7 @@ def first_level_chance(p_root: Array, q: Array | None, tree: DraftTree) -> float
         a = (1.0 if _to_float(r[x]) > 0 else 0.0) if q_x == 0.0 else min(1.0, _to_float(r[x]) / q_x)
         total += stay * a
         stay *= 1.0 - a
-        if stay <= 0.0:
+        if stay <= 0.0 or n == len(kids) - 1:  # no residual needed after the last child
             break
         r = residual(r, None if q is None else q[i], 1.0, token=x)
     return min(total, 1.0)
