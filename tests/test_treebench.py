@@ -190,18 +190,19 @@ def test_the_noharm_sets_decode_their_own_frozen_prompts_with_their_policies():
              "noharm-v6": "noharm-v6.jsonl", "noharm-v7": "noharm-v7.jsonl",
              "noharm-v8": "noharm-v8.jsonl", "noharm-v9": "noharm-v9.jsonl",
              "noharm-v10": "noharm-v10.jsonl", "noharm-v11": "noharm-v11.jsonl",
-             "noharm-v12": "noharm-v12.jsonl"}  # fmt: skip
+             "noharm-v12": "noharm-v12.jsonl", "noharm-v13": "noharm-v13.jsonl"}  # fmt: skip
+    small_sets = ("noharm-v11", "noharm-v12", "noharm-v13")
     for name, file in names.items():
         assert tb.SETS[name].prompts.name == file and tb.SETS[name].prompts.exists()
-        small = name in ("noharm-v11", "noharm-v12")  # from the eleventh on, one- and two-node budgets too
+        small = name in small_sets  # from the eleventh on, budgets of one and two nodes beside v3's
         assert tb.SETS[name].policies == (tb.SMALL_POLICIES if small else tb.V3_POLICIES)
         assert (tb.SETS[name].kind or name) == "noharm"
         # the eleventh priced by the upper quartile of the run's curves, the others by the steepest
         assert tb.SETS[name].pool == (0.75 if small else 1.0)
         assert tb.SETS[name].quick_policies == {"lookup": (1, 2, 4) if small else (4,)}
-        assert tb.SETS[name].shadow == (name == "noharm-v12")  # the twelfth probes in shadow rounds
+        assert tb.SETS[name].shadow == (name in small_sets[1:])  # from the twelfth on, shadow probes
     assert tb.V3_POLICIES == campaign3.POLICIES
-    assert all(s.pool == 1.0 for name, s in tb.SETS.items() if name not in ("noharm-v11", "noharm-v12"))
+    assert all(s.pool == 1.0 for n, s in tb.SETS.items() if n not in small_sets)
     assert tb.SMALL_POLICIES["lookup"] == (1, 2, 4, 8) and tb.SMALL_POLICIES["eagle:eagle-ttt"] == (1, 2, 4)
     assert tb.SMALL_POLICIES["eagle:eagle-3m,topk=4,depth=5"] == (1, 2, 4, 8)
     assert set(tb.SMALL_POLICIES) == set(tb.V3_POLICIES)

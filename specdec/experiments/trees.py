@@ -237,6 +237,12 @@ SETS = {
         _noharm_again("noharm-v12.jsonl", SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]}),
         shadow=True,
     ),
+    # a thirteenth time, the twelfth's design again after its calibration prices a shadow probe over every
+    # probe asked (89c9c25): whether its pass holds on prompts frozen for it
+    "noharm-v13": replace(
+        _noharm_again("noharm-v13.jsonl", SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]}),
+        shadow=True,
+    ),
 }
 
 
@@ -468,7 +474,7 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v12``: the file of that name;
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v13``: the file of that name;
     a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
@@ -484,7 +490,7 @@ class TreesRun(Program):
     and the level as a ratio of sums; ``noharm-v9`` after the policies are priced by the steepest curve
     their calibrations timed; ``noharm-v10`` after decoding keeps its freed memory; ``noharm-v11`` with
     budgets of one and two nodes, acceptance per budget and the run's curves pooled by their upper
-    quartile; ``noharm-v12`` the same with shadow probes). The record is
+    quartile; ``noharm-v12`` and ``noharm-v13`` the same with shadow probes). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
