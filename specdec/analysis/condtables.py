@@ -392,21 +392,18 @@ def nodes_mix(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     is 0.0), and ``shadow``: the share of them that were shadow probes (plain rounds in which the drafter's
     guess was scored, not verified; among the 0 rounds; 0.0 in a record made before them). Rows sorted by
     temperature, then configuration."""
+    # per (temperature, configuration): the rounds in each of NODE_BINS, then the shadow rounds
     counts: dict[tuple[float, str], list[int]] = {}
-    shadow: dict[tuple[float, str], int] = {}
     for r in _policy_rounds(record):
-        key = (float(r["temperature"]), short(r["config"]))
-        row = counts.setdefault(key, [0] * len(NODE_BINS))
+        row = counts.setdefault((float(r["temperature"]), short(r["config"])), [0] * (len(NODE_BINS) + 1))
         for n in r["stats"]["drafted"]:
             row[next(i for i, (_, lo, hi) in enumerate(NODE_BINS) if lo <= n <= hi)] += 1
-        shadow[key] = shadow.get(key, 0) + int(r["stats"].get("shadow_rounds", 0))
+        row[-1] += int(r["stats"].get("shadow_rounds", 0))
     out = []
     for (t, c), row in sorted(counts.items()):
-        total = sum(row)
-        shares = {label: k / total for (label, _, _), k in zip(NODE_BINS, row, strict=True)}
-        out.append(
-            {"temperature": t, "config": c, "rounds": total, **shares, "shadow": shadow[(t, c)] / total}
-        )
+        total = sum(row[:-1])
+        shares = {label: k / total for (label, _, _), k in zip(NODE_BINS, row[:-1], strict=True)}
+        out.append({"temperature": t, "config": c, "rounds": total, **shares, "shadow": row[-1] / total})
     return out
 
 

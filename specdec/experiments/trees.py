@@ -191,6 +191,14 @@ def _noharm_again(
                      HELDOUT.with_name(prompts), kind="noharm", pool=pool)  # fmt: skip
 
 
+def _small_again(prompts: str, *, shadow: bool = False) -> ConfigSet:
+    """:func:`_noharm_again` from the eleventh judgement on: :data:`SMALL_POLICIES`, priced by the upper
+    quartile of the run's verify curves, the quick run's prompt lookup at 1, 2 and 4 nodes; its probes
+    shadow rounds with ``shadow``."""
+    small = _noharm_again(prompts, SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]})
+    return replace(small, shadow=shadow)
+
+
 #: The configuration sets ``specdec run trees --set`` runs.
 SETS = {
     "trees": ConfigSet(CONFIGS, QUICK_CONFIGS, {}, {}),
@@ -226,23 +234,15 @@ SETS = {
     # costs a fraction of one at four), read a round's acceptance against its own budget's calibrated rates,
     # and are priced by the upper quartile of the run's verify curves instead of their maximum: on prompts
     # frozen for it
-    "noharm-v11": _noharm_again(
-        "noharm-v11.jsonl", SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]}
-    ),
+    "noharm-v11": _small_again("noharm-v11.jsonl"),
     # a twelfth time, after the policies probe in shadow rounds (a plain step that scores the drafter's
     # guess, priced as the calibration's loop paid one) and each budget's calibrated rates are shrunk
     # towards all its budgets' rounds, and the prefill reserves the generation's cache: on prompts frozen
     # for it
-    "noharm-v12": replace(
-        _noharm_again("noharm-v12.jsonl", SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]}),
-        shadow=True,
-    ),
+    "noharm-v12": _small_again("noharm-v12.jsonl", shadow=True),
     # a thirteenth time, the twelfth's design again after its calibration prices a shadow probe over every
     # probe asked (89c9c25): whether its pass holds on prompts frozen for it
-    "noharm-v13": replace(
-        _noharm_again("noharm-v13.jsonl", SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]}),
-        shadow=True,
-    ),
+    "noharm-v13": _small_again("noharm-v13.jsonl", shadow=True),
 }
 
 
