@@ -113,6 +113,23 @@ def test_an_engine_with_repeats_runs_in_the_first_repetitions_only(tiny, tmp_pat
     assert rec["engines"]["slow"]["repeats"] == 1 and "repeats" not in rec["engines"]["a"]
 
 
+def test_the_plain_decoders_place_reaches_every_block_and_a_bad_one_is_refused(tiny, tmp_path, monkeypatch):
+    seen = []
+    real = cp.paired_block
+
+    def spy(*args, **kw):
+        seen.append(kw["plain_at"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(cp, "paired_block", spy)
+    run(tiny, tmp_path / "r.json", plain_at="anywhere")
+    assert seen and set(seen) == {"anywhere"}
+    seen.clear()
+    with pytest.raises(ValueError, match="plain_at must be one of"):
+        run(tiny, tmp_path / "s.json", plain_at="last")
+    assert not seen and not (tmp_path / "s.json").exists()
+
+
 def test_a_loaded_cell_is_timed_again_and_its_runs_kept_as_discarded(tiny, tmp_path, monkeypatch):
     """The one runner's retry (specdec.measure.runner.run_cells), through the campaign."""
     from specdec.measure import runner

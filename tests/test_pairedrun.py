@@ -81,6 +81,32 @@ def test_paired_block_random_puts_plain_first_about_half_the_time():
         paired_block(None, [], [0], temperature=0, new_tokens=1, seed=0, rep=0, rng=rng, plain_at="x")
 
 
+def test_paired_block_anywhere_puts_plain_at_each_position_alike():
+    """``plain_at="anywhere"``: every configuration once, plain among them at a position drawn uniformly
+    (a chi-square over 600 repetitions of 3 configurations: 4 places), independent of the repetition's
+    parity (the alternating rule's first and last); the configurations' own order is the alternating
+    rule's (the same draws, then one for plain's place)."""
+    from scipy import stats
+
+    calls: list = []
+    rng, twin = np.random.default_rng(3), np.random.default_rng(3)
+    where = {0: [0] * 4, 1: [0] * 4}
+    for rep in range(600):
+        calls.clear()
+        paired_block(None, configs("a", "b", "c"), [0], temperature=0.0, new_tokens=3, seed=0, rep=rep,
+                     rng=rng, plain_at="anywhere", timer=fake_timer(calls))  # fmt: skip
+        assert sorted(map(str, calls)) == ["None", "a", "b", "c"]
+        at = calls.index(None)
+        where[rep % 2][at] += 1
+        order = [["a", "b", "c"][i] for i in twin.permutation(3)]
+        assert [c for c in calls if c is not None] == order and at == int(twin.integers(4))
+    for parity in (0, 1):  # each parity's 300 repetitions spread over the 4 places
+        assert stats.chisquare(where[parity]).pvalue > 1e-4, where
+    refusal = r"plain_at must be one of \('alternate', 'random', 'anywhere'\); got 'middle'"
+    with pytest.raises(ValueError, match=refusal):
+        paired_block(None, [], [0], temperature=0, new_tokens=1, seed=0, rep=0, rng=rng, plain_at="middle")
+
+
 def test_finish_cell_and_timing_row():
     rows = paired_block(
         None,

@@ -36,6 +36,7 @@ __all__ = [
     "greedy_handicap",
     "never_drafting",
     "noharm_judgement",
+    "plain_position",
     "nodes_mix",
     "round_costs",
     "simultaneous_of",
@@ -377,6 +378,51 @@ def never_drafting(record: Mapping[str, Any], *, n_boot: int = 4000) -> dict[flo
         mine = [times[k] for k in keys]
         est, low, high = paired_speedup(base, mine, n_boot=n_boot) if len(keys) > 1 else (float("nan"),) * 3
         out[t] = {"pairs": len(keys), "estimate": est, "low": low, "high": high}
+    return out
+
+
+#: Where the plain decoder ran in its repetition's block (:func:`plain_position`).
+PLACES = ("first", "between", "last")
+
+
+def plain_position(record: Mapping[str, Any], *, n_boot: int = 4000) -> list[dict[str, Any]]:
+    """Whether the plain decoder's place in a repetition's order moves :func:`never_drafting`'s ratio: per
+    temperature and place (:data:`PLACES`: first, between, last in the block of its engine's runs of that
+    prompt and repetition, the record's runs being stored in the order they ran), every (policy
+    configuration, prompt) that drafted in none of repetition 0's rounds paired with the plain decoder at the
+    record's threads in each repetition where plain ran there: :func:`specdec.theory.intervals.paired_speedup`
+    over those units (one repetition each; below 1: the policy slower than plain). Units share prompts and
+    repetitions, so the interval is narrower than one over prompts would be. Until the fourteenth judgement
+    plain ran first on even repetitions and last on odd ones (``plain_at`` "alternate"), so no unit is
+    between. Rows with ``temperature``, ``place``, ``units``, ``estimate``, ``low``, ``high`` (NaN where
+    fewer than two units), sorted by temperature, then place."""
+    from specdec.theory.intervals import paired_speedup
+
+    plain = _plain_id(record)
+    engine = next(r["engine"] for r in record["runs"] if r["config"] == plain)
+    blocks: dict[tuple[str, float, int], list[str]] = {}
+    times: dict[tuple[str, str, float, int], float] = {}
+    for r in record["runs"]:
+        key = (r["prompt"], float(r["temperature"]), int(r["rep"]))
+        if r["engine"] == engine:  # the plain decoder's block: its engine's runs of the repetition
+            blocks.setdefault(key, []).append(r["config"])
+        times[(r["config"], *key)] = r["decode_s"] / r["new_tokens"]
+    never = [(r["config"], r["prompt"], float(r["temperature"])) for r in _policy_rounds(record)
+             if not any(r["stats"]["drafted"])]  # fmt: skip
+    units: dict[tuple[float, str], tuple[list[float], list[float]]] = {}
+    for (prompt, t, rep), order in blocks.items():
+        at = order.index(plain)
+        place = PLACES[0] if at == 0 else PLACES[2] if at == len(order) - 1 else PLACES[1]
+        base, mine = units.setdefault((t, place), ([], []))
+        for cid, p, tt in never:
+            if p == prompt and tt == t:
+                base.append(times[(plain, prompt, t, rep)])
+                mine.append(times[(cid, prompt, t, rep)])
+    out = []
+    for (t, place), (base, mine) in sorted(units.items(), key=lambda kv: (kv[0][0], PLACES.index(kv[0][1]))):
+        est, low, high = paired_speedup(base, mine, n_boot=n_boot) if len(base) > 1 else (float("nan"),) * 3
+        out.append({"temperature": t, "place": place, "units": len(base), "estimate": est, "low": low,
+                    "high": high})  # fmt: skip
     return out
 
 

@@ -35,9 +35,9 @@ import numpy as np
 
 from specdec.analysis.crossfit import analyse, fold_of
 from specdec.experiments.options import INCOMPLETE, Program, Refused, option, read_record
-from specdec.measure.pairedrun import finish_cell, paired_block
+from specdec.measure.pairedrun import PLAIN_AT, finish_cell, paired_block
 from specdec.measure.runner import RunSettings, as_stored, open_partial, run_cells
-from specdec.theory.checks import check_float, check_int, check_ints
+from specdec.theory.checks import check_choice, check_float, check_int, check_ints
 from specdec.theory.recordio import jsonable, write_record
 
 __all__ = [
@@ -195,9 +195,11 @@ def _run_cell(
     rng: np.random.Generator,
     set_threads: Callable[[int], Any],
     eos_token_id: int | None = None,
+    plain_at: str = "alternate",
 ) -> list[dict[str, Any]]:
     """One cell: ``repeats`` repetitions, engines in a fresh order each, paired blocks on each
-    (exactly ``new_tokens`` tokens, or up to the first EOS when ``eos_token_id`` is given)."""
+    (exactly ``new_tokens`` tokens, or up to the first EOS when ``eos_token_id`` is given; the plain
+    decoder placed by ``plain_at``, :func:`specdec.measure.pairedrun.paired_block`'s)."""
     by_engine = {e.name: [c for c in configs if c.engine == e.name] for e in engines}
     rows: dict[str, list[dict[str, Any]]] = {e.name: [] for e in engines}
     for rep in range(repeats):
@@ -213,6 +215,7 @@ def _run_cell(
             rows[e.name] += paired_block(
                 e.model, block, prompt["ids"], temperature=temp, new_tokens=new_tokens, seed=seed,
                 rep=rep, rng=rng, eos_token_id=eos_token_id, exact_length=eos_token_id is None,
+                plain_at=plain_at,
             )  # fmt: skip
     labels = {c.id: c for c in configs}
     out = []
@@ -319,6 +322,7 @@ def run_campaign(
     progress: bool = True,
     eos_token_id: int | None = None,
     retry_loaded: int = 0,
+    plain_at: str = "alternate",
 ) -> dict[str, Any]:
     """Run every cell not yet done, saving after each; analyse and write ``out`` when all are done.
 
@@ -334,11 +338,14 @@ def run_campaign(
     fewer free CPUs than the engines' threads (:func:`specdec.measure.runner.load_during`) is timed
     again, up to this many times; the discarded timings stay in the record (``discarded``: cell, load,
     runs and the reason); the last attempt is kept whatever its load, which ``cell_load`` then shows.
-    Returns the record (``complete`` False when stopped early).
+    ``plain_at``: where each repetition's block puts its engine's plain decoder
+    (:func:`specdec.measure.pairedrun.paired_block`; a setting of the run, so the caller's ``settings``
+    should hold it where it is not the default). Returns the record (``complete`` False when stopped early).
     """
     check_int("new_tokens", new_tokens, low=2)
     check_int("repeats", repeats, low=1)
     check_int("retry_loaded", retry_loaded, low=0, high=10)
+    check_choice("plain_at", plain_at, PLAIN_AT)
     if budget_s is not None:
         check_float("budget_s", budget_s, low=0.0)
     out = Path(out)
@@ -390,6 +397,7 @@ def run_campaign(
                 _run_cell(
                     engines, configs, p, temp, new_tokens=new_tokens, repeats=repeats, seed=seed + i,
                     rng=np.random.default_rng([seed, i]), set_threads=set_threads, eos_token_id=eos_token_id,
+                    plain_at=plain_at,
                 )
             )  # fmt: skip
 

@@ -13,8 +13,8 @@ the adaptive-gamma benchmark (:mod:`specdec.measure.dynamicgamma`) and the oracl
 * :func:`fresh_timer` -- :func:`timed_generation` with a fresh drafter and policy per run (factories).
 * :func:`timing_row` -- what every repetition keeps: times and round counts.
 * :func:`paired_block` -- one repetition: plain and every configuration once, in an order drawn
-  from the caller's generator (plain first on even repetitions and last on odd ones, or first
-  with probability 1/2).
+  from the caller's generator (plain first on even repetitions and last on odd ones, first
+  with probability 1/2, or anywhere in the order: :data:`PLAIN_AT`).
 * :func:`finish_cell` -- a cell's runs slimmed for a record, with each run's first divergence
   from plain decoding.
 
@@ -31,9 +31,21 @@ from typing import Any
 import numpy as np
 
 from specdec.measure.core import gc_seconds, time_once
+from specdec.theory.checks import check_choice
 from specdec.theory.tokens import first_divergence
 
-__all__ = ["finish_cell", "fresh_timer", "paired_block", "timed_generation", "timing_row", "tokens_digest"]
+__all__ = [
+    "PLAIN_AT",
+    "finish_cell",
+    "fresh_timer",
+    "paired_block",
+    "timed_generation",
+    "timing_row",
+    "tokens_digest",
+]
+
+#: Where :func:`paired_block` puts the plain decoder in a repetition's order.
+PLAIN_AT = ("alternate", "random", "anywhere")
 
 
 def timed_generation(
@@ -166,21 +178,28 @@ def paired_block(
 
     ``configs`` hold ``drafter`` (a name), ``object`` (the drafter), ``gamma`` and ``lenience``.
     The configurations run in an order drawn from ``rng``; plain decoding runs first on even
-    repetitions and last on odd ones (``plain_at="alternate"``), or first with probability 1/2
-    (``"random"``, one draw). Returns one row per run: ``drafter``, ``gamma``, ``lenience``,
+    repetitions and last on odd ones (``plain_at="alternate"``), first with probability 1/2
+    (``"random"``, one draw), or at a position drawn uniformly among the len(configs) + 1 places
+    (``"anywhere"``, one draw after the order's: plain then shares the configurations' positions, so a
+    drift along a repetition, faster runs late in it, hits plain as it hits any configuration; the
+    thirteenth do-no-harm judgement's never-drafting policies read about 2 % slower than plain where
+    plain ran last than where it ran first, :func:`specdec.analysis.condtables.plain_position`).
+    Returns one row per run: ``drafter``, ``gamma``, ``lenience``,
     ``rep``, :func:`timing_row`, and the private ``_tokens`` and ``_stats``. ``timer`` runs one
     configuration (the signature and return of :func:`timed_generation`) and ``row(stats, total_s)``
     makes its timing fields: hooks for runs other than the package's (transformers' ``generate``).
     """
-    if plain_at not in ("alternate", "random"):
-        raise ValueError(f"plain_at must be 'alternate' or 'random'; got {plain_at!r}")
+    check_choice("plain_at", plain_at, PLAIN_AT)
     if plain_at == "random":
         first = rng.random() < 0.5
         order = [configs[i] for i in rng.permutation(len(configs))] if len(configs) > 1 else list(configs)
+        order = [PLAIN, *order] if first else [*order, PLAIN]
     else:
         order = [configs[i] for i in rng.permutation(len(configs))]
-        first = rep % 2 == 0
-    order = [PLAIN, *order] if first else [*order, PLAIN]
+        at = 0 if rep % 2 == 0 else len(order)  # "alternate"
+        if plain_at == "anywhere":
+            at = int(rng.integers(len(order) + 1))
+        order.insert(at, PLAIN)
     rows = []
     for cfg in order:
         tokens, stats, total = timer(
