@@ -179,6 +179,18 @@ def test_the_greedy_handicap_is_the_plain_step_beyond_a_never_drafting_policy_ro
         ct.greedy_handicap(rec)
 
 
+def test_trees_settings_store_the_plain_decoders_place_only_where_it_changed():
+    """A set before the fourteenth judgement stores the settings it always did (a partial record of
+    one resumes); ``plain_at="anywhere"`` is stored, and a value paired_block does not know is refused
+    before anything loads."""
+    base = dict(quick=False, new_tokens=128, repeats=5, threads=2, seed=0, configs={"suffix": (8,)},
+                prompts_file="x.jsonl", prompts_sha256=None, machine={})  # fmt: skip
+    assert "plain_at" not in tb.TreesSettings(**base).to_record()
+    assert tb.TreesSettings(**base, plain_at="anywhere").to_record()["plain_at"] == "anywhere"
+    with pytest.raises(ValueError, match="plain_at must be one of"):
+        tb.TreesSettings(**base, plain_at="last")
+
+
 def test_the_noharm_sets_decode_their_own_frozen_prompts_with_their_policies():
     """``--set noharm`` judges the do-no-harm policies on prompts no policy ran on (campaign v2's),
     ``--set noharm-v4`` on prompts frozen for it, both with campaign v3's policies (one definition) and
@@ -190,8 +202,9 @@ def test_the_noharm_sets_decode_their_own_frozen_prompts_with_their_policies():
              "noharm-v6": "noharm-v6.jsonl", "noharm-v7": "noharm-v7.jsonl",
              "noharm-v8": "noharm-v8.jsonl", "noharm-v9": "noharm-v9.jsonl",
              "noharm-v10": "noharm-v10.jsonl", "noharm-v11": "noharm-v11.jsonl",
-             "noharm-v12": "noharm-v12.jsonl", "noharm-v13": "noharm-v13.jsonl"}  # fmt: skip
-    small_sets = ("noharm-v11", "noharm-v12", "noharm-v13")
+             "noharm-v12": "noharm-v12.jsonl", "noharm-v13": "noharm-v13.jsonl",
+             "noharm-v14": "noharm-v14.jsonl", "noharm-v15": "noharm-v15.jsonl"}  # fmt: skip
+    small_sets = ("noharm-v11", "noharm-v12", "noharm-v13", "noharm-v14", "noharm-v15")
     for name, file in names.items():
         assert tb.SETS[name].prompts.name == file and tb.SETS[name].prompts.exists()
         small = name in small_sets  # from the eleventh on, budgets of one and two nodes beside v3's
@@ -201,6 +214,8 @@ def test_the_noharm_sets_decode_their_own_frozen_prompts_with_their_policies():
         assert tb.SETS[name].pool == (0.75 if small else 1.0)
         assert tb.SETS[name].quick_policies == {"lookup": (1, 2, 4) if small else (4,)}
         assert tb.SETS[name].shadow == (name in small_sets[1:])  # from the twelfth on, shadow probes
+        # from the fourteenth on, the plain decoder anywhere in a repetition's order
+        assert tb.SETS[name].plain_at == ("anywhere" if name in small_sets[3:] else "alternate")
     assert tb.V3_POLICIES == campaign3.POLICIES
     assert all(s.pool == 1.0 for n, s in tb.SETS.items() if n not in small_sets)
     assert tb.SMALL_POLICIES["lookup"] == (1, 2, 4, 8) and tb.SMALL_POLICIES["eagle:eagle-ttt"] == (1, 2, 4)
@@ -289,6 +304,45 @@ def test_never_drafting_pairs_the_policies_prompts_that_drafted_nothing_with_pla
     assert out[1.0]["estimate"] == pytest.approx(((0.21 / 0.26) * (0.21 / 0.17)) ** 0.5)
     assert out[1.0]["low"] <= out[1.0]["estimate"] <= out[1.0]["high"]
     assert out[0.0]["pairs"] == 0 and np.isnan(out[0.0]["estimate"])
+
+
+def test_plain_position_splits_the_never_drafting_pairs_by_where_plain_ran():
+    """condtables.plain_position: the stored order of an engine's runs of a (prompt, repetition) is the order
+    they ran; each repetition's units (never-drafting policy x prompt) go to the place plain took in its own
+    engine's block (first, between, last; another engine's runs do not count), one repetition per unit; a
+    prompt on which the policy drafted is left out."""
+    from specdec.analysis import condtables as ct
+
+    def run(config, engine, prompt, rep, decode, drafted=None):
+        r = {"config": config, "engine": engine, "prompt": prompt, "temperature": 0.0, "rep": rep,
+             "new_tokens": 100, "decode_s": decode}  # fmt: skip
+        return r | ({"stats": {"drafted": drafted}} if drafted is not None else {})
+
+    configs = [{"id": "e-2t/plain", "plain": True, "threads": 2},
+               {"id": "e-1t/plain", "plain": True, "threads": 1},
+               {"id": "e-2t/a/noharm", "plain": False, "threads": 2},
+               {"id": "e-2t/b/g4", "plain": False, "threads": 2}]  # fmt: skip
+    runs = []
+    # plain first, then between, then last; the 1t plain after the block never makes plain "between"
+    orders = [("plain", "a", "b"), ("a", "plain", "b"), ("b", "a", "plain")]
+    for p, drafted in enumerate(([0, 0], [0], [2])):
+        for rep, order in enumerate(orders):
+            plain_s = 0.20 + 0.01 * rep
+            for name in order:
+                if name == "plain":
+                    runs.append(run("e-2t/plain", "e-2t", p, rep, plain_s))
+                elif name == "a":
+                    runs.append(run("e-2t/a/noharm", "e-2t", p, rep, plain_s * (1.0 + 0.1 * (rep + 1)),
+                                    drafted if rep == 0 else None))  # fmt: skip
+                else:
+                    runs.append(run("e-2t/b/g4", "e-2t", p, rep, 0.1))
+            runs.append(run("e-1t/plain", "e-1t", p, rep, 0.3))
+    record = {"settings": {"threads": 2}, "configs": configs, "runs": runs}
+    rows = ct.plain_position(record, n_boot=200)
+    assert [(r["place"], r["units"]) for r in rows] == [("first", 2), ("between", 2), ("last", 2)]
+    for r, rep in zip(rows, range(3), strict=True):  # the policy 10 %, 20 %, 30 % slower than plain
+        assert r["estimate"] == pytest.approx(1 / (1.0 + 0.1 * (rep + 1)))
+        assert r["low"] == pytest.approx(r["estimate"]) and r["high"] == pytest.approx(r["estimate"])
 
 
 def test_nodes_mix_bins_every_policy_round_of_repetition_zero_by_the_nodes_proposed():

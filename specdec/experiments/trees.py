@@ -26,9 +26,10 @@ import numpy as np
 
 from specdec.experiments.campaign import Config, Engine, spec_configs
 from specdec.experiments.options import INCOMPLETE, Program, Refused, option, read_record
+from specdec.measure.pairedrun import PLAIN_AT
 from specdec.measure.runner import RunSettings
 from specdec.measure.verifykernels import target_verify_curves
-from specdec.theory.checks import check_float, check_int, check_ints
+from specdec.theory.checks import check_choice, check_float, check_int, check_ints
 
 __all__ = [
     "TreesRun",
@@ -175,6 +176,7 @@ class ConfigSet:
     kind: str | None = None  # the record's kind (default: the set's name)
     pool: float = 1.0  # the quantile of the run's verify curves its policies are priced by (policy_configs)
     shadow: bool = False  # the policies' probes are shadow rounds (DoNoHarm's ``shadow``)
+    plain_at: str = "alternate"  # where a repetition's block puts the plain decoder (paired_block's)
 
 
 def _noharm_again(
@@ -191,12 +193,12 @@ def _noharm_again(
                      HELDOUT.with_name(prompts), kind="noharm", pool=pool)  # fmt: skip
 
 
-def _small_again(prompts: str, *, shadow: bool = False) -> ConfigSet:
+def _small_again(prompts: str, *, shadow: bool = False, plain_at: str = "alternate") -> ConfigSet:
     """:func:`_noharm_again` from the eleventh judgement on: :data:`SMALL_POLICIES`, priced by the upper
     quartile of the run's verify curves, the quick run's prompt lookup at 1, 2 and 4 nodes; its probes
-    shadow rounds with ``shadow``."""
+    shadow rounds with ``shadow``; the plain decoder placed by ``plain_at``."""
     small = _noharm_again(prompts, SMALL_POLICIES, 0.75, {"lookup": SMALL_POLICIES["lookup"][:3]})
-    return replace(small, shadow=shadow)
+    return replace(small, shadow=shadow, plain_at=plain_at)
 
 
 #: The configuration sets ``specdec run trees --set`` runs.
@@ -243,6 +245,13 @@ SETS = {
     # a thirteenth time, the twelfth's design again after its calibration prices a shadow probe over every
     # probe asked (89c9c25): whether its pass holds on prompts frozen for it
     "noharm-v13": _small_again("noharm-v13.jsonl", shadow=True),
+    # a fourteenth time, the thirteenth's design with the plain decoder at a position drawn uniformly in each
+    # repetition's order instead of first on even repetitions and last on odd ones (in the fourth to the
+    # thirteenth records, never-drafting policies read about 2 % slower than plain where plain ran last
+    # than where it ran first): on prompts frozen for it
+    "noharm-v14": _small_again("noharm-v14.jsonl", shadow=True, plain_at="anywhere"),
+    # a fifteenth time, the fourteenth's design again: whether its verdict holds on prompts frozen for it
+    "noharm-v15": _small_again("noharm-v15.jsonl", shadow=True, plain_at="anywhere"),
 }
 
 
@@ -262,8 +271,10 @@ class TreesSettings(RunSettings):
     prompts_sha256: str | None
     machine: dict[str, Any]
     policies: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    plain_at: str = "alternate"
 
     def __post_init__(self) -> None:
+        check_choice("plain_at", self.plain_at, PLAIN_AT)
         check_int("new_tokens", self.new_tokens, low=2, high=2048)
         check_int("repeats", self.repeats, low=1, high=100)
         check_int("threads", self.threads, low=1, high=1024)
@@ -273,6 +284,8 @@ class TreesSettings(RunSettings):
         out = super().to_record() | {"eos": True}
         if not self.policies:  # the sets without policies store what they always did
             del out["policies"]
+        if self.plain_at == "alternate":  # and the sets before the fourteenth judgement too
+            del out["plain_at"]
         return out
 
 
@@ -474,7 +487,7 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v13``: the file of that name;
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v15``: the file of that name;
     a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
@@ -490,7 +503,8 @@ class TreesRun(Program):
     and the level as a ratio of sums; ``noharm-v9`` after the policies are priced by the steepest curve
     their calibrations timed; ``noharm-v10`` after decoding keeps its freed memory; ``noharm-v11`` with
     budgets of one and two nodes, acceptance per budget and the run's curves pooled by their upper
-    quartile; ``noharm-v12`` and ``noharm-v13`` the same with shadow probes). The record is
+    quartile; ``noharm-v12`` and ``noharm-v13`` the same with shadow probes; ``noharm-v14`` and
+    ``noharm-v15`` the same with the plain decoder anywhere in each repetition's order). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
@@ -574,6 +588,7 @@ class TreesRun(Program):
             configs={k: tuple(v) for k, v in configs.items()},
             prompts_file="development" if self.quick else chosen.prompts.name,
             prompts_sha256=sha, machine=machine, policies={k: tuple(v) for k, v in policies.items()},
+            plain_at=chosen.plain_at,
         )  # fmt: skip
         resumable(out, built["engines"], built["configs"], settings, fresh=self.fresh)  # before any timing
         target = built["engines"][0].model
@@ -592,6 +607,7 @@ class TreesRun(Program):
             built["engines"], built["configs"], prompts, out, settings=settings, header=header,
             new_tokens=new_tokens, repeats=repeats, seed=self.seed, budget_s=self.budget_s,
             fresh=self.fresh, set_threads=set_threads, eos_token_id=built["eos_token_id"],
+            plain_at=chosen.plain_at,
         )  # fmt: skip
         if not record["complete"]:
             return INCOMPLETE
