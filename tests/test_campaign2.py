@@ -98,11 +98,11 @@ def tiny():
     return engines, configs, prompts
 
 
-def run(tiny, out, **kw):
+def run(tiny, out, settings=None, **kw):
     engines, configs, prompts = tiny
     return cp.run_campaign(
-        engines, configs, prompts, out, settings={"s": 1}, temperatures=(0.0,), new_tokens=4, repeats=3,
-        n_boot=100, progress=False, log=lambda s: None, **kw,
+        engines, configs, prompts, out, settings=settings or {"s": 1}, temperatures=(0.0,), new_tokens=4,
+        repeats=3, n_boot=100, progress=False, log=lambda s: None, **kw,
     )  # fmt: skip
 
 
@@ -122,12 +122,27 @@ def test_the_plain_decoders_place_reaches_every_block_and_a_bad_one_is_refused(t
         return real(*args, **kw)
 
     monkeypatch.setattr(cp, "paired_block", spy)
-    run(tiny, tmp_path / "r.json", plain_at="anywhere")
+    run(tiny, tmp_path / "r.json", plain_at="anywhere", settings={"s": 1, "plain_at": "anywhere"})
     assert seen and set(seen) == {"anywhere"}
     seen.clear()
     with pytest.raises(ValueError, match="plain_at must be one of"):
         run(tiny, tmp_path / "s.json", plain_at="last")
+    with pytest.raises(ValueError, match="plain_at='anywhere' differs from the settings' \\('alternate'\\)"):
+        run(tiny, tmp_path / "s.json", plain_at="anywhere", settings={"s": 1, "plain_at": "alternate"})
     assert not seen and not (tmp_path / "s.json").exists()
+
+
+def test_each_run_says_its_place_in_its_block_and_its_blocks_turn(tiny, tmp_path):
+    """The rows of one (prompt, repetition): per engine, places 0, 1, ... in the stored (run) order, and each
+    engine's block one turn of the repetition's engine order."""
+    rec = run(tiny, tmp_path / "r.json", plain_at="anywhere", settings={"s": 1, "plain_at": "anywhere"})
+    blocks: dict = {}
+    for r in rec["runs"]:
+        blocks.setdefault((r["prompt"], r["rep"]), {}).setdefault(r["engine"], []).append(r)
+    for engines in blocks.values():
+        assert sorted({rs[0]["turn"] for rs in engines.values()}) == list(range(len(engines)))
+        for rs in engines.values():
+            assert [r["place"] for r in rs] == list(range(len(rs))) and len({r["turn"] for r in rs}) == 1
 
 
 def test_a_loaded_cell_is_timed_again_and_its_runs_kept_as_discarded(tiny, tmp_path, monkeypatch):

@@ -107,6 +107,21 @@ def test_paired_block_anywhere_puts_plain_at_each_position_alike():
         paired_block(None, [], [0], temperature=0, new_tokens=1, seed=0, rep=0, rng=rng, plain_at="middle")
 
 
+def test_alternate_and_random_draw_what_they_drew_before_anywhere_existed():
+    """The orders of the earlier rules, draw for draw: "alternate" one permutation, plain first on even
+    repetitions and last on odd ones; "random" one uniform (plain first below 1/2), then the permutation."""
+    for plain_at in ("alternate", "random"):
+        calls: list = []
+        rng, twin = np.random.default_rng(7), np.random.default_rng(7)
+        for rep in range(20):
+            calls.clear()
+            paired_block(None, configs("a", "b", "c"), [0], temperature=0.0, new_tokens=3, seed=0, rep=rep,
+                         rng=rng, plain_at=plain_at, timer=fake_timer(calls))  # fmt: skip
+            first = rep % 2 == 0 if plain_at == "alternate" else twin.random() < 0.5
+            order = [["a", "b", "c"][i] for i in twin.permutation(3)]
+            assert calls == ([None, *order] if first else [*order, None])
+
+
 def test_finish_cell_and_timing_row():
     rows = paired_block(
         None,

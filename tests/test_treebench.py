@@ -306,43 +306,54 @@ def test_never_drafting_pairs_the_policies_prompts_that_drafted_nothing_with_pla
     assert out[0.0]["pairs"] == 0 and np.isnan(out[0.0]["estimate"])
 
 
-def test_plain_position_splits_the_never_drafting_pairs_by_where_plain_ran():
+def test_plain_position_splits_the_never_drafting_prompts_by_where_plain_ran():
     """condtables.plain_position: the stored order of an engine's runs of a (prompt, repetition) is the order
-    they ran; each repetition's units (never-drafting policy x prompt) go to the place plain took in its own
-    engine's block (first, between, last; another engine's runs do not count), one repetition per unit; a
-    prompt on which the policy drafted is left out."""
+    they ran; each prompt is a unit per place plain took in its own engine's block (first, between, last;
+    another engine's runs do not count): plain's times in those repetitions against the geometric mean of the
+    never-drafting policies' (medians over the repetitions, geometric mean over prompts); a policy that
+    drafted on a prompt is left out of it, and a prompt where none is left drops; temperatures apart."""
     from specdec.analysis import condtables as ct
 
-    def run(config, engine, prompt, rep, decode, drafted=None):
-        r = {"config": config, "engine": engine, "prompt": prompt, "temperature": 0.0, "rep": rep,
+    def run(config, engine, prompt, t, rep, decode, drafted=None):
+        r = {"config": config, "engine": engine, "prompt": prompt, "temperature": t, "rep": rep,
              "new_tokens": 100, "decode_s": decode}  # fmt: skip
         return r | ({"stats": {"drafted": drafted}} if drafted is not None else {})
 
     configs = [{"id": "e-2t/plain", "plain": True, "threads": 2},
                {"id": "e-1t/plain", "plain": True, "threads": 1},
                {"id": "e-2t/a/noharm", "plain": False, "threads": 2},
-               {"id": "e-2t/b/g4", "plain": False, "threads": 2}]  # fmt: skip
+               {"id": "e-2t/b/noharm", "plain": False, "threads": 2},
+               {"id": "e-2t/c/g4", "plain": False, "threads": 2}]  # fmt: skip
+    # plain first twice, between twice, last twice; the 1t plain after the block never makes plain "between"
+    orders = [("plain", "a", "b", "c"), ("a", "plain", "b", "c"), ("b", "a", "c", "plain"),
+              ("plain", "c", "a", "b"), ("c", "b", "plain", "a"), ("a", "b", "c", "plain")]  # fmt: skip
+    slow = {"first": 1.10, "between": 1.20, "last": 1.30}  # the policies' time over plain's, by plain's place
+    drafted = {("a", 0): [0], ("b", 0): [0, 0], ("a", 1): [0], ("b", 1): [1], ("a", 2): [3], ("b", 2): [2]}
     runs = []
-    # plain first, then between, then last; the 1t plain after the block never makes plain "between"
-    orders = [("plain", "a", "b"), ("a", "plain", "b"), ("b", "a", "plain")]
-    for p, drafted in enumerate(([0, 0], [0], [2])):
-        for rep, order in enumerate(orders):
-            plain_s = 0.20 + 0.01 * rep
-            for name in order:
-                if name == "plain":
-                    runs.append(run("e-2t/plain", "e-2t", p, rep, plain_s))
-                elif name == "a":
-                    runs.append(run("e-2t/a/noharm", "e-2t", p, rep, plain_s * (1.0 + 0.1 * (rep + 1)),
-                                    drafted if rep == 0 else None))  # fmt: skip
-                else:
-                    runs.append(run("e-2t/b/g4", "e-2t", p, rep, 0.1))
-            runs.append(run("e-1t/plain", "e-1t", p, rep, 0.3))
+    for t in (0.0, 1.0):
+        for p in range(3):
+            for rep, order in enumerate(orders):
+                place = "first" if order[0] == "plain" else "last" if order[-1] == "plain" else "between"
+                plain_s = 0.1 * (p + 1) * (1 + 0.01 * rep) * (1 + t)  # prompts and repetitions differ
+                for name in order:
+                    if name == "plain":
+                        runs.append(run("e-2t/plain", "e-2t", p, t, rep, plain_s))
+                    elif name in "ab":
+                        own = slow[place] * (1.0 if name == "a" else 1.05**2)
+                        runs.append(run(f"e-2t/{name}/noharm", "e-2t", p, t, rep, plain_s * own,
+                                        drafted[(name, p)] if rep == 0 else None))  # fmt: skip
+                    else:
+                        runs.append(run("e-2t/c/g4", "e-2t", p, t, rep, 0.05))
+                runs.append(run("e-1t/plain", "e-1t", p, t, rep, 0.3))
     record = {"settings": {"threads": 2}, "configs": configs, "runs": runs}
     rows = ct.plain_position(record, n_boot=200)
-    assert [(r["place"], r["units"]) for r in rows] == [("first", 2), ("between", 2), ("last", 2)]
-    for r, rep in zip(rows, range(3), strict=True):  # the policy 10 %, 20 %, 30 % slower than plain
-        assert r["estimate"] == pytest.approx(1 / (1.0 + 0.1 * (rep + 1)))
-        assert r["low"] == pytest.approx(r["estimate"]) and r["high"] == pytest.approx(r["estimate"])
+    assert [(r["temperature"], r["place"]) for r in rows] == [(t, p) for t in (0.0, 1.0) for p in ct.PLACES]
+    for r in rows:
+        # prompt 0: a and b never drafted (their geometric mean 1.05 x a); prompt 1: a only; prompt 2: none
+        assert r["units"] == 2 and r["runs"] == 4
+        want = (1 / (slow[r["place"]] * 1.05) * 1 / slow[r["place"]]) ** 0.5
+        assert r["estimate"] == pytest.approx(want)
+        assert r["low"] <= r["estimate"] <= r["high"] and r["low"] < r["high"]  # the two prompts differ
 
 
 def test_nodes_mix_bins_every_policy_round_of_repetition_zero_by_the_nodes_proposed():

@@ -18,6 +18,7 @@ compared at full precision; the chapter prints them rounded.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -388,14 +389,17 @@ PLACES = ("first", "between", "last")
 def plain_position(record: Mapping[str, Any], *, n_boot: int = 4000) -> list[dict[str, Any]]:
     """Whether the plain decoder's place in a repetition's order moves :func:`never_drafting`'s ratio: per
     temperature and place (:data:`PLACES`: first, between, last in the block of its engine's runs of that
-    prompt and repetition, the record's runs being stored in the order they ran), every (policy
-    configuration, prompt) that drafted in none of repetition 0's rounds paired with the plain decoder at the
-    record's threads in each repetition where plain ran there: :func:`specdec.theory.intervals.paired_speedup`
-    over those units (one repetition each; below 1: the policy slower than plain). Units share prompts and
-    repetitions, so the interval is narrower than one over prompts would be. Until the fourteenth judgement
-    plain ran first on even repetitions and last on odd ones (``plain_at`` "alternate"), so no unit is
-    between. Rows with ``temperature``, ``place``, ``units``, ``estimate``, ``low``, ``high`` (NaN where
-    fewer than two units), sorted by temperature, then place."""
+    prompt and repetition, the record's runs being stored in the order they ran), the prompts on which some
+    policy configuration drafted in none of repetition 0's rounds, each a unit: plain's times per token in
+    the repetitions where it ran at that place, against the geometric mean of those policies' times in the
+    same repetitions; :func:`specdec.theory.intervals.paired_speedup` over the prompts (medians over each
+    prompt's repetitions, the interval resampling prompts; below 1: the policies slower than plain). The
+    policies of a prompt share its plain runs, so a prompt is the unit, not a policy. Until the fourteenth
+    judgement plain ran first on even repetitions (repetition 0's the cell's first 2-thread run where that
+    engine's block came first) and last on odd ones (``plain_at`` "alternate"), so no unit is between and
+    the split is by parity too. Rows with ``temperature``, ``place``, ``units`` (prompts), ``runs`` (plain's
+    runs counted), ``estimate``, ``low``, ``high`` (NaN where fewer than two prompts), sorted by temperature,
+    then place."""
     from specdec.theory.intervals import paired_speedup
 
     plain = _plain_id(record)
@@ -407,22 +411,27 @@ def plain_position(record: Mapping[str, Any], *, n_boot: int = 4000) -> list[dic
         if r["engine"] == engine:  # the plain decoder's block: its engine's runs of the repetition
             blocks.setdefault(key, []).append(r["config"])
         times[(r["config"], *key)] = r["decode_s"] / r["new_tokens"]
-    never = [(r["config"], r["prompt"], float(r["temperature"])) for r in _policy_rounds(record)
-             if not any(r["stats"]["drafted"])]  # fmt: skip
-    units: dict[tuple[float, str], tuple[list[float], list[float]]] = {}
+    never: dict[tuple[str, float], list[str]] = {}
+    for r in _policy_rounds(record):
+        if not any(r["stats"]["drafted"]):
+            never.setdefault((r["prompt"], float(r["temperature"])), []).append(r["config"])
+    # (temperature, place) -> prompt -> (plain's times, the policies' geometric means), one per repetition
+    units: dict[tuple[float, str], dict[str, tuple[list[float], list[float]]]] = {}
     for (prompt, t, rep), order in blocks.items():
         at = order.index(plain)
         place = PLACES[0] if at == 0 else PLACES[2] if at == len(order) - 1 else PLACES[1]
-        base, mine = units.setdefault((t, place), ([], []))
-        for cid, p, tt in never:
-            if p == prompt and tt == t:
-                base.append(times[(plain, prompt, t, rep)])
-                mine.append(times[(cid, prompt, t, rep)])
+        base, mine = units.setdefault((t, place), {}).setdefault(prompt, ([], []))
+        if (prompt, t) in never:
+            base.append(times[(plain, prompt, t, rep)])
+            logs = [math.log(times[(c, prompt, t, rep)]) for c in never[(prompt, t)]]
+            mine.append(math.exp(sum(logs) / len(logs)))
     out = []
-    for (t, place), (base, mine) in sorted(units.items(), key=lambda kv: (kv[0][0], PLACES.index(kv[0][1]))):
-        est, low, high = paired_speedup(base, mine, n_boot=n_boot) if len(base) > 1 else (float("nan"),) * 3
-        out.append({"temperature": t, "place": place, "units": len(base), "estimate": est, "low": low,
-                    "high": high})  # fmt: skip
+    for (t, place), by_prompt in sorted(units.items(), key=lambda kv: (kv[0][0], PLACES.index(kv[0][1]))):
+        pairs = [v for v in by_prompt.values() if v[0]]
+        base, mine = [b for b, _ in pairs], [m for _, m in pairs]
+        est, low, high = paired_speedup(base, mine, n_boot=n_boot) if len(pairs) > 1 else (float("nan"),) * 3
+        out.append({"temperature": t, "place": place, "units": len(pairs), "runs": sum(len(b) for b in base),
+                    "estimate": est, "low": low, "high": high})  # fmt: skip
     return out
 
 

@@ -199,10 +199,13 @@ def _run_cell(
 ) -> list[dict[str, Any]]:
     """One cell: ``repeats`` repetitions, engines in a fresh order each, paired blocks on each
     (exactly ``new_tokens`` tokens, or up to the first EOS when ``eos_token_id`` is given; the plain
-    decoder placed by ``plain_at``, :func:`specdec.measure.pairedrun.paired_block`'s)."""
+    decoder placed by ``plain_at``, :func:`specdec.measure.pairedrun.paired_block`'s). Each run's row
+    says where it ran: ``place``, its index in its engine's block of the repetition, and ``turn``, the
+    number of engine blocks that ran before that block in the repetition."""
     by_engine = {e.name: [c for c in configs if c.engine == e.name] for e in engines}
     rows: dict[str, list[dict[str, Any]]] = {e.name: [] for e in engines}
     for rep in range(repeats):
+        turn = 0  # the engine blocks run before this one in the repetition
         for i in rng.permutation(len(engines)):
             e = engines[int(i)]
             if e.repeats is not None and rep >= e.repeats:
@@ -212,11 +215,15 @@ def _run_cell(
                 {"drafter": c.id, "object": c.drafter, "gamma": c.gamma, "lenience": 1.0}
                 for c in by_engine[e.name]
             ]
-            rows[e.name] += paired_block(
+            ran = paired_block(
                 e.model, block, prompt["ids"], temperature=temp, new_tokens=new_tokens, seed=seed,
                 rep=rep, rng=rng, eos_token_id=eos_token_id, exact_length=eos_token_id is None,
                 plain_at=plain_at,
             )  # fmt: skip
+            for place, r in enumerate(ran):  # where each run sat: its place in the block, the block's turn
+                r["place"], r["turn"] = place, turn
+            rows[e.name] += ran
+            turn += 1
     labels = {c.id: c for c in configs}
     out = []
     base = {"task": prompt["task"], "prompt": prompt["id"], "temperature": temp, "seed": seed}
@@ -339,8 +346,9 @@ def run_campaign(
     again, up to this many times; the discarded timings stay in the record (``discarded``: cell, load,
     runs and the reason); the last attempt is kept whatever its load, which ``cell_load`` then shows.
     ``plain_at``: where each repetition's block puts its engine's plain decoder
-    (:func:`specdec.measure.pairedrun.paired_block`; a setting of the run, so the caller's ``settings``
-    should hold it where it is not the default). Returns the record (``complete`` False when stopped early).
+    (:func:`specdec.measure.pairedrun.paired_block`; a setting of the run: ``settings`` must hold the
+    same, or none where it is "alternate", else ValueError). Returns the record (``complete`` False when
+    stopped early).
     """
     check_int("new_tokens", new_tokens, low=2)
     check_int("repeats", repeats, low=1)
@@ -351,6 +359,10 @@ def run_campaign(
     out = Path(out)
     part = partial_path(out)
     settings = settings.to_record() if isinstance(settings, RunSettings) else as_stored(dict(settings))
+    if settings.get("plain_at", "alternate") != plain_at:  # the record must say what the run did
+        raise ValueError(
+            f"plain_at={plain_at!r} differs from the settings' ({settings.get('plain_at', 'alternate')!r})"
+        )
     todo = cells(prompts, temperatures)
     record = resumable(out, engines, configs, settings, fresh=fresh)
     if record is not None:

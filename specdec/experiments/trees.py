@@ -246,9 +246,10 @@ SETS = {
     # probe asked (89c9c25): whether its pass holds on prompts frozen for it
     "noharm-v13": _small_again("noharm-v13.jsonl", shadow=True),
     # a fourteenth time, the thirteenth's design with the plain decoder at a position drawn uniformly in each
-    # repetition's order instead of first on even repetitions and last on odd ones (in the fourth to the
-    # thirteenth records, never-drafting policies read about 2 % slower than plain where plain ran last
-    # than where it ran first): on prompts frozen for it
+    # repetition's order instead of first on even repetitions (the cell's first included) and last on odd
+    # ones (in the fourth to the thirteenth records, never-drafting policies read slower against plain on
+    # the odd repetitions than on the even ones, 18 record x temperature pairs of 20): on prompts frozen
+    # for it
     "noharm-v14": _small_again("noharm-v14.jsonl", shadow=True, plain_at="anywhere"),
     # a fifteenth time, the fourteenth's design again: whether its verdict holds on prompts frozen for it
     "noharm-v15": _small_again("noharm-v15.jsonl", shadow=True, plain_at="anywhere"),

@@ -180,10 +180,13 @@ def paired_block(
     The configurations run in an order drawn from ``rng``; plain decoding runs first on even
     repetitions and last on odd ones (``plain_at="alternate"``), first with probability 1/2
     (``"random"``, one draw), or at a position drawn uniformly among the len(configs) + 1 places
-    (``"anywhere"``, one draw after the order's: plain then shares the configurations' positions, so a
-    drift along a repetition, faster runs late in it, hits plain as it hits any configuration; the
-    thirteenth do-no-harm judgement's never-drafting policies read about 2 % slower than plain where
-    plain ran last than where it ran first, :func:`specdec.analysis.condtables.plain_position`).
+    (``"anywhere"``, one draw after the order's: plain then takes each place, the cell's first run
+    included, as often as any configuration does, so whatever differs between the places of a
+    repetition reaches plain no more than the configurations; under ``"alternate"`` the do-no-harm
+    judgements' never-drafting policies read slower against plain on odd repetitions, plain last, than
+    on even ones, plain first and the cell's first 2-thread run on repetition 0, in 18 of 20 record x
+    temperature pairs: :func:`specdec.analysis.condtables.plain_position`; which place is the odd one,
+    and why, those records do not say).
     Returns one row per run: ``drafter``, ``gamma``, ``lenience``,
     ``rep``, :func:`timing_row`, and the private ``_tokens`` and ``_stats``. ``timer`` runs one
     configuration (the signature and return of :func:`timed_generation`) and ``row(stats, total_s)``
