@@ -354,6 +354,13 @@ def test_plain_position_splits_the_never_drafting_prompts_by_where_plain_ran():
         want = (1 / (slow[r["place"]] * 1.05) * 1 / slow[r["place"]]) ** 0.5
         assert r["estimate"] == pytest.approx(want)
         assert r["low"] <= r["estimate"] <= r["high"] and r["low"] < r["high"]  # the two prompts differ
+    # places pooled: every repetition of a prompt in one unit (medians over its six repetitions)
+    pooled = ct.plain_position(record, n_boot=200, by_place=False)
+    assert [(r["temperature"], r["place"], r["units"], r["runs"]) for r in pooled] == [
+        (0.0, "any", 2, 12),
+        (1.0, "any", 2, 12),
+    ]
+    assert 1 / (1.30 * 1.05) < pooled[0]["estimate"] < 1 / 1.10
 
 
 def test_nodes_mix_bins_every_policy_round_of_repetition_zero_by_the_nodes_proposed():

@@ -386,7 +386,9 @@ def never_drafting(record: Mapping[str, Any], *, n_boot: int = 4000) -> dict[flo
 PLACES = ("first", "between", "last")
 
 
-def plain_position(record: Mapping[str, Any], *, n_boot: int = 4000) -> list[dict[str, Any]]:
+def plain_position(
+    record: Mapping[str, Any], *, n_boot: int = 4000, by_place: bool = True
+) -> list[dict[str, Any]]:
     """Whether the plain decoder's place in a repetition's order moves :func:`never_drafting`'s ratio: per
     temperature and place (:data:`PLACES`: first, between, last in the block of its engine's runs of that
     prompt and repetition, the record's runs being stored in the order they ran), the prompts on which some
@@ -399,7 +401,9 @@ def plain_position(record: Mapping[str, Any], *, n_boot: int = 4000) -> list[dic
     engine's block came first) and last on odd ones (``plain_at`` "alternate"), so no unit is between and
     the split is by parity too. Rows with ``temperature``, ``place``, ``units`` (prompts), ``runs`` (plain's
     runs counted), ``estimate``, ``low``, ``high`` (NaN where fewer than two prompts), sorted by temperature,
-    then place."""
+    then place. ``by_place=False``: one row per temperature, every repetition of a prompt in one unit
+    (place ``"any"``): :func:`never_drafting`'s question with prompts, not (policy, prompt) pairs, as
+    units."""
     from specdec.theory.intervals import paired_speedup
 
     plain = _plain_id(record)
@@ -420,13 +424,15 @@ def plain_position(record: Mapping[str, Any], *, n_boot: int = 4000) -> list[dic
     for (prompt, t, rep), order in blocks.items():
         at = order.index(plain)
         place = PLACES[0] if at == 0 else PLACES[2] if at == len(order) - 1 else PLACES[1]
+        place = place if by_place else "any"
         base, mine = units.setdefault((t, place), {}).setdefault(prompt, ([], []))
         if (prompt, t) in never:
             base.append(times[(plain, prompt, t, rep)])
             logs = [math.log(times[(c, prompt, t, rep)]) for c in never[(prompt, t)]]
             mine.append(math.exp(sum(logs) / len(logs)))
     out = []
-    for (t, place), by_prompt in sorted(units.items(), key=lambda kv: (kv[0][0], PLACES.index(kv[0][1]))):
+    order = {p: i for i, p in enumerate((*PLACES, "any"))}
+    for (t, place), by_prompt in sorted(units.items(), key=lambda kv: (kv[0][0], order[kv[0][1]])):
         pairs = [v for v in by_prompt.values() if v[0]]
         base, mine = [b for b, _ in pairs], [m for _, m in pairs]
         est, low, high = paired_speedup(base, mine, n_boot=n_boot) if len(pairs) > 1 else (float("nan"),) * 3
