@@ -113,7 +113,7 @@ def test_an_engine_with_repeats_runs_in_the_first_repetitions_only(tiny, tmp_pat
     assert rec["engines"]["slow"]["repeats"] == 1 and "repeats" not in rec["engines"]["a"]
 
 
-def test_the_plain_decoders_place_reaches_every_block_and_a_bad_one_is_refused(tiny, tmp_path, monkeypatch):
+def test_the_settings_place_plain_in_every_block_and_a_bad_place_is_refused(tiny, tmp_path, monkeypatch):
     seen = []
     real = cp.paired_block
 
@@ -122,20 +122,21 @@ def test_the_plain_decoders_place_reaches_every_block_and_a_bad_one_is_refused(t
         return real(*args, **kw)
 
     monkeypatch.setattr(cp, "paired_block", spy)
-    run(tiny, tmp_path / "r.json", plain_at="anywhere", settings={"s": 1, "plain_at": "anywhere"})
+    run(tiny, tmp_path / "r.json", settings={"s": 1, "plain_at": "anywhere"})  # the settings say where
     assert seen and set(seen) == {"anywhere"}
     seen.clear()
+    run(tiny, tmp_path / "a.json")  # none said: the alternating rule
+    assert seen and set(seen) == {"alternate"}
+    seen.clear()
     with pytest.raises(ValueError, match="plain_at must be one of"):
-        run(tiny, tmp_path / "s.json", plain_at="last")
-    with pytest.raises(ValueError, match="plain_at='anywhere' differs from the settings' \\('alternate'\\)"):
-        run(tiny, tmp_path / "s.json", plain_at="anywhere", settings={"s": 1, "plain_at": "alternate"})
+        run(tiny, tmp_path / "s.json", settings={"s": 1, "plain_at": "last"})
     assert not seen and not (tmp_path / "s.json").exists()
 
 
 def test_each_run_says_its_place_in_its_block_and_its_blocks_turn(tiny, tmp_path):
     """The rows of one (prompt, repetition): per engine, places 0, 1, ... in the stored (run) order, and each
     engine's block one turn of the repetition's engine order."""
-    rec = run(tiny, tmp_path / "r.json", plain_at="anywhere", settings={"s": 1, "plain_at": "anywhere"})
+    rec = run(tiny, tmp_path / "r.json", settings={"s": 1, "plain_at": "anywhere"})
     blocks: dict = {}
     for r in rec["runs"]:
         blocks.setdefault((r["prompt"], r["rep"]), {}).setdefault(r["engine"], []).append(r)

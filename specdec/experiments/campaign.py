@@ -198,10 +198,9 @@ def _run_cell(
     plain_at: str = "alternate",
 ) -> list[dict[str, Any]]:
     """One cell: ``repeats`` repetitions, engines in a fresh order each, paired blocks on each
-    (exactly ``new_tokens`` tokens, or up to the first EOS when ``eos_token_id`` is given; the plain
-    decoder placed by ``plain_at``, :func:`specdec.measure.pairedrun.paired_block`'s). Each run's row
-    says where it ran: ``place``, its index in its engine's block of the repetition, and ``turn``, the
-    number of engine blocks that ran before that block in the repetition."""
+    (exactly ``new_tokens`` tokens, or up to the first EOS when ``eos_token_id`` is given; plain placed by
+    ``plain_at``, ``paired_block``'s). A row's ``place``: its index in its engine's block; ``turn``: the
+    engine blocks that ran before that block in the repetition."""
     by_engine = {e.name: [c for c in configs if c.engine == e.name] for e in engines}
     rows: dict[str, list[dict[str, Any]]] = {e.name: [] for e in engines}
     for rep in range(repeats):
@@ -220,9 +219,7 @@ def _run_cell(
                 rep=rep, rng=rng, eos_token_id=eos_token_id, exact_length=eos_token_id is None,
                 plain_at=plain_at,
             )  # fmt: skip
-            for place, r in enumerate(ran):  # where each run sat: its place in the block, the block's turn
-                r["place"], r["turn"] = place, turn
-            rows[e.name] += ran
+            rows[e.name] += [r | {"place": place, "turn": turn} for place, r in enumerate(ran)]
             turn += 1
     labels = {c.id: c for c in configs}
     out = []
@@ -329,7 +326,6 @@ def run_campaign(
     progress: bool = True,
     eos_token_id: int | None = None,
     retry_loaded: int = 0,
-    plain_at: str = "alternate",
 ) -> dict[str, Any]:
     """Run every cell not yet done, saving after each; analyse and write ``out`` when all are done.
 
@@ -345,24 +341,18 @@ def run_campaign(
     fewer free CPUs than the engines' threads (:func:`specdec.measure.runner.load_during`) is timed
     again, up to this many times; the discarded timings stay in the record (``discarded``: cell, load,
     runs and the reason); the last attempt is kept whatever its load, which ``cell_load`` then shows.
-    ``plain_at``: where each repetition's block puts its engine's plain decoder
-    (:func:`specdec.measure.pairedrun.paired_block`; a setting of the run: ``settings`` must hold the
-    same, or none where it is "alternate", else ValueError). Returns the record (``complete`` False when
-    stopped early).
+    ``settings``' ``plain_at`` (none: "alternate") places each block's plain decoder (``paired_block``'s).
+    Returns the record (``complete`` False when stopped early).
     """
     check_int("new_tokens", new_tokens, low=2)
     check_int("repeats", repeats, low=1)
     check_int("retry_loaded", retry_loaded, low=0, high=10)
-    check_choice("plain_at", plain_at, PLAIN_AT)
     if budget_s is not None:
         check_float("budget_s", budget_s, low=0.0)
     out = Path(out)
     part = partial_path(out)
     settings = settings.to_record() if isinstance(settings, RunSettings) else as_stored(dict(settings))
-    if settings.get("plain_at", "alternate") != plain_at:  # the record must say what the run did
-        raise ValueError(
-            f"plain_at={plain_at!r} differs from the settings' ({settings.get('plain_at', 'alternate')!r})"
-        )
+    plain_at = check_choice("plain_at", settings.get("plain_at", "alternate"), PLAIN_AT)  # as recorded
     todo = cells(prompts, temperatures)
     record = resumable(out, engines, configs, settings, fresh=fresh)
     if record is not None:

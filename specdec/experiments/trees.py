@@ -608,7 +608,6 @@ class TreesRun(Program):
             built["engines"], built["configs"], prompts, out, settings=settings, header=header,
             new_tokens=new_tokens, repeats=repeats, seed=self.seed, budget_s=self.budget_s,
             fresh=self.fresh, set_threads=set_threads, eos_token_id=built["eos_token_id"],
-            plain_at=chosen.plain_at,
         )  # fmt: skip
         if not record["complete"]:
             return INCOMPLETE
