@@ -306,6 +306,44 @@ def test_never_drafting_pairs_the_policies_prompts_that_drafted_nothing_with_pla
     assert out[0.0]["pairs"] == 0 and np.isnan(out[0.0]["estimate"])
 
 
+def test_never_drafting_parts_splits_the_policies_extra_time_by_the_loops_timers():
+    """condtables.never_drafting_parts: per temperature and part (target call, token choice, policy and
+    drafter, rest, total), the mean over prompts of (the never-drafting policies' mean - plain's) per token in
+    ms, each a median over repetitions; a prompt on which every policy drafted is left out, and a policy that
+    drafted on a prompt is left out of that prompt's mean."""
+    from specdec.analysis import condtables as ct
+
+    def run(config, prompt, rep, target, verify, draft, decode, drafted=None):
+        r = {"config": config, "prompt": prompt, "temperature": 0.0, "rep": rep, "new_tokens": 10,
+             "target_s": target, "verify_s": verify, "draft_s": draft, "decode_s": decode}  # fmt: skip
+        return r | ({"stats": {"drafted": drafted}} if drafted is not None else {})
+
+    configs = [{"id": "e-2t/plain", "plain": True, "threads": 2}]
+    runs = []
+    for p in range(3):
+        for rep in range(3):
+            jitter = 0.001 * rep  # the median over repetitions takes rep 1's
+            a_t, a_drafted = 0.040 + 0.010 * p + jitter, [0, 0] if p < 2 else [2, 0]
+            b_drafted = [1] if rep == 0 else None
+            runs += [
+                run("e-2t/plain", p, rep, 0.030 + jitter, 0.002, 0.0, 0.033 + jitter),
+                # target +1 ms a token on prompt 0, +2 on prompt 1; draft +0.1; rest +0.1 (of 10 tokens)
+                run("e-2t/a/noharm", p, rep, a_t, 0.002, 0.001, a_t + 0.005, a_drafted),
+                run("e-2t/b/noharm", p, rep, 0.5, 0.5, 0.5, 2.0, b_drafted),  # drafted: left out
+            ]
+    rows = ct.never_drafting_parts({"settings": {"threads": 2}, "configs": configs, "runs": runs}, n_boot=200)
+    got = {r["part"]: r for r in rows}
+    assert [r["part"] for r in rows] == ["target call", "token choice", "policy and drafter", "rest", "total"]
+    assert all(r["units"] == 2 and r["temperature"] == 0.0 for r in rows)  # prompt 2: every policy drafted
+    assert got["target call"]["ms"] == pytest.approx(1.5)
+    assert got["target call"]["plain_ms"] == pytest.approx(3.1)
+    assert got["token choice"]["ms"] == pytest.approx(0.0, abs=1e-12)
+    assert got["policy and drafter"]["ms"] == pytest.approx(0.1)
+    assert got["rest"]["ms"] == pytest.approx(0.1)
+    assert got["total"]["ms"] == pytest.approx(1.7)
+    assert got["target call"]["low"] <= 1.5 <= got["target call"]["high"]
+
+
 def test_plain_position_splits_the_never_drafting_prompts_by_where_plain_ran():
     """condtables.plain_position: the stored order of an engine's runs of a (prompt, repetition) is the order
     they ran; each prompt is a unit per place plain took in its own engine's block (first, between, last;

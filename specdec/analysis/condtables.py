@@ -441,6 +441,52 @@ def plain_position(
     return out
 
 
+#: The parts of a run's time per token that :func:`never_drafting_parts` splits, by the loop's own timers.
+PARTS = (("target call", "target_s"), ("token choice", "verify_s"), ("policy and drafter", "draft_s"))
+
+
+def never_drafting_parts(record: Mapping[str, Any], *, n_boot: int = 4000) -> list[dict[str, Any]]:
+    """Where the never-drafting policies' time per token differs from the plain decoder's, by the loop's own
+    timers (:data:`PARTS`; ``rest``: the generation's decoding time less those, the loop's own bookkeeping;
+    ``total``: the decoding time): per temperature, the prompts on which some policy configuration drafted in
+    none of repetition 0's rounds, each a unit whose value is the mean over those policies of (the policy's
+    part - plain's part) per token, each a median over the repetitions; the mean over prompts with its
+    percentile-bootstrap interval (prompts resampled). Rows with ``temperature``, ``part``, ``units``,
+    ``plain_ms`` (plain's mean over the units, ms per token), ``ms`` (the mean difference, ms per token;
+    above 0: the policies spend more), ``low``, ``high`` (ms; NaN where fewer than two prompts), sorted by
+    temperature in the order of :data:`PARTS`, then rest and total."""
+    import numpy as np
+
+    from specdec.theory.intervals import bootstrap_ci
+
+    plain = _plain_id(record)
+    keys = [*(k for _, k in PARTS), "rest", "decode_s"]
+    names = [*(n for n, _ in PARTS), "rest", "total"]
+    per: dict[tuple[str, str, float], list[list[float]]] = {}
+    for r in record["runs"]:
+        known = sum(r[k] for _, k in PARTS)
+        parts = {**{k: r[k] for _, k in PARTS}, "rest": r["decode_s"] - known, "decode_s": r["decode_s"]}
+        per.setdefault((r["config"], r["prompt"], float(r["temperature"])), []).append(
+            [1e3 * parts[k] / r["new_tokens"] for k in keys]
+        )
+    med = {k: np.median(np.asarray(v), axis=0) for k, v in per.items()}
+    never: dict[tuple[str, float], list[str]] = {}
+    for r in _policy_rounds(record):
+        if not any(r["stats"]["drafted"]):
+            never.setdefault((r["prompt"], float(r["temperature"])), []).append(r["config"])
+    out = []
+    for t in sorted({t for _, t in never}):
+        prompts = sorted(p for p, tt in never if tt == t)
+        base = np.asarray([med[(plain, p, t)] for p in prompts])
+        diff = np.asarray([np.mean([med[(c, p, t)] for c in never[(p, t)]], axis=0) for p in prompts]) - base
+        for i, name in enumerate(names):
+            nan = (float(diff[0, i]), math.nan, math.nan)
+            est, low, high = bootstrap_ci(diff[:, i], n_boot=n_boot) if len(prompts) > 1 else nan
+            row = {"temperature": t, "part": name, "units": len(prompts), "ms": float(est)}
+            out.append(row | {"plain_ms": float(np.mean(base[:, i])), "low": float(low), "high": float(high)})
+    return out
+
+
 #: The bins of :func:`nodes_mix`: (label, fewest nodes, most nodes) proposed in a round.
 NODE_BINS = (("0", 0, 0), ("1", 1, 1), ("2", 2, 2), ("3-4", 3, 4), ("5-8", 5, 8), ("9+", 9, 10**9))
 
