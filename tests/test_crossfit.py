@@ -80,6 +80,18 @@ def test_verdicts_come_from_the_interval_only():
     assert v["verdict"] == TIE
 
 
+def test_verdict_reads_an_interval_against_its_reference():
+    """intervals.verdict: against 1 (a ratio) by default, against ``at`` (0 for a difference) when given;
+    an interval touching the reference is a tie; low above high is refused."""
+    from specdec.theory.intervals import verdict
+
+    assert verdict(1.01, 1.2) == "faster" and verdict(0.8, 0.99) == "slower" and verdict(0.9, 1.0) == "tie"
+    assert verdict(0.01, 0.2, at=0.0) == "faster" and verdict(0.01, 0.2) == "slower"
+    assert verdict(-0.2, -0.01, at=0.0, below="less") == "less" and verdict(0.0, 0.2, at=0.0) == "tie"
+    with pytest.raises(ValueError, match="low must not exceed high"):
+        verdict(0.2, 0.1, at=0.0)
+
+
 def test_stratified_bootstrap_keeps_each_half():
     vals = np.array([1.0, 100.0] * 4)
     _, low, high = bootstrap_ci(vals, np.mean, n_boot=200, strata=FOLDS.tolist())

@@ -307,41 +307,77 @@ def test_never_drafting_pairs_the_policies_prompts_that_drafted_nothing_with_pla
 
 
 def test_never_drafting_parts_splits_the_policies_extra_time_by_the_loops_timers():
-    """condtables.never_drafting_parts: per temperature and part (target call, token choice, policy and
-    drafter, rest, total), the mean over prompts of (the never-drafting policies' mean - plain's) per token in
-    ms, each a median over repetitions; a prompt on which every policy drafted is left out, and a policy that
-    drafted on a prompt is left out of that prompt's mean."""
+    """condtables.never_drafting_parts: per temperature and part, the mean over prompts of the median over
+    repetitions of (the never-drafting policies' mean - plain's in the same repetition), ms per token; a
+    prompt on which every policy drafted is left out, a policy that drafted on a prompt is left out of that
+    prompt's mean, ``kinds`` keeps the policies of those drafter kinds, one prompt gives no interval."""
     from specdec.analysis import condtables as ct
 
-    def run(config, prompt, rep, target, verify, draft, decode, drafted=None):
-        r = {"config": config, "prompt": prompt, "temperature": 0.0, "rep": rep, "new_tokens": 10,
+    def run(config, prompt, t, rep, target, verify, draft, decode, drafted=None):
+        r = {"config": config, "prompt": prompt, "temperature": t, "rep": rep, "new_tokens": 10,
              "target_s": target, "verify_s": verify, "draft_s": draft, "decode_s": decode}  # fmt: skip
-        return r | ({"stats": {"drafted": drafted}} if drafted is not None else {})
+        return r | ({"stats": {"drafted": drafted}} if rep == 0 and drafted is not None else {})
 
     configs = [{"id": "e-2t/plain", "plain": True, "threads": 2}]
     runs = []
-    for p in range(3):
-        for rep in range(3):
-            jitter = 0.001 * rep  # the median over repetitions takes rep 1's
-            a_t, a_drafted = 0.040 + 0.010 * p + jitter, [0, 0] if p < 2 else [2, 0]
-            b_drafted = [1] if rep == 0 else None
-            runs += [
-                run("e-2t/plain", p, rep, 0.030 + jitter, 0.002, 0.0, 0.033 + jitter),
-                # target +1 ms a token on prompt 0, +2 on prompt 1; draft +0.1; rest +0.1 (of 10 tokens)
-                run("e-2t/a/noharm", p, rep, a_t, 0.002, 0.001, a_t + 0.005, a_drafted),
-                run("e-2t/b/noharm", p, rep, 0.5, 0.5, 0.5, 2.0, b_drafted),  # drafted: left out
-            ]
-    rows = ct.never_drafting_parts({"settings": {"threads": 2}, "configs": configs, "runs": runs}, n_boot=200)
-    got = {r["part"]: r for r in rows}
-    assert [r["part"] for r in rows] == ["target call", "token choice", "policy and drafter", "rest", "total"]
-    assert all(r["units"] == 2 and r["temperature"] == 0.0 for r in rows)  # prompt 2: every policy drafted
-    assert got["target call"]["ms"] == pytest.approx(1.5)
-    assert got["target call"]["plain_ms"] == pytest.approx(3.1)
-    assert got["token choice"]["ms"] == pytest.approx(0.0, abs=1e-12)
-    assert got["policy and drafter"]["ms"] == pytest.approx(0.1)
-    assert got["rest"]["ms"] == pytest.approx(0.1)
-    assert got["total"]["ms"] == pytest.approx(1.7)
-    assert got["target call"]["low"] <= 1.5 <= got["target call"]["high"]
+    # slow repetitions, skewed: plain's (0, 0.1, 1) ms a token in reps 0-2, the policy's (1, 0, 0.1); the
+    # paired differences' median is 0.1 ms below the difference of the medians (which would read 1.5)
+    slow = (0.0, 0.001, 0.010)
+    for t in (0.0, 1.0):
+        for p in range(3):
+            for rep in range(3):
+                pl = 0.030 + slow[rep]
+                # policy a: target +1 ms a token on prompt 0, +2 on prompt 1 (in every repetition but its slow
+                # one); draft +0.1 ms; other loop time +0.1 ms (of 10 tokens)
+                a_t = 0.030 + 0.010 * (p + 1) + slow[(rep + 2) % 3]
+                lookup_t = 0.030 + 0.010 * (p + 3) + slow[(rep + 2) % 3]
+                lk = [0] if p == 1 and t == 1.0 else [3]
+                runs += [
+                    run("e-2t/plain", p, t, rep, pl, 0.002, 0.0, pl + 0.003),
+                    run(
+                        "e-2t/eagle:x/noharm",
+                        p,
+                        t,
+                        rep,
+                        a_t,
+                        0.002,
+                        0.001,
+                        a_t + 0.005,
+                        [0] if p < 2 else [1],
+                    ),
+                    run("e-2t/mlp:y/noharm", p, t, rep, 0.5, 0.5, 0.5, 2.0, [1]),  # drafted: left out
+                    # prompt 1 only (at T = 1): a second never-drafting policy, +4 ms a token
+                    run("e-2t/lookup/noharm", p, t, rep, lookup_t, 0.002, 0.001, lookup_t + 0.005, lk),
+                ]
+    record = {"settings": {"threads": 2}, "configs": configs, "runs": runs}
+    rows = ct.never_drafting_parts(record, n_boot=200)
+    parts = ["target call", "token choice", "policy and drafter", "other loop time", "bookkeeping", "total"]
+    assert [(r["temperature"], r["part"]) for r in rows] == [(t, x) for t in (0.0, 1.0) for x in parts]
+    got = {(r["temperature"], r["part"]): r for r in rows}
+    assert all(r["units"] == 2 for r in rows)  # prompt 2: every policy drafted
+    # greedy: prompt 0 +1 ms, prompt 1 +2 ms, each less 0.1 (the median of the paired differences)
+    assert got[(0.0, "target call")]["ms"] == pytest.approx(1.4)
+    # at T = 1 prompt 1 averages eagle (+2) and lookup (+4) in each repetition: +3, less 0.1
+    assert got[(1.0, "target call")]["ms"] == pytest.approx(1.9)
+    assert got[(0.0, "target call")]["plain_ms"] == pytest.approx(3.1)
+    assert got[(0.0, "token choice")]["ms"] == pytest.approx(0.0, abs=1e-12)
+    assert got[(0.0, "policy and drafter")]["ms"] == pytest.approx(0.1)
+    assert got[(0.0, "other loop time")]["ms"] == pytest.approx(0.1)
+    assert got[(0.0, "other loop time")]["plain_ms"] == pytest.approx(0.1)
+    assert got[(0.0, "bookkeeping")]["ms"] == pytest.approx(0.2)
+    assert got[(0.0, "total")]["ms"] == pytest.approx(1.6)
+    assert got[(0.0, "target call")]["low"] == pytest.approx(0.9) and got[(0.0, "target call")][
+        "high"
+    ] == pytest.approx(1.9)
+    eagle = {
+        (r["temperature"], r["part"]): r["ms"]
+        for r in ct.never_drafting_parts(record, n_boot=200, kinds=("eagle",))
+    }
+    assert eagle[(1.0, "target call")] == pytest.approx(1.4)
+    only = ct.never_drafting_parts(record, n_boot=200, kinds=("lookup",))
+    assert [r["temperature"] for r in only] == [1.0] * len(parts) and all(r["units"] == 1 for r in only)
+    one = next(r for r in only if r["part"] == "target call")
+    assert one["ms"] == pytest.approx(3.9) and np.isnan(one["low"]) and np.isnan(one["high"])
 
 
 def test_plain_position_splits_the_never_drafting_prompts_by_where_plain_ran():

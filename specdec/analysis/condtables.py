@@ -443,47 +443,63 @@ def plain_position(
 
 #: The parts of a run's time per token that :func:`never_drafting_parts` splits, by the loop's own timers.
 PARTS = (("target call", "target_s"), ("token choice", "verify_s"), ("policy and drafter", "draft_s"))
+#: The drafter kinds (:data:`specdec.drafting.registry.KINDS`) that read the target's features, so that
+#: their sessions record them (``conditioned`` drafters; the hybrid holds one).
+CONDITIONED_KINDS = ("medusa", "mlp", "eagle", "hybrid")
 
 
-def never_drafting_parts(record: Mapping[str, Any], *, n_boot: int = 4000) -> list[dict[str, Any]]:
+def never_drafting_parts(
+    record: Mapping[str, Any], *, n_boot: int = 4000, kinds: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     """Where the never-drafting policies' time per token differs from the plain decoder's, by the loop's own
-    timers (:data:`PARTS`; ``rest``: the generation's decoding time less those, the loop's own bookkeeping;
-    ``total``: the decoding time): per temperature, the prompts on which some policy configuration drafted in
-    none of repetition 0's rounds, each a unit whose value is the mean over those policies of (the policy's
-    part - plain's part) per token, each a median over the repetitions; the mean over prompts with its
-    percentile-bootstrap interval (prompts resampled). Rows with ``temperature``, ``part``, ``units``,
-    ``plain_ms`` (plain's mean over the units, ms per token), ``ms`` (the mean difference, ms per token;
-    above 0: the policies spend more), ``low``, ``high`` (ms; NaN where fewer than two prompts), sorted by
-    temperature in the order of :data:`PARTS`, then rest and total."""
+    timers: :data:`PARTS`, ``other loop time`` (the generation's decoding time less those three: the loop's
+    bookkeeping outside them, the timers' own cost, the collector), ``bookkeeping`` (policy and drafter plus
+    other loop time) and ``total`` (the decoding time). Per temperature, the prompts on which some policy
+    configuration (of a drafter kind in ``kinds``, every kind when None) drafted in none of repetition 0's
+    rounds are the units: in each repetition, the mean over those policies of their part per token less the
+    plain decoder's in the same repetition (ms), then the median over the prompt's repetitions; the mean
+    over prompts with its percentile-bootstrap interval (prompts resampled; one seed, so every part sees
+    the same resamples). The parts' medians need not add up to the total's. Rows with ``temperature``,
+    ``part``, ``units``, ``ms`` (above 0: the policies spend more), ``low``, ``high`` (NaN where fewer than
+    two prompts) and ``plain_ms`` (the plain decoder's part, the mean over the units of its medians), by
+    temperature in the order above."""
     import numpy as np
 
     from specdec.theory.intervals import bootstrap_ci
 
     plain = _plain_id(record)
-    keys = [*(k for _, k in PARTS), "rest", "decode_s"]
-    names = [*(n for n, _ in PARTS), "rest", "total"]
-    per: dict[tuple[str, str, float], list[list[float]]] = {}
+    names = [*(n for n, _ in PARTS), "other loop time", "bookkeeping", "total"]
+    ms: dict[tuple[str, str, float, int], np.ndarray] = {}
     for r in record["runs"]:
-        known = sum(r[k] for _, k in PARTS)
-        parts = {**{k: r[k] for _, k in PARTS}, "rest": r["decode_s"] - known, "decode_s": r["decode_s"]}
-        per.setdefault((r["config"], r["prompt"], float(r["temperature"])), []).append(
-            [1e3 * parts[k] / r["new_tokens"] for k in keys]
+        timed = [r[k] for _, k in PARTS]
+        other = r["decode_s"] - sum(timed)
+        ms[(r["config"], r["prompt"], float(r["temperature"]), int(r["rep"]))] = (
+            1e3 * np.asarray([*timed, other, timed[-1] + other, r["decode_s"]]) / r["new_tokens"]
         )
-    med = {k: np.median(np.asarray(v), axis=0) for k, v in per.items()}
+    plain_reps: dict[tuple[str, float], list[int]] = {}
+    for c, prompt, t, rep in sorted(ms):
+        if c == plain:
+            plain_reps.setdefault((prompt, t), []).append(rep)
     never: dict[tuple[str, float], list[str]] = {}
     for r in _policy_rounds(record):
-        if not any(r["stats"]["drafted"]):
+        kind = short(r["config"]).split(":")[0].split(",")[0].split("/")[0]
+        if not any(r["stats"]["drafted"]) and (kinds is None or kind in kinds):
             never.setdefault((r["prompt"], float(r["temperature"])), []).append(r["config"])
     out = []
     for t in sorted({t for _, t in never}):
-        prompts = sorted(p for p, tt in never if tt == t)
-        base = np.asarray([med[(plain, p, t)] for p in prompts])
-        diff = np.asarray([np.mean([med[(c, p, t)] for c in never[(p, t)]], axis=0) for p in prompts]) - base
+        units, base = [], []
+        for prompt in sorted(p for p, tt in never if tt == t):
+            reps = plain_reps[(prompt, t)]
+            mine = [np.mean([ms[(c, prompt, t, rep)] for c in never[(prompt, t)]], axis=0) for rep in reps]
+            diffs = [m - ms[(plain, prompt, t, rep)] for m, rep in zip(mine, reps, strict=True)]
+            units.append(np.median(diffs, axis=0))
+            base.append(np.median([ms[(plain, prompt, t, rep)] for rep in reps], axis=0))
+        diff, plain_ms = np.asarray(units), np.mean(base, axis=0)
         for i, name in enumerate(names):
-            nan = (float(diff[0, i]), math.nan, math.nan)
-            est, low, high = bootstrap_ci(diff[:, i], n_boot=n_boot) if len(prompts) > 1 else nan
-            row = {"temperature": t, "part": name, "units": len(prompts), "ms": float(est)}
-            out.append(row | {"plain_ms": float(np.mean(base[:, i])), "low": float(low), "high": float(high)})
+            one = (float(diff[0, i]), math.nan, math.nan)
+            est, low, high = bootstrap_ci(diff[:, i], n_boot=n_boot) if len(units) > 1 else one
+            row = {"temperature": t, "part": name, "units": len(units), "ms": float(est)}
+            out.append(row | {"low": float(low), "high": float(high), "plain_ms": float(plain_ms[i])})
     return out
 
 

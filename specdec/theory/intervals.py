@@ -102,14 +102,21 @@ def paired_speedup(
 
 
 def verdict(
-    low: float, high: float, *, above: str = "faster", below: str = "slower", tie: str = "tie"
+    low: float,
+    high: float,
+    *,
+    above: str = "faster",
+    below: str = "slower",
+    tie: str = "tie",
+    at: float = 1.0,
 ) -> str:
-    """``above`` when the interval lies above 1, ``below`` when below 1, else ``tie``."""
+    """``above`` when the interval lies above ``at`` (1: a ratio; 0: a difference), ``below`` when below it,
+    else ``tie``."""
     if low > high:
         raise ValueError(f"low must not exceed high; got {low!r} > {high!r}")
-    if low > 1:
+    if low > at:
         return above
-    if high < 1:
+    if high < at:
         return below
     return tie
 
