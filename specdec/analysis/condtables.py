@@ -382,6 +382,22 @@ def never_drafting(record: Mapping[str, Any], *, n_boot: int = 4000) -> dict[flo
     return out
 
 
+def _never_drafted(
+    record: Mapping[str, Any], kinds: Sequence[str] | None = None
+) -> dict[tuple[str, float], list[str]]:
+    """(prompt, temperature) -> the policy configurations (of a drafter kind in ``kinds``, every kind when
+    None) whose repetition-0 run on that prompt drafted in none of its rounds, in the record's order."""
+    from specdec.drafting.registry import parse_spec
+
+    never: dict[tuple[str, float], list[str]] = {}
+    for r in _policy_rounds(record):
+        if any(r["stats"]["drafted"]):
+            continue
+        if kinds is None or parse_spec(short(r["config"]).removesuffix("/noharm")).kind in kinds:
+            never.setdefault((r["prompt"], float(r["temperature"])), []).append(r["config"])
+    return never
+
+
 #: Where the plain decoder ran in its repetition's block (:func:`plain_position`).
 PLACES = ("first", "between", "last")
 
@@ -415,10 +431,7 @@ def plain_position(
         if r["engine"] == engine:  # the plain decoder's block: its engine's runs of the repetition
             blocks.setdefault(key, []).append(r["config"])
         times[(r["config"], *key)] = r["decode_s"] / r["new_tokens"]
-    never: dict[tuple[str, float], list[str]] = {}
-    for r in _policy_rounds(record):
-        if not any(r["stats"]["drafted"]):
-            never.setdefault((r["prompt"], float(r["temperature"])), []).append(r["config"])
+    never = _never_drafted(record)
     # (temperature, place) -> prompt -> (plain's times, the policies' geometric means), one per repetition
     units: dict[tuple[float, str], dict[str, tuple[list[float], list[float]]]] = {}
     for (prompt, t, rep), order in blocks.items():
@@ -480,11 +493,7 @@ def never_drafting_parts(
     for c, prompt, t, rep in sorted(ms):
         if c == plain:
             plain_reps.setdefault((prompt, t), []).append(rep)
-    never: dict[tuple[str, float], list[str]] = {}
-    for r in _policy_rounds(record):
-        kind = short(r["config"]).split(":")[0].split(",")[0].split("/")[0]
-        if not any(r["stats"]["drafted"]) and (kinds is None or kind in kinds):
-            never.setdefault((r["prompt"], float(r["temperature"])), []).append(r["config"])
+    never = _never_drafted(record, kinds)
     out = []
     for t in sorted({t for _, t in never}):
         units, base = [], []
