@@ -38,6 +38,8 @@ Engine (torch + transformers, the ``models`` extra):
   bfloat16 or int4 (the GGUF's Q4_1 code), behind the same interface.
 * :mod:`specdec.engine.leannative` -- the lean forward's C glue and the layout of tree verify calls (depths,
   paths, checked parents).
+* :mod:`specdec.engine.draw`      -- a plain step's token between two C forwards: one draw from a row in C
+  (sample's rule, bit for bit).
 * :mod:`specdec.engine.native`    -- the C forwards of the ``"q4_1"`` and ``"q4q8"`` lean modes (``csrc/``),
   built here.
 * :mod:`specdec.engine.machine`   -- the running machine's identity: CPU name, flags, caches, SIMD levels.
@@ -98,6 +100,8 @@ Measurement:
 * :mod:`specdec.measure.enginebench` -- the engine benchmark: every engine side by side (``specdec bench``).
 * :mod:`specdec.measure.verifykernels` -- the q4q8 engine's verify curve and its floor, an earlier commit's
   C kernels against this checkout's in one run (``verify-kernels``'s).
+* :mod:`specdec.measure.loopcost` -- the decoding loop's time per token over the bare C step, an earlier
+  commit's package against this checkout's in alternating processes (``loop-cost``'s).
 * :mod:`specdec.measure.draftcost` -- a drafter's c inside the decoding loop, two checkouts alternated;
   the per-budget costs :class:`~specdec.theory.policies.DoNoHarm` needs (``calibrate_policy``).
 * :mod:`specdec.measure.device`  -- the accelerator's identity, its memory, its measured roofline.
@@ -167,6 +171,8 @@ record, run as ``specdec run NAME``; ``specdec run --list`` names them):
 * :mod:`specdec.experiments.verifycost` -- the verify cost T(k) / T(1) of transformers (``verify-cost``).
 * :mod:`specdec.experiments.verifykernels` -- the q4q8 verify curve, before and after a change of the C
   kernels, against its floor (``verify-kernels``).
+* :mod:`specdec.experiments.loopcost` -- the decoding loop's cost over the bare C step, before and after
+  a change of its Python (``loop-cost``).
 * :mod:`specdec.experiments.attentionkernels` -- transformers' eager against SDPA attention
   (``attention-kernels``).
 * :mod:`specdec.experiments.training` -- training's programs (``distill-*``, ``*-features``, ``cond-train``).

@@ -7,7 +7,7 @@ import pytest
 import torch
 from tiny_models import tiny_llama
 
-from specdec.engine import native
+from specdec.engine import leannative, native
 from specdec.engine.lean import LeanLlama
 from specdec.measure import profile as measure_profile
 
@@ -187,7 +187,7 @@ def test_the_q4_1_entry_point_checks_its_arguments_in_c():
     import ctypes
 
     model = LeanLlama(tiny_llama(0), "q4_1")
-    cache, desc = model.new_cache(8), model._native_structure()
+    cache, desc = model.new_cache(8), leannative.native_structure(model)
     ids, logits = torch.tensor([1, 2], dtype=torch.int64), torch.empty(2, model.vocab_size)
 
     def call(k=2, start=6, capacity=8, keep=2, ids=ids):
@@ -212,7 +212,7 @@ def test_every_q4_1_entry_point_checks_its_arguments_and_its_abi(monkeypatch, fr
     import ctypes
 
     model = LeanLlama(tiny_llama(0), "q4_1")
-    cache, desc = model.new_cache(8), model._native_structure()
+    cache, desc = model.new_cache(8), leannative.native_structure(model)
     assert desc.vocab == model.vocab_size
     logits = torch.empty(2, model.vocab_size)
     lib = native.library()

@@ -20,7 +20,7 @@ import torch
 from test_native_q8 import needs_q8, wide_model
 from tiny_models import tiny_llama
 
-from specdec.engine import native
+from specdec.engine import leannative, native
 from specdec.engine.lean import LeanLlama, int4_supported
 from specdec.engine.lm import CachedLM, Session
 
@@ -317,7 +317,7 @@ def test_the_q4_1_c_tree_entry_point_checks_its_parents(wide):
         cache = model.new_cache(8)
         ptr = None if parents is None else parents.data_ptr()
         code = lib.specdec_q4_forward_tree(
-            ctypes.byref(model._native_structure()), ids.data_ptr(), ptr, 3, 0, cache.data_ptr(), 8,
+            ctypes.byref(leannative.native_structure(model)), ids.data_ptr(), ptr, 3, 0, cache.data_ptr(), 8,
             logits.data_ptr(), 3,
         )  # fmt: skip
         return code, bool(cache.any())

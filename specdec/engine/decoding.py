@@ -37,6 +37,7 @@ import torch
 
 from specdec.engine.cores import engine_owns_cores
 from specdec.engine.drafters import ChainTree, Drafter, Proposal
+from specdec.engine.draw import draw_at
 from specdec.engine.lm import CachedLM, open_lm
 from specdec.engine.stats import Stats
 from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int, is_int
@@ -48,7 +49,7 @@ from specdec.theory.policies import (
     as_budget_policy,
     as_policy,
 )
-from specdec.theory.sampling import argmax, sample, verify_argmax, warp
+from specdec.theory.sampling import argmax, argmax_at, verify_argmax, warp
 from specdec.theory.trees import DraftTree
 from specdec.theory.treeverify import first_level_chance, verify_tree, verify_tree_greedy
 
@@ -384,13 +385,13 @@ def _verify(
         n_accepted, next_token = verify_argmax(torch.softmax(logits.float(), -1), tree.tokens, lenience)
         return list(range(n_accepted)), next_token, None, argmax(logits)
     if temperature == 0 and not len(tree):  # a plain step: the argmax, as autoregressive takes it
-        return [], int(argmax(logits[0])), None, None
+        return [], argmax_at(logits, 0), None, None
     if temperature == 0:  # exact matching: what verify_tree gives on one-hot rows, without them
         ids = argmax(logits)
         path, next_token = verify_tree_greedy(ids, tree)
         return path, next_token, None, ids
     if not len(tree):  # what verify_tree does for a tree of no nodes: one draw from p at the root
-        return [], sample(warp_fn(logits)[0], rng), None, None
+        return [], draw_at(warp_fn(logits), 0, rng), None, None
     p = warp_fn(logits)
     path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng, lenience)
     return path, next_token, p, None
@@ -453,7 +454,7 @@ def _plain_step(
     with stats.timer("target_s", lm.device):
         logits = lm.forward(tokens[-1:])
     with stats.timer("verify_s", lm.device):
-        token = int(argmax(logits[0])) if temperature == 0 else sample(warp_fn(logits)[0], rng)
+        token = argmax_at(logits, 0) if temperature == 0 else draw_at(warp_fn(logits), 0, rng)
     tokens.append(token)
     return token
 
@@ -477,12 +478,12 @@ def _shadow_step(
         logits = lm.forward(tokens[-1:])
     with stats.timer("verify_s", lm.device):
         if temperature == 0:
-            token = int(argmax(logits[0]))
+            token = argmax_at(logits, 0)
             kids = (tree.tokens[i] for i, parent in enumerate(tree.parents) if parent < 0)
             chance = float(token in kids)
         else:
-            p = warp_fn(logits)[0]
-            token = sample(p, rng)
+            rows = warp_fn(logits)
+            token, p = draw_at(rows, 0, rng), rows[0]
             chance = first_level_chance(p, None if q is None else q.to(p.device), tree)
     tokens.append(token)
     return token, chance

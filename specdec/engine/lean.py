@@ -568,11 +568,9 @@ class LeanLlama:
         return out.reshape(1, self.heads * hd)
 
     def verify_matches_steps(self, k: int = 5, context: int = 16, seed: int = 0) -> bool:
-        """True when one call over ``k`` tokens gives logits equal, bit for bit, to ``k`` steps.
-
-        Measured on the running machine (kernels differ between CPUs), on random token ids
-        after a prefill of ``context`` tokens; the cache is restored afterwards.
-        """
+        """True when one call over ``k`` tokens gives logits equal, bit for bit, to ``k`` steps, measured on
+        the running machine (kernels differ between CPUs), on random token ids after a prefill of ``context``
+        tokens; the cache is restored afterwards."""
         k, context = check_int("k", k, low=2), check_int("context", context, low=1)
         ids = torch.randint(0, self.vocab_size, (context + k,), generator=torch.Generator().manual_seed(seed))
         cache = self.new_cache(context + k)
@@ -678,10 +676,6 @@ class LeanLlama:
         full[:, self.kept] = logits
         return full
 
-    def _native_structure(self) -> Any:
-        """The ``"q4_1"`` C forward's model structure (:func:`specdec.engine.leannative.native_structure`)."""
-        return leannative.native_structure(self)
-
     def q8_forward(self) -> Any:
         """The ``"q4q8"`` C forward's repacked model (:class:`specdec.engine.native.Q8Forward`), built on
         first use over the whole model (an early-exit view shares it and runs its first layers)."""
@@ -700,10 +694,9 @@ class LeanSession(Session):
     set, :meth:`forward` and :meth:`forward_tree` leave in ``features`` the (n, hidden) float32
     residuals before the final norm of the call's rows (every row, whatever ``keep``): a view of the
     session's feature buffer at the call's cache slots, so it stays as it is until a later call writes
-    those slots (one at or below them after a :meth:`crop`; copy it to keep it longer). The buffer is
-    allocated and touched when features are first recorded and again when the cache grows (a fresh
-    buffer: views of the old one stay valid) or the session is reset (a fresh array per call cost a step
-    about 1 % in a dev probe on a 2-core EPYC).
+    those slots (one at or below them after a :meth:`crop`; copy it to keep it longer); a grown cache or a
+    reset makes a fresh buffer (views of the old one stay valid). A native mode's call runs no torch
+    operation but wrapping the logits (:func:`specdec.engine.leannative.native_logits`).
     """
 
     def __init__(self, model: LeanLlama) -> None:
@@ -714,30 +707,37 @@ class LeanSession(Session):
         self.record_features, self.features = False, None
         self.reset()
 
-    def _run(self, ids: torch.Tensor, start: int, keep: Any, parents: Any, embeds: Any) -> torch.Tensor:
-        embeds = None if embeds is None else torch.as_tensor(embeds)
-        out = None
-        if self.record_features:  # the call's slots of the feature buffer, numpy's under a torch view
-            capacity = int(self.cache.shape[3])
+    def _run(self, ids: list[int], start: int, keep: Any, tree: Any, embeds: Any) -> torch.Tensor:
+        model, out = self.model, None
+        if self.record_features:  # the call's slots of the feature buffer, filled when made (its pages
+            capacity = self._cache_np.shape[3]  # touched here, not under the C forward); a grown one anew
             if self._feats is None or self._feats.shape[0] < capacity:
-                # filled: its pages touched here, not one by one under the C forward (np.zeros may map
-                # untouched pages); a grown buffer starts anew (views of the old one keep it alive)
-                self._feats = np.empty((capacity, self.model.hidden), np.float32)
+                self._feats = np.empty((capacity, model.hidden), np.float32)
                 self._feats.fill(0.0)
-                self._feats_t = torch.from_numpy(self._feats)
-            end = start + len(ids)
-            out, self.features = self._feats_t[start:end], self._feats[start:end]
-        logits = self.model.forward(ids, start, self.cache, keep, parents, embeds=embeds, features=out)
-        if out is None:
-            self.features = None
-        return logits
+            out = self._feats[start : start + len(ids)]
+        self.features = out
+        if model.mode in NATIVE_MODES:  # numpy only between two C forwards (leannative.native_logits)
+            if isinstance(embeds, torch.Tensor):
+                embeds = embeds.detach().numpy()
+            logits = leannative.native_logits(model, ids, start, self._cache_np, keep, tree, embeds, out)
+            return model._full_logits(torch.from_numpy(logits))
+        feats, parents = (
+            None if out is None else torch.from_numpy(out),
+            None if tree is None else tree.parents,
+        )
+        embeds = None if embeds is None else torch.as_tensor(embeds)
+        return model.forward(
+            torch.tensor(ids), start, self.cache, keep, parents, embeds=embeds, features=feats
+        )
 
     def reset(self) -> None:
         self.ids: list[int] = []
-        self.cache = self.model.new_cache(min(256, self.model.max_positions))
+        self._set_cache(self.model.new_cache(min(256, self.model.max_positions)))
         self._tree_call = None
         self._feats: np.ndarray | None = None
-        self._feats_t: torch.Tensor | None = None
+
+    def _set_cache(self, cache: torch.Tensor) -> None:
+        self.cache, self._cache_np = cache, cache.numpy()  # the C forward's view of it
 
     def reserve(self, n: int) -> None:
         """Room for ``n`` positions now, at most the model's (:meth:`Session.reserve`)."""
@@ -749,12 +749,12 @@ class LeanSession(Session):
                 f"the sequence would reach {end} tokens; the model's max_position_embeddings is "
                 f"{self.model.max_positions}"
             )
-        capacity = self.cache.shape[3]
+        capacity = self._cache_np.shape[3]  # numpy's: no torch operation in a step
         if end > capacity:
             size = end if exact else min(self.model.max_positions, max(end, 2 * capacity))
             new = self.model.new_cache(size)
             new[:, :, :, : len(self.ids)] = self.cache[:, :, :, : len(self.ids)]
-            self.cache = new
+            self._set_cache(new)
 
     def forward(self, new_ids: Sequence[int], keep: int | None = None, *, embeds: Any = None) -> torch.Tensor:
         """Feed ``new_ids`` after the cached tokens in one call; float32 logits (n, V), or the last ``keep``
@@ -762,10 +762,10 @@ class LeanSession(Session):
         self._check_forward(new_ids, keep)
         return self._feed(new_ids, len(self.ids), keep, None, embeds)
 
-    def _feed(self, new_ids: Sequence[int], start: int, keep: Any, parents: Any, embeds: Any) -> torch.Tensor:
+    def _feed(self, new_ids: Sequence[int], start: int, keep: Any, tree: Any, embeds: Any) -> torch.Tensor:
         self._reserve(start + len(new_ids))
-        ids = torch.tensor([int(t) for t in new_ids], dtype=torch.long)
-        logits = self._run(ids, start, keep, parents, embeds)
+        ids = [int(t) for t in new_ids]
+        logits = self._run(ids, start, keep, tree, embeds)
         self.calls += 1
         self.ids.extend(int(t) for t in new_ids)
         return logits
@@ -780,7 +780,7 @@ class LeanSession(Session):
         and every node: follow with :meth:`keep_path` (or :meth:`crop`). ``embeds``: as :meth:`forward`."""
         tree = tree_layout(parents, self._check_forward(new_ids, None))  # refused before the cache grows
         start = len(self.ids)
-        logits = self._feed(new_ids, start, None, tree.parents, embeds)
+        logits = self._feed(new_ids, start, None, tree, embeds)
         self._tree_call = (start, list(tree.parents))
         return logits
 

@@ -6,7 +6,8 @@ written at slot ``start + r``, placed at position ``start + depth(r)``, and atte
 ``0 .. start-1`` followed by its path's slots (root-down, itself last): the keys, in the same order,
 that the chain forward over its path sees at slots ``start .. start + depth``, so that an exact engine
 gives it the chain's logits.
-* :func:`native_structure`, :func:`q8_forward`, :func:`native_forward` -- the C forwards' model
+* :func:`native_structure`, :func:`q8_forward`, :func:`native_logits` (numpy in and out, no torch
+  operation: a session's step) and :func:`native_forward` (torch tensors) -- the C forwards' model
   descriptions and calls (:mod:`specdec.engine.native`), moved out of ``lean.py``.
 * :func:`check_extras` -- :meth:`specdec.engine.lean.LeanLlama.forward`'s ``embeds`` (rows used in
   place of the embedding's) and ``features`` (every row's residual before the final norm), checked.
@@ -38,6 +39,7 @@ __all__ = [
     "MlpStage",
     "check_extras",
     "native_forward",
+    "native_logits",
     "native_structure",
     "q8_description",
     "q8_forward",
@@ -288,38 +290,87 @@ def native_forward(
     features: torch.Tensor | None = None,
     prefix: int | None = None,
 ) -> torch.Tensor:
-    """The C forward of ``model`` (mode ``"q4_1"`` or ``"q4q8"``) over ``ids`` at ``start``, its arguments
-    checked first; ``tree`` runs the tree forward. Logits over the head's rows. ``embeds`` and
-    ``features`` (``"q4q8"`` only; checked by :func:`check_extras`): rows in place of the embedding's
-    and the (len(ids), hidden) output of every row's residual before the final norm. ``prefix`` (``"q4q8"``,
-    a tree only; None: ``start``): the call's tree hangs below nodes earlier calls wrote at slots
-    ``prefix`` .. ``start`` - 1, and ``tree`` is the layout of that whole region (start - prefix +
-    len(ids) nodes, this call's rows last): each row attends to slots 0 .. prefix-1 and its path,
-    rotated at ``prefix`` + its depth, so its logits equal the chain's over its path."""
+    """:func:`native_logits` on torch tensors (``ids`` a 1-D integer tensor, ``cache``, ``embeds`` and
+    ``features`` float32 CPU tensors, ``features`` written in place), its logits as a tensor."""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point():
+        is_t = isinstance(ids, torch.Tensor)
+        got = f"shape {tuple(ids.shape)}, {ids.dtype}" if is_t else type(ids).__name__
+        raise ValueError(f"ids must be a 1-D integer tensor; got {got}")
+    arrays = []
+    for name, value in (("cache", cache), ("embeds", embeds), ("features", features)):
+        if value is not None and (not isinstance(value, torch.Tensor) or value.device.type != "cpu"):
+            raise ValueError(f"{name} must be a CPU tensor; got {type(value).__name__}")
+        arrays.append(None if value is None else value.detach().numpy())
+    out = native_logits(model, ids.tolist(), start, arrays[0], keep, tree, arrays[1], arrays[2], prefix)
+    return torch.from_numpy(out)
+
+
+def _float_rows(name: str, value: Any, shape: tuple[int, int], *, written: bool = False) -> np.ndarray:
+    """``value`` checked as a float32 numpy array of ``shape`` (C-contiguous if ``written``; a read one is
+    copied to contiguous rows), or ValueError naming it."""
+    if not isinstance(value, np.ndarray) or value.dtype != np.float32 or value.shape != shape:
+        got = f"{value.shape} {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
+        raise ValueError(f"{name} must be a float32 array of shape {shape} (len(ids), hidden); got {got}")
+    if written and not value.flags.c_contiguous:
+        raise ValueError(f"{name} must be a contiguous array (it is written in place)")
+    return value if value.flags.c_contiguous else np.ascontiguousarray(value)
+
+
+def native_logits(
+    model: Any,
+    ids: Sequence[int],
+    start: int,
+    cache: np.ndarray,
+    keep: int | None,
+    tree: TreeLayout | None,
+    embeds: np.ndarray | None = None,
+    features: np.ndarray | None = None,
+    prefix: int | None = None,
+) -> np.ndarray:
+    """The C forward of ``model`` (mode ``"q4_1"`` or ``"q4q8"``) over ``ids`` (a list of token ids) at
+    ``start`` into ``cache`` (the float32 numpy view of :meth:`LeanLlama.new_cache`'s tensor), its
+    arguments checked first (ValueError naming the argument); ``tree`` runs the tree forward. Logits over
+    the head's rows, (keep or len(ids), head rows) float32. ``embeds`` and ``features`` (``"q4q8"`` only):
+    (len(ids), hidden) float32 rows in place of the embedding's, and the array that receives every row's
+    residual before the final norm. ``prefix`` (``"q4q8"``, a tree only; None: ``start``): the call's tree
+    hangs below nodes earlier calls wrote at slots ``prefix`` .. ``start`` - 1, and ``tree`` is the layout
+    of that whole region (start - prefix + len(ids) nodes, this call's rows last): each row attends to
+    slots 0 .. prefix-1 and its path, rotated at ``prefix`` + its depth, so its logits equal the chain's
+    over its path.
+
+    No torch operation runs here: the decoding loop calls this between two C forwards, where one costs
+    about 20 us (a dev probe on a 2-core EPYC; 1 us when timed alone)."""
     from specdec.engine import native
 
-    k = int(ids.shape[0])
+    k = len(ids)
     rows = k if keep is None else keep
-    shape = (model.num_layers, 2, model.kv_heads, int(cache.shape[3]), model.head_dim)
-    if cache.dtype != torch.float32 or not cache.is_contiguous() or tuple(cache.shape) != shape:
-        raise ValueError(f"cache must be a contiguous float32 tensor of shape {shape} (LeanLlama.new_cache)")
+    shape = (model.num_layers, 2, model.kv_heads, cache.shape[3] if cache.ndim == 5 else -1, model.head_dim)
+    if cache.dtype != np.float32 or not cache.flags.c_contiguous or cache.shape != shape:
+        raise ValueError(
+            f"cache must be a contiguous float32 tensor of shape {shape} "
+            "(LeanLlama.new_cache; here its numpy view)"
+        )
     # the C code indexes raw memory: check what torch's indexing would have checked
     if k < 1 or not 1 <= rows <= k:
         raise ValueError(f"need 1 <= keep <= len(ids) (len(ids) = {k}); got keep={keep!r}")
-    if start < 0 or start + k > min(int(cache.shape[3]), model.max_positions):
+    if start < 0 or start + k > min(shape[3], model.max_positions):
         raise ValueError(
-            f"positions {start}..{start + k - 1} do not fit the cache ({int(cache.shape[3])} slots) "
+            f"positions {start}..{start + k - 1} do not fit the cache ({shape[3]} slots) "
             f"and max_position_embeddings ({model.max_positions})"
         )
-    if ids.dim() != 1 or ids.is_floating_point():
-        raise ValueError(f"ids must be a 1-D integer tensor; got shape {tuple(ids.shape)}, {ids.dtype}")
-    ids = ids.to(torch.int64).contiguous()
-    if int(ids.min()) < 0 or int(ids.max()) >= model.embed.shape[0]:
-        raise ValueError(f"token ids must lie in [0, {model.embed.shape[0]}); got {ids.tolist()!r}")
-    logits = torch.empty(rows, model.head.out_features, dtype=torch.float32)
+    vocab = int(model.embed.shape[0])
+    if not all(type(t) is int for t in ids) or not 0 <= min(ids) <= max(ids) < vocab:
+        raise ValueError(f"token ids must lie in [0, {vocab}) as integers; got {list(ids)!r}")
+    if (embeds is not None or features is not None) and model.mode != "q4q8":
+        raise ValueError(
+            f"embeds/features needs mode 'q4q8' or a torch mode; this model's mode is {model.mode!r}"
+        )
+    if embeds is not None:
+        embeds = _float_rows("embeds", embeds, (k, model.hidden))
+    if features is not None:
+        _float_rows("features", features, (k, model.hidden), written=True)
     if tree is not None and (prefix is None or prefix == start) and len(tree.parents) != k:
         raise ValueError(f"tree must lay out the call's {k} nodes; got a layout of {len(tree.parents)}")
-    parents = None if tree is None else torch.tensor(tree.parents, dtype=torch.int32)
     if prefix is not None and prefix != start:
         if model.mode != "q4q8" or tree is None:
             raise ValueError("prefix below start needs mode 'q4q8' and a tree (the region's layout)")
@@ -329,31 +380,30 @@ def native_forward(
                 f"({start - (prefix if isinstance(prefix, int) else 0) + k} nodes); got prefix={prefix!r}, "
                 f"{len(tree.parents)} nodes"
             )
+    ids_a = np.array(ids, dtype=np.int64)
+    logits = np.empty((rows, model.head.out_features), dtype=np.float32)
+    parents = None if tree is None else np.array(tree.parents, dtype=np.int32)
+    pointer = {
+        "ids": ids_a.ctypes.data, "cache": cache.ctypes.data, "logits": logits.ctypes.data,
+        "parents": None if parents is None else parents.ctypes.data,
+    }  # fmt: skip
     if model.mode == "q4q8":
         q8_forward(model).forward(
-            None if embeds is not None else ids.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]),
-            logits.data_ptr(), rows, model.num_layers, model.threads,
-            None if parents is None else parents.data_ptr(),
-            None if embeds is None else embeds.data_ptr(), None if features is None else features.data_ptr(),
-            prefix,
+            None if embeds is not None else pointer["ids"], k, start, pointer["cache"], shape[3],
+            pointer["logits"], rows, model.num_layers, model.threads, pointer["parents"],
+            None if embeds is None else embeds.ctypes.data,
+            None if features is None else features.ctypes.data, prefix,
         )  # fmt: skip
         return logits
     lib, structure = native.library(), ctypes.byref(native_structure(model))
     if parents is None:
         status = lib.specdec_q4_forward(
-            structure,
-            ids.data_ptr(),
-            k,
-            start,
-            cache.data_ptr(),
-            int(cache.shape[3]),
-            logits.data_ptr(),
-            rows,
+            structure, pointer["ids"], k, start, pointer["cache"], shape[3], pointer["logits"], rows
         )
     else:
         status = lib.specdec_q4_forward_tree(
-            structure, ids.data_ptr(), parents.data_ptr(), k, start, cache.data_ptr(), int(cache.shape[3]),
-            logits.data_ptr(), rows,
+            structure, pointer["ids"], pointer["parents"], k, start, pointer["cache"], shape[3],
+            pointer["logits"], rows,
         )  # fmt: skip
     if status == -2:
         raise ValueError(

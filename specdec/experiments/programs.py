@@ -32,6 +32,7 @@ PROGRAMS: dict[str, str] = {
     "gpu-real": "specdec.experiments.gpurealrun",
     "gpu-record": "specdec.experiments.gpurecord",
     "hf-bench": "specdec.experiments.hfbench",
+    "loop-cost": "specdec.experiments.loopcost",
     "oracle-gamma": "specdec.experiments.oraclegamma",
     "q4q8-error": "specdec.experiments.logiterror",
     "real-decoding": "specdec.experiments.realdecodingrun",

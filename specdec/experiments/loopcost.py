@@ -1,0 +1,67 @@
+"""The decoding loop's cost over the bare C step, before and after a change of its Python (issue 40): the
+program.
+
+``specdec run loop-cost`` (:class:`LoopCostRun`) takes the options; the measurement, its design
+(:class:`specdec.measure.loopcost.LoopCost`) and its record are :mod:`specdec.measure.loopcost`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from specdec.experiments.options import Program, option
+from specdec.theory.checks import check_ints
+
+__all__ = ["LoopCostRun"]
+
+
+@dataclass(frozen=True)
+class LoopCostRun(Program):
+    """The decoding loop's time per token over the bare C step, before and after a change of its Python.
+
+    The measurement is :func:`specdec.measure.loopcost.run_record` (its module docstring says what runs
+    and how): per thread count and repetition, two worker processes in a fresh order, one on the
+    package of ``--before`` (extracted from git) and one on this checkout's, each timing, per development
+    prompt and round, the bare C step (the forward and numpy's argmax, nothing else) and
+    ``autoregressive()`` at temperatures 0 and 1, in a fresh order. Writes
+    ``results/bench/engine-loop-cost-<cpu>.json`` (``--out``); an interrupted run with the same settings
+    resumes (``--fresh`` discards it). About 10 minutes on a 2-core machine.
+
+        specdec run loop-cost --before bd13e7a
+        specdec run loop-cost --threads 1 --prompts 2 --tokens 8 --rounds 1 --repeats 1   # a smoke run
+    """
+
+    name: ClassVar[str] = "loop-cost"
+
+    before: str = option("bd13e7a", "the commit whose package is the 'before' version")
+    threads: tuple[int, ...] = option((1, 2), "thread counts")
+    prompts: int = option(8, "development prompts per worker")
+    tokens: int = option(32, "tokens per arm, prompt and round")
+    rounds: int = option(3, "rounds per prompt (each arm once per round, in a fresh order)")
+    repeats: int = option(5, "repetitions per thread count (after one that warms up)")
+    seed: int = option(0, "the seed of the orders and of sampling at temperature 1")
+    out: str | None = option(None, "the record's path (default results/bench/engine-loop-cost-<cpu>.json)")
+    fresh: bool = option(False, "discard a partial record with these settings", once=True)
+
+    def check(self) -> None:
+        check_ints("threads", self.threads, low=1)
+        self.settings()  # the settings check themselves, before anything loads
+
+    def settings(self) -> Any:
+        """The run's design (:class:`specdec.measure.loopcost.LoopCost`)."""
+        from specdec.measure.loopcost import LoopCost
+
+        given = self.options()
+        given.pop("fresh")
+        return LoopCost(**given)
+
+    def run(self) -> int:
+        from specdec.measure.benchargs import report
+        from specdec.measure.loopcost import run_record
+
+        record, path = run_record(self.settings(), command=self.command(), fresh=self.fresh)
+        for threads, entry in record["summary"].items():
+            print(f"{threads}: {entry}")
+        report(path)
+        return 0

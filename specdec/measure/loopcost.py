@@ -1,0 +1,344 @@
+"""The decoding loop's cost over the bare C step, before and after a change of its Python (issue 40).
+
+A plain step of the lean q4q8 engine is one C forward; everything else in :func:`autoregressive`'s step
+is Python, numpy and torch between two forwards. Each torch operation there cost about 20 us in dev
+probes on a 2-core EPYC (1 us when timed alone: the forward's weight stream leaves the interpreter's and
+torch's code and data cold), so the loop's overhead is measured where it runs, not by timeit.
+
+The design, per thread count: ``repeats`` repetitions (after one that warms up and is dropped), each
+running two worker processes in a fresh random order, one on the package of the ``before`` commit (its
+``specdec`` extracted from git into a temporary folder) and one on this checkout's. A worker
+(:data:`WORKER`, which uses only the API both share) opens the lean q4q8 target at that thread count and,
+for each prompt (the development prompts of :func:`specdec.measure.draftcost.dev_texts`, in a fresh order)
+runs ``rounds`` rounds, each running its three arms once in a fresh order (so that a drift of the
+machine's speed over a worker's seconds falls on every arm alike):
+
+* ``bare`` -- the C forward of one token and numpy's argmax, nothing else: ids and logits in arrays made
+  once, the cache's address read once (:meth:`specdec.engine.native.Q8Forward.forward`, the one Python
+  call that any loop must make), ``tokens`` greedy steps after the prompt's prefill;
+* ``loop-0`` and ``loop-1`` -- :func:`specdec.engine.decoding.autoregressive` at temperature 0 and 1
+  (seed ``seed``, no EOS stop, so exactly ``tokens`` tokens), its time less its prefill's.
+
+Seconds per token per (prompt, arm, round). The summary is :func:`summarize`'s: the loop's overhead over
+the bare step within each worker (paired by round), its change from before to after (paired by
+repetition and prompt), and after over before per arm across the two processes, where the bare arm (the
+same C library in both) shows what two processes differ by alone. A worker's own load is in its
+repetition's ``loads`` (the cells' ``cell_load`` counts the workers as other processes).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdec.measure.runner import RunSettings, not_key
+from specdec.theory.checks import check_int
+
+__all__ = ["ARMS", "LoopCost", "WORKER", "package_at", "run_record", "run_worker", "summarize"]
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The arms a worker times per prompt.
+ARMS = ("bare", "loop-0", "loop-1")
+Log = Callable[[str], None]
+
+#: The worker's program (``python -c``), on whichever ``specdec`` comes first on its path: a JSON job on
+#: stdin (threads, prompts, tokens, seed, order), a JSON result on stdout. It uses only the API the
+#: ``before`` commits share: ``open_engine``, ``autoregressive``, ``LeanLlama.forward`` / ``new_cache``
+#: and ``leannative.q8_forward``.
+WORKER = r"""
+import json, sys, time
+import numpy as np, torch
+from specdec.engine.builder import EngineSpec, open_engine
+from specdec.engine.decoding import autoregressive
+from specdec.engine.leannative import q8_forward
+
+job = json.load(sys.stdin)
+target = open_engine(EngineSpec("lean", "q4q8", job["threads"])).model
+torch.set_num_threads(1)  # the C pool owns the cores, as in the decoding loop
+fw = q8_forward(target)
+V, L, T = target.head.out_features, target.num_layers, target.threads
+
+
+def bare(prompt, n):
+    cache = target.new_cache(len(prompt) + n)
+    target.forward(torch.tensor(prompt[:-1]), 0, cache, keep=1)
+    c, ids, out = cache.numpy(), np.zeros(1, np.int64), np.empty((1, V), np.float32)
+    where, tok, new = (ids.ctypes.data, c.ctypes.data, c.shape[3], out.ctypes.data), prompt[-1], []
+    t0 = time.perf_counter()
+    for i in range(n):
+        ids[0] = tok
+        fw.forward(where[0], 1, len(prompt) - 1 + i, where[1], where[2], where[3], 1, L, T)
+        tok = int(out[0].argmax())
+        new.append(tok)
+    return (time.perf_counter() - t0) / n, new
+
+
+def loop(prompt, n, temperature):
+    t0 = time.perf_counter()
+    g = autoregressive(target, prompt, max_new_tokens=n, temperature=temperature, seed=job["seed"])
+    return (time.perf_counter() - t0 - g.stats.prefill_s) / len(g.tokens), list(g.tokens)
+
+
+arms = {"bare": lambda p: bare(p, job["tokens"])}
+arms |= {f"loop-{t}": (lambda p, t=t: loop(p, job["tokens"], float(t))) for t in (0, 1)}
+warm = job["prompts"][0]
+for arm in arms.values():
+    arm(warm[: max(2, len(warm) // 4)])
+result = {}
+for i in job["order"]:
+    prompt = job["prompts"][i]
+    result[i] = {name: {"s_per_token": [], "tokens": None} for name in arms}
+    for order in job["arms"][i]:  # one round per entry: every arm once, in that order
+        for name in order:
+            seconds, new = arms[name](prompt)
+            result[i][name]["s_per_token"].append(seconds)
+            result[i][name]["tokens"] = new
+import specdec
+json.dump({"specdec": specdec.__file__, "prompts": result}, sys.stdout)
+"""
+
+
+@dataclass
+class LoopCost(RunSettings):
+    """The run's design (its record's ``settings``): the ``before`` commit, thread counts, prompts,
+    tokens per arm, repetitions and seed. ``out`` is where the record goes."""
+
+    before: str = "bd13e7a"
+    threads: tuple[int, ...] = (1, 2)
+    prompts: int = 8
+    tokens: int = 32
+    rounds: int = 3
+    repeats: int = 5
+    seed: int = 0
+    out: str | None = not_key()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.before, str) or not self.before.strip():
+            raise ValueError(f"before must name a git commit; got {self.before!r}")
+        check_int("prompts", self.prompts, low=2)
+        check_int("tokens", self.tokens, low=2)
+        check_int("rounds", self.rounds, low=1)
+        check_int("repeats", self.repeats, low=1)
+        check_int("seed", self.seed, low=0)
+        values = tuple(sorted({check_int("each of threads", v, low=1) for v in self.threads}))
+        if not values:
+            raise ValueError("threads must hold at least one value")
+        self.threads = values
+
+
+def package_at(commit: str, folder: Path) -> str:
+    """Extract ``specdec`` of ``commit`` (``git archive``) into ``folder``; returns the full commit id."""
+    done = subprocess.run(["git", "archive", commit, "specdec"], cwd=ROOT, capture_output=True, timeout=120)
+    if done.returncode != 0:
+        raise ValueError(f"git cannot archive specdec at {commit!r}: {done.stderr.decode(errors='replace')}")
+    with tarfile.open(fileobj=BytesIO(done.stdout)) as archive:
+        archive.extractall(folder, filter="data")
+    return subprocess.run(
+        ["git", "rev-parse", commit], cwd=ROOT, capture_output=True, text=True, timeout=60
+    ).stdout.strip()
+
+
+def run_worker(path: Path, job: Mapping[str, Any], timeout_s: float = 1800) -> dict[str, Any]:
+    """Run :data:`WORKER` on the ``specdec`` under ``path`` with ``job``, from that folder (``python -c``
+    puts the working folder first on the path, before ``PYTHONPATH``); checks that it imported that
+    package. Returns its result by prompt index and its load (its CPU time counted as this process's)."""
+    import os
+    import resource
+
+    from specdec.measure.runner import cpu_counters, load_during
+
+    def counters() -> dict[str, float]:
+        child = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (c := cpu_counters()) | {"own_s": c["own_s"] + child.ru_utime + child.ru_stime}
+
+    env = {**os.environ, "PYTHONPATH": str(path)}
+    c0, t0 = counters(), time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=path,
+        timeout=timeout_s,
+    )
+    load = load_during(c0, counters(), time.perf_counter() - t0, int(job["threads"]))
+    if done.returncode != 0:
+        raise RuntimeError(f"the loop-cost worker on {path} failed:\n{done.stderr[-3000:]}")
+    out = json.loads(done.stdout)
+    if Path(out["specdec"]).resolve().parent.parent != Path(path).resolve():
+        raise RuntimeError(f"the worker for {path} imported {out['specdec']}, not that folder's package")
+    return {"prompts": {int(i): arms for i, arms in out["prompts"].items()}, "load": load}
+
+
+def run_record(
+    settings: LoopCost, *, command: str, fresh: bool = False, log: Log = print
+) -> tuple[dict[str, Any], Path]:
+    """Run every cell (one per thread count and repetition; resuming a partial record with the same
+    settings unless ``fresh``) and write the record; returns it and its path."""
+    from specdec.engine.machine import cpu_identity
+    from specdec.measure.core import environment
+    from specdec.measure.device import device_slug
+    from specdec.measure.draftcost import dev_texts
+    from specdec.measure.modes import machine_identity
+    from specdec.measure.runner import open_partial, run_cells
+    from specdec.theory.recordio import write_record
+    from specdec.train.workloads import chat_prompt_ids
+
+    env = environment(dtype="q4q8", device="cpu")
+    path = (
+        Path(settings.out)
+        if settings.out
+        else ROOT / "results" / "bench" / f"engine-loop-cost-{device_slug(env['device_name'])}.json"
+    )
+    record = open_partial(path, settings, fresh=fresh, what="loop-cost run") or {
+        "kind": "engine-loop-cost",
+        "command": command,
+        "settings": settings.to_record(),
+    }
+    from specdec.engine.builder import EngineSpec, open_engine
+
+    tokenizer = open_engine(EngineSpec("lean", "q4q8", 1)).tokenizer  # the target's, as the workers open it
+    prompts = [chat_prompt_ids(tokenizer, t[:1500]) for t in dev_texts(settings.prompts)]
+    with tempfile.TemporaryDirectory() as tmp:
+        before_id = package_at(settings.before, Path(tmp))
+        record |= {
+            "machine": machine_identity(),
+            "cpu": cpu_identity(),
+            "environment": env,
+            "versions": {"before": before_id, "after": env.get("git_commit")},
+            "prompt_tokens": [len(p) for p in prompts],
+            "arms": {
+                "bare": "the C forward of one token and numpy's argmax, arrays made once (the loop's floor)",
+                "loop-0": "autoregressive() greedy, its time less its prefill's",
+                "loop-1": "autoregressive() at temperature 1, its time less its prefill's",
+            },
+        }
+        roots = {"before": Path(tmp), "after": ROOT}
+        cells = []
+        for threads in settings.threads:
+            for rep in range(settings.repeats + 1):
+                cells.append(
+                    (
+                        f"{threads}t-{rep}",
+                        lambda t=threads, r=rep: _repetition(settings, prompts, roots, t, r),
+                    )
+                )
+
+        def keep(cid: str, result: Any) -> None:
+            record.setdefault("cells", {})[cid] = result
+            log(f"{cid}: done")
+
+        run_cells(record, cells, path, keep=keep, threads=max(settings.threads), log=log,
+                  save=lambda: write_record(path, record))  # fmt: skip
+    record["summary"] = summarize(record["cells"], settings)
+    write_record(path, record)
+    return record, path
+
+
+def _repetition(
+    settings: LoopCost, prompts: Sequence[Sequence[int]], roots: Mapping[str, Path], threads: int, rep: int
+) -> dict[str, Any]:
+    """One repetition: both versions' workers in a fresh order, each on every prompt in a fresh order,
+    each prompt's rounds of the arms in fresh orders."""
+    rng = np.random.default_rng([settings.seed, threads, rep])
+    versions = [str(v) for v in rng.permutation(sorted(roots))]
+    out: dict[str, Any] = {"order": versions, "loads": {}}
+    for version in versions:
+        job = {
+            "threads": threads,
+            "prompts": [list(p) for p in prompts],
+            "tokens": settings.tokens,
+            "seed": settings.seed,
+            "order": [int(i) for i in rng.permutation(len(prompts))],
+            "arms": [
+                [[str(a) for a in rng.permutation(ARMS)] for _ in range(settings.rounds)] for _ in prompts
+            ],
+        }
+        result = run_worker(roots[version], job)
+        out[version] = [result["prompts"][i] for i in range(len(prompts))]
+        out["loads"][version] = result["load"]
+    return out
+
+
+def _per_prompt(reps: Sequence[Any], version: str, value: Callable[[Any], float]) -> list[list[float]]:
+    """value(prompt's arms) per prompt (rows) and repetition (columns)."""
+    return [[value(rep[version][i]) for rep in reps] for i in range(len(reps[0][version]))]
+
+
+def _mean_ci(per_prompt: Sequence[Sequence[float]], seed: int = 0) -> list[float]:
+    """The mean over prompts of each prompt's median over repetitions, with its bootstrap interval."""
+    from specdec.theory.intervals import bootstrap_ci
+
+    return list(bootstrap_ci([float(np.median(x)) for x in per_prompt], seed=seed))
+
+
+def summarize(cells: Mapping[str, Any], settings: LoopCost) -> dict[str, Any]:
+    """Per thread count and version: the bare step's ms per token; each loop's ms per token over the bare
+    step's (loop - bare, the median over a prompt's rounds of the paired differences) and its time ratio
+    loop / bare; then after minus before of that overhead, paired by repetition (the two workers of one
+    repetition) and prompt; and after over before per arm (a time ratio across processes: the bare arm,
+    whose C library both share, shows what the processes alone differ by). Each value the mean (ratios:
+    geometric mean) over prompts of the median over repetitions, with a bootstrap interval over prompts.
+    Also whether the greedy loop's tokens equal the bare step's and the versions' tokens agree."""
+    from specdec.theory.intervals import paired_speedup
+
+    def ms(arms: Any, arm: str) -> float:
+        return 1e3 * float(np.median(arms[arm]["s_per_token"]))
+
+    def over(arms: Any, arm: str) -> float:  # the loop's overhead in ms per token, paired by round
+        pairs = zip(arms[arm]["s_per_token"], arms["bare"]["s_per_token"], strict=True)
+        return 1e3 * float(np.median([a - b for a, b in pairs]))
+
+    out: dict[str, Any] = {}
+    for threads in settings.threads:
+        reps = [cells[f"{threads}t-{r}"] for r in range(1, settings.repeats + 1)]  # repetition 0 warms up
+        entry: dict[str, Any] = {}
+        for version in ("before", "after"):
+            bare = _per_prompt(reps, version, lambda a: ms(a, "bare"))
+            entry[version] = {"bare_ms": float(np.mean([np.median(x) for x in bare]))}
+            for arm in ARMS[1:]:
+                entry[version][f"{arm}_minus_bare_ms"] = _mean_ci(
+                    _per_prompt(reps, version, lambda a, m=arm: over(a, m))
+                )
+                loop = _per_prompt(reps, version, lambda a, m=arm: ms(a, m))
+                entry[version][f"{arm}_over_bare"] = list(paired_speedup(loop, bare))
+        entry["overhead_after_minus_before_ms"] = {
+            arm: _mean_ci(
+                [
+                    [over(rep["after"][i], arm) - over(rep["before"][i], arm) for rep in reps]
+                    for i in range(len(reps[0]["after"]))
+                ]
+            )
+            for arm in ARMS[1:]
+        }
+        entry["after_over_before"] = {
+            arm: list(
+                paired_speedup(
+                    _per_prompt(reps, "after", lambda a, m=arm: ms(a, m)),
+                    _per_prompt(reps, "before", lambda a, m=arm: ms(a, m)),
+                )
+            )
+            for arm in ARMS
+        }
+        every = [rep[v][i] for rep in reps for v in ("before", "after") for i in range(len(rep[v]))]
+        entry["greedy_loop_equals_bare"] = all(a["loop-0"]["tokens"] == a["bare"]["tokens"] for a in every)
+        entry["versions_agree"] = all(
+            rep["before"][i][arm]["tokens"] == rep["after"][i][arm]["tokens"]
+            for rep in reps
+            for i in range(len(rep["before"]))
+            for arm in ARMS
+        )
+        out[f"{threads}t"] = entry
+    return out

@@ -1,0 +1,87 @@
+"""The loop-cost run's design and summary (specdec.measure.loopcost), on made-up worker results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec.measure.loopcost import ARMS, LoopCost, summarize
+
+
+def worker(bare_ms: float, over_ms: dict[str, float], rounds: int, prompts: int, gen, tokens=None):
+    """One worker's result: per prompt and arm, seconds per token per round (a shared drift per round)."""
+    out = []
+    for i in range(prompts):
+        drift = gen.normal(0, 0.3, rounds)  # a round's drift falls on every arm alike
+        arms = {}
+        for arm in ARMS:
+            ms = bare_ms + i * 0.1 + drift + (0.0 if arm == "bare" else over_ms[arm])
+            arms[arm] = {"s_per_token": list(ms / 1e3), "tokens": tokens or [1, 2, 3]}
+        out.append(arms)
+    return out
+
+
+def cells(settings: LoopCost, before: dict, after: dict, *, after_bare: float = 4.0, seed: int = 0):
+    gen = np.random.default_rng(seed)
+    out = {}
+    for threads in settings.threads:
+        for rep in range(settings.repeats + 1):
+            out[f"{threads}t-{rep}"] = {
+                "before": worker(4.0, before, settings.rounds, settings.prompts, gen),
+                "after": worker(after_bare, after, settings.rounds, settings.prompts, gen),
+            }
+    return out
+
+
+def test_the_overhead_is_paired_by_round_and_its_change_by_repetition():
+    settings = LoopCost(threads=(1,), prompts=6, rounds=3, repeats=4)
+    before, after = {"loop-0": 0.30, "loop-1": 0.90}, {"loop-0": 0.10, "loop-1": 0.40}
+    # the after process is 10 % slower at everything (another process's luck): the overhead must not see it
+    entry = summarize(cells(settings, before, after, after_bare=4.4), settings)["1t"]
+    for arm in ("loop-0", "loop-1"):
+        est, lo, hi = entry["before"][f"{arm}_minus_bare_ms"]
+        assert est == pytest.approx(before[arm], abs=1e-9) and lo <= est <= hi
+        assert entry["after"][f"{arm}_minus_bare_ms"][0] == pytest.approx(after[arm], abs=1e-9)
+        change = entry["overhead_after_minus_before_ms"][arm][0]
+        assert change == pytest.approx(after[arm] - before[arm], abs=1e-9)
+        ratio = entry["before"][f"{arm}_over_bare"][0]
+        assert 1 < ratio < 1 + before[arm] / 4.0 + 0.01
+    # across processes the bare arm shows the processes' difference: after / before ~ 4.4 / 4.0
+    assert entry["after_over_before"]["bare"][0] == pytest.approx(1.1, rel=0.03)
+    assert entry["after"]["bare_ms"] > entry["before"]["bare_ms"]
+    assert entry["greedy_loop_equals_bare"] and entry["versions_agree"]
+
+
+def test_disagreeing_tokens_are_reported():
+    settings = LoopCost(threads=(2,), prompts=3, rounds=1, repeats=1)
+    data = cells(settings, {"loop-0": 0.1, "loop-1": 0.2}, {"loop-0": 0.1, "loop-1": 0.2})
+    data["2t-1"]["after"][0]["loop-1"]["tokens"] = [9, 9, 9]
+    entry = summarize(data, settings)["2t"]
+    assert entry["greedy_loop_equals_bare"] and not entry["versions_agree"]
+    data["2t-1"]["before"][2]["loop-0"]["tokens"] = [7]
+    assert not summarize(data, settings)["2t"]["greedy_loop_equals_bare"]
+
+
+def test_the_repetition_that_warms_up_is_left_out():
+    settings = LoopCost(threads=(1,), prompts=3, rounds=2, repeats=1)  # with repetition 0, a median of 2
+    data = cells(settings, {"loop-0": 0.2, "loop-1": 0.5}, {"loop-0": 0.2, "loop-1": 0.5})
+    for arms in data["1t-0"]["after"]:
+        arms["loop-0"]["s_per_token"] = [1.0, 1.0]  # a cold first repetition: one second a token
+    assert summarize(data, settings)["1t"]["after"]["loop-0_minus_bare_ms"][0] == pytest.approx(0.2, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("before", " ", "before must name a git commit"),
+        ("prompts", 1, "prompts"),
+        ("tokens", 1, "tokens"),
+        ("rounds", 0, "rounds"),
+        ("repeats", 0, "repeats"),
+        ("threads", (), "threads must hold at least one value"),
+        ("threads", (0,), "each of threads"),
+    ],
+)
+def test_bad_settings_are_refused(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        LoopCost(**{field: value})
