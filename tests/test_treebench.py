@@ -203,8 +203,9 @@ def test_the_noharm_sets_decode_their_own_frozen_prompts_with_their_policies():
              "noharm-v8": "noharm-v8.jsonl", "noharm-v9": "noharm-v9.jsonl",
              "noharm-v10": "noharm-v10.jsonl", "noharm-v11": "noharm-v11.jsonl",
              "noharm-v12": "noharm-v12.jsonl", "noharm-v13": "noharm-v13.jsonl",
-             "noharm-v14": "noharm-v14.jsonl", "noharm-v15": "noharm-v15.jsonl"}  # fmt: skip
-    small_sets = ("noharm-v11", "noharm-v12", "noharm-v13", "noharm-v14", "noharm-v15")
+             "noharm-v14": "noharm-v14.jsonl", "noharm-v15": "noharm-v15.jsonl",
+             "noharm-v16": "noharm-v16.jsonl"}  # fmt: skip
+    small_sets = ("noharm-v11", "noharm-v12", "noharm-v13", "noharm-v14", "noharm-v15", "noharm-v16")
     for name, file in names.items():
         assert tb.SETS[name].prompts.name == file and tb.SETS[name].prompts.exists()
         small = name in small_sets  # from the eleventh on, budgets of one and two nodes beside v3's

@@ -253,6 +253,9 @@ SETS = {
     "noharm-v14": _small_again("noharm-v14.jsonl", shadow=True, plain_at="anywhere"),
     # a fifteenth time, the fourteenth's design again: whether its verdict holds on prompts frozen for it
     "noharm-v15": _small_again("noharm-v15.jsonl", shadow=True, plain_at="anywhere"),
+    # a sixteenth time, the fifteenth's design after the plain step runs no torch between two C forwards
+    # and draws its token in C (2c2b0d3): the step every never-drafting round shares with plain decoding
+    "noharm-v16": _small_again("noharm-v16.jsonl", shadow=True, plain_at="anywhere"),
 }
 
 
@@ -488,7 +491,7 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v15``: the file of that name;
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v16``: the file of that name;
     a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
@@ -505,7 +508,8 @@ class TreesRun(Program):
     their calibrations timed; ``noharm-v10`` after decoding keeps its freed memory; ``noharm-v11`` with
     budgets of one and two nodes, acceptance per budget and the run's curves pooled by their upper
     quartile; ``noharm-v12`` and ``noharm-v13`` the same with shadow probes; ``noharm-v14`` and
-    ``noharm-v15`` the same with the plain decoder anywhere in each repetition's order). The record is
+    ``noharm-v15`` the same with the plain decoder anywhere in each repetition's order; ``noharm-v16``
+    the same after the plain step's torch-free path). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
