@@ -109,3 +109,32 @@ def test_argmax_at_is_argmax_of_the_row():
         assert argmax_at(x, r) == int(argmax(x[r])) == int(argmax(x[r].numpy()))
     assert argmax_at(x.to(torch.bfloat16), 2) == 1  # torch's own path
     assert argmax_at(x.numpy(), 1) == 0  # a NaN counts as the largest
+
+
+def test_float32_rows_go_to_c_and_the_rest_to_sample(monkeypatch):
+    """The dispatch: a float32 row reaches the C draw; without the library every row goes to sample."""
+    needs_c()
+    row = np.stack([rows(2)[1]])
+    calls = []
+    real = draw._sample_cdf()
+
+    def spy(*args):
+        calls.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(draw, "_sample_cdf", lambda: spy)
+    a, b = np.random.default_rng(3), np.random.default_rng(3)
+    assert draw.draw_at(torch.from_numpy(row), 0, a) == sample(row[0], b) and calls == [row.shape[1]]
+    draw.draw_at(row.astype(np.float64), 0, a)  # float64: sample's path
+    assert calls == [row.shape[1]]
+    monkeypatch.setattr(draw, "_sample_cdf", lambda: None)  # no library here
+    a, b = np.random.default_rng(4), np.random.default_rng(4)
+    assert draw.draw_at(row, 0, a) == sample(row[0], b) and calls == [row.shape[1]]
+    assert not draw.prepare_draw()
+
+
+def test_sample_refuses_more_than_one_row():
+    probs = np.full((2, 3), 1 / 3, np.float32)
+    for given in (probs, torch.from_numpy(probs), torch.from_numpy(probs).double()):
+        with pytest.raises(ValueError, match="one row"):
+            sample(given, np.random.default_rng(0))

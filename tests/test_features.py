@@ -294,3 +294,20 @@ def test_q8_linear_refuses_bad_arguments(linear):
     assert lib.specdec_q8_linear(linear.handle, x.ctypes.data, 2, y.ctypes.data, 1025) == -2
     status = ctypes.c_int32(0)
     assert not lib.specdec_q8_linear_new(None, ctypes.byref(status)) and status.value == -2
+
+
+def test_a_sessions_embeds_are_checked_as_the_models_are():
+    """Through a session's native call (numpy only): a float32 tensor, an array or a list of rows give the
+    same logits; another dtype or shape is refused naming embeds."""
+    needs_q8()
+    model = LeanLlama(wide_model(), "q4q8", threads=1)
+    rows = torch.randn(3, model.hidden, generator=torch.Generator().manual_seed(0))
+    ids = [1, 2, 3]
+    out = []
+    for given in (rows, rows.numpy().copy(), rows.tolist()):
+        session = model.session()
+        out.append(session.forward(ids, embeds=given))
+    assert torch.equal(out[0], out[1]) and torch.equal(out[0], out[2])
+    for bad in (rows.to(torch.bfloat16), rows[:2], rows.double().numpy()):
+        with pytest.raises(ValueError, match="embeds must be a float32"):
+            model.session().forward(ids, embeds=bad)

@@ -70,3 +70,31 @@ def test_break_even_alpha_refuses_a_tolerance_that_would_never_end():
 
     with pytest.raises(ValueError, match=r"tol must be a finite number in \(0.0, 0.5\); got 0.0"):
         break_even_alpha(0.1, {2: 1.0}, tol=0.0)
+
+
+def test_loop_cost_reads_each_temperature_of_the_summary():
+    from specdec.analysis.hardware import loop_cost
+
+    side = lambda k: {  # noqa: E731
+        "bare_ms": 4.0 + k,
+        "loop-0_minus_bare_ms": [0.1 * k, 0.0, 0.2],
+        "loop-0_over_bare": [1.02, 1.0, 1.04],
+        "loop-1_minus_bare_ms": [0.5 + k, 0.4, 0.6],
+        "loop-1_over_bare": [1.2, 1.1, 1.3],
+    }
+    summary = {
+        "before": side(0),
+        "after": side(1),
+        "overhead_after_minus_before_ms": {"loop-0": [-0.1, -0.2, 0.0], "loop-1": [-0.3, -0.4, -0.2]},
+        "after_over_before": {"bare": [1.0, 0.9, 1.1], "loop-0": [0.98, 0.9, 1.0], "loop-1": [0.9, 0.8, 1.0]},
+    }
+    record = {"kind": "engine-loop-cost", "summary": {"2t": summary}}
+    rows = loop_cost(record, 2)
+    assert [r["temperature"] for r in rows] == [0, 1]
+    assert rows[1]["overhead_ms_after"] == (1.5, 0.4, 0.6) and rows[1]["bare_ms_before"] == 4.0
+    assert rows[0]["overhead_change_ms"] == (-0.1, -0.2, 0.0) and rows[1]["loop_after_over_before"][0] == 0.9
+    assert rows[0]["bare_after_over_before"] == (1.0, 0.9, 1.1)
+    with pytest.raises(ValueError, match="threads must be one of"):
+        loop_cost(record, 1)
+    with pytest.raises(ValueError, match="engine-loop-cost"):
+        loop_cost({"kind": "engine-modes"}, 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.measure.loopcost import ARMS, LoopCost, summarize
+from specdec.measure.loopcost import ARMS, LoopCost, crossed_ci, summarize
 
 
 def worker(bare_ms: float, over_ms: dict[str, float], rounds: int, prompts: int, gen, tokens=None):
@@ -50,6 +50,48 @@ def test_the_overhead_is_paired_by_round_and_its_change_by_repetition():
     assert entry["after_over_before"]["bare"][0] == pytest.approx(1.1, rel=0.03)
     assert entry["after"]["bare_ms"] > entry["before"]["bare_ms"]
     assert entry["greedy_loop_equals_bare"] and entry["versions_agree"]
+
+
+def skewed() -> tuple[LoopCost, dict]:
+    """Two prompts, three rounds, three repetitions, where a difference of medians and a median of paired
+    differences part: each round's and each repetition's slowness falls on one arm or one version."""
+    settings = LoopCost(threads=(1,), prompts=2, rounds=3, repeats=3)
+    loop_ms, bare_ms = (
+        [4.3, 4.35, 8.0],
+        [4.0, 7.9, 4.2],
+    )  # per round: paired 0.3, -3.55, 3.8; medians 4.35 - 4.2
+    over = {"after": [0.1, 0.9, 0.15], "before": [0.3, 1.1, 0.9]}  # per repetition: paired -0.2 each but one
+
+    def arms(extra: float) -> dict:
+        loop = [ms + extra for ms in loop_ms]
+        side = {a: {"s_per_token": [ms / 1e3 for ms in loop], "tokens": [1]} for a in ("loop-0", "loop-1")}
+        return {"bare": {"s_per_token": [ms / 1e3 for ms in bare_ms], "tokens": [1]}, **side}
+
+    data = {
+        f"1t-{r}": {v: [arms(over[v][r - 1] if r else 0.0) for _ in range(2)] for v in over} for r in range(4)
+    }
+    return settings, data
+
+
+def test_a_skewed_round_or_repetition_is_paired_not_compared_by_medians():
+    settings, data = skewed()
+    entry = summarize(data, settings)["1t"]
+    # within a worker: the median over rounds of loop - bare (0.3 + the repetition's extra), not 4.35 - 4.2
+    assert entry["after"]["loop-0_minus_bare_ms"][0] == pytest.approx(0.3 + 0.15, abs=1e-9)
+    assert entry["after"]["loop-0_over_bare"][0] == pytest.approx(
+        np.median(np.array([4.45, 4.5, 8.15]) / [4.0, 7.9, 4.2])
+    )
+    # after - before paired by repetition: -0.2, -0.2, -0.75 -> -0.2 (the medians' difference would be -0.75)
+    assert entry["overhead_after_minus_before_ms"]["loop-0"][0] == pytest.approx(-0.2, abs=1e-9)
+
+
+def test_the_crossed_interval_sees_a_repetitions_shared_luck():
+    """A repetition whose two processes differ for every prompt alike: prompts alone would give a point."""
+    values = np.array([[1.0, 1.0, 3.0, 1.0, 1.0]] * 6)  # every prompt, one lucky repetition
+    est, lo, hi = crossed_ci(values)
+    assert est == 1.0 and lo == 1.0 and hi > 1.0  # resampling repetitions can draw the odd one often
+    est, lo, hi = crossed_ci(np.full((4, 3), 2.0), log=True)
+    assert est == pytest.approx(2.0) and lo == pytest.approx(2.0) and hi == pytest.approx(2.0)
 
 
 def test_disagreeing_tokens_are_reported():

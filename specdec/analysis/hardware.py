@@ -5,8 +5,9 @@ curves with their intervals), ``specdec run gpu-record`` (a GPU's T(b, k)) and
 ``specdec run dynamic-gamma`` (adaptive draft lengths against fixed ones,
 :func:`adaptive_vs_fixed`) and ``specdec run verify-kernels`` (the lean q4q8 engine's verify curve
 before and after a change of its C kernels, with the floor per k: :func:`kernel_curves`,
-:func:`kernel_floors`, :func:`kernel_goals`); computes nothing by timing. The one model of a speedup used here
-is Theorem 3.8 with the verify pass priced at its measured cost,
+:func:`kernel_floors`, :func:`kernel_goals`) and ``specdec run loop-cost`` (the decoding loop's time per
+token over the bare C step, before and after: :func:`loop_cost`); computes nothing by timing. The one
+model of a speedup used here is Theorem 3.8 with the verify pass priced at its measured cost,
 ``E[T](alpha, gamma) / (gamma c + v(gamma + 1))`` with ``v(k) = T(k) / T(1)``
 (:func:`specdec.theory.speedup.walltime_speedup_measured`), maximised over the gammas whose verify
 cost was measured (:func:`best_gamma_on_curve`; per batch of a cost surface,
@@ -29,6 +30,7 @@ from specdec.theory.speedup import (  # Theorem 3.8 on a curve lives in theory; 
 __all__ = [
     "DRAFT_COST_GOALS",
     "KERNEL_GOALS",
+    "LOOP_GOAL",
     "adaptive_vs_fixed",
     "batch_gains",
     "best_gamma_on_curve",
@@ -39,6 +41,7 @@ __all__ = [
     "gpu_surface",
     "kernel_curves",
     "kernel_decode",
+    "loop_cost",
     "kernel_floor_parts",
     "kernel_floors",
     "kernel_goals",
@@ -352,4 +355,35 @@ def draft_costs(record: Mapping[str, Any]) -> list[dict[str, Any]]:
             "decode_speedup": s.get("decode_speedup"), "goal_of": which, "goal": goal,
             "met": None if goal is None else s["after"][which] <= goal,
         })  # fmt: skip
+    return rows
+
+
+#: Issue 40's goal for the decoding loop: its time per token within this factor of the bare step's
+LOOP_GOAL = 1.15
+
+
+def loop_cost(record: Mapping[str, Any], threads: int) -> list[dict[str, Any]]:
+    """A loop-cost record (kind ``engine-loop-cost``, :mod:`specdec.measure.loopcost`) at ``threads``: one
+    row per temperature of the loop (0, 1), each with the bare step's ms per token before and after, the
+    loop's overhead over it in ms per token and loop / bare per version (est, low, high), the overhead's
+    change after minus before (est, low, high) and after over before of the loop and of the bare step
+    across the two processes (time ratios: below 1 is faster)."""
+    if record.get("kind") != "engine-loop-cost":
+        raise ValueError(f"record must be an engine-loop-cost record; got kind {record.get('kind')!r}")
+    entry = record["summary"].get(f"{threads}t")
+    if entry is None:
+        raise ValueError(f"threads must be one of the record's {sorted(record['summary'])}; got {threads!r}")
+    rows = []
+    for temperature in (0, 1):
+        arm = f"loop-{temperature}"
+        row: dict[str, Any] = {"temperature": temperature}
+        for version in ("before", "after"):
+            side = entry[version]
+            row[f"bare_ms_{version}"] = float(side["bare_ms"])
+            row[f"overhead_ms_{version}"] = tuple(map(float, side[f"{arm}_minus_bare_ms"]))
+            row[f"over_bare_{version}"] = tuple(map(float, side[f"{arm}_over_bare"]))
+        row["overhead_change_ms"] = tuple(map(float, entry["overhead_after_minus_before_ms"][arm]))
+        row["loop_after_over_before"] = tuple(map(float, entry["after_over_before"][arm]))
+        row["bare_after_over_before"] = tuple(map(float, entry["after_over_before"]["bare"]))
+        rows.append(row)
     return rows

@@ -37,7 +37,7 @@ import torch
 
 from specdec.engine.cores import engine_owns_cores
 from specdec.engine.drafters import ChainTree, Drafter, Proposal
-from specdec.engine.draw import draw_at
+from specdec.engine.draw import draw_at, prepare_draw
 from specdec.engine.lm import CachedLM, open_lm
 from specdec.engine.stats import Stats
 from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int, is_int
@@ -590,6 +590,8 @@ def start_generation(
     check_optional_int(
         "eos_token_id", eos_token_id, low=0, high=lm.vocab_size - 1, note="or None; the target's vocabulary"
     )
+    if temperature > 0:
+        prepare_draw()  # the C draw's library loaded (built on first use) here, outside every timer
     return lm, [int(t) for t in prompt]
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from specdec.theory.sampling import sample
 
-__all__ = ["draw_at"]
+__all__ = ["draw_at", "prepare_draw"]
 
 
 @lru_cache(maxsize=1)
@@ -34,6 +34,12 @@ def _sample_cdf() -> Any:
     function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.POINTER(ctypes.c_double)]
     function.restype = ctypes.c_int64
     return function
+
+
+def prepare_draw() -> bool:
+    """Load the C draw (building the q4q8 library on first use) before a generation's timers start;
+    whether it is there (else :func:`draw_at` falls back to :func:`~specdec.theory.sampling.sample`)."""
+    return _sample_cdf() is not None
 
 
 def draw_at(probs: Any, row: int, rng: np.random.Generator) -> int:

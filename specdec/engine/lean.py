@@ -696,7 +696,8 @@ class LeanSession(Session):
     session's feature buffer at the call's cache slots, so it stays as it is until a later call writes
     those slots (one at or below them after a :meth:`crop`; copy it to keep it longer); a grown cache or a
     reset makes a fresh buffer (views of the old one stay valid). A native mode's call runs no torch
-    operation but wrapping the logits (:func:`specdec.engine.leannative.native_logits`).
+    operation but wrapping the logits (:func:`specdec.engine.leannative.native_logits`; a kept-vocabulary
+    head's widening aside). ``cache`` is replaced only through ``_set_cache``, which keeps its numpy view.
     """
 
     def __init__(self, model: LeanLlama) -> None:
@@ -717,8 +718,6 @@ class LeanSession(Session):
             out = self._feats[start : start + len(ids)]
         self.features = out
         if model.mode in NATIVE_MODES:  # numpy only between two C forwards (leannative.native_logits)
-            if isinstance(embeds, torch.Tensor):
-                embeds = embeds.detach().numpy()
             logits = leannative.native_logits(model, ids, start, self._cache_np, keep, tree, embeds, out)
             return model._full_logits(torch.from_numpy(logits))
         feats, parents = (

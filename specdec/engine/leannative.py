@@ -306,10 +306,16 @@ def native_forward(
 
 
 def _float_rows(name: str, value: Any, shape: tuple[int, int], *, written: bool = False) -> np.ndarray:
-    """``value`` checked as a float32 numpy array of ``shape`` (C-contiguous if ``written``; a read one is
-    copied to contiguous rows), or ValueError naming it."""
+    """``value`` (a numpy array, a float32 CPU tensor read in place, or a list read as float32) checked as a
+    float32 array of ``shape`` (C-contiguous if ``written``; a read one is copied to contiguous rows), or
+    ValueError naming it."""
+    if isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dtype == torch.float32:
+        value = value.detach().numpy()
+    elif not written and isinstance(value, list | tuple):  # as torch.as_tensor reads a list: float32
+        value = np.asarray(value, dtype=np.float32)
     if not isinstance(value, np.ndarray) or value.dtype != np.float32 or value.shape != shape:
-        got = f"{value.shape} {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
+        described = hasattr(value, "shape") and hasattr(value, "dtype")
+        got = f"{tuple(value.shape)} {value.dtype}" if described else type(value).__name__
         raise ValueError(f"{name} must be a float32 array of shape {shape} (len(ids), hidden); got {got}")
     if written and not value.flags.c_contiguous:
         raise ValueError(f"{name} must be a contiguous array (it is written in place)")
@@ -368,7 +374,7 @@ def native_logits(
     if embeds is not None:
         embeds = _float_rows("embeds", embeds, (k, model.hidden))
     if features is not None:
-        _float_rows("features", features, (k, model.hidden), written=True)
+        features = _float_rows("features", features, (k, model.hidden), written=True)
     if tree is not None and (prefix is None or prefix == start) and len(tree.parents) != k:
         raise ValueError(f"tree must lay out the call's {k} nodes; got a layout of {len(tree.parents)}")
     if prefix is not None and prefix != start:

@@ -8,9 +8,10 @@ program.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
-from specdec.experiments.options import Program, option
+from specdec.experiments.options import Program, Refused, option, read_record
 from specdec.theory.checks import check_ints
 
 __all__ = ["LoopCostRun"]
@@ -30,6 +31,7 @@ class LoopCostRun(Program):
 
         specdec run loop-cost --before bd13e7a
         specdec run loop-cost --threads 1 --prompts 2 --tokens 8 --rounds 1 --repeats 1   # a smoke run
+        specdec run loop-cost --summarize results/bench/engine-loop-cost-amd-epyc.json   # its summary again
     """
 
     name: ClassVar[str] = "loop-cost"
@@ -43,6 +45,7 @@ class LoopCostRun(Program):
     seed: int = option(0, "the seed of the orders and of sampling at temperature 1")
     out: str | None = option(None, "the record's path (default results/bench/engine-loop-cost-<cpu>.json)")
     fresh: bool = option(False, "discard a partial record with these settings", once=True)
+    summarize: str | None = option(None, "recompute this record's summary from its cells (nothing timed)")
 
     def check(self) -> None:
         check_ints("threads", self.threads, low=1)
@@ -53,14 +56,22 @@ class LoopCostRun(Program):
         from specdec.measure.loopcost import LoopCost
 
         given = self.options()
-        given.pop("fresh")
+        given.pop("fresh"), given.pop("summarize")
         return LoopCost(**given)
 
     def run(self) -> int:
         from specdec.measure.benchargs import report
-        from specdec.measure.loopcost import run_record
+        from specdec.measure.loopcost import LoopCost, run_record, summarize
+        from specdec.theory.recordio import write_record
 
-        record, path = run_record(self.settings(), command=self.command(), fresh=self.fresh)
+        if self.summarize:  # the record's own settings, not the options'
+            record, path = read_record(self.summarize), Path(self.summarize)
+            if record.get("kind") != "engine-loop-cost":
+                raise Refused(f"summarize: {path} is not an engine-loop-cost record")
+            record["summary"] = summarize(record["cells"], LoopCost(**record["settings"]))
+            write_record(path, record)
+        else:
+            record, path = run_record(self.settings(), command=self.command(), fresh=self.fresh)
         for threads, entry in record["summary"].items():
             print(f"{threads}: {entry}")
         report(path)

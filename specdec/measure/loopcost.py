@@ -19,10 +19,13 @@ machine's speed over a worker's seconds falls on every arm alike):
 * ``loop-0`` and ``loop-1`` -- :func:`specdec.engine.decoding.autoregressive` at temperature 0 and 1
   (seed ``seed``, no EOS stop, so exactly ``tokens`` tokens), its time less its prefill's.
 
-Seconds per token per (prompt, arm, round). The summary is :func:`summarize`'s: the loop's overhead over
-the bare step within each worker (paired by round), its change from before to after (paired by
-repetition and prompt), and after over before per arm across the two processes, where the bare arm (the
-same C library in both) shows what two processes differ by alone. A worker's own load is in its
+Seconds per token per (prompt, arm, round). The loop's time is its whole generation less its prefill, so
+it includes what :func:`autoregressive` does once per generation (a session and its cache), spread over
+``tokens`` tokens; the bare arm's cache is made outside its clock. The summary is :func:`summarize`'s: the
+loop's overhead over the bare step within each worker (paired by round), its change from before to after
+(paired by repetition and prompt), and after over before per arm across the two processes, where the
+bare arm (the same forward code, built by each version from its sources) shows what two processes differ
+by alone; intervals resample prompts and repetitions both (:func:`crossed_ci`). A worker's own load is in its
 repetition's ``loads`` (the cells' ``cell_load`` counts the workers as other processes).
 """
 
@@ -45,7 +48,7 @@ import numpy as np
 from specdec.measure.runner import RunSettings, not_key
 from specdec.theory.checks import check_int
 
-__all__ = ["ARMS", "LoopCost", "WORKER", "package_at", "run_record", "run_worker", "summarize"]
+__all__ = ["ARMS", "LoopCost", "WORKER", "crossed_ci", "package_at", "run_record", "run_worker", "summarize"]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The arms a worker times per prompt.
@@ -272,63 +275,73 @@ def _repetition(
     return out
 
 
-def _per_prompt(reps: Sequence[Any], version: str, value: Callable[[Any], float]) -> list[list[float]]:
-    """value(prompt's arms) per prompt (rows) and repetition (columns)."""
-    return [[value(rep[version][i]) for rep in reps] for i in range(len(reps[0][version]))]
+def _table(reps: Sequence[Any], value: Callable[[Any, int], float]) -> np.ndarray:
+    """value(repetition, prompt index) as a (prompts, repetitions) array."""
+    n = len(reps[0]["after"])
+    return np.array([[value(rep, i) for rep in reps] for i in range(n)], dtype=float)
 
 
-def _mean_ci(per_prompt: Sequence[Sequence[float]], seed: int = 0) -> list[float]:
-    """The mean over prompts of each prompt's median over repetitions, with its bootstrap interval."""
-    from specdec.theory.intervals import bootstrap_ci
-
-    return list(bootstrap_ci([float(np.median(x)) for x in per_prompt], seed=seed))
+def crossed_ci(values: np.ndarray, *, log: bool = False, n_boot: int = 4000, seed: int = 0) -> list[float]:
+    """The mean over prompts (rows) of each prompt's median over repetitions (columns), geometric with
+    ``log``, and its 95 % percentile-bootstrap interval resampling prompts and repetitions both (crossed):
+    the two processes of a repetition share its luck (where their memory landed, the machine's speed at
+    the time) across every prompt, so a bootstrap over prompts alone would not see it."""
+    v = np.log(values) if log else np.asarray(values, dtype=float)
+    n_p, n_r = v.shape
+    rng = np.random.default_rng(seed)
+    boots = np.empty(n_boot)
+    for b in range(n_boot):
+        rows, cols = rng.integers(0, n_p, n_p), rng.integers(0, n_r, n_r)
+        boots[b] = np.mean(np.median(v[np.ix_(rows, cols)], axis=1))
+    out = [float(np.mean(np.median(v, axis=1))), *map(float, np.quantile(boots, [0.025, 0.975]))]
+    return [float(np.exp(x)) for x in out] if log else out
 
 
 def summarize(cells: Mapping[str, Any], settings: LoopCost) -> dict[str, Any]:
-    """Per thread count and version: the bare step's ms per token; each loop's ms per token over the bare
-    step's (loop - bare, the median over a prompt's rounds of the paired differences) and its time ratio
-    loop / bare; then after minus before of that overhead, paired by repetition (the two workers of one
-    repetition) and prompt; and after over before per arm (a time ratio across processes: the bare arm,
-    whose C library both share, shows what the processes alone differ by). Each value the mean (ratios:
-    geometric mean) over prompts of the median over repetitions, with a bootstrap interval over prompts.
-    Also whether the greedy loop's tokens equal the bare step's and the versions' tokens agree."""
-    from specdec.theory.intervals import paired_speedup
+    """Per thread count and version: the bare step's ms per token; each loop's overhead over the bare step
+    in the same round (loop - bare, ms per token) and its time ratio loop / bare in the same round, each
+    the median over a prompt's rounds; then after minus before of that overhead, paired by repetition
+    (the two workers of one repetition) and prompt; and after over before per arm (a time ratio across
+    processes: the bare arm, the same forward code built by each version, shows what two processes
+    differ by). Each value the mean (ratios: geometric) over prompts of the median over repetitions,
+    with :func:`crossed_ci`'s interval. Also whether the greedy loop's tokens equal the bare step's and
+    the versions' tokens agree."""
 
-    def ms(arms: Any, arm: str) -> float:
-        return 1e3 * float(np.median(arms[arm]["s_per_token"]))
+    def rounds(arms: Any, arm: str) -> np.ndarray:
+        return np.asarray(arms[arm]["s_per_token"], dtype=float)
 
     def over(arms: Any, arm: str) -> float:  # the loop's overhead in ms per token, paired by round
-        pairs = zip(arms[arm]["s_per_token"], arms["bare"]["s_per_token"], strict=True)
-        return 1e3 * float(np.median([a - b for a, b in pairs]))
+        return 1e3 * float(np.median(rounds(arms, arm) - rounds(arms, "bare")))
+
+    def ratio(arms: Any, arm: str) -> float:  # the loop's time over the bare step's, paired by round
+        return float(np.median(rounds(arms, arm) / rounds(arms, "bare")))
+
+    def ms(arms: Any, arm: str) -> float:
+        return 1e3 * float(np.median(rounds(arms, arm)))
 
     out: dict[str, Any] = {}
     for threads in settings.threads:
         reps = [cells[f"{threads}t-{r}"] for r in range(1, settings.repeats + 1)]  # repetition 0 warms up
         entry: dict[str, Any] = {}
         for version in ("before", "after"):
-            bare = _per_prompt(reps, version, lambda a: ms(a, "bare"))
-            entry[version] = {"bare_ms": float(np.mean([np.median(x) for x in bare]))}
+            bare = _table(reps, lambda rep, i, v=version: ms(rep[v][i], "bare"))
+            entry[version] = {"bare_ms": float(np.mean(np.median(bare, axis=1)))}
             for arm in ARMS[1:]:
-                entry[version][f"{arm}_minus_bare_ms"] = _mean_ci(
-                    _per_prompt(reps, version, lambda a, m=arm: over(a, m))
+                entry[version][f"{arm}_minus_bare_ms"] = crossed_ci(
+                    _table(reps, lambda rep, i, v=version, a=arm: over(rep[v][i], a))
                 )
-                loop = _per_prompt(reps, version, lambda a, m=arm: ms(a, m))
-                entry[version][f"{arm}_over_bare"] = list(paired_speedup(loop, bare))
+                entry[version][f"{arm}_over_bare"] = crossed_ci(
+                    _table(reps, lambda rep, i, v=version, a=arm: ratio(rep[v][i], a)), log=True
+                )
         entry["overhead_after_minus_before_ms"] = {
-            arm: _mean_ci(
-                [
-                    [over(rep["after"][i], arm) - over(rep["before"][i], arm) for rep in reps]
-                    for i in range(len(reps[0]["after"]))
-                ]
+            arm: crossed_ci(
+                _table(reps, lambda rep, i, a=arm: over(rep["after"][i], a) - over(rep["before"][i], a))
             )
             for arm in ARMS[1:]
         }
         entry["after_over_before"] = {
-            arm: list(
-                paired_speedup(
-                    _per_prompt(reps, "after", lambda a, m=arm: ms(a, m)),
-                    _per_prompt(reps, "before", lambda a, m=arm: ms(a, m)),
-                )
+            arm: crossed_ci(
+                _table(reps, lambda rep, i, a=arm: ms(rep["after"][i], a) / ms(rep["before"][i], a)), log=True
             )
             for arm in ARMS
         }

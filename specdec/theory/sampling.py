@@ -124,6 +124,8 @@ def sample(probs: Array, rng: np.random.Generator) -> int:
             return sample(values, rng)
         import torch
 
+        if probs.dim() != 1:
+            raise ValueError(f"probs must be one row (1-D); got shape {tuple(probs.shape)}")
         cdf = torch.cumsum(probs.double(), dim=-1)
         total = cdf[-1].item()
         if not total > 0:
@@ -134,6 +136,8 @@ def sample(probs: Array, rng: np.random.Generator) -> int:
             idx = int(torch.nonzero(probs > 0)[-1].item())
         return idx
     row = np.asarray(probs, dtype=float)
+    if row.ndim != 1:  # a cumsum would run over the flattened rows
+        raise ValueError(f"probs must be one row (1-D); got shape {row.shape}")
     cdf = np.cumsum(row)
     total = cdf[-1]
     if not total > 0:
