@@ -108,7 +108,7 @@ for i in job["order"]:
             result[i][name]["s_per_token"].append(seconds)
             result[i][name]["tokens"] = new
 import specdec
-json.dump({"specdec": specdec.__file__, "prompts": result}, sys.stdout)
+sys.stdout.write(json.dumps({"specdec": specdec.__file__, "prompts": result}))  # to the parent, not a file
 """
 
 
