@@ -138,3 +138,16 @@ def test_sample_refuses_more_than_one_row():
     for given in (probs, torch.from_numpy(probs), torch.from_numpy(probs).double()):
         with pytest.raises(ValueError, match="one row"):
             sample(given, np.random.default_rng(0))
+
+
+def test_float32_view_reads_in_place_or_refuses():
+    from specdec.theory.sampling import float32_view
+
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    view = float32_view(t)
+    assert view is not None and view.base is not None and np.shares_memory(view, t.numpy())
+    a = np.zeros(3, np.float32)
+    assert float32_view(a) is a
+    others = (t.double(), t.to(torch.bfloat16), t.clone().requires_grad_(), a.astype(np.float64), [0.0, 1.0])
+    for other in others:
+        assert float32_view(other) is None

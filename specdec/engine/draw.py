@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.theory.sampling import sample
+from specdec.theory.sampling import float32_view, sample
 
 __all__ = ["draw_at", "prepare_draw"]
 
@@ -47,12 +47,8 @@ def draw_at(probs: Any, row: int, rng: np.random.Generator) -> int:
     array) with one uniform from ``rng``: ``sample(probs[row], rng)``, the same index. A float32 CPU row
     goes to C, read in place; anything else to :func:`~specdec.theory.sampling.sample`. A row whose total
     is not positive raises ValueError, as ``sample`` does (here after its uniform was drawn)."""
-    try:
-        values = probs.numpy() if hasattr(probs, "numpy") and not isinstance(probs, np.ndarray) else probs
-    except (RuntimeError, TypeError):  # off the CPU, with grad, in bfloat16: sample's own path
-        return sample(probs[row], rng)
-    function = _sample_cdf()
-    if function is None or not isinstance(values, np.ndarray) or values.dtype != np.float32:
+    values, function = float32_view(probs), _sample_cdf()
+    if function is None or values is None:  # off the CPU, with grad, another dtype: sample's own path
         return sample(probs[row], rng)
     x = np.ascontiguousarray(values[row])
     if x.ndim != 1 or x.size == 0:

@@ -24,8 +24,8 @@ import numpy as np
 from specdec.theory.checks import check_float, check_optional_float, check_optional_int
 
 __all__ = [
-    "MIN_TEMPERATURE", "argmax", "argmax_at", "check_temperature", "residual", "sample", "verify",
-    "verify_argmax", "warp",
+    "MIN_TEMPERATURE", "argmax", "argmax_at", "check_temperature", "float32_view", "residual", "sample",
+    "verify", "verify_argmax", "warp",
 ]  # fmt: skip
 
 #: The smallest positive temperature: below it logits / T leave float32's range for the logits of a
@@ -63,10 +63,27 @@ def argmax(x: Array) -> Array:
     if _is_torch(x):
         import torch
 
-        if x.device.type == "cpu" and x.dtype == torch.float32 and not x.requires_grad:
-            return torch.from_numpy(np.asarray(x.numpy().argmax(-1), dtype=np.int64))
+        values = float32_view(x)
+        if values is not None:
+            return torch.from_numpy(np.asarray(values.argmax(-1), dtype=np.int64))
         return x.argmax(-1)
     return np.asarray(x).argmax(-1)
+
+
+def float32_view(x: Any) -> np.ndarray | None:
+    """``x`` as a float32 numpy array read in place: a float32 numpy array itself, a float32 CPU torch
+    tensor without grad by ``.numpy()`` (torch refuses the others: RuntimeError / TypeError); None for
+    anything else. The one way :func:`argmax`, :func:`argmax_at`, :func:`sample` and the engine's C draw
+    (:func:`specdec.engine.draw.draw_at`) leave torch for numpy."""
+    if isinstance(x, np.ndarray):
+        return x if x.dtype == np.float32 else None
+    if not _is_torch(x):
+        return None
+    try:
+        values = x.numpy()
+    except (RuntimeError, TypeError):
+        return None
+    return values if values.dtype == np.float32 else None
 
 
 def argmax_at(x: Array, row: int) -> int:
@@ -75,13 +92,8 @@ def argmax_at(x: Array, row: int) -> int:
     where each torch operation cost ~20 us and indexing the row and :func:`argmax`'s checks ~0.1 ms a
     step (dev probes on a 2-core EPYC)."""
     if _is_torch(x):
-        try:
-            values = x.numpy()  # refused (RuntimeError / TypeError) off the CPU, with grad, in bfloat16
-        except (RuntimeError, TypeError):
-            return int(argmax(x[row]))
-        if values.dtype != np.float32:
-            return int(argmax(x[row]))
-        return int(values[row].argmax())
+        values = float32_view(x)
+        return int(argmax(x[row])) if values is None else int(values[row].argmax())
     return int(np.asarray(x)[row].argmax())
 
 
@@ -116,11 +128,8 @@ def sample(probs: Array, rng: np.random.Generator) -> int:
     operations that cost ~20 us each between two C forwards (:func:`argmax_at`).
     """
     if _is_torch(probs):
-        try:
-            values = probs.numpy()  # refused (RuntimeError / TypeError) off the CPU, with grad, in bfloat16
-        except (RuntimeError, TypeError):
-            values = None
-        if values is not None and values.dtype == np.float32:
+        values = float32_view(probs)
+        if values is not None:
             return sample(values, rng)
         import torch
 
