@@ -476,8 +476,8 @@ def test_sampling_under_a_policy_has_the_target_law_and_undoing_a_rejection_brea
     # tokens then win twice and the law is no longer p
     original = treeverify.verify_tree
 
-    def undo_rejections(p, q, tree, rng, lenience=1.0):
-        path, token = original(p, q, tree, rng, lenience)
+    def undo_rejections(p, q, tree, rng, lenience=1.0, draw=sample):
+        path, token = original(p, q, tree, rng, lenience, draw)
         if len(tree) and not path:
             token = sample(p[0], rng)
         return path, token

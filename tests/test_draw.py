@@ -151,3 +151,28 @@ def test_float32_view_reads_in_place_or_refuses():
     others = (t.double(), t.to(torch.bfloat16), t.clone().requires_grad_(), a.astype(np.float64), [0.0, 1.0])
     for other in others:
         assert float32_view(other) is None
+
+
+def test_draw_row_gives_samples_index_in_c_and_refuses_more_than_one_row(monkeypatch):
+    """draw_row (a speculative round's last draw): sample's index, one uniform, a float32 row to C (a spy)
+    and anything else to sample; a 2-D row refused by name."""
+    needs_c()
+    calls = []
+    real = draw._sample_cdf()
+
+    def spy(*args):
+        calls.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(draw, "_sample_cdf", lambda: spy)
+    for i, row in enumerate(rows(10)):
+        a, b = np.random.default_rng(i), np.random.default_rng(i)
+        for given in (row, torch.from_numpy(row)):
+            assert draw.draw_row(given, a) == sample(row, b)
+        assert a.random() == b.random()
+    assert calls == [rows(1)[0].size] * 20
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    assert draw.draw_row(rows(1)[0].astype(np.float64), a) == sample(rows(1)[0], b)  # sample's path
+    assert len(calls) == 20
+    with pytest.raises(ValueError, match="row must be one non-empty row"):
+        draw.draw_row(np.stack(rows(2)), a)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.measure.loopcost import ARMS, LoopCost, crossed_ci, summarize
+from specdec.measure.loopcost import ARMS, SPEC_ARMS, LoopCost, arms_of, crossed_ci, summarize
 
 
 def worker(bare_ms: float, over_ms: dict[str, float], rounds: int, prompts: int, gen, tokens=None):
@@ -122,8 +122,46 @@ def test_the_repetition_that_warms_up_is_left_out():
         ("repeats", 0, "repeats"),
         ("threads", (), "threads must hold at least one value"),
         ("threads", (0,), "each of threads"),
+        ("drafter", "mlp:mlp-3m", "drafter must be SPEC@BUDGET"),
+        ("drafter", "mlp:mlp-3m@0", "drafter must be SPEC@BUDGET"),
+        ("drafter", "nonsense@4", "nonsense"),
     ],
 )
 def test_bad_settings_are_refused(field, value, message):
     with pytest.raises(ValueError, match=message):
         LoopCost(**{field: value})
+
+
+def test_speculative_arms_report_verification_per_round_paired_by_repetition():
+    """With a drafter the workers time SPEC_ARMS too; the summary gives each version's verification ms per
+    round and after - before paired by repetition and prompt (a process's luck on the whole arm cancels)."""
+    settings = LoopCost(threads=(2,), prompts=4, rounds=3, repeats=3, drafter="mlp:mlp-3m@4")
+    assert arms_of(settings) == ARMS + SPEC_ARMS and arms_of(LoopCost()) == ARMS
+    gen = np.random.default_rng(2)
+    verify_ms = {"before": {"spec-0": 0.30, "spec-1": 0.90}, "after": {"spec-0": 0.13, "spec-1": 0.55}}
+    out = {}
+    for rep in range(settings.repeats + 1):
+        cell = {}
+        for version in ("before", "after"):
+            luck = gen.normal(0, 0.05)  # this process's
+            prompts = []
+            for i in range(settings.prompts):
+                arms = {}
+                for arm in arms_of(settings):
+                    ms = 4.0 + i * 0.1 + gen.normal(0, 0.01, settings.rounds)
+                    arms[arm] = {"s_per_token": list(ms / 1e3), "tokens": [1, 2, 3]}
+                    if arm in SPEC_ARMS:
+                        v = verify_ms[version][arm] + luck + gen.normal(0, 0.002, settings.rounds)
+                        arms[arm]["verify_s_per_round"] = list(v / 1e3)
+                prompts.append(arms)
+            cell[version] = prompts
+        out[f"2t-{rep}"] = cell
+    entry = summarize(out, settings)["2t"]
+    for arm in SPEC_ARMS:
+        for version in ("before", "after"):
+            est, lo, hi = entry[version][f"{arm}_verify_ms_per_round"]
+            assert lo <= est <= hi and abs(est - verify_ms[version][arm]) < 0.1
+        est, lo, hi = entry["verify_after_minus_before_ms"][arm]
+        assert lo <= est <= hi < 0 and abs(est - (verify_ms["after"][arm] - verify_ms["before"][arm])) < 0.1
+        assert arm in entry["after_over_before"]
+    assert entry["versions_agree"]

@@ -205,3 +205,41 @@ def test_eos_inside_a_tree_ends_the_generation_as_plain_decoding_does(small):
         for drafter in (ModelTreeDrafter(ModelDrafter(draft), branch=3), LookupTreeDrafter()):
             got = speculative_tree(target, drafter, prompt, budget=9, max_new_tokens=40, eos_token_id=eos)
             assert got.tokens == want and got.tokens[-1] == eos
+
+
+@pytest.mark.parametrize("warp_kw", [{}, {"top_k": 40}, {"top_p": 0.8}, {"temperature": 0.7}])
+def test_a_sampled_round_warps_only_the_rows_it_reads_and_verifies_as_on_every_row(warp_kw):
+    """The loop's sampled verification (decoding._verify) warps p's rows one by one as the walk reads them
+    (RowsOnDemand): the same path and token, uniform for uniform, as verify_tree on every row warped at
+    once, and only the root's and the accepted nodes' rows made; beta reads the rows made."""
+    from functools import partial
+
+    from specdec.engine import decoding
+    from specdec.theory.trees import DraftTree
+    from specdec.theory.treeverify import verify_tree
+
+    temperature = warp_kw.pop("temperature", 1.0)
+    sampling = decoding.Sampling(temperature, warp_kw.get("top_k"), warp_kw.get("top_p"), 0, None)
+    warp_fn = partial(warp, temperature=temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    gen = torch.Generator().manual_seed(0)
+    tree = DraftTree([1, 2, 3, 4, 5], [-1, 0, 1, 2, 3])  # a chain: beta's rows are the walk's
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the loop (the engine owns the cores)
+    try:
+        partial_rows = 0
+        for seed in range(40):
+            logits = torch.randn(6, 300, generator=gen) * 2
+            logits[:5, [1, 2, 3, 4, 5]] += 3.0  # drafts the target likes: paths of every length
+            q = torch.softmax(torch.randn(5, 300, generator=gen), -1)
+            a, b = np.random.default_rng(seed), np.random.default_rng(seed)
+            path, token, p, ids = decoding._verify(logits, tree, q, sampling, warp_fn, a)
+            assert ids is None and (path, token) == verify_tree(warp_fn(logits), q, tree, b)
+            assert a.random() == b.random()
+            assert p.made == [0, *(i + 1 for i in path)]
+            examined = min(len(path) + 1, tree.depth)
+            want = torch.minimum(q[:examined], warp_fn(logits)[:examined]).sum(-1)
+            assert torch.equal(decoding._beta(None, p, q, examined, 1.0), want)
+            partial_rows += len(p.made) < 6
+    finally:
+        torch.set_num_threads(threads)
+    assert partial_rows >= 10

@@ -17,6 +17,7 @@ from specdec.theory.sampling import residual, sample, verify
 from specdec.theory.trees import DraftTree, chain_tree
 from specdec.theory.treeverify import (
     SAMPLINGS,
+    RowsOnDemand,
     extend_law,
     output_law,
     round_law,
@@ -216,6 +217,79 @@ def test_torch_rows_give_the_numpy_result():
         want = verify_tree(p, q, tree, np.random.default_rng(seed))
         got = verify_tree(torch.tensor(p), torch.tensor(q), tree, np.random.default_rng(seed))
         assert got == want
+
+
+def test_float32_tensors_are_read_in_place_with_the_arrays_result():
+    """Float32 CPU tensors are walked as their numpy views: the same path and token as the arrays."""
+    torch = pytest.importorskip("torch")
+    gen = np.random.default_rng(8)
+    tree = DraftTree([0, 1, 2, 0, 1], [-1, -1, 0, 0, 2])
+    for seed in range(50):
+        p = gen.dirichlet(np.ones(3), size=6).astype(np.float32)
+        q = gen.dirichlet(np.ones(3), size=5).astype(np.float32)
+        want = verify_tree(p, q, tree, np.random.default_rng(seed))
+        got = verify_tree(torch.from_numpy(p), torch.from_numpy(q), tree, np.random.default_rng(seed))
+        assert got == want
+
+
+def test_rows_on_demand_give_the_same_result_and_make_only_the_rows_read():
+    """A RowsOnDemand p: the same path and token as the whole array, uniform for uniform, and only row 0
+    and the accepted nodes' rows made (what a round's warp then costs)."""
+    gen = np.random.default_rng(9)
+    tree = DraftTree([0, 1, 2, 0, 1, 2], [-1, -1, 0, 1, 3, 4])
+    fewer = 0
+    for seed in range(200):
+        p = gen.dirichlet(np.full(3, 0.5), size=7)
+        q = gen.dirichlet(np.full(3, 0.5), size=6)
+        asked: list[int] = []
+        rows = RowsOnDemand(7, 3, lambda i, p=p, asked=asked: asked.append(i) or p[i])
+        a, b = np.random.default_rng(seed), np.random.default_rng(seed)
+        path, token = verify_tree(rows, q, tree, a)
+        assert (path, token) == verify_tree(p, q, tree, b) and a.random() == b.random()
+        assert rows.made == sorted(asked) == [0, *(i + 1 for i in path)]  # each made once
+        fewer += len(asked) < 7
+        assert np.array_equal(rows[: len(path) + 1], p[: len(path) + 1])  # a slice stacks (making the rest)
+    assert fewer == 200
+
+
+def test_the_last_draw_is_the_given_rule():
+    """``draw`` makes the round's own token (a spy sees the residual row); anything but a callable is
+    refused by name."""
+    tree = DraftTree([0], [-1])
+    p, q = np.array([[0.2, 0.8], [0.5, 0.5]]), np.array([[1.0, 0.0]])
+    seen = []
+
+    def spy(row, rng):
+        seen.append(np.array(row))
+        return sample(row, rng)
+
+    a, b = np.random.default_rng(1), np.random.default_rng(1)
+    for _ in range(20):
+        assert verify_tree(p, q, tree, a, draw=spy) == verify_tree(p, q, tree, b)
+    assert len(seen) == 20 and any(np.allclose(r, [0.0, 1.0]) for r in seen)  # the residual after a rejection
+    with pytest.raises(ValueError, match="draw must be callable"):
+        verify_tree(p, q, tree, a, draw=3)
+
+
+def test_greedy_ids_as_a_list_or_an_array_give_one_result():
+    tree = DraftTree([4, 5, 6], [-1, 0, 0])
+    for ids in ([4, 6, 1, 2], np.array([4, 6, 1, 2]), (4, 6, 1, 2)):
+        assert verify_tree_greedy(ids, tree) == ([0, 2], 2)  # ids[3]: the row of node 2
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: RowsOnDemand(0, 3, lambda i: i), "n must be"),
+        (lambda: RowsOnDemand(2, 0, lambda i: i), "vocab must be"),
+        (lambda: RowsOnDemand(2, 3, None), "make must be callable"),
+        (lambda: RowsOnDemand(2, 3, lambda i: i)[2], r"row index must lie in \[0, 2\)"),
+        (lambda: verify_tree(RowsOnDemand(2, 2, P.__getitem__), None, TREE, RNG), r"p must have shape \(3,"),
+    ],
+)
+def test_bad_rows_on_demand_are_refused(call, match):
+    with pytest.raises((ValueError, IndexError), match=match):
+        call()
 
 
 # --------------------------------------------------------------------------- (d) bad inputs

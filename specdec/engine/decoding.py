@@ -37,7 +37,7 @@ import torch
 
 from specdec.engine.cores import engine_owns_cores
 from specdec.engine.drafters import ChainTree, Drafter, Proposal
-from specdec.engine.draw import draw_at, prepare_draw
+from specdec.engine.draw import draw_at, draw_row, prepare_draw
 from specdec.engine.lm import CachedLM, open_lm
 from specdec.engine.stats import Stats
 from specdec.theory.checks import check_float, check_int, check_optional_float, check_optional_int, is_int
@@ -49,9 +49,9 @@ from specdec.theory.policies import (
     as_budget_policy,
     as_policy,
 )
-from specdec.theory.sampling import argmax, argmax_at, verify_argmax, warp
+from specdec.theory.sampling import argmax, argmax_at, float32_view, verify_argmax, warp
 from specdec.theory.trees import DraftTree
-from specdec.theory.treeverify import first_level_chance, verify_tree, verify_tree_greedy
+from specdec.theory.treeverify import RowsOnDemand, first_level_chance, verify_tree, verify_tree_greedy
 
 __all__ = ["Generation", "autoregressive", "speculative", "speculative_tree"]
 
@@ -392,9 +392,20 @@ def _verify(
         return path, next_token, None, ids
     if not len(tree):  # what verify_tree does for a tree of no nodes: one draw from p at the root
         return [], draw_at(warp_fn(logits), 0, rng), None, None
-    p = warp_fn(logits)
-    path, next_token = verify_tree(p, None if q is None else q.to(p.device), tree, rng, lenience)
+    # p's rows warped one by one when the walk first reads them (the root's, the accepted nodes'): warp is
+    # row-wise, so the same rows as warping all at once (tested), without the rows never examined
+    p = RowsOnDemand(logits.shape[0], logits.shape[1], partial(_warped_row, logits, warp_fn))
+    q = None if q is None else q.to(logits.device)
+    path, next_token = verify_tree(p, q, tree, rng, lenience, draw_row)
     return path, next_token, p, None
+
+
+def _warped_row(logits: torch.Tensor, warp_fn: Any, i: int) -> Any:
+    """Row i of warp_fn(logits), warped alone; a float32 CPU row as its numpy view (the walk's reads and
+    residuals then run no torch operation)."""
+    row = warp_fn(logits[i : i + 1])
+    view = float32_view(row)
+    return row[0] if view is None else view[0]
 
 
 def _beta(
@@ -405,8 +416,8 @@ def _beta(
     if p is None:  # greedy: the argmax ids verification took
         a = ids[:examined].to(q.device)
         return q[torch.arange(examined, device=q.device), a]
-    q = q.to(p.device)
-    return torch.minimum(q[:examined], p[:examined] / lenience).sum(-1)
+    rows = torch.as_tensor(p[:examined]).to(q.device)  # the rows verification made (RowsOnDemand), stacked
+    return torch.minimum(q[:examined], rows / lenience).sum(-1)
 
 
 @engine_owns_cores

@@ -20,7 +20,7 @@ import numpy as np
 
 from specdec.theory.sampling import float32_view, sample
 
-__all__ = ["draw_at", "prepare_draw"]
+__all__ = ["draw_at", "draw_row", "prepare_draw"]
 
 
 @lru_cache(maxsize=1)
@@ -53,6 +53,23 @@ def draw_at(probs: Any, row: int, rng: np.random.Generator) -> int:
     x = np.ascontiguousarray(values[row])
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"probs must be 2-D with non-empty rows; got shape {values.shape}")
+    return _draw_c(function, x, rng)
+
+
+def draw_row(row: Any, rng: np.random.Generator) -> int:
+    """One index drawn from ``row`` (non-negative weights, one row: a torch tensor or numpy array) with
+    one uniform from ``rng``: ``sample(row, rng)``, the same index, in C for a float32 CPU row. The last
+    draw of a speculative round (:func:`specdec.theory.treeverify.verify_tree`'s ``draw``)."""
+    values, function = float32_view(row), _sample_cdf()
+    if function is None or values is None:
+        return sample(row, rng)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f"row must be one non-empty row (1-D); got shape {values.shape}")
+    return _draw_c(function, np.ascontiguousarray(values), rng)
+
+
+def _draw_c(function: Any, x: np.ndarray, rng: np.random.Generator) -> int:
+    """The C draw on a contiguous float32 row, with sample's errors and guard."""
     total = ctypes.c_double()
     idx = int(function(x.ctypes.data, x.size, rng.random(), ctypes.byref(total)))
     if not total.value > 0:

@@ -31,6 +31,7 @@ class LoopCostRun(Program):
 
         specdec run loop-cost --before bd13e7a
         specdec run loop-cost --threads 1 --prompts 2 --tokens 8 --rounds 1 --repeats 1   # a smoke run
+        specdec run loop-cost --before 89fce56 --drafter 'mlp:mlp-3m@4'   # with the speculative loop
         specdec run loop-cost --summarize results/bench/engine-loop-cost-amd-epyc.json   # its summary again
     """
 
@@ -43,6 +44,7 @@ class LoopCostRun(Program):
     rounds: int = option(3, "rounds per prompt (each arm once per round, in a fresh order)")
     repeats: int = option(5, "repetitions per thread count (after one that warms up)")
     seed: int = option(0, "the seed of the orders and of sampling at temperature 1")
+    drafter: str | None = option(None, "SPEC@BUDGET: add the speculative loop's arms with this drafter")
     out: str | None = option(None, "the record's path (default results/bench/engine-loop-cost-<cpu>.json)")
     fresh: bool = option(False, "discard a partial record with these settings", once=True)
     summarize: str | None = option(None, "recompute this record's summary from its cells (nothing timed)")

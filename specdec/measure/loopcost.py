@@ -17,7 +17,11 @@ machine's speed over a worker's seconds falls on every arm alike):
   once, the cache's address read once (:meth:`specdec.engine.native.Q8Forward.forward`, the one Python
   call that any loop must make), ``tokens`` greedy steps after the prompt's prefill;
 * ``loop-0`` and ``loop-1`` -- :func:`specdec.engine.decoding.autoregressive` at temperature 0 and 1
-  (seed ``seed``, no EOS stop, so exactly ``tokens`` tokens), its time less its prefill's.
+  (seed ``seed``, no EOS stop, so exactly ``tokens`` tokens), its time less its prefill's;
+* with a drafter (``drafter``, ``SPEC@BUDGET``), ``spec-0`` and ``spec-1`` --
+  :func:`specdec.engine.decoding.speculative_tree` with that drafter at that node budget, at temperature
+  0 and 1, its time per token less its prefill's and its verification's seconds per round (``verify_s``
+  over rounds: the target's rows to the round's tokens, what a change of verification moves).
 
 Seconds per token per (prompt, arm, round). The loop's time is its whole generation less its prefill, so
 it includes what :func:`autoregressive` does once per generation (a session and its cache), spread over
@@ -48,11 +52,24 @@ import numpy as np
 from specdec.measure.runner import RunSettings, not_key
 from specdec.theory.checks import check_int
 
-__all__ = ["ARMS", "LoopCost", "WORKER", "crossed_ci", "package_at", "run_record", "run_worker", "summarize"]
+__all__ = [
+    "ARMS",
+    "SPEC_ARMS",
+    "LoopCost",
+    "WORKER",
+    "arms_of",
+    "crossed_ci",
+    "package_at",
+    "run_record",
+    "run_worker",
+    "summarize",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The arms a worker times per prompt.
 ARMS = ("bare", "loop-0", "loop-1")
+#: The speculative loop's arms, with a drafter (``LoopCost.drafter``): greedy and at temperature 1.
+SPEC_ARMS = ("spec-0", "spec-1")
 Log = Callable[[str], None]
 
 #: The worker's program (``python -c``), on whichever ``specdec`` comes first on its path: a JSON job on
@@ -63,11 +80,12 @@ WORKER = r"""
 import json, sys, time
 import numpy as np, torch
 from specdec.engine.builder import EngineSpec, open_engine
-from specdec.engine.decoding import autoregressive
+from specdec.engine.decoding import autoregressive, speculative_tree
 from specdec.engine.leannative import q8_forward
 
 job = json.load(sys.stdin)
-target = open_engine(EngineSpec("lean", "q4q8", job["threads"])).model
+opened = open_engine(EngineSpec("lean", "q4q8", job["threads"]))
+target = opened.model
 torch.set_num_threads(1)  # the C pool owns the cores, as in the decoding loop
 fw = q8_forward(target)
 V, L, T = target.head.out_features, target.num_layers, target.threads
@@ -93,8 +111,24 @@ def loop(prompt, n, temperature):
     return (time.perf_counter() - t0 - g.stats.prefill_s) / len(g.tokens), list(g.tokens)
 
 
+def spec(prompt, n, temperature, drafter, budget):
+    t0 = time.perf_counter()
+    g = speculative_tree(target, drafter, prompt, budget=budget, max_new_tokens=n, temperature=temperature,
+                         seed=job["seed"])
+    s = g.stats
+    return (time.perf_counter() - t0 - s.prefill_s) / len(g.tokens), list(g.tokens), s.verify_s / s.rounds
+
+
 arms = {"bare": lambda p: bare(p, job["tokens"])}
 arms |= {f"loop-{t}": (lambda p, t=t: loop(p, job["tokens"], float(t))) for t in (0, 1)}
+if job.get("drafter"):
+    from specdec.drafting.registry import build_drafter
+    from specdec.measure.modes import draft_context
+
+    name, budget = job["drafter"].rsplit("@", 1)
+    drafter = build_drafter(name, draft_context(opened)[0])
+    for t in (0, 1):
+        arms[f"spec-{t}"] = lambda p, t=t: spec(p, job["tokens"], float(t), drafter, int(budget))
 warm = job["prompts"][0]
 for arm in arms.values():
     arm(warm[: max(2, len(warm) // 4)])
@@ -104,9 +138,11 @@ for i in job["order"]:
     result[i] = {name: {"s_per_token": [], "tokens": None} for name in arms}
     for order in job["arms"][i]:  # one round per entry: every arm once, in that order
         for name in order:
-            seconds, new = arms[name](prompt)
+            seconds, new, *verify = arms[name](prompt)
             result[i][name]["s_per_token"].append(seconds)
             result[i][name]["tokens"] = new
+            if verify:  # a speculative arm: its verification's seconds per round
+                result[i][name].setdefault("verify_s_per_round", []).append(verify[0])
 import specdec
 sys.stdout.write(json.dumps({"specdec": specdec.__file__, "prompts": result}))  # to the parent, not a file
 """
@@ -115,7 +151,8 @@ sys.stdout.write(json.dumps({"specdec": specdec.__file__, "prompts": result}))  
 @dataclass
 class LoopCost(RunSettings):
     """The run's design (its record's ``settings``): the ``before`` commit, thread counts, prompts,
-    tokens per arm, repetitions and seed. ``out`` is where the record goes."""
+    tokens per arm, repetitions and seed; ``drafter`` (``SPEC@BUDGET``, a registry spec and its node
+    budget, or None) adds the speculative loop's arms :data:`SPEC_ARMS`. ``out`` is where the record goes."""
 
     before: str = "bd13e7a"
     threads: tuple[int, ...] = (1, 2)
@@ -124,6 +161,7 @@ class LoopCost(RunSettings):
     rounds: int = 3
     repeats: int = 5
     seed: int = 0
+    drafter: str | None = None
     out: str | None = not_key()
 
     def __post_init__(self) -> None:
@@ -134,6 +172,13 @@ class LoopCost(RunSettings):
         check_int("rounds", self.rounds, low=1)
         check_int("repeats", self.repeats, low=1)
         check_int("seed", self.seed, low=0)
+        if self.drafter is not None:
+            from specdec.drafting.registry import parse_spec
+
+            name, at, budget = str(self.drafter).rpartition("@")
+            if not at or not budget.isdigit() or int(budget) < 1:
+                raise ValueError(f"drafter must be SPEC@BUDGET with a budget >= 1; got {self.drafter!r}")
+            parse_spec(name)  # a spec the registry refuses is refused here, naming itself
         values = tuple(sorted({check_int("each of threads", v, low=1) for v in self.threads}))
         if not values:
             raise ValueError("threads must hold at least one value")
@@ -226,7 +271,16 @@ def run_record(
                 "bare": "the C forward of one token and numpy's argmax, arrays made once (the loop's floor)",
                 "loop-0": "autoregressive() greedy, its time less its prefill's",
                 "loop-1": "autoregressive() at temperature 1, its time less its prefill's",
-            },
+            }
+            | (
+                {
+                    f"spec-{t}": f"speculative_tree() with {settings.drafter} at temperature {t}, its time "
+                    "less its prefill's, and its verification's seconds per round (verify_s / rounds)"
+                    for t in (0, 1)
+                }
+                if settings.drafter
+                else {}
+            ),
         }
         roots = {"before": Path(tmp), "after": ROOT}
         cells = []
@@ -264,15 +318,22 @@ def _repetition(
             "prompts": [list(p) for p in prompts],
             "tokens": settings.tokens,
             "seed": settings.seed,
+            "drafter": settings.drafter,
             "order": [int(i) for i in rng.permutation(len(prompts))],
             "arms": [
-                [[str(a) for a in rng.permutation(ARMS)] for _ in range(settings.rounds)] for _ in prompts
+                [[str(a) for a in rng.permutation(arms_of(settings))] for _ in range(settings.rounds)]
+                for _ in prompts
             ],
         }
         result = run_worker(roots[version], job)
         out[version] = [result["prompts"][i] for i in range(len(prompts))]
         out["loads"][version] = result["load"]
     return out
+
+
+def arms_of(settings: LoopCost) -> tuple[str, ...]:
+    """The arms a worker times: :data:`ARMS`, and :data:`SPEC_ARMS` with a drafter."""
+    return ARMS + (SPEC_ARMS if settings.drafter else ())
 
 
 def _table(reps: Sequence[Any], value: Callable[[Any, int], float]) -> np.ndarray:
@@ -303,7 +364,9 @@ def summarize(cells: Mapping[str, Any], settings: LoopCost) -> dict[str, Any]:
     the median over a prompt's rounds; then after minus before of that overhead, paired by repetition
     (the two workers of one repetition) and prompt; and after over before per arm (a time ratio across
     processes: the bare arm, the same forward code built by each version, shows what two processes
-    differ by). Each value the mean (ratios: geometric) over prompts of the median over repetitions,
+    differ by). With a drafter, each speculative arm's verification ms per round per version and their
+    difference after - before, paired by repetition and prompt (the tokens, hence the rounds, are the
+    same greedy). Each value the mean (ratios: geometric) over prompts of the median over repetitions,
     with :func:`crossed_ci`'s interval. Also whether the greedy loop's tokens equal the bare step's and
     the versions' tokens agree."""
 
@@ -318,6 +381,9 @@ def summarize(cells: Mapping[str, Any], settings: LoopCost) -> dict[str, Any]:
 
     def ms(arms: Any, arm: str) -> float:
         return 1e3 * float(np.median(rounds(arms, arm)))
+
+    def verify(arms: Any, arm: str) -> float:  # a speculative arm's verification, ms per round
+        return 1e3 * float(np.median(np.asarray(arms[arm]["verify_s_per_round"], dtype=float)))
 
     out: dict[str, Any] = {}
     for threads in settings.threads:
@@ -343,15 +409,23 @@ def summarize(cells: Mapping[str, Any], settings: LoopCost) -> dict[str, Any]:
             arm: crossed_ci(
                 _table(reps, lambda rep, i, a=arm: ms(rep["after"][i], a) / ms(rep["before"][i], a)), log=True
             )
-            for arm in ARMS
+            for arm in arms_of(settings)
         }
+        for arm in SPEC_ARMS if settings.drafter else ():  # verification's ms per round, within each worker
+            for version in ("before", "after"):
+                entry[version][f"{arm}_verify_ms_per_round"] = crossed_ci(
+                    _table(reps, lambda rep, i, v=version, a=arm: verify(rep[v][i], a))
+                )
+            entry.setdefault("verify_after_minus_before_ms", {})[arm] = crossed_ci(
+                _table(reps, lambda rep, i, a=arm: verify(rep["after"][i], a) - verify(rep["before"][i], a))
+            )
         every = [rep[v][i] for rep in reps for v in ("before", "after") for i in range(len(rep[v]))]
         entry["greedy_loop_equals_bare"] = all(a["loop-0"]["tokens"] == a["bare"]["tokens"] for a in every)
         entry["versions_agree"] = all(
             rep["before"][i][arm]["tokens"] == rep["after"][i][arm]["tokens"]
             for rep in reps
             for i in range(len(rep["before"]))
-            for arm in ARMS
+            for arm in arms_of(settings)
         )
         out[f"{threads}t"] = entry
     return out

@@ -170,14 +170,24 @@ def residual(p: Array, q: Array | None, lenience: float = 1.0, token: int | None
     if q is None:
         if token is None:
             raise ValueError("residual needs the drafted token when q is None")
-        r = p.clone() if _is_torch(p) else np.array(p, dtype=float, copy=True)
+        if _is_torch(p):
+            r = p.clone()
+        else:  # a float32 row stays float32, as a tensor's clone does
+            r = np.array(p, dtype=np.float32 if getattr(p, "dtype", None) == np.float32 else float, copy=True)
         r[token] = max(_to_float(p[token]) - lenience, 0.0)
-    else:
-        diff = p - lenience * q
-        r = diff.clamp(min=0) if _is_torch(diff) else np.maximum(diff, 0.0)
+    elif _is_torch(p) or _is_torch(q):
+        r = (p - lenience * q).clamp(min=0)
+    else:  # numpy: three passes over the row where l = 1 (l q is q then, bit for bit), in place
+        r = np.asarray(p - q if lenience == 1.0 else p - lenience * q)
+        if r.dtype.kind != "f":  # integer weights: the float row they make
+            r = r.astype(float)
+        np.maximum(r, 0.0, out=r)
     total = _to_float(r.sum())
     if total <= 0.0:
         return p
+    if isinstance(r, np.ndarray):
+        r /= total  # r is this call's own array
+        return r
     return r / total
 
 

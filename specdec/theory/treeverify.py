@@ -58,11 +58,12 @@ from typing import Any
 import numpy as np
 
 from specdec.theory.checks import check_array, check_float, check_int
-from specdec.theory.sampling import residual, sample
+from specdec.theory.sampling import float32_view, residual, sample
 from specdec.theory.trees import DraftTree
 
 __all__ = [
     "SAMPLINGS",
+    "RowsOnDemand",
     "extend_law",
     "first_level_chance",
     "output_law",
@@ -94,6 +95,38 @@ def _check_tree(tree: object) -> DraftTree:
     return tree
 
 
+class RowsOnDemand:
+    """The rows of p, each made when first read: ``rows[i]`` is ``make(i)`` (one row, 1-D), kept for later
+    reads; ``rows[a:b]`` stacks rows a .. b-1 (numpy). ``shape`` is (n, vocab). For
+    :func:`verify_tree`, which reads the root's row and the accepted nodes' rows only: a round's
+    warp then costs the rows examined, not every node's (no value checks: ``make`` is the caller's)."""
+
+    def __init__(self, n: int, vocab: int, make: Callable[[int], Array]) -> None:
+        check_int("n", n, low=1)
+        check_int("vocab", vocab, low=1)
+        if not callable(make):
+            raise ValueError(f"make must be callable (row index) -> row; got {type(make).__name__}")
+        self.shape = (n, vocab)
+        self._make, self._rows = make, {}
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, i: int | slice) -> Array:
+        if isinstance(i, slice):
+            return np.stack([np.asarray(self[j]) for j in range(*i.indices(self.shape[0]))])
+        if not (isinstance(i, int) and 0 <= i < self.shape[0]):
+            raise IndexError(f"row index must lie in [0, {self.shape[0]}); got {i!r}")
+        if i not in self._rows:
+            self._rows[i] = self._make(i)
+        return self._rows[i]
+
+    @property
+    def made(self) -> list[int]:
+        """The rows made so far, in index order."""
+        return sorted(self._rows)
+
+
 def _check_rows(name: str, rows: Array, n_rows: int, vocab: int | None, what: str, sums: bool = True) -> None:
     shape = tuple(rows.shape) if hasattr(rows, "shape") else None
     if shape is None or len(shape) != 2 or shape[0] != n_rows or (vocab is not None and shape[1] != vocab):
@@ -101,7 +134,7 @@ def _check_rows(name: str, rows: Array, n_rows: int, vocab: int | None, what: st
         raise ValueError(f"{name} must have shape {want} ({what}); got {shape}")
     if shape[1] == 0:
         raise ValueError(f"{name} must have at least one column (the vocabulary); got shape {shape}")
-    if not _is_torch(rows):
+    if not _is_torch(rows) and not isinstance(rows, RowsOnDemand):
         arr = check_array(name, rows, low=0.0)
         totals = arr.sum(axis=1)
         if sums and np.any(np.abs(totals - 1.0) > SUM_TOL):
@@ -133,14 +166,20 @@ def _children(tree: DraftTree) -> dict[int, list[int]]:
 
 
 def verify_tree(
-    p: Array, q: Array | None, tree: DraftTree, rng: np.random.Generator, lenience: float = 1.0
+    p: Array,
+    q: Array | None,
+    tree: DraftTree,
+    rng: np.random.Generator,
+    lenience: float = 1.0,
+    draw: Callable[[Array, np.random.Generator], int] = sample,
 ) -> tuple[list[int], int]:
     """Verify a draft tree with the multi-candidate rule; lossless (see the module docstring).
 
     Parameters
     ----------
     p : (N + 1, V) target rows, already warped: row 0 is p at the root (the law of the root's
-        children), row ``i + 1`` is p at node ``i``.
+        children), row ``i + 1`` is p at node ``i``; or a :class:`RowsOnDemand` making them (the walk
+        reads row 0 and the accepted nodes' rows only).
     q : (N, V) or None. ``q[i]`` is the law node ``i`` was drawn from given its parent and its
         earlier siblings (siblings drawn i.i.d. from one row pass that row for each; drawn
         without replacement, the row with the earlier siblings zeroed and renormalised).
@@ -151,6 +190,13 @@ def verify_tree(
         ``u l q_i(x) < r(x)`` and a rejection leaves ``norm(max(r - l q_i, 0))``. On a chain this is
         :func:`specdec.theory.sampling.verify` uniform for uniform (l < 1 is defined for chains only:
         :func:`specdec.engine.decoding.speculative`).
+    draw : the rule of the last draw, ``draw(row, rng) -> index`` (default
+        :func:`~specdec.theory.sampling.sample`); a replacement must draw by the same law from the
+        row's weights with what ``rng`` gives (the engine's loop passes its C draw, the same index).
+
+    Float32 CPU tensors are read as numpy in place (:func:`~specdec.theory.sampling.float32_view`) once
+    their shapes are checked, so the walk's reads, residuals and draw run no torch operation (each
+    cost ~20 us between two forwards of the C engine, where the weight stream leaves torch's code cold).
 
     Returns
     -------
@@ -162,6 +208,10 @@ def verify_tree(
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
     check_float("lenience", lenience, low=0.0, high=1.0, open_low=True)
+    if not callable(draw):
+        raise ValueError(f"draw must be callable (row, rng) -> index; got {type(draw).__name__}")
+    p = _in_place(p)
+    q = None if q is None else _in_place(q)
     kids = _children(tree)
     node, r, path = -1, p[0], []
     while True:
@@ -174,7 +224,13 @@ def verify_tree(
                 break
             r = residual(r, None if q is None else q[i], lenience, token=x)
         else:
-            return path, sample(r, rng)
+            return path, int(draw(r, rng))
+
+
+def _in_place(rows: Array) -> Array:
+    """A float32 CPU tensor's numpy view (:func:`~specdec.theory.sampling.float32_view`), else ``rows``."""
+    view = float32_view(rows) if _is_torch(rows) else None
+    return rows if view is None else view
 
 
 def verify_tree_greedy(argmax_ids: Array, tree: DraftTree) -> tuple[list[int], int]:
@@ -187,11 +243,12 @@ def verify_tree_greedy(argmax_ids: Array, tree: DraftTree) -> tuple[list[int], i
     """
     tree = _check_tree(tree)
     ids = argmax_ids.tolist() if hasattr(argmax_ids, "tolist") else argmax_ids
-    ids = check_array("argmax_ids", ids, low=0, integer=True)
-    if ids.shape != (len(tree) + 1,):
+    if not (isinstance(ids, list) and all(type(i) is int and i >= 0 for i in ids)):  # else the full check
+        ids = check_array("argmax_ids", ids, low=0, integer=True)  # (13 us on five ids: a round's cost)
+    shape = ids.shape if isinstance(ids, np.ndarray) else (len(ids),)
+    if shape != (len(tree) + 1,):
         raise ValueError(
-            f"argmax_ids must have shape ({len(tree) + 1},) (N + 1: the root, then each node); "
-            f"got {ids.shape}"
+            f"argmax_ids must have shape ({len(tree) + 1},) (N + 1: the root, then each node); got {shape}"
         )
     kids = _children(tree)
     node, path = -1, []
