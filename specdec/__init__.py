@@ -102,6 +102,9 @@ Measurement:
   C kernels against this checkout's in one run (``verify-kernels``'s).
 * :mod:`specdec.measure.loopcost` -- the decoding loop's time per token over the bare C step, an earlier
   commit's package against this checkout's in alternating processes (``loop-cost``'s).
+* :mod:`specdec.measure.loopworker` -- ``loop-cost``'s worker: one version's arms timed, run as a file.
+* :mod:`specdec.measure.sides` -- two versions of the package in alternating worker processes: a commit's
+  ``specdec`` from git, a worker file run on either (``loop-cost``'s and ``draft-cost``'s).
 * :mod:`specdec.measure.draftcost` -- a drafter's c inside the decoding loop, two checkouts alternated;
   the per-budget costs :class:`~specdec.theory.policies.DoNoHarm` needs (``calibrate_policy``).
 * :mod:`specdec.measure.device`  -- the accelerator's identity, its memory, its measured roofline.

@@ -98,3 +98,30 @@ def test_loop_cost_reads_each_temperature_of_the_summary():
         loop_cost(record, 1)
     with pytest.raises(ValueError, match="engine-loop-cost"):
         loop_cost({"kind": "engine-modes"}, 2)
+
+
+def test_round_verify_cost_reads_the_speculative_arms_or_none():
+    from specdec.analysis.hardware import round_verify_cost
+
+    def side(k):
+        return {
+            "spec-0_verify_ms_per_round": [0.3 - k, 0.2, 0.4],
+            "spec-1_verify_ms_per_round": [0.9 - k, 0.8, 1.0],
+        }
+
+    summary = {
+        "before": side(0.0),
+        "after": side(0.25),
+        "verify_after_minus_before_ms": {"spec-0": [-0.25, -0.3, -0.2], "spec-1": [-0.3, -0.4, -0.2]},
+        "after_over_before": {"spec-0": [0.95, 0.9, 1.0], "spec-1": [0.9, 0.85, 0.95]},
+    }
+    record = {"kind": "engine-loop-cost", "settings": {"drafter": "mlp:mlp-3m@4"}, "summary": {"2t": summary}}
+    rows = round_verify_cost(record, 2)
+    assert [r["temperature"] for r in rows] == [0, 1] and rows[0]["drafter"] == "mlp:mlp-3m@4"
+    assert rows[1]["verify_ms_before"] == (0.9, 0.8, 1.0) and rows[1]["verify_ms_after"][0] == 0.65
+    assert rows[0]["verify_change_ms"] == (-0.25, -0.3, -0.2) and rows[1]["spec_after_over_before"][0] == 0.9
+    assert round_verify_cost({**record, "settings": {"drafter": None}}, 2) == []
+    with pytest.raises(ValueError, match="threads must be one of"):
+        round_verify_cost(record, 1)
+    with pytest.raises(ValueError, match="engine-loop-cost"):
+        round_verify_cost({"kind": "engine-modes"}, 2)

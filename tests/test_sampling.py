@@ -357,3 +357,26 @@ def test_argmax_gives_torchs_indices_ties_to_the_first():
     assert int(argmax(torch.tensor([1.0, 3.0, 3.0, 2.0]))) == 1
     assert torch.equal(argmax(rows.double()), rows.double().argmax(-1))
     assert argmax(np.array([[0.0, 2.0, 2.0]])).tolist() == [1]
+
+
+def test_residual_on_numpy_rows_keeps_float32_and_leaves_its_inputs():
+    """The numpy residual: max(p - l q, 0) normalised, float32 kept for float32 rows (as a tensor's), the
+    same values as torch's to float32 rounding, integer weights made float, and p and q untouched."""
+    import torch
+
+    from specdec.theory.sampling import residual
+
+    gen = np.random.default_rng(0)
+    p = gen.dirichlet(np.ones(50)).astype(np.float32)
+    q = gen.dirichlet(np.ones(50)).astype(np.float32)
+    p0, q0 = p.copy(), q.copy()
+    for lenience in (1.0, 0.6):
+        r = residual(p, q, lenience)
+        t = residual(torch.from_numpy(p), torch.from_numpy(q), lenience)
+        assert r.dtype == np.float32 and np.allclose(r, t.numpy(), rtol=1e-6, atol=1e-9)
+        assert np.array_equal(r, np.maximum(p - lenience * q, 0) / np.maximum(p - lenience * q, 0).sum())
+        assert np.array_equal(p, p0) and np.array_equal(q, q0)
+    point = residual(p, None, 1.0, token=3)
+    assert point.dtype == np.float32 and point[3] == 0 and np.array_equal(p, p0)
+    ints = residual(np.array([3, 1, 0]), np.array([1, 1, 0]))
+    assert ints.dtype.kind == "f" and np.allclose(ints, [1.0, 0.0, 0.0])

@@ -218,6 +218,7 @@ def test_a_sampled_round_warps_only_the_rows_it_reads_and_verifies_as_on_every_r
     from specdec.theory.trees import DraftTree
     from specdec.theory.treeverify import verify_tree
 
+    warp_kw = dict(warp_kw)  # the parameter's own dict stays as given
     temperature = warp_kw.pop("temperature", 1.0)
     sampling = decoding.Sampling(temperature, warp_kw.get("top_k"), warp_kw.get("top_p"), 0, None)
     warp_fn = partial(warp, temperature=temperature, top_k=sampling.top_k, top_p=sampling.top_p)

@@ -47,6 +47,7 @@ __all__ = [
     "kernel_goals",
     "kernel_v_from_samples",
     "load_record",
+    "round_verify_cost",
     "verify_curves",
     "verify_intervals",
 ]
@@ -385,5 +386,29 @@ def loop_cost(record: Mapping[str, Any], threads: int) -> list[dict[str, Any]]:
         row["overhead_change_ms"] = tuple(map(float, entry["overhead_after_minus_before_ms"][arm]))
         row["loop_after_over_before"] = tuple(map(float, entry["after_over_before"][arm]))
         row["bare_after_over_before"] = tuple(map(float, entry["after_over_before"]["bare"]))
+        rows.append(row)
+    return rows
+
+
+def round_verify_cost(record: Mapping[str, Any], threads: int) -> list[dict[str, Any]]:
+    """The speculative arms of a loop-cost record made with a drafter (``settings.drafter``) at ``threads``:
+    one row per temperature (0, 1), each with verification's ms per round before and after (est, low,
+    high), their change after minus before (paired by repetition and prompt) and the speculative loop's
+    time per token after over before across the two processes; no rows for a record without a drafter."""
+    if record.get("kind") != "engine-loop-cost":
+        raise ValueError(f"record must be an engine-loop-cost record; got kind {record.get('kind')!r}")
+    entry = record["summary"].get(f"{threads}t")
+    if entry is None:
+        raise ValueError(f"threads must be one of the record's {sorted(record['summary'])}; got {threads!r}")
+    if not record["settings"].get("drafter"):
+        return []
+    rows = []
+    for temperature in (0, 1):
+        arm = f"spec-{temperature}"
+        row: dict[str, Any] = {"temperature": temperature, "drafter": record["settings"]["drafter"]}
+        for version in ("before", "after"):
+            row[f"verify_ms_{version}"] = tuple(map(float, entry[version][f"{arm}_verify_ms_per_round"]))
+        row["verify_change_ms"] = tuple(map(float, entry["verify_after_minus_before_ms"][arm]))
+        row["spec_after_over_before"] = tuple(map(float, entry["after_over_before"][arm]))
         rows.append(row)
     return rows

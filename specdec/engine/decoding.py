@@ -376,10 +376,10 @@ def _cut(
 
 def _verify(
     logits: torch.Tensor, tree: DraftTree, q: torch.Tensor | None, sampling: Sampling, warp_fn: Any, rng: Any
-) -> tuple[list[int], int, torch.Tensor | None, torch.Tensor | None]:
+) -> tuple[list[int], int, Any, torch.Tensor | None]:
     """A round's verification: the accepted path, the round's own token, p's rows where they were
-    built (None greedy: exact matching on the argmax, no uniforms) and the rows' argmax where it was
-    taken for a tree (greedy)."""
+    built (a tensor, or a :class:`~specdec.theory.treeverify.RowsOnDemand`; None greedy: exact matching
+    on the argmax, no uniforms) and the rows' argmax where it was taken for a tree (greedy)."""
     temperature, lenience = sampling.temperature, sampling.lenience
     if temperature == 0 and lenience < 1.0:  # A.5, argmax case (chains): p(x) >= l max p at T = 1
         n_accepted, next_token = verify_argmax(torch.softmax(logits.float(), -1), tree.tokens, lenience)
@@ -392,9 +392,13 @@ def _verify(
         return path, next_token, None, ids
     if not len(tree):  # what verify_tree does for a tree of no nodes: one draw from p at the root
         return [], draw_at(warp_fn(logits), 0, rng), None, None
-    # p's rows warped one by one when the walk first reads them (the root's, the accepted nodes'): warp is
-    # row-wise, so the same rows as warping all at once (tested), without the rows never examined
-    p = RowsOnDemand(logits.shape[0], logits.shape[1], partial(_warped_row, logits, warp_fn))
+    # float32 CPU logits: p's rows warped one by one when the walk first reads them (the root's, the
+    # accepted nodes'): warp is row-wise, so the same rows as warping all at once (tested), without the rows
+    # never examined; elsewhere (a GPU: one launch per operation) every row at once
+    if float32_view(logits) is not None:
+        p: Any = RowsOnDemand(logits.shape[0], logits.shape[1], partial(_warped_row, logits, warp_fn))
+    else:
+        p = warp_fn(logits)
     q = None if q is None else q.to(logits.device)
     path, next_token = verify_tree(p, q, tree, rng, lenience, draw_row)
     return path, next_token, p, None
@@ -408,9 +412,7 @@ def _warped_row(logits: torch.Tensor, warp_fn: Any, i: int) -> Any:
     return row[0] if view is None else view[0]
 
 
-def _beta(
-    ids: torch.Tensor | None, p: torch.Tensor | None, q: torch.Tensor, examined: int, lenience: float
-) -> torch.Tensor:
+def _beta(ids: torch.Tensor | None, p: Any, q: torch.Tensor, examined: int, lenience: float) -> torch.Tensor:
     """beta = sum_x min(q, p / l) at a chain's first ``examined`` positions; with p one-hot at the argmax
     a (greedy, or A.5's argmax rule; ``p`` None, ``ids`` the argmax verification took) that is q(a)."""
     if p is None:  # greedy: the argmax ids verification took

@@ -10,10 +10,7 @@ alternating, and writes the record (kind ``engine-draft-cost``).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -111,40 +108,22 @@ class DraftCostRun(Program):
         return 0
 
     def _alternate(self, worker: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
-        """Every worker process, the sides alternating by repetition: their samples and each one's load."""
-        from specdec.measure.draftcost import with_children
-        from specdec.measure.runner import cpu_counters, load_during
+        """Every worker process, the sides alternating by repetition: their samples and each one's load
+        (:func:`specdec.measure.sides.run_side`: this checkout's worker file on each side's package)."""
+        from specdec.measure.sides import run_side
 
         sides: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         loads = []
         threads = ",".join(map(str, self.drafter_threads))
         for rep in range(self.repeats):
             for side in ("before", "after") if rep % 2 == 0 else ("after", "before"):
-                folder = str(getattr(self, side))
-                # run as a file, not a module of either checkout (the earlier one may lack it), from the
-                # checkout's folder (sys.path[0]), never from the file's folder (measure/profile.py would
-                # shadow the standard library's profile)
-                code = f"import runpy, sys; sys.argv[0] = {worker!r}; "
-                code += "runpy.run_path(sys.argv[0], run_name='__main__')"
-                cmd = [sys.executable, "-c", code, "--side", "--threads", str(self.threads),
-                       "--prompts", str(self.prompts), "--drafter-threads", threads,
-                       "--new-tokens", str(self.new_tokens),
-                       "--configs", json.dumps(self.pairs())]  # fmt: skip
-                c0, t0 = with_children(cpu_counters()), time.perf_counter()
-                env = dict(os.environ, PYTHONPATH=folder)
-                done = subprocess.run(cmd, env=env, cwd=folder, capture_output=True, text=True, check=False)
-                if done.returncode:
-                    raise RuntimeError(f"the {side} side failed:\n{done.stderr[-3000:]}")
-                c1 = with_children(cpu_counters())
-                # the child's CPU time counts as this process's (with_children): others_busy_cpus is the rest
-                loads.append(
-                    {"side": side, "rep": rep, **load_during(c0, c1, time.perf_counter() - t0, self.threads)}
+                args = ["--side", "--threads", str(self.threads), "--prompts", str(self.prompts),
+                        "--drafter-threads", threads, "--new-tokens", str(self.new_tokens),
+                        "--configs", json.dumps(self.pairs())]  # fmt: skip
+                result, load = run_side(
+                    str(getattr(self, side)), worker, threads=self.threads, args=args, what=f"{side} side"
                 )
-                result = json.loads(done.stdout)
-                if Path(result["specdec"]).parent.resolve() != Path(folder).resolve():
-                    raise RuntimeError(
-                        f"the {side} side imported {result['specdec']}, not {folder}'s package"
-                    )
+                loads.append({"side": side, "rep": rep, **load})
                 sides[side] += [{**r, "rep": rep} for r in result["rows"]]
                 print(f"[draft-cost] {side} rep {rep} done", file=sys.stderr)
         return sides, loads

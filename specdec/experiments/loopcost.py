@@ -24,10 +24,11 @@ class LoopCostRun(Program):
     The measurement is :func:`specdec.measure.loopcost.run_record` (its module docstring says what runs
     and how): per thread count and repetition, two worker processes in a fresh order, one on the
     package of ``--before`` (extracted from git) and one on this checkout's, each timing, per development
-    prompt and round, the bare C step (the forward and numpy's argmax, nothing else) and
-    ``autoregressive()`` at temperatures 0 and 1, in a fresh order. Writes
-    ``results/bench/engine-loop-cost-<cpu>.json`` (``--out``); an interrupted run with the same settings
-    resumes (``--fresh`` discards it). About 10 minutes on a 2-core machine.
+    prompt and round, the bare C step (the forward and numpy's argmax, nothing else),
+    ``autoregressive()`` at temperatures 0 and 1 and, with ``--drafter``, ``speculative_tree()`` at both,
+    in a fresh order. Writes ``results/bench/engine-loop-cost-<cpu>.json`` (``-spec.json`` with a
+    drafter; ``--out``); an interrupted run with the same settings resumes (``--fresh`` discards it).
+    About 20 minutes on a 2-core machine, 45 with a drafter.
 
         specdec run loop-cost --before bd13e7a
         specdec run loop-cost --threads 1 --prompts 2 --tokens 8 --rounds 1 --repeats 1   # a smoke run
@@ -45,7 +46,9 @@ class LoopCostRun(Program):
     repeats: int = option(5, "repetitions per thread count (after one that warms up)")
     seed: int = option(0, "the seed of the orders and of sampling at temperature 1")
     drafter: str | None = option(None, "SPEC@BUDGET: add the speculative loop's arms with this drafter")
-    out: str | None = option(None, "the record's path (default results/bench/engine-loop-cost-<cpu>.json)")
+    out: str | None = option(
+        None, "the record's path (default results/bench/engine-loop-cost-<cpu>[-spec].json)"
+    )
     fresh: bool = option(False, "discard a partial record with these settings", once=True)
     summarize: str | None = option(None, "recompute this record's summary from its cells (nothing timed)")
 

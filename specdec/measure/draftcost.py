@@ -646,14 +646,6 @@ def draft_work(drafter: Any, *, max_depth: int = 4) -> dict[str, Any]:
     }
 
 
-def with_children(counters: dict[str, float]) -> dict[str, float]:
-    """cpu_counters with the finished children's CPU seconds added to this process's own."""
-    import resource
-
-    child = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {**counters, "own_s": counters["own_s"] + child.ru_utime + child.ru_stime}
-
-
 def git_commit(folder: str) -> str:
     import subprocess
 

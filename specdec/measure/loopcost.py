@@ -7,10 +7,11 @@ torch's code and data cold), so the loop's overhead is measured where it runs, n
 
 The design, per thread count: ``repeats`` repetitions (after one that warms up and is dropped), each
 running two worker processes in a fresh random order, one on the package of the ``before`` commit (its
-``specdec`` extracted from git into a temporary folder) and one on this checkout's. A worker
-(:data:`WORKER`, which uses only the API both share) opens the lean q4q8 target at that thread count and,
+``specdec`` extracted from git into a temporary folder) and one on this checkout's
+(:func:`specdec.measure.sides.run_side`). A worker (:data:`WORKER`, :mod:`specdec.measure.loopworker`, a
+file of this checkout that uses only the API both share) opens the lean q4q8 target at that thread count and,
 for each prompt (the development prompts of :func:`specdec.measure.draftcost.dev_texts`, in a fresh order)
-runs ``rounds`` rounds, each running its three arms once in a fresh order (so that a drift of the
+runs ``rounds`` rounds, each running its arms once in a fresh order (so that a drift of the
 machine's speed over a worker's seconds falls on every arm alike):
 
 * ``bare`` -- the C forward of one token and numpy's argmax, nothing else: ids and logits in arrays made
@@ -35,117 +36,36 @@ repetition's ``loads`` (the cells' ``cell_load`` counts the workers as other pro
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import tarfile
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from specdec.measure.runner import RunSettings, not_key
+from specdec.measure.sides import package_at, run_side
 from specdec.theory.checks import check_int
 
 __all__ = [
     "ARMS",
     "SPEC_ARMS",
     "LoopCost",
-    "WORKER",
     "arms_of",
     "crossed_ci",
-    "package_at",
     "run_record",
-    "run_worker",
     "summarize",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The worker, a file of this checkout run on either version's package (:mod:`specdec.measure.loopworker`).
+WORKER = Path(__file__).resolve().with_name("loopworker.py")
 #: The arms a worker times per prompt.
 ARMS = ("bare", "loop-0", "loop-1")
 #: The speculative loop's arms, with a drafter (``LoopCost.drafter``): greedy and at temperature 1.
 SPEC_ARMS = ("spec-0", "spec-1")
 Log = Callable[[str], None]
-
-#: The worker's program (``python -c``), on whichever ``specdec`` comes first on its path: a JSON job on
-#: stdin (threads, prompts, tokens, seed, order), a JSON result on stdout. It uses only the API the
-#: ``before`` commits share: ``open_engine``, ``autoregressive``, ``LeanLlama.forward`` / ``new_cache``
-#: and ``leannative.q8_forward``.
-WORKER = r"""
-import json, sys, time
-import numpy as np, torch
-from specdec.engine.builder import EngineSpec, open_engine
-from specdec.engine.decoding import autoregressive, speculative_tree
-from specdec.engine.leannative import q8_forward
-
-job = json.load(sys.stdin)
-opened = open_engine(EngineSpec("lean", "q4q8", job["threads"]))
-target = opened.model
-torch.set_num_threads(1)  # the C pool owns the cores, as in the decoding loop
-fw = q8_forward(target)
-V, L, T = target.head.out_features, target.num_layers, target.threads
-
-
-def bare(prompt, n):
-    cache = target.new_cache(len(prompt) + n)
-    target.forward(torch.tensor(prompt[:-1]), 0, cache, keep=1)
-    c, ids, out = cache.numpy(), np.zeros(1, np.int64), np.empty((1, V), np.float32)
-    where, tok, new = (ids.ctypes.data, c.ctypes.data, c.shape[3], out.ctypes.data), prompt[-1], []
-    t0 = time.perf_counter()
-    for i in range(n):
-        ids[0] = tok
-        fw.forward(where[0], 1, len(prompt) - 1 + i, where[1], where[2], where[3], 1, L, T)
-        tok = int(out[0].argmax())
-        new.append(tok)
-    return (time.perf_counter() - t0) / n, new
-
-
-def loop(prompt, n, temperature):
-    t0 = time.perf_counter()
-    g = autoregressive(target, prompt, max_new_tokens=n, temperature=temperature, seed=job["seed"])
-    return (time.perf_counter() - t0 - g.stats.prefill_s) / len(g.tokens), list(g.tokens)
-
-
-def spec(prompt, n, temperature, drafter, budget):
-    t0 = time.perf_counter()
-    g = speculative_tree(target, drafter, prompt, budget=budget, max_new_tokens=n, temperature=temperature,
-                         seed=job["seed"])
-    s = g.stats
-    return (time.perf_counter() - t0 - s.prefill_s) / len(g.tokens), list(g.tokens), s.verify_s / s.rounds
-
-
-arms = {"bare": lambda p: bare(p, job["tokens"])}
-arms |= {f"loop-{t}": (lambda p, t=t: loop(p, job["tokens"], float(t))) for t in (0, 1)}
-if job.get("drafter"):
-    from specdec.drafting.registry import build_drafter
-    from specdec.measure.modes import draft_context
-
-    name, budget = job["drafter"].rsplit("@", 1)
-    drafter = build_drafter(name, draft_context(opened)[0])
-    for t in (0, 1):
-        arms[f"spec-{t}"] = lambda p, t=t: spec(p, job["tokens"], float(t), drafter, int(budget))
-warm = job["prompts"][0]
-for arm in arms.values():
-    arm(warm[: max(2, len(warm) // 4)])
-result = {}
-for i in job["order"]:
-    prompt = job["prompts"][i]
-    result[i] = {name: {"s_per_token": [], "tokens": None} for name in arms}
-    for order in job["arms"][i]:  # one round per entry: every arm once, in that order
-        for name in order:
-            seconds, new, *verify = arms[name](prompt)
-            result[i][name]["s_per_token"].append(seconds)
-            result[i][name]["tokens"] = new
-            if verify:  # a speculative arm: its verification's seconds per round
-                result[i][name].setdefault("verify_s_per_round", []).append(verify[0])
-import specdec
-sys.stdout.write(json.dumps({"specdec": specdec.__file__, "prompts": result}))  # to the parent, not a file
-"""
 
 
 @dataclass
@@ -185,51 +105,6 @@ class LoopCost(RunSettings):
         self.threads = values
 
 
-def package_at(commit: str, folder: Path) -> str:
-    """Extract ``specdec`` of ``commit`` (``git archive``) into ``folder``; returns the full commit id."""
-    done = subprocess.run(["git", "archive", commit, "specdec"], cwd=ROOT, capture_output=True, timeout=120)
-    if done.returncode != 0:
-        raise ValueError(f"git cannot archive specdec at {commit!r}: {done.stderr.decode(errors='replace')}")
-    with tarfile.open(fileobj=BytesIO(done.stdout)) as archive:
-        archive.extractall(folder, filter="data")
-    return subprocess.run(
-        ["git", "rev-parse", commit], cwd=ROOT, capture_output=True, text=True, timeout=60
-    ).stdout.strip()
-
-
-def run_worker(path: Path, job: Mapping[str, Any], timeout_s: float = 1800) -> dict[str, Any]:
-    """Run :data:`WORKER` on the ``specdec`` under ``path`` with ``job``, from that folder (``python -c``
-    puts the working folder first on the path, before ``PYTHONPATH``); checks that it imported that
-    package. Returns its result by prompt index and its load (its CPU time counted as this process's)."""
-    import os
-    import resource
-
-    from specdec.measure.runner import cpu_counters, load_during
-
-    def counters() -> dict[str, float]:
-        child = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return (c := cpu_counters()) | {"own_s": c["own_s"] + child.ru_utime + child.ru_stime}
-
-    env = {**os.environ, "PYTHONPATH": str(path)}
-    c0, t0 = counters(), time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", WORKER],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=path,
-        timeout=timeout_s,
-    )
-    load = load_during(c0, counters(), time.perf_counter() - t0, int(job["threads"]))
-    if done.returncode != 0:
-        raise RuntimeError(f"the loop-cost worker on {path} failed:\n{done.stderr[-3000:]}")
-    out = json.loads(done.stdout)
-    if Path(out["specdec"]).resolve().parent.parent != Path(path).resolve():
-        raise RuntimeError(f"the worker for {path} imported {out['specdec']}, not that folder's package")
-    return {"prompts": {int(i): arms for i, arms in out["prompts"].items()}, "load": load}
-
-
 def run_record(
     settings: LoopCost, *, command: str, fresh: bool = False, log: Log = print
 ) -> tuple[dict[str, Any], Path]:
@@ -248,7 +123,10 @@ def run_record(
     path = (
         Path(settings.out)
         if settings.out
-        else ROOT / "results" / "bench" / f"engine-loop-cost-{device_slug(env['device_name'])}.json"
+        else ROOT
+        / "results"
+        / "bench"
+        / f"engine-loop-cost-{device_slug(env['device_name'])}{'-spec' if settings.drafter else ''}.json"
     )
     record = open_partial(path, settings, fresh=fresh, what="loop-cost run") or {
         "kind": "engine-loop-cost",
@@ -260,7 +138,7 @@ def run_record(
     tokenizer = open_engine(EngineSpec("lean", "q4q8", 1)).tokenizer  # the target's, as the workers open it
     prompts = [chat_prompt_ids(tokenizer, t[:1500]) for t in dev_texts(settings.prompts)]
     with tempfile.TemporaryDirectory() as tmp:
-        before_id = package_at(settings.before, Path(tmp))
+        before_id = package_at(settings.before, Path(tmp), ROOT)
         record |= {
             "machine": machine_identity(),
             "cpu": cpu_identity(),
@@ -325,9 +203,11 @@ def _repetition(
                 for _ in prompts
             ],
         }
-        result = run_worker(roots[version], job)
-        out[version] = [result["prompts"][i] for i in range(len(prompts))]
-        out["loads"][version] = result["load"]
+        result, load = run_side(
+            roots[version], WORKER, threads=threads, job=job, timeout_s=1800, what="loop-cost worker"
+        )
+        out[version] = [result["prompts"][str(i)] for i in range(len(prompts))]
+        out["loads"][version] = load
     return out
 
 
@@ -365,10 +245,10 @@ def summarize(cells: Mapping[str, Any], settings: LoopCost) -> dict[str, Any]:
     (the two workers of one repetition) and prompt; and after over before per arm (a time ratio across
     processes: the bare arm, the same forward code built by each version, shows what two processes
     differ by). With a drafter, each speculative arm's verification ms per round per version and their
-    difference after - before, paired by repetition and prompt (the tokens, hence the rounds, are the
-    same greedy). Each value the mean (ratios: geometric) over prompts of the median over repetitions,
-    with :func:`crossed_ci`'s interval. Also whether the greedy loop's tokens equal the bare step's and
-    the versions' tokens agree."""
+    difference after - before, paired by repetition and prompt. Each value the mean (ratios: geometric)
+    over prompts of the median over repetitions, with :func:`crossed_ci`'s interval. Also whether the
+    greedy loop's tokens equal the bare step's, and whether the versions' tokens agree, per arm
+    (``versions_agree_by_arm``) and in every arm (``versions_agree``)."""
 
     def rounds(arms: Any, arm: str) -> np.ndarray:
         return np.asarray(arms[arm]["s_per_token"], dtype=float)
@@ -421,11 +301,14 @@ def summarize(cells: Mapping[str, Any], settings: LoopCost) -> dict[str, Any]:
             )
         every = [rep[v][i] for rep in reps for v in ("before", "after") for i in range(len(rep[v]))]
         entry["greedy_loop_equals_bare"] = all(a["loop-0"]["tokens"] == a["bare"]["tokens"] for a in every)
-        entry["versions_agree"] = all(
-            rep["before"][i][arm]["tokens"] == rep["after"][i][arm]["tokens"]
-            for rep in reps
-            for i in range(len(rep["before"]))
+        entry["versions_agree_by_arm"] = {
+            arm: all(
+                rep["before"][i][arm]["tokens"] == rep["after"][i][arm]["tokens"]
+                for rep in reps
+                for i in range(len(rep["before"]))
+            )
             for arm in arms_of(settings)
-        )
+        }
+        entry["versions_agree"] = all(entry["versions_agree_by_arm"].values())
         out[f"{threads}t"] = entry
     return out

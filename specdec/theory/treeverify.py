@@ -52,6 +52,7 @@ Pure numpy (torch tensors are accepted duck-typed by :func:`verify_tree`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -97,9 +98,10 @@ def _check_tree(tree: object) -> DraftTree:
 
 class RowsOnDemand:
     """The rows of p, each made when first read: ``rows[i]`` is ``make(i)`` (one row, 1-D), kept for later
-    reads; ``rows[a:b]`` stacks rows a .. b-1 (numpy). ``shape`` is (n, vocab). For
-    :func:`verify_tree`, which reads the root's row and the accepted nodes' rows only: a round's
-    warp then costs the rows examined, not every node's (no value checks: ``make`` is the caller's)."""
+    reads; ``rows[a:b]`` stacks rows a .. b-1 (torch tensors by torch, anything else as numpy).
+    ``shape`` is (n, vocab). For :func:`verify_tree`, which reads the root's row and the accepted nodes'
+    rows only: a round's warp then costs the rows examined, not every node's (no value checks: ``make``
+    is the caller's)."""
 
     def __init__(self, n: int, vocab: int, make: Callable[[int], Array]) -> None:
         check_int("n", n, low=1)
@@ -113,9 +115,18 @@ class RowsOnDemand:
         return self.shape[0]
 
     def __getitem__(self, i: int | slice) -> Array:
-        if isinstance(i, slice):
-            return np.stack([np.asarray(self[j]) for j in range(*i.indices(self.shape[0]))])
-        if not (isinstance(i, int) and 0 <= i < self.shape[0]):
+        if isinstance(i, slice):  # stacked as the rows are: tensors (on their device) by torch, else numpy
+            rows = [self[j] for j in range(*i.indices(self.shape[0]))]
+            if rows and _is_torch(rows[0]):
+                import torch
+
+                return torch.stack(rows)
+            return np.stack([np.asarray(r) for r in rows])
+        try:
+            i = operator.index(i)  # a Python or numpy integer
+        except TypeError:
+            raise IndexError(f"row index must be an integer or a slice; got {i!r}") from None
+        if not 0 <= i < self.shape[0]:
             raise IndexError(f"row index must lie in [0, {self.shape[0]}); got {i!r}")
         if i not in self._rows:
             self._rows[i] = self._make(i)
@@ -210,8 +221,9 @@ def verify_tree(
     check_float("lenience", lenience, low=0.0, high=1.0, open_low=True)
     if not callable(draw):
         raise ValueError(f"draw must be callable (row, rng) -> index; got {type(draw).__name__}")
-    p = _in_place(p)
-    q = None if q is None else _in_place(q)
+    views = (_in_place(p), None if q is None else _in_place(q))
+    if all(v is not None for v in views[: 1 if q is None else 2]):  # both read in place, or neither
+        p, q = views
     kids = _children(tree)
     node, r, path = -1, p[0], []
     while True:
@@ -227,10 +239,12 @@ def verify_tree(
             return path, int(draw(r, rng))
 
 
-def _in_place(rows: Array) -> Array:
-    """A float32 CPU tensor's numpy view (:func:`~specdec.theory.sampling.float32_view`), else ``rows``."""
-    view = float32_view(rows) if _is_torch(rows) else None
-    return rows if view is None else view
+def _in_place(rows: Array) -> Array | None:
+    """A float32 CPU tensor's numpy view (:func:`~specdec.theory.sampling.float32_view`); a numpy array or
+    a RowsOnDemand itself; None for another tensor (then the walk stays on torch)."""
+    if not _is_torch(rows):
+        return rows
+    return float32_view(rows)
 
 
 def verify_tree_greedy(argmax_ids: Array, tree: DraftTree) -> tuple[list[int], int]:
