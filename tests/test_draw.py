@@ -27,6 +27,19 @@ def needs_c() -> None:
         pytest.skip(f"the q4q8 library does not build here: {native.unavailable_reason('q4q8')}")
 
 
+def spy_on_c(monkeypatch) -> list[int]:
+    """The C draw wrapped: each call's row length is appended to the returned list."""
+    calls: list[int] = []
+    real = draw._sample_cdf()
+
+    def spy(*args):
+        calls.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(draw, "_sample_cdf", lambda: spy)
+    return calls
+
+
 def rows(n: int = 30, width: int = 49_152) -> list[np.ndarray]:
     gen = np.random.default_rng(0)
     out = []
@@ -115,14 +128,7 @@ def test_float32_rows_go_to_c_and_the_rest_to_sample(monkeypatch):
     """The dispatch: a float32 row reaches the C draw; without the library every row goes to sample."""
     needs_c()
     row = np.stack([rows(2)[1]])
-    calls = []
-    real = draw._sample_cdf()
-
-    def spy(*args):
-        calls.append(args[1])
-        return real(*args)
-
-    monkeypatch.setattr(draw, "_sample_cdf", lambda: spy)
+    calls = spy_on_c(monkeypatch)
     a, b = np.random.default_rng(3), np.random.default_rng(3)
     assert draw.draw_at(torch.from_numpy(row), 0, a) == sample(row[0], b) and calls == [row.shape[1]]
     draw.draw_at(row.astype(np.float64), 0, a)  # float64: sample's path
@@ -157,14 +163,7 @@ def test_draw_row_gives_samples_index_in_c_and_refuses_more_than_one_row(monkeyp
     """draw_row (a speculative round's last draw): sample's index, one uniform, a float32 row to C (a spy)
     and anything else to sample; a 2-D row refused by name."""
     needs_c()
-    calls = []
-    real = draw._sample_cdf()
-
-    def spy(*args):
-        calls.append(args[1])
-        return real(*args)
-
-    monkeypatch.setattr(draw, "_sample_cdf", lambda: spy)
+    calls = spy_on_c(monkeypatch)
     for i, row in enumerate(rows(10)):
         a, b = np.random.default_rng(i), np.random.default_rng(i)
         for given in (row, torch.from_numpy(row)):
