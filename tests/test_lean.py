@@ -432,3 +432,17 @@ def test_key_value_heads_must_divide_the_heads():
     with pytest.raises(ValueError, match=r"num_key_value_heads \(3\) to divide the heads \(4\)"):
         _check_supported(SimpleNamespace(model_type="llama", num_attention_heads=4, num_key_value_heads=3))
     _check_supported(SimpleNamespace(model_type="llama", num_attention_heads=4, num_key_value_heads=2))
+
+
+def test_a_sessions_cache_is_replaced_with_its_numpy_view(lean):
+    """``cache`` is a property: setting it (a reset, a grown cache) keeps the C forward's numpy view on the
+    same memory, so a native call never writes an old cache."""
+    s = open_lm(lean["float32"])
+    s.forward([5, 17, 42])
+    assert np.shares_memory(s._cache_np, s.cache.numpy())
+    old = s.cache
+    s.reserve(s.model.max_positions)  # grows the cache (256 positions at first): a new tensor
+    assert s.cache is not old and s.cache.shape[3] == s.model.max_positions > old.shape[3]
+    assert np.shares_memory(s._cache_np, s.cache.numpy())
+    s.reset()
+    assert np.shares_memory(s._cache_np, s.cache.numpy()) and s.ids == []

@@ -697,7 +697,7 @@ class LeanSession(Session):
     those slots (one at or below them after a :meth:`crop`; copy it to keep it longer); a grown cache or a
     reset makes a fresh buffer (views of the old one stay valid). A native mode's call runs no torch
     operation but wrapping the logits (:func:`specdec.engine.leannative.native_logits`; a kept-vocabulary
-    head's widening aside). ``cache`` is replaced only through ``_set_cache``, which keeps its numpy view.
+    head's widening aside). Setting ``cache`` (a property) keeps its numpy view, the C forward's, with it.
     """
 
     def __init__(self, model: LeanLlama) -> None:
@@ -720,23 +720,23 @@ class LeanSession(Session):
         if model.mode in NATIVE_MODES:  # numpy only between two C forwards (leannative.native_logits)
             logits = leannative.native_logits(model, ids, start, self._cache_np, keep, tree, embeds, out)
             return model._full_logits(torch.from_numpy(logits))
-        feats, parents = (
-            None if out is None else torch.from_numpy(out),
-            None if tree is None else tree.parents,
-        )
-        embeds = None if embeds is None else torch.as_tensor(embeds)
-        return model.forward(
-            torch.tensor(ids), start, self.cache, keep, parents, embeds=embeds, features=feats
-        )
+        feats, embeds = (None if x is None else torch.as_tensor(x) for x in (out, embeds))  # out's memory
+        parents, ids_t = None if tree is None else tree.parents, torch.tensor(ids)
+        return model.forward(ids_t, start, self.cache, keep, parents, embeds=embeds, features=feats)
 
     def reset(self) -> None:
         self.ids: list[int] = []
-        self._set_cache(self.model.new_cache(min(256, self.model.max_positions)))
+        self.cache = self.model.new_cache(min(256, self.model.max_positions))
         self._tree_call = None
         self._feats: np.ndarray | None = None
 
-    def _set_cache(self, cache: torch.Tensor) -> None:
-        self.cache, self._cache_np = cache, cache.numpy()  # the C forward's view of it
+    @property
+    def cache(self) -> torch.Tensor:
+        return self._cache
+
+    @cache.setter
+    def cache(self, cache: torch.Tensor) -> None:  # replaced with the C forward's numpy view of it
+        self._cache, self._cache_np = cache, cache.numpy()
 
     def reserve(self, n: int) -> None:
         """Room for ``n`` positions now, at most the model's (:meth:`Session.reserve`)."""
@@ -753,7 +753,7 @@ class LeanSession(Session):
             size = end if exact else min(self.model.max_positions, max(end, 2 * capacity))
             new = self.model.new_cache(size)
             new[:, :, :, : len(self.ids)] = self.cache[:, :, :, : len(self.ids)]
-            self._set_cache(new)
+            self.cache = new
 
     def forward(self, new_ids: Sequence[int], keep: int | None = None, *, embeds: Any = None) -> torch.Tensor:
         """Feed ``new_ids`` after the cached tokens in one call; float32 logits (n, V), or the last ``keep``
