@@ -206,7 +206,12 @@ static inline __attribute__((always_inline)) void store_rows(const v16f *acc, in
 /* Ask for block b of the tile two ahead while the rows of this one compute on block b (the first pass only):
  * with several rows a tile's arithmetic outlasts the loads of its codes, and the hardware's own
  * prefetchers then fall behind (measured on a 2-core AMD EPYC: 8 rows over weights streamed from memory
- * took 1.5 times as long as over weights in cache, 12 rows 2.2 times). Loads only: no arithmetic changes. */
+ * took 1.5 times as long as over weights in cache, 12 rows 2.2 times). Loads only: no arithmetic changes.
+ * On the AVX-512 path only for Q4_1 tiles of calls of several rows: on a 2-core AMD EPYC Zen 4 (CPU flags
+ * fb86c92f) the Q8_0 head's prefetches slowed it at every k (one row at 1 thread: 1.09 -> 1.32 ms against
+ * the library without them), and a one-row call's stream is one the hardware prefetchers keep up with
+ * (dev runs of verify-kernels; the engine record of the change says what it bought). The AVX2 path keeps
+ * them for every tile (not measured on such a machine). */
 #define PREFETCH_BLOCK(p, bytes)                                                                         \
     do {                                                                                               \
         for (size_t off_ = 0; off_ < (bytes); off_ += 64) __builtin_prefetch((const char *)(p) + off_, 0, 3); \
@@ -228,7 +233,7 @@ static inline __attribute__((always_inline)) void tile_rows(const pq_t *w, const
     for (int r = 0; r < R; r++) acc[r] = (v16f){0};
     const size_t chunk = q4 ? Q4_CHUNK : Q8_CHUNK;
     const __m512i mask = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
-    const size_t ahead = r0 == 0 && tile + 2 < w->tiles ? 2 * (size_t)w->blocks * chunk : 0;
+    const size_t ahead = q4 && R > 1 && r0 == 0 && tile + 2 < w->tiles ? 2 * (size_t)w->blocks * chunk : 0;
     for (int b = 0; b < w->blocks; b++) {
         const uint8_t *c = w->data + ((size_t)tile * w->blocks + b) * chunk;
         if (ahead) PREFETCH_BLOCK(c + ahead, chunk);
