@@ -363,17 +363,23 @@ def draft_costs(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 LOOP_GOAL = 1.15
 
 
+def _loop_cost_entry(record: Mapping[str, Any], threads: int) -> Mapping[str, Any]:
+    """A loop-cost record's summary at ``threads``; ValueError for another kind or thread count."""
+    if record.get("kind") != "engine-loop-cost":
+        raise ValueError(f"record must be an engine-loop-cost record; got kind {record.get('kind')!r}")
+    entry = record["summary"].get(f"{threads}t")
+    if entry is None:
+        raise ValueError(f"threads must be one of the record's {sorted(record['summary'])}; got {threads!r}")
+    return entry
+
+
 def loop_cost(record: Mapping[str, Any], threads: int) -> list[dict[str, Any]]:
     """A loop-cost record (kind ``engine-loop-cost``, :mod:`specdec.measure.loopcost`) at ``threads``: one
     row per temperature of the loop (0, 1), each with the bare step's ms per token before and after, the
     loop's overhead over it in ms per token and loop / bare per version (est, low, high), the overhead's
     change after minus before (est, low, high) and after over before of the loop and of the bare step
     across the two processes (time ratios: below 1 is faster)."""
-    if record.get("kind") != "engine-loop-cost":
-        raise ValueError(f"record must be an engine-loop-cost record; got kind {record.get('kind')!r}")
-    entry = record["summary"].get(f"{threads}t")
-    if entry is None:
-        raise ValueError(f"threads must be one of the record's {sorted(record['summary'])}; got {threads!r}")
+    entry = _loop_cost_entry(record, threads)
     rows = []
     for temperature in (0, 1):
         arm = f"loop-{temperature}"
@@ -395,11 +401,7 @@ def round_verify_cost(record: Mapping[str, Any], threads: int) -> list[dict[str,
     one row per temperature (0, 1), each with verification's ms per round before and after (est, low,
     high), their change after minus before (paired by repetition and prompt) and the speculative loop's
     time per token after over before across the two processes; no rows for a record without a drafter."""
-    if record.get("kind") != "engine-loop-cost":
-        raise ValueError(f"record must be an engine-loop-cost record; got kind {record.get('kind')!r}")
-    entry = record["summary"].get(f"{threads}t")
-    if entry is None:
-        raise ValueError(f"threads must be one of the record's {sorted(record['summary'])}; got {threads!r}")
+    entry = _loop_cost_entry(record, threads)
     if not record["settings"].get("drafter"):
         return []
     rows = []
