@@ -52,21 +52,71 @@ def rows(n: int = 30, width: int = 49_152) -> list[np.ndarray]:
     return out
 
 
-def test_the_c_running_sum_is_numpys_and_torchs_bit_for_bit():
-    """The total the C draw scales u by is the last entry of numpy's float64 cumsum (and torch's): a sum
-    in another order (pairwise, vectorised) would differ in its last bits on these rows."""
+def c_draw(row: np.ndarray, u: float) -> tuple[int, float, int]:
+    """The C draw's index, total and path (0: the blocked sum decided, 1: the rule as written)."""
+    total, path = ctypes.c_double(), ctypes.c_int32(-1)
+    idx = draw._sample_cdf()(row.ctypes.data, row.size, u, ctypes.byref(total), ctypes.byref(path))
+    return int(idx), total.value, path.value
+
+
+def rule(row: np.ndarray, u: float) -> int:
+    """sample's index for the uniform u: the first i whose running float64 sum exceeds u times the total."""
+    cdf = np.cumsum(row.astype(np.float64))
+    return int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+
+
+def boundary_uniforms(row: np.ndarray, gen: np.random.Generator, n: int = 40) -> list[float]:
+    """Uniforms that put u times the total on or next to the running sum at random entries, and at the
+    entries where a sum in another order (numpy's pairwise) differs from it most: where a blocked sum
+    could only decide by rounding."""
+    cdf = np.cumsum(row.astype(np.float64))
+    total = cdf[-1]
+    pairwise = np.array([np.sum(row[: i + 1].astype(np.float64)) for i in range(0, row.size, 97)])
+    apart = np.argsort(-np.abs(pairwise - cdf[::97]))[: n // 2] * 97
+    out = []
+    for i in [*gen.integers(0, row.size - 1, n // 2), *apart]:
+        u = cdf[i] / total
+        out += [u, np.nextafter(u, 0.0), np.nextafter(u, 1.0)]
+    return [float(u) for u in out if 0.0 <= u < 1.0]
+
+
+def test_the_c_draw_is_the_rules_index_on_either_path():
+    """The C draw gives the running-sum rule's index (numpy's float64 cumsum, torch's: the same sums) for
+    random uniforms and for uniforms on the boundaries between indices, where a sum in another order would
+    pick a neighbour; the blocked sum decides most draws and hands those on a boundary to the rule as
+    written (both paths taken); its total is positive exactly when the rule's is."""
     needs_c()
-    function = draw._sample_cdf()
+    gen = np.random.default_rng(11)
+    paths = []
     for row in rows():
-        total = ctypes.c_double()
-        function(row.ctypes.data, row.size, 0.5, ctypes.byref(total))
         cdf = np.cumsum(row.astype(np.float64))
-        assert total.value == cdf[-1]
-        assert total.value == torch.cumsum(torch.from_numpy(row).double(), -1)[-1].item()
-    # the pairwise sum, for contrast: the test can tell orders apart on these rows
+        assert cdf[-1] == torch.cumsum(torch.from_numpy(row).double(), -1)[-1].item()
+        for u in [*gen.random(20), *boundary_uniforms(row, gen)]:
+            idx, total, path = c_draw(row, u)
+            assert idx == rule(row, u), (u, idx)
+            assert total > 0
+            paths.append(path)
+    assert 0 in paths and 1 in paths
+    # the rows tell orders apart: a sum in another order differs from the running sum in its last bits
     assert any(
         float(np.sum(r.astype(np.float64))) != float(np.cumsum(r.astype(np.float64))[-1]) for r in rows()
     )
+
+
+def test_the_c_draw_takes_the_rule_as_written_where_the_blocks_cannot_decide():
+    """Short rows, negative, infinite or NaN terms, and a uniform outside [0, 1) go to the rule as
+    written, whose index (or its 'none qualifies', the row's length) the C draw returns."""
+    needs_c()
+    row = rows(2)[1]
+    short = row[:300].copy()
+    negative, infinite, nan = row.copy(), row.copy(), row.copy()
+    negative[1000], infinite[2000], nan[3000] = -1e-6, np.inf, np.nan
+    assert c_draw(short, 0.3) == (rule(short, 0.3), np.cumsum(short.astype(np.float64))[-1], 1)
+    assert c_draw(negative, 0.3)[::2] == (rule(negative, 0.3), 1)
+    assert c_draw(infinite, 0.3)[0::2] == (row.size, 1)  # the total is infinite: u * inf, never exceeded
+    assert c_draw(nan, 0.3)[0::2] == (row.size, 1)  # a NaN total: the caller refuses it
+    assert c_draw(row, 1.0)[0::2] == (row.size, 1)  # u * total = total: none qualifies (the guard's case)
+    assert c_draw(row, 0.3)[2] == 0 and c_draw(row, 0.3)[0] == rule(row, 0.3)
 
 
 def test_draw_at_gives_samples_index_and_uses_one_uniform():

@@ -44,7 +44,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#define SPECDEC_Q8_ABI 12 /* 12: specdec_sample_cdf (one draw from a row, the plain step's); 11: specdec_sfx_* (suffix decoding's trie and speculation); 10: specdec_q8_medusa, specdec_q8_mlp_stage (a Medusa draft, an MLP stage in one call); 9: specdec_q8_eagle_inputs, specdec_q8_eagle_level (one EAGLE level in one call); 8: specdec_q8_forward_spec (a tree hung below earlier calls' nodes), specdec_q8_linear_topk, specdec_topk; 7: specdec_q8_amx, specdec_q8_peak; 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
+#define SPECDEC_Q8_ABI 13 /* 13: specdec_sample_cdf decides by a blocked sum where rounding cannot change the index, and reports its path; 12: specdec_sample_cdf (one draw from a row, the plain step's); 11: specdec_sfx_* (suffix decoding's trie and speculation); 10: specdec_q8_medusa, specdec_q8_mlp_stage (a Medusa draft, an MLP stage in one call); 9: specdec_q8_eagle_inputs, specdec_q8_eagle_level (one EAGLE level in one call); 8: specdec_q8_forward_spec (a tree hung below earlier calls' nodes), specdec_q8_linear_topk, specdec_topk; 7: specdec_q8_amx, specdec_q8_peak; 6: model_t gained phase_s (the q4_1 forward's per-model clocks) */
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ISA "avx512vnni"
