@@ -39,7 +39,7 @@ Engine (torch + transformers, the ``models`` extra):
 * :mod:`specdec.engine.leannative` -- the lean forward's C glue and the layout of tree verify calls (depths,
   paths, checked parents).
 * :mod:`specdec.engine.draw`      -- a plain step's token between two C forwards: one draw from a row in C
-  (sample's rule, bit for bit).
+  (sample's rule: the same index).
 * :mod:`specdec.engine.native`    -- the C forwards of the ``"q4_1"`` and ``"q4q8"`` lean modes (``csrc/``),
   built here.
 * :mod:`specdec.engine.machine`   -- the running machine's identity: CPU name, flags, caches, SIMD levels.

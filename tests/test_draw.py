@@ -1,4 +1,4 @@
-"""The plain step's draw in C (specdec.engine.draw.draw_at) is sample's rule, bit for bit."""
+"""The plain step's draw in C (specdec.engine.draw.draw_at) gives sample's index, always."""
 
 from __future__ import annotations
 
@@ -101,6 +101,28 @@ def test_the_c_draw_is_the_rules_index_on_either_path():
     assert any(
         float(np.sum(r.astype(np.float64))) != float(np.cumsum(r.astype(np.float64))[-1]) for r in rows()
     )
+
+
+def test_the_c_draw_decides_rows_whose_last_block_takes_a_remainder():
+    """Rows whose length is not a multiple of the block (256) nor of the vector lanes (16): the last
+    block takes the remainder, summed partly in lanes and partly one by one (GPT-2's 50,257 entries,
+    Qwen's 151,936, and one of 16 k + 7); the fast path decides their random draws, the rule's index."""
+    needs_c()
+    gen = np.random.default_rng(12)
+    for width in (50_257, 151_936, 4_103):
+        logits = torch.from_numpy((gen.standard_normal(width) * 4).astype(np.float32))
+        row = torch.softmax(logits, -1).numpy().copy()
+        row[-5:] = np.float32(0.05)  # mass in the remainder's one-by-one tail
+        us = [float(u) for u in [*gen.random(40), 0.999999]]
+        got = [c_draw(row, u) for u in us]
+        assert [i for i, _, _ in got] == [rule(row, u) for u in us]
+        assert {path for _, _, path in got} == {0}  # random draws: the blocked sum decided every one
+        assert any(i >= width - 5 for i, _, _ in got)  # a draw landed in the one-by-one tail
+        for u in boundary_uniforms(row, gen, 20):
+            assert c_draw(row, u)[0] == rule(row, u), u
+        tail_negative = row.copy()
+        tail_negative[-1] = -1e-9  # in the last block (one by one where the row has a tail): flagged
+        assert c_draw(tail_negative, 0.5)[::2] == (rule(tail_negative, 0.5), 1)
 
 
 def test_the_c_draw_takes_the_rule_as_written_where_the_blocks_cannot_decide():

@@ -9,10 +9,11 @@ u times the total, one uniform from ``rng``) in C (``csrc/leanq8_sample.h``, ``s
 by ``sample`` itself where the q4q8 library does not build. The C draw gives the rule's index always: a
 vectorised sum in blocks decides where the rounding of any order of additions cannot move the index (the
 header's proof: a margin of 8 (n + 1) 2^-53 times the total around u times the total), and the rule's own
-running sum decides the rest (a uniform within ~1e-11 of a boundary, a row with a negative, infinite or
-NaN entry, a row shorter than 512); tested on uniforms placed on the boundaries, where a version without
-the margin picks a neighbour. ~12 us a draw over 49,152 entries warm on a 2-core EPYC Zen 4, against ~70 us
-for the rule's running sums (dev timing, not a record). The greedy choice is
+running sum decides the rest (a uniform within the margin of a boundary, 4.4e-11 of the total for
+49,152 entries; a row with a negative, infinite or NaN entry; a row shorter than 512); tested on uniforms
+placed on the boundaries, where a version without the margin picks a neighbour (only the proof guards
+the margin's size). ~12 us a draw over 49,152 entries warm on a 2-core EPYC Zen 4, against ~70-90 us for
+the rule's running sums (dev timing, not a record). The greedy choice is
 :func:`specdec.theory.sampling.argmax_at`.
 """
 
