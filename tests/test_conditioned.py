@@ -722,3 +722,58 @@ def test_round_costs_recovers_what_each_row_count_cost_and_counts_the_empty_call
     assert out["draft_calls"] == 180 and out["empty_calls"] == 180 - nonempty
     with pytest.raises(ValueError, match="no run of 'lookup/noharm' in the record kept its Stats"):
         round_costs(record, "lookup/noharm", temperature=1.0)
+
+
+def _full_expansion(drafter, budget: int):
+    """EAGLE-2's tree by expanding every level's top-k (the drafter's algorithm before it skipped the nodes
+    none of whose children can be chosen): the reference the pruned expansion must equal."""
+    k = min(drafter.topk, budget)
+    tok, par, score, dep = [], [], [], []
+    for t, lp in zip(drafter.first[0][:k], drafter.first[1][:k], strict=True):
+        tok.append(int(drafter.kept[t])), par.append(-1), score.append(float(lp)), dep.append(1)
+    feat_of, slot_of, region, calls = {-1: drafter.g}, {}, [], 1
+    for d in range(2, min(drafter.depth, budget) + 1):
+        new = sorted([i for i in range(len(tok)) if dep[i] == d - 1], key=lambda i: (-score[i], i))[:k]
+        start = drafter.m + len(region)
+        for i in new:
+            slot_of[i] = len(region)
+            region.append(slot_of[par[i]] if par[i] >= 0 else -1)
+        rows, ids = np.stack([feat_of[par[i]] for i in new]), [tok[i] for i in new]
+        feats, top, logp = drafter.level(
+            rows, ids, drafter.cache, start, len(new), drafter.top, region, drafter.m
+        )  # fmt: skip
+        calls += 1
+        for r, i in enumerate(new):
+            feat_of[i] = feats[r]
+            for t, lp in zip(top[r][:k], logp[r][:k], strict=True):
+                tok.append(int(drafter.kept[t])), par.append(i), dep.append(d)
+                score.append(score[i] + float(lp))
+    chosen = sorted(range(len(tok)), key=lambda i: (-score[i], dep[i], i))[:budget]
+    nodes = sorted(chosen, key=lambda i: (dep[i], -score[i], i))
+    assert all(par[i] in chosen for i in chosen if par[i] >= 0)  # the order's top is closed under parents
+    pos = {node: r for r, node in enumerate(nodes)}
+    return [tok[i] for i in nodes], [pos[par[i]] if par[i] >= 0 else -1 for i in nodes], calls
+
+
+@pytest.mark.parametrize("topk,depth", [(3, 4), (4, 5), (2, 6)])
+def test_an_eagle2_tree_skips_only_nodes_none_of_whose_children_can_be_chosen(small, topk, depth):
+    """EAGLE-2's tree with the frontier nodes that cannot gain a chosen child left unexpanded is the tree
+    of expanding every level's top-k (tokens and parents, at every budget, over many prompts), in fewer
+    rows and at most as many calls; somewhere it saves a call."""
+    target = LeanLlama(small, "q4q8", threads=1)
+    drafter = build_drafter(f"eagle:e,topk={topk},depth={depth}", _context(small, target))
+    fewer = 0
+    for seed in range(6):
+        prompt = _prompt(10 + seed)
+        session = open_lm(target)
+        session.record_features = True
+        session.forward(prompt[:-1])
+        drafter.start(prompt)
+        drafter.extend(session.features, prompt[1:])
+        for budget in (2, 3, 4, 6, 9, 16):
+            got = drafter.propose_tree(prompt, budget, None, np.random.default_rng(0))
+            tokens, parents, calls = _full_expansion(drafter, budget)
+            assert (list(got.tree.tokens), list(got.tree.parents)) == (tokens, parents), (seed, budget)
+            assert got.calls <= calls
+            fewer += got.calls < calls
+    assert fewer > 0

@@ -24,8 +24,10 @@ temperature (:mod:`specdec.theory.treeverify`); at temperature 0 it is exact mat
   row per level, the earlier levels kept in the cache); ``topk > 1``: EAGLE-2's dynamic tree: at each
   depth the ``topk`` frontier nodes of highest cumulative draft probability are expanded (``topk``
   children each), then the ``budget`` nodes of highest cumulative probability are kept (a set closed
-  under parents). A tree level is one call over that level's expanded nodes only: the draft layer's
-  cache keeps the earlier levels' nodes, and the call hangs the new ones below them
+  under parents); a frontier node none of whose children could be kept (``budget`` - 1 candidates or
+  more rank before it) is not expanded, which gives the same tree with fewer rows, and skips a level's
+  call when no node of it qualifies. A tree level is one call over that level's expanded nodes only: the
+  draft layer's cache keeps the earlier levels' nodes, and the call hangs the new ones below them
   (``specdec_q8_forward_spec``: each node attends to the committed prefix and its own path, so its
   output equals the chain's over its path, bit for bit), as the papers' cached trees do. A level,
   chain or tree, is one C call (:class:`specdec.engine.leannative.EagleLevel`: the inputs' norm,
@@ -260,7 +262,16 @@ class EagleDrafter(ConditionedDrafter):
         calls = 1  # the call of extend() that gave the first level's logits (one per round)
         for d in range(2, min(self.depth, budget) + 1):
             frontier = [i for i in range(len(tok)) if dep[i] == d - 1]
-            new = sorted(frontier, key=lambda i: (-score[i], i))[:k]
+            # EAGLE-2's top-k of the level, less the nodes none of whose children can be chosen: a child ranks
+            # after its parent in the final order (a score no higher, a depth deeper), so it is among the
+            # budget's best only if its parent and every node ranked before the parent are too; a node with
+            # budget - 1 or more candidates before it is not expanded (the same tree as expanding it, fewer
+            # rows, and no call at all once no node of a level can gain a chosen child)
+            ranked = sorted(range(len(tok)), key=lambda i: (-score[i], dep[i], i))  # the final choice's order
+            order = {i: r for r, i in enumerate(ranked)}
+            new = [i for i in sorted(frontier, key=lambda i: (-score[i], i))[:k] if order[i] <= budget - 2]
+            if not new:
+                break
             first = self.m + d - 2 if k == 1 else self.m + len(region)  # the level's first slot
             if first + len(new) > self.context:  # the draft cache is full: the tree stops here
                 break
