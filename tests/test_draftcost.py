@@ -30,6 +30,16 @@ def test_compare_pairs_by_prompt():
     assert out["after"]["calls_per_round"] == 2
 
 
+def test_compare_keeps_one_spec_at_two_budgets_apart():
+    """A spec measured at two budgets gives two entries, each of its own rows (they were pooled under the
+    spec alone: one entry, both budgets' rounds in its medians)."""
+    before = [row("m", p, 0, 0.02) | {"budget": b} for p in range(3) for b in (4, 8)]
+    after = [row("m", p, 0, 0.01 if b == 4 else 0.04) | {"budget": b} for p in range(3) for b in (4, 8)]
+    four, eight = compare(before, after)
+    assert (four["budget"], eight["budget"]) == (4, 8)
+    assert four["draft_speedup"][0] == pytest.approx(2.0) and eight["draft_speedup"][0] == pytest.approx(0.5)
+
+
 def test_compare_takes_each_prompts_median_and_covers_a_varying_ratio():
     before = [row("m", p, r, 0.02 if r < 2 else 9.0) for p in range(8) for r in range(3)]  # one slow outlier
     after = [row("m", p, 0, 0.02 * (0.5 if p % 2 else 1.0)) for p in range(8)]

@@ -686,7 +686,8 @@ def _side(rows: list[dict]) -> dict[str, float]:
 
 
 def compare(before: list[dict], after: list[dict], *, seed: int = 0) -> list[dict]:
-    """Per configuration: c_round, c_call and calls per round of each side (medians over prompts and
+    """Per configuration and budget (one spec at two budgets: two entries): c_round, c_call and calls per
+    round of each side (medians over prompts and
     repetitions; where the samples have them, the whole generation's decoding time per token, the
     collector's time per generated token over the whole call, prefill included (median; it is
     heavy-tailed), and ``decode_speedup``: before / after time per generated token by the same
@@ -698,9 +699,9 @@ def compare(before: list[dict], after: list[dict], *, seed: int = 0) -> list[dic
     from specdec.theory.intervals import paired_speedup
 
     out = []
-    for config in dict.fromkeys(r["config"] for r in after):
-        b = [r for r in before if r["config"] == config]
-        a = [r for r in after if r["config"] == config]
+    for config, budget in dict.fromkeys((r["config"], r["budget"]) for r in after):
+        b = [r for r in before if (r["config"], r["budget"]) == (config, budget)]
+        a = [r for r in after if (r["config"], r["budget"]) == (config, budget)]
         prompts = sorted({r["prompt"] for r in a} & {r["prompt"] for r in b})
         if not prompts:
             continue
@@ -713,7 +714,7 @@ def compare(before: list[dict], after: list[dict], *, seed: int = 0) -> list[dic
             [per_round(b, p) for p in prompts], [per_round(a, p) for p in prompts], seed=seed
         )
         entry = {
-            "config": config, "budget": a[0]["budget"], "prompts": len(prompts),
+            "config": config, "budget": budget, "prompts": len(prompts),
             "before": _side(b), "after": _side(a), "draft_speedup": [x, lo, hi],
         }  # fmt: skip
         if all("decode_s" in r for r in a + b):  # the whole generation, per token: before / after
