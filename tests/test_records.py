@@ -102,3 +102,15 @@ def test_every_lists_a_kinds_records_oldest_first_on_one_machine_identity(tmp_pa
     assert all(r["query"].get("every") for r in records.provenance() if r["file"] != "bench/a.json")
     with pytest.raises(FileNotFoundError, match="no record of kind 'oracle'"):
         records.every(tmp_path, "oracle")
+    # where: only the records it accepts are listed, and only they are noted
+    records.clear()
+    late = records.every(
+        tmp_path,
+        "engine-draft-cost",
+        threads=2,
+        where=lambda r: r["environment"]["timestamp_utc"] != "2026-12-02T00:00:00Z",
+    )  # b.json left out
+    assert [r["file"] for r in late] == ["a.json", "c.json"]
+    assert sorted(r["file"] for r in records.provenance()) == ["bench/a.json", "bench/c.json"]
+    records.clear()
+    assert len(records.every(tmp_path, "engine-draft-cost", note=False)) == 4 and not records.provenance()

@@ -20,7 +20,7 @@ newer record of the same kind supersedes, or lists several machine identities wi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -191,16 +191,24 @@ def newest(
 
 
 def every(
-    root: str | Path, kind: str, *, threads: int | None = None, like: Mapping[str, Any] | None = None
+    root: str | Path,
+    kind: str,
+    *,
+    threads: int | None = None,
+    like: Mapping[str, Any] | None = None,
+    where: Callable[[Mapping[str, Any]], bool] | None = None,
+    note: bool = True,
 ) -> list[dict[str, Any]]:
     """Every record of ``kind`` under ``root``, oldest first (as :func:`newest` orders them), optionally
-    with ``threads`` threads and of the machine identity of record ``like`` (:func:`machine_of`): for a
-    kind whose records each measure one change (a before/after comparison), so that a chapter can show
-    the changes in turn; each is noted in :func:`provenance`. FileNotFoundError when none matches."""
+    with ``threads`` threads, of the machine identity of record ``like`` (:func:`machine_of`) and for
+    which ``where(record)`` is true (e.g. the records of one change, by its words): for a kind whose
+    records each measure one change (a before/after comparison), so that a chapter can show the changes
+    in turn; each record listed is noted in :func:`provenance` (none with ``note`` False, e.g. to choose
+    one whose chain is then read), and no other. FileNotFoundError when none matches."""
     out = []
     for _, _, path, rec in _found(Path(root), kind, threads, None):
-        if like is None or machine_of(rec) == machine_of(like):
-            out.append(_noted(path, rec, {"kind": kind, "threads": threads, "every": True}, True))
+        if (like is None or machine_of(rec) == machine_of(like)) and (where is None or where(rec)):
+            out.append(_noted(path, rec, {"kind": kind, "threads": threads, "every": True}, note))
     if not out:
         raise FileNotFoundError(f"no record of kind {kind!r} on that machine identity under {root}")
     return out

@@ -26,12 +26,13 @@ temperature (:mod:`specdec.theory.treeverify`); at temperature 0 it is exact mat
   children each), then the ``budget`` nodes of highest cumulative probability are kept (a set closed
   under parents); a frontier node none of whose children could be kept (``budget`` - 1 candidates or
   more rank before it) is not expanded, which gives the same tree with fewer rows, and skips a level's
-  call when no node of it qualifies. A tree level is one call over that level's expanded nodes only: the
-  draft layer's cache keeps the earlier levels' nodes, and the call hangs the new ones below them
-  (``specdec_q8_forward_spec``: each node attends to the committed prefix and its own path, so its
-  output equals the chain's over its path, bit for bit), as the papers' cached trees do. A level,
-  chain or tree, is one C call (:class:`specdec.engine.leannative.EagleLevel`: the inputs' norm,
-  concatenation and ``fc``, the draft layer, the kept head and the rows' top tokens).
+  call when no node of it qualifies (where the draft cache is nearly full, the full expansion would have
+  stopped a level earlier: there the tree may go deeper). A tree level is one call over that level's
+  expanded nodes only: the draft layer's cache keeps the earlier levels' nodes, and the call hangs the
+  new ones below them (``specdec_q8_forward_spec``: each node attends to the committed prefix and its
+  own path, so its output equals the chain's over its path, bit for bit), as the papers' cached trees
+  do. A level, chain or tree, is one C call (:class:`specdec.engine.leannative.EagleLevel`: the inputs'
+  norm, concatenation and ``fc``, the draft layer, the kept head and the rows' top tokens).
 
 Every head's top tokens come from one C call (the head's int8 rows and a partial selection over the
 kept vocabulary, :meth:`specdec.engine.leannative.Q8Linear.top`), never from a sort of the vocabulary.
@@ -266,7 +267,9 @@ class EagleDrafter(ConditionedDrafter):
             # after its parent in the final order (a score no higher, a depth deeper), so it is among the
             # budget's best only if its parent and every node ranked before the parent are too; a node with
             # budget - 1 or more candidates before it is not expanded (the same tree as expanding it, fewer
-            # rows, and no call at all once no node of a level can gain a chosen child)
+            # rows, and no call at all once no node of a level can gain a chosen child; a child's log-prob is
+            # <= 0 in float: the C top-k's lse >= the row's max). Near a full draft cache the full expansion
+            # stopped a level earlier (it needed more slots): there the tree may go deeper
             ranked = sorted(range(len(tok)), key=lambda i: (-score[i], dep[i], i))  # the final choice's order
             order = {i: r for r, i in enumerate(ranked)}
             new = [i for i in sorted(frontier, key=lambda i: (-score[i], i))[:k] if order[i] <= budget - 2]
