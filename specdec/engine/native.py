@@ -9,13 +9,12 @@ for the LM head, float32 activations and sums, a float32 KV cache laid out as
 order whatever the number of rows, so a verify call's rows equal single steps bit for bit by
 construction (the tests check it).
 
-The C source is compiled here, on first use, with the system's C compiler (``$CC``, which may
-name a launcher such as ``ccache gcc``, else ``cc``) at ``-O3 -march=native`` (the machine's
-own vector unit: AVX-512, AVX2 or SSE) and ``-ffp-contract=off`` (every C build: no fused
-multiply-adds, so the float arithmetic is the source's on every instruction set), and the library
-is cached under the package cache keyed by the source, the flags, the compiler and the CPU's
-flags, so another machine builds its own. The q4q8 source uses GCC's vector extensions
-(``vector_size``, ``__builtin_convertvector``): GCC 9 or later, or Clang.
+The C source is compiled here, on first use, with the system's C compiler (``$CC``, which may name a
+launcher such as ``ccache gcc``, else ``cc``; GCC 9 or later, or Clang: the q4q8 source uses vector
+extensions) at ``-O3 -march=native`` (the machine's own vector unit: AVX-512, AVX2 or SSE) and
+``-ffp-contract=off`` (every C build: no fused multiply-adds, so the float arithmetic is the source's on
+every instruction set), and the library is cached under the package cache keyed by the source, the
+flags, the compiler and the CPU's flags, so another machine builds its own.
 Under the Makefile's emulated CPUs (``SPECDEC_EMULATED_CPU`` = ``avx2`` or ``baseline``) it is
 built for that CPU level instead (``-march=x86-64-v3`` or ``-march=x86-64``). Where no compiler
 works, :func:`available` says why and the mode is simply not offered
