@@ -690,9 +690,10 @@ def compare(before: list[dict], after: list[dict], *, seed: int = 0) -> list[dic
     round of each side (medians over prompts and repetitions; where the samples have them, the whole
     generation's decoding time per token, the collector's time per generated token over the whole call,
     prefill included (median; it is heavy-tailed), and ``decode_speedup``: before / after time per
-    generated token by the same estimator), and how much faster a round's drafting got, ``draft_speedup`` = before / after time per
-    round by :func:`specdec.theory.intervals.paired_speedup` (the book's one estimator: per prompt the median
-    over repetitions, the geometric mean over prompts, a bootstrap interval over prompts).
+    generated token by the same estimator), and how much faster a round's drafting got,
+    ``draft_speedup`` = before / after time per round by :func:`specdec.theory.intervals.paired_speedup`
+    (the book's one estimator: per prompt the median over repetitions, the geometric mean over prompts, a
+    bootstrap interval over prompts).
     Prompts missing on either side are left out, not guessed."""
 
     from specdec.theory.intervals import paired_speedup
