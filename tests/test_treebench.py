@@ -196,6 +196,7 @@ def test_the_noharm_sets_decode_their_own_frozen_prompts_with_their_policies():
     ``--set noharm-v4`` on prompts frozen for it, both with campaign v3's policies (one definition) and
     records of one kind; every other set decodes the trees' held-out prompts; each committed noharm
     record was measured on exactly the file its set names."""
+    from specdec.drafting.registry import parse_spec
     from specdec.experiments import campaign3
 
     names = {"noharm": "campaign-v2.jsonl", "noharm-v4": "noharm-v4.jsonl", "noharm-v5": "noharm-v5.jsonl",
@@ -217,8 +218,18 @@ def test_the_noharm_sets_decode_their_own_frozen_prompts_with_their_policies():
         assert tb.SETS[name].shadow == (name in small_sets[1:])  # from the twelfth on, shadow probes
         # from the fourteenth on, the plain decoder anywhere in a repetition's order
         assert tb.SETS[name].plain_at == ("anywhere" if name in small_sets[3:] else "alternate")
+    # the seventeenth: the sixteenth's design on the families no judgement before had under the policy
+    v17 = tb.SETS["noharm-v17"]
+    assert v17.prompts.name == "noharm-v17.jsonl" and v17.prompts.exists() and v17.kind == "noharm"
+    assert v17.policies == tb.NEW_POLICIES and v17.full == tb.NOHARM_V17_CONFIGS
+    assert (v17.pool, v17.shadow, v17.plain_at) == (0.75, True, "anywhere")
+    assert not set(tb.NEW_POLICIES) & set(tb.SMALL_POLICIES)  # no family judged again
+    # with it, every drafter kind of campaign v3 has run under the policy
+    kinds = {parse_spec(s).kind for s in campaign3.CONFIGS}
+    assert kinds == {parse_spec(s).kind for s in [*tb.SMALL_POLICIES, *tb.NEW_POLICIES]}
+    names["noharm-v17"] = "noharm-v17.jsonl"
     assert tb.V3_POLICIES == campaign3.POLICIES
-    assert all(s.pool == 1.0 for n, s in tb.SETS.items() if n not in small_sets)
+    assert all(s.pool == 1.0 for n, s in tb.SETS.items() if n not in (*small_sets, "noharm-v17"))
     assert tb.SMALL_POLICIES["lookup"] == (1, 2, 4, 8) and tb.SMALL_POLICIES["eagle:eagle-ttt"] == (1, 2, 4)
     assert tb.SMALL_POLICIES["eagle:eagle-3m,topk=4,depth=5"] == (1, 2, 4, 8)
     assert set(tb.SMALL_POLICIES) == set(tb.V3_POLICIES)

@@ -159,6 +159,23 @@ NOHARM_V4_CONFIGS: dict[str, tuple[int, ...]] = {
 SMALL_POLICIES: dict[str, tuple[int, ...]] = {
     spec: tuple(sorted({1, 2, *budgets})) for spec, budgets in V3_POLICIES.items()
 }
+#: Issue 42 asks for the policy "at temperature 0 and 1 for every family"; the sixteen judgements before
+#: the seventeenth put seven under it (:data:`SMALL_POLICIES`). The others of campaign v3 (a family: a
+#: drafter kind with its shape; ``suffix,tree=0`` is suffix decoding's, ``mlp-4`` and ``eagle-1`` older
+#: cards of judged kinds): prompt lookup's tree, the distilled draft as a chain and as a tree, early exit
+#: and Medusa (``medusa-self``, trained on the target's own text like the judged network drafters), each
+#: over one and two nodes and its campaign budgets (:data:`specdec.experiments.campaign2.CONFIGS`), as
+#: :data:`SMALL_POLICIES` was built.
+NEW_POLICIES: dict[str, tuple[int, ...]] = {
+    "lookup-tree,min_ngram=2": (1, 2, 4),
+    "draft:distil-l1": (1, 2),
+    "draft-tree:distil-l1,branch=2": (1, 2, 4),
+    "early-exit:8": (1, 2),
+    "medusa:medusa-self": (1, 2, 4),
+}
+#: The seventeenth judgement's one configuration at a fixed budget: Medusa (``medusa-self``) at its campaign
+#: budget, beside its policy (goal 1 is judged over network configurations at fixed budgets).
+NOHARM_V17_CONFIGS: dict[str, tuple[int, ...]] = {"medusa:medusa-self": (4,)}
 QUICK_SELF: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (4,), "suffix": (8,)}
 QUICK_SELF_POLICIES: dict[str, tuple[int, ...]] = {"eagle:eagle-ttt": (2, 4), "lookup": (4,)}
 
@@ -256,6 +273,14 @@ SETS = {
     # a sixteenth time, the fifteenth's design after the plain step runs no torch between two C forwards
     # and draws its token in C (2c2b0d3): the step every never-drafting round shares with plain decoding
     "noharm-v16": _small_again("noharm-v16.jsonl", shadow=True, plain_at="anywhere"),
+    # a seventeenth time, on the families no judgement had put under the policy (NEW_POLICIES), the
+    # sixteenth's design otherwise: the seven families judged sixteen times are not drawn again
+    "noharm-v17": replace(
+        _small_again("noharm-v17.jsonl", shadow=True, plain_at="anywhere"),
+        full=NOHARM_V17_CONFIGS,
+        policies=NEW_POLICIES,
+        quick_policies={"draft:distil-l1": (1, 2), "early-exit:8": (1,)},
+    ),
 }
 
 
@@ -491,7 +516,7 @@ class TreesRun(Program):
     """Draft trees, suffix decoding and conditioned drafters against chains and plain decoding.
 
     On the held-out prompts frozen before the run (``trees-v1.jsonl``; ``--set noharm``:
-    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v16``: the file of that name;
+    ``campaign-v2.jsonl``; ``--set noharm-v4`` to ``noharm-v17``: the file of that name;
     a ``--quick`` smoke run uses
     development prompts and never touches them), on one clean commit (a full run refuses a dirty
     working tree), with v(N) of chain and tree calls. ``--set trees`` (issue 29), ``conditioned``
@@ -509,7 +534,8 @@ class TreesRun(Program):
     budgets of one and two nodes, acceptance per budget and the run's curves pooled by their upper
     quartile; ``noharm-v12`` and ``noharm-v13`` the same with shadow probes; ``noharm-v14`` and
     ``noharm-v15`` the same with the plain decoder anywhere in each repetition's order; ``noharm-v16``
-    the same after the plain step's torch-free path). The record is
+    the same after the plain step's torch-free path; ``noharm-v17`` the families no judgement before had
+    under the policy, :data:`NEW_POLICIES`, beside Medusa at its fixed budget). The record is
     ``results/bench/<set>-<cpu>-<threads>t[-quick].json``; the same command resumes it.
 
         specdec run trees --quick                      # a smoke run (a minute)
