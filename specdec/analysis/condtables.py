@@ -281,8 +281,9 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
       families under the policy;
     * ``never``: the family x temperature pairs whose policy drafted in none of repetition 0's rounds, each
       with its speed over the plain decoder of the same run (total time per token, every repetition); a
-      pair any of whose runs decoded other tokens than the plain decoder on the same prompt, repetition
-      and temperature raises ValueError (the policy never drafted, so its tokens are the plain decoder's);
+      pair any of whose runs on a prompt without a shadow probe decoded other tokens than the plain
+      decoder on the same prompt, repetition and temperature raises ValueError (the policy never drafted,
+      so its tokens are the plain decoder's; a probe of a drafter that samples draws from the generator);
     * ``failing``: per failing cell of goal 2, its extra ms per token over the plain decoder on the same
       prompts in each of the loop's parts (:func:`time_per_token`), the largest part, and the share of
       rounds that drafted;
@@ -314,10 +315,17 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
         for name, row in split.items():
             if name == "plain" or row["rounds that draft"] != 0:
                 continue
-            runs = [r for r in record["runs"] if r["config"] == by_name[name] and r["temperature"] == t]
+            # a prompt whose run made shadow probes is left out: a drafter that samples (a draft model at
+            # temperature > 0) draws from the generator in a probe, so the step's uniform and token differ
+            # from plain's, in law the same (every repetition runs the same seed, so repetition 0's counts)
+            probed = {r["prompt"] for r in _policy_rounds(record) if r["config"] == by_name[name]
+                      and r["temperature"] == t and r["stats"].get("shadow_rounds")}  # fmt: skip
+            runs = [r for r in record["runs"] if r["config"] == by_name[name] and r["temperature"] == t
+                    and r["prompt"] not in probed]  # fmt: skip
             if any(r["tokens_sha256"] != plain_sha[(r["prompt"], r["rep"], t)] for r in runs):
                 raise ValueError(
-                    f"{name} never drafted at temperature {t:g} yet decoded other tokens than plain"
+                    f"{name} never drafted at temperature {t:g} yet decoded other tokens than plain "
+                    "on a prompt without a shadow probe"
                 )
             never.append({"family": name, "temperature": t, "ratio": split["plain"]["total"] / row["total"]})
     failing = []
