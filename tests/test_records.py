@@ -114,3 +114,22 @@ def test_every_lists_a_kinds_records_oldest_first_on_one_machine_identity(tmp_pa
     assert sorted(r["file"] for r in records.provenance()) == ["bench/a.json", "bench/c.json"]
     records.clear()
     assert len(records.every(tmp_path, "engine-draft-cost", note=False)) == 4 and not records.provenance()
+
+
+def test_draft_cost_of_change_is_the_newest_record_whose_change_names_it(tmp_path):
+    from specdec.analysis import hardware
+
+    records.clear()
+    write(tmp_path / "bench" / "a.json", "engine-draft-cost", "2026-12-01T00:00:00Z", threads=2,
+          change="EAGLE-2's expansion skips nodes")  # fmt: skip
+    write(tmp_path / "bench" / "b.json", "engine-draft-cost", "2026-12-02T00:00:00Z", threads=2,
+          change="EAGLE-2's expansion skips nodes, again", flags="bbbb")  # fmt: skip
+    write(tmp_path / "bench" / "c.json", "engine-draft-cost", "2026-12-03T00:00:00Z", threads=2,
+          change="heads in C")  # fmt: skip
+    write(tmp_path / "bench" / "d.json", "engine-draft-cost", "2026-12-04T00:00:00Z", threads=1,
+          change="EAGLE-2's expansion skips nodes")  # fmt: skip
+    assert hardware.draft_cost_of_change(tmp_path, hardware.EAGLE2_PRUNING)["file"] == "b.json"
+    assert hardware.draft_cost_of_change(tmp_path, hardware.EAGLE2_PRUNING, threads=1)["file"] == "d.json"
+    assert sorted(r["file"] for r in records.provenance()) == ["bench/a.json", "bench/b.json", "bench/d.json"]
+    with pytest.raises(FileNotFoundError):
+        hardware.draft_cost_of_change(tmp_path, "no such change")

@@ -35,7 +35,9 @@ __all__ = [
     "batch_gains",
     "best_gamma_on_curve",
     "break_even_alpha",
+    "EAGLE2_PRUNING",
     "draft_cost_drafts",
+    "draft_cost_of_change",
     "draft_costs",
     "gpu_shapes",
     "gpu_surface",
@@ -330,6 +332,21 @@ def _draft_family(config: str, budget: int) -> str | None:
             return "eagle chain"
         return "eagle-2, 16 nodes" if budget == 16 else None
     return kind if kind in ("medusa", "mlp") else None
+
+
+#: The words by which EAGLE-2's expansion without the nodes it cannot keep names itself in its draft-cost
+#: record's ``change`` (commit 04bb209).
+EAGLE2_PRUNING = "expansion skips"
+
+
+def draft_cost_of_change(results: str | Path, words: str, threads: int = 2) -> dict[str, Any]:
+    """The newest ``engine-draft-cost`` record at ``threads`` target threads whose ``change`` holds
+    ``words`` (e.g. :data:`EAGLE2_PRUNING`); the records of that change, and only they, are noted in the
+    provenance (:func:`specdec.analysis.records.every`). FileNotFoundError where none does."""
+    from specdec.analysis import records
+
+    return records.every(results, "engine-draft-cost", threads=threads,
+                         where=lambda r: words in (r.get("change") or ""))[-1]  # fmt: skip
 
 
 def draft_costs(record: Mapping[str, Any]) -> list[dict[str, Any]]:
