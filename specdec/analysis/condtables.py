@@ -29,6 +29,7 @@ __all__ = [
     "HANDICAP_RECORD",
     "NETWORK",
     "NETWORK_NOHARM",
+    "SAMPLING_KINDS",
     "NETWORK_V3",
     "c_rows",
     "goals",
@@ -57,6 +58,11 @@ CONDITIONED = (
 NETWORK = ("mlp:mlp-self", "eagle:eagle-ttt", "eagle:eagle-ttt,topk=4,depth=5")
 #: The same in campaign v3, with ``eagle-3m`` (the same recipe on all the self-generated data).
 NETWORK_V3 = (*NETWORK, "eagle:eagle-3m", "eagle:eagle-3m,topk=4,depth=5")
+#: The registry's drafter kinds that sample their draft from q with the call's generator at temperature
+#: > 0 (a draft model's softmax, early exit's, n-gram counts); every other kind drafts deterministically.
+SAMPLING_KINDS = frozenset(
+    {"draft", "draft-tree", "early-exit", "early-exit-tree", "model", "unigram", "bigram"}
+)
 #: The network drafters of ``specdec run trees --set noharm`` (eagle-3m as a chain and as EAGLE-2's tree,
 #: Medusa on the target's own text) and of ``--set noharm-v4`` (those and ``mlp-3m``), by registry spec.
 NETWORK_NOHARM = ("eagle:eagle-3m", "eagle:eagle-3m,topk=4,depth=5", "medusa:medusa-self", "mlp:mlp-3m")
@@ -281,9 +287,10 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
       families under the policy;
     * ``never``: the family x temperature pairs whose policy drafted in none of repetition 0's rounds, each
       with its speed over the plain decoder of the same run (total time per token, every repetition); a
-      pair any of whose runs on a prompt without a shadow probe decoded other tokens than the plain
-      decoder on the same prompt, repetition and temperature raises ValueError (the policy never drafted,
-      so its tokens are the plain decoder's; a probe of a drafter that samples draws from the generator);
+      pair any of whose runs decoded other tokens than the plain decoder on the same prompt, repetition
+      and temperature raises ValueError (the policy never drafted, so its tokens are the plain
+      decoder's), but for a drafter of :data:`SAMPLING_KINDS` at temperature > 0 on a prompt where it made
+      shadow probes (it drew from the generator in each: the tokens differ, their law does not);
     * ``failing``: per failing cell of goal 2, its extra ms per token over the plain decoder on the same
       prompts in each of the loop's parts (:func:`time_per_token`), the largest part, and the share of
       rounds that drafted;
@@ -293,6 +300,7 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
       cyclic collector's seconds over all its runs per generated token, in ms (each run's ``gc_s`` counts
       the whole call, the prompt's prefill included)."""
     from specdec.analysis.treetables import fixed_rows
+    from specdec.drafting.registry import parse_spec
 
     goals = goals_self(record, network)
     cells = [r for r in goals if r["goal"] == 2]
@@ -315,17 +323,17 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
         for name, row in split.items():
             if name == "plain" or row["rounds that draft"] != 0:
                 continue
-            # a prompt whose run made shadow probes is left out: a drafter that samples (a draft model at
-            # temperature > 0) draws from the generator in a probe, so the step's uniform and token differ
-            # from plain's, in law the same (every repetition runs the same seed, so repetition 0's counts)
-            probed = {r["prompt"] for r in _policy_rounds(record) if r["config"] == by_name[name]
+            # sampled, a drafter that samples its draft (SAMPLING_KINDS) draws from the generator in a shadow
+            # probe, so the step's uniform and token differ from plain's, in law the same: its prompts with a
+            # probe are left out (every repetition runs the same seed, so repetition 0's counts say which)
+            samples = t > 0 and parse_spec(name).kind in SAMPLING_KINDS
+            probed = {r["prompt"] for r in _policy_rounds(record) if samples and r["config"] == by_name[name]
                       and r["temperature"] == t and r["stats"].get("shadow_rounds")}  # fmt: skip
             runs = [r for r in record["runs"] if r["config"] == by_name[name] and r["temperature"] == t
                     and r["prompt"] not in probed]  # fmt: skip
             if any(r["tokens_sha256"] != plain_sha[(r["prompt"], r["rep"], t)] for r in runs):
                 raise ValueError(
-                    f"{name} never drafted at temperature {t:g} yet decoded other tokens than plain "
-                    "on a prompt without a shadow probe"
+                    f"{name} never drafted at temperature {t:g} yet decoded other tokens than plain"
                 )
             never.append({"family": name, "temperature": t, "ratio": split["plain"]["total"] / row["total"]})
     failing = []
