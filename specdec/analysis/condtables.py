@@ -29,8 +29,8 @@ __all__ = [
     "HANDICAP_RECORD",
     "NETWORK",
     "NETWORK_NOHARM",
-    "SAMPLING_KINDS",
     "NETWORK_V3",
+    "SAMPLING_KINDS",
     "c_rows",
     "goals",
     "goals_self",
@@ -38,6 +38,7 @@ __all__ = [
     "greedy_handicap",
     "never_drafting",
     "noharm_judgement",
+    "policy_specs",
     "plain_position",
     "nodes_mix",
     "round_costs",
@@ -312,11 +313,7 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
     plain = _plain_id(record)
     plain_sha = {(r["prompt"], r["rep"], r["temperature"]): r["tokens_sha256"]
                  for r in record["runs"] if r["config"] == plain}  # fmt: skip
-    by_name = {
-        short(c["id"]).removesuffix("/noharm"): c["id"]
-        for c in record["configs"]
-        if c["id"].endswith("/noharm")
-    }
+    by_name = policy_specs(record)
     never = []
     for t in (0.0, 1.0):
         split = {r["configuration"]: r for r in time_per_token(record, t)}
@@ -326,9 +323,10 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
             # sampled, a drafter that samples its draft (SAMPLING_KINDS) draws from the generator in a shadow
             # probe, so the step's uniform and token differ from plain's, in law the same: its prompts with a
             # probe are left out (every repetition runs the same seed, so repetition 0's counts say which)
-            samples = t > 0 and parse_spec(name).kind in SAMPLING_KINDS
-            probed = {r["prompt"] for r in _policy_rounds(record) if samples and r["config"] == by_name[name]
-                      and r["temperature"] == t and r["stats"].get("shadow_rounds")}  # fmt: skip
+            probed = set()
+            if t > 0 and parse_spec(name).kind in SAMPLING_KINDS:
+                probed = {r["prompt"] for r in _policy_rounds(record) if r["config"] == by_name[name]
+                          and r["temperature"] == t and r["stats"].get("shadow_rounds")}  # fmt: skip
             runs = [r for r in record["runs"] if r["config"] == by_name[name] and r["temperature"] == t
                     and r["prompt"] not in probed]  # fmt: skip
             if any(r["tokens_sha256"] != plain_sha[(r["prompt"], r["rep"], t)] for r in runs):
@@ -357,6 +355,16 @@ def noharm_judgement(record: Mapping[str, Any], network: Sequence[str] = NETWORK
         gc_ms[name] = 1e3 * sum(r.get("gc_s", 0.0) for r in runs) / sum(r["new_tokens"] for r in runs)
     return {"goals": goals, "cells": cells, "pooled": pooled, "never": never, "failing": failing,
             "fixed": fixed, "gc_ms": gc_ms}  # fmt: skip
+
+
+def policy_specs(record: Mapping[str, Any]) -> dict[str, str]:
+    """The record's configurations under the do-no-harm policy (ids ending ``/noharm``), in its order:
+    short spec without ``/noharm`` (e.g. ``medusa:medusa-self``) -> configuration id."""
+    return {
+        short(c["id"]).removesuffix("/noharm"): c["id"]
+        for c in record["configs"]
+        if c["id"].endswith("/noharm")
+    }
 
 
 def _policy_rounds(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -29,13 +29,13 @@ from specdec.theory.speedup import (  # Theorem 3.8 on a curve lives in theory; 
 
 __all__ = [
     "DRAFT_COST_GOALS",
+    "EAGLE2_PRUNING",
     "KERNEL_GOALS",
     "LOOP_GOAL",
     "adaptive_vs_fixed",
     "batch_gains",
     "best_gamma_on_curve",
     "break_even_alpha",
-    "EAGLE2_PRUNING",
     "draft_cost_drafts",
     "draft_cost_of_change",
     "draft_costs",
